@@ -1,0 +1,51 @@
+/* kernels/kernels.h — the C API over ulpscope's CUDA kernels.
+ *
+ * A tensor is a device pointer with its element format, shape and (fp8 only)
+ * a scale.  A *path* is the storage format of an op's tensors; accumulation is
+ * fp32 unless a variant says otherwise.  Every function returns 0 or -1; on -1
+ * kernels_last_error() names the op, the shapes and the failing CUDA/cuBLAS
+ * call. */
+#ifndef ULPSCOPE_KERNELS_H
+#define ULPSCOPE_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "precision/format.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { KPATH_FP32 = 0, KPATH_BF16, KPATH_FP16, KPATH_FP8, KPATH_COUNT } kpath;
+
+const char *kpath_name(kpath p);             /* "fp32", "bf16", "fp16", "fp8" */
+int kpath_parse(const char *name, kpath *out); /* 0, or -1 for an unknown name */
+const char *kpath_names(void);               /* "fp32, bf16, fp16, fp8" */
+
+#define KTENSOR_MAX_DIMS 4
+
+typedef struct {
+    void *data;                     /* device memory */
+    prec_format format;             /* fp32, bf16, fp16, e4m3 or e5m2 */
+    int ndim;
+    int64_t shape[KTENSOR_MAX_DIMS]; /* row-major; the last dimension is contiguous */
+    float *scale;                   /* fp8 only: device float; real value = stored * *scale */
+} ktensor;
+
+int64_t ktensor_numel(const ktensor *t);
+size_t kformat_bytes(prec_format f); /* bytes per stored element */
+
+/* 1 when a CUDA device can run kernels; 0 otherwise, with the reason (no
+ * device, no driver, driver too old) in why. */
+int kernels_gpu_available(char *why, size_t why_len);
+
+/* The last error, or "" when none. */
+const char *kernels_last_error(void);
+/* Record an error (printf-style); returns -1 so callers can `return kernels_fail(...)`. */
+int kernels_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#ifdef __cplusplus
+}
+#endif
+#endif
