@@ -40,6 +40,16 @@ size_t kformat_bytes(prec_format f); /* bytes per stored element */
  * device, no driver, driver too old) in why. */
 int kernels_gpu_available(char *why, size_t why_len);
 
+/* Planted bugs for the checks' twins: a kernel that honours the current bug
+ * must then fail its check.  KBUG_DROP_TERM leaves one term out of each
+ * reduction (or one element of an elementwise update); KBUG_TRUNCATE_OUTPUT
+ * rounds outputs toward zero instead of to nearest even.  Global, host-side;
+ * launchers pass it to their kernels as an argument. */
+typedef enum { KBUG_NONE = 0, KBUG_DROP_TERM, KBUG_TRUNCATE_OUTPUT, KBUG_COUNT } kbug;
+void kernels_set_planted_bug(kbug bug);
+kbug kernels_planted_bug(void);
+const char *kbug_name(kbug bug); /* "none", "drop-term", "truncate-output" */
+
 /* The last error, or "" when none. */
 const char *kernels_last_error(void);
 /* Record an error (printf-style); returns -1 so callers can `return kernels_fail(...)`. */

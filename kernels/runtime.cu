@@ -21,6 +21,16 @@ extern "C" int kernels_fail(const char *fmt, ...)
     return -1;
 }
 
+static kbug planted_bug = KBUG_NONE;
+
+extern "C" void kernels_set_planted_bug(kbug bug) { planted_bug = bug; }
+extern "C" kbug kernels_planted_bug(void) { return planted_bug; }
+extern "C" const char *kbug_name(kbug bug)
+{
+    static const char *const names[KBUG_COUNT] = {"none", "drop-term", "truncate-output"};
+    return (unsigned)bug < KBUG_COUNT ? names[bug] : "?";
+}
+
 static const char *const path_names[KPATH_COUNT] = {"fp32", "bf16", "fp16", "fp8"};
 
 extern "C" const char *kpath_name(kpath p) { return (unsigned)p < KPATH_COUNT ? path_names[p] : "?"; }
