@@ -86,11 +86,12 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libulpscope.a
 	$(CXX) -o $@ $< -Wl,--whole-archive $(BUILD)/libulpscope.a -Wl,--no-whole-archive $(LDLIBS)
 
 # ---- run ----------------------------------------------------------------------
+# Tests that drive the command line find it through ULPSCOPE_BIN.
 test: $(TEST_BINS) $(BUILD)/ulpscope
-	@sh tests/run_tests.sh $(TEST_BINS)
+	@ULPSCOPE_BIN=$(abspath $(BUILD)/ulpscope) sh tests/run_tests.sh $(TEST_BINS)
 
 test-gpu: $(TEST_BINS) $(BUILD)/ulpscope
-	@ULPSCOPE_REQUIRE_GPU=1 sh tests/run_tests.sh $(TEST_BINS)
+	@ULPSCOPE_BIN=$(abspath $(BUILD)/ulpscope) ULPSCOPE_REQUIRE_GPU=1 sh tests/run_tests.sh $(TEST_BINS)
 	@sh tests/gpu_checks.sh $(BUILD)
 
 demo: $(BUILD)/ulpscope
