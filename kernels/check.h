@@ -1,21 +1,50 @@
 /* kernels/check.h — the harness every op's check reports through.
  *
- * An op's check draws fresh random inputs (kcheck_seed), poisons its outputs
- * (NaN patterns) before the launch, runs the kernel at (path, variant),
- * copies the outputs back, computes the MPFR reference from the exact values
- * the kernel saw, and for each element i computes a bound B_i from the
- * inputs (accumulation precision and output rounding included; bounds.h).
- * It then reports, per output tensor and shape, a kcheck_row. */
+ * An op's check (kop.check) draws fresh random inputs (kcheck_rng), poisons
+ * its outputs (ktensor_poison: NaN in every format) before the launch, runs
+ * the kernel at (path, variant), copies the outputs back, computes the MPFR
+ * reference (reference/ref.h) from the exact values the kernel saw, and for
+ * each element i a bound B_i from those inputs.  It reports, per output
+ * tensor and shape, a kcheck_row.
+ *
+ * Bounds.  B_i bounds |computed_i - exact_i| for the kernel's own sequence
+ * of fp32 operations and its output rounding.  The easiest way to get one is
+ * to replay the kernel's arithmetic on kval numbers below: each kval carries
+ * a value (the exact quantity, evaluated in double) and two error bounds: e,
+ * a rigorous worst-case bound on |computed - exact|, and p, a probabilistic
+ * one in which rounding errors of long sums grow like sqrt(depth) u
+ * (Higham and Mary, SIAM J. Sci. Comput. 41(5), 2019, Thm 2.4), used for the
+ * RMS verdict.  Every rounding adds u|x| plus half the format's smallest
+ * subnormal (underflow), so fp16 and fp8 outputs near zero are covered.
+ *
+ * Verdict of a row: PASS when every element has |got - ref| <= B_i (the
+ * harness adds the reference's own rounding, 2^-53 |ref|), the RMS of the
+ * errors over the row is at most the RMS of the probabilistic bounds, and no
+ * element is NaN/inf where the reference is finite (unwritten, poisoned
+ * elements show up there).
+ *
+ * Planted bugs (kernels_set_planted_bug): KBUG_DROP_TERM leaves one term out
+ * of each reduction, or leaves one element of an elementwise output
+ * unwritten; KBUG_TRUNCATE_OUTPUT rounds outputs toward zero instead of to
+ * nearest even (fp32 outputs, which have no narrower rounding step, are
+ * truncated to bf16 precision: a truncating narrow store).  kernels/kelem.cuh
+ * has the device helpers.  A twin (op, path, variant) is caught when at least
+ * one of its rows FAILs: a single dropped term among thousands can be below a
+ * bf16 bound, which is why every check also runs small shapes. */
 #ifndef ULPSCOPE_KERNELS_CHECK_H
 #define ULPSCOPE_KERNELS_CHECK_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kernels/registry.h"
+#include "precision/rng.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- rows ----------------------------------------------------------------- */
 
 typedef struct {
     const char *output;      /* output tensor: "y", "dx", "dgamma", ... */
@@ -28,36 +57,152 @@ typedef struct {
     double max_err_u;
     double rms_err_u;
     double max_bound_u;      /* max_i B_i / (u s_i): the worst-case bound, same units */
-    double rms_bound_u;      /* probabilistic bound on the RMS error, same units */
+    double rms_bound_u;      /* RMS of the probabilistic bounds P_i / (u s_i) */
     double worst_ratio;      /* max_i |got_i - ref_i| / B_i; <= 1 passes */
-    int64_t worst_index;     /* element achieving worst_ratio */
+    int64_t worst_index;     /* element achieving worst_ratio (-1: none) */
     char worst_detail[256];  /* got, ref and the inputs that produced that element */
     int64_t nonfinite;       /* outputs that were NaN/inf where the reference is finite
                                 (unwritten, poisoned elements show up here) */
     int pass;                /* worst_ratio <= 1, rms within its bound, nonfinite == 0 */
 } kcheck_row;
 
-/* Accumulates one element into a row being built (helpers for op checks). */
+/* Accumulates elements into a row being built. */
 typedef struct {
     kcheck_row row;
-    double sum_sq_err_u;
-    double sum_sq_bound_u;
+    double sum_sq_err_u;     /* over the elements with scale > 0 */
+    double sum_sq_prob_u;
+    int64_t counted;
 } kcheck_acc;
 
 void kcheck_acc_init(kcheck_acc *acc, const char *output, const char *shape, double unit_roundoff);
-/* got, ref: the element; bound: B_i (absolute); scale: s_i (> 0); detail_fn
- * writes the element's inputs into the row's worst_detail when it becomes the
- * worst (may be NULL). */
-void kcheck_acc_add(kcheck_acc *acc, int64_t i, double got, double ref, double bound, double scale,
-                    double rms_bound_scale);
-/* Sets detail for the current worst element (call after add when
- * acc->row.worst_index == i). */
+/* One element: got, ref; bound = B_i and prob = P_i (absolute, prob <= bound);
+ * scale = s_i (> 0; 0 is allowed where ref and bound are both 0).  Returns 1
+ * when this element became the worst so far (then call kcheck_acc_detail). */
+int kcheck_acc_add(kcheck_acc *acc, int64_t i, double got, double ref, double bound, double prob,
+                   double scale);
+/* Sets the worst element's description: its inputs, got and ref. */
 void kcheck_acc_detail(kcheck_acc *acc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Finishes means and the verdict, and reports the row to ctx. */
+/* Finishes the means and the verdict (kcheck_acc_finish), then reports. */
+void kcheck_acc_finish(kcheck_acc *acc);
 void kcheck_acc_report(kcheck_ctx *ctx, kcheck_acc *acc);
 
+/* ---- the context an op's check runs in ------------------------------------ */
+
+typedef void (*kcheck_sink)(void *user, const kcheck_ctx *ctx, const kcheck_row *row);
+
+struct kcheck_ctx {
+    uint64_t seed;      /* base seed of the run */
+    int quick;          /* reduced shapes (sanitizer runs) */
+    kbug bug;           /* planted bug of this run (also set in kernels_set_planted_bug) */
+    const kop *op;      /* what is being checked now */
+    kpath path;
+    int variant;
+    uint64_t draws;     /* seeds handed out for the current (op, path, variant) */
+    kcheck_sink sink;   /* receives every row */
+    void *user;
+};
+
 void kcheck_report(kcheck_ctx *ctx, const kcheck_row *row);
-uint64_t kcheck_seed(kcheck_ctx *ctx);  /* a fresh seed for this (op, path, variant) */
+/* A fresh seed for the next draw of this (op, path, variant): a hash of the
+ * run's seed, the names and a counter, so one op's inputs do not depend on
+ * which other ops ran. */
+uint64_t kcheck_seed(kcheck_ctx *ctx);
+static inline void kcheck_rng(kcheck_ctx *ctx, prec_rng *rng) { prec_rng_seed(rng, kcheck_seed(ctx)); }
+static inline int kcheck_quick(const kcheck_ctx *ctx) { return ctx->quick; }
+
+/* ---- inputs ---------------------------------------------------------------- */
+
+/* Storage format of a path's tensors (fp8: e4m3; gradients of fp8 paths use
+ * e5m2, which each op's check chooses itself). */
+prec_format kcheck_path_format(kpath p);
+/* x[i] = round_RNE(mean + sigma * N(0,1)) in format f (values the kernel can
+ * hold exactly).  For fp8 pass the value divided by its scale yourself. */
+void kcheck_fill_normal(prec_rng *rng, double *x, int64_t n, double mean, double sigma, prec_format f);
+void kcheck_fill_uniform(prec_rng *rng, double *x, int64_t n, double lo, double hi, prec_format f);
+/* Per-tensor fp8 scale as delayed-scaling recipes choose it: amax / max_finite
+ * of f, so the largest |x| lands on the format's largest value (returns 1 for
+ * an all-zero tensor).  The returned scale is an fp32 value. */
+double kcheck_fp8_scale(const double *x, int64_t n, prec_format f);
+
+/* ---- error-annotated arithmetic (replaying a kernel's operations) ---------- */
+
+typedef struct {
+    double v; /* the exact value of the quantity (evaluated in double) */
+    double e; /* rigorous bound on |computed - v| */
+    double p; /* probabilistic bound, p <= e */
+} kval;
+
+static inline kval kval_exact(double v) { kval r = {v, 0.0, 0.0}; return r; }
+/* Errors of a value stored in format f (u |v| plus underflow): the rounding
+ * a store or an fp32 operation adds.  f = PREC_FP64 adds nothing: use it for
+ * operations the kernel does exactly (a product by a power of two, a copy). */
+kval kval_round(kval a, prec_format f);
+kval kval_add(kval a, kval b, prec_format f);
+kval kval_sub(kval a, kval b, prec_format f);
+kval kval_mul(kval a, kval b, prec_format f);
+kval kval_div(kval a, kval b, prec_format f); /* |b.v| > b.e required (else e = inf) */
+kval kval_fma(kval a, kval b, kval c, prec_format f); /* a*b + c, one rounding */
+kval kval_neg(kval a);
+kval kval_max(kval a, kval b); /* exact operation */
+/* y = f(a) for a monotone f, computed by an implementation whose result is
+ * within ulps units in the last place (in format fmt) of f(computed a), plus
+ * abs_err absolute (for approximations with an absolute error bound; else 0).
+ * lo, hi clip the argument interval to f's domain (e.g. 0 for sqrt). */
+kval kval_monotone(kval a, double (*f)(double), double lo, double hi, double ulps, double abs_err,
+                   prec_format fmt);
+/* y = f(a) for f with |f'| <= lipschitz over the argument interval (sin, cos). */
+kval kval_lipschitz(kval a, double (*f)(double), double lipschitz, double ulps, double abs_err,
+                    prec_format fmt);
+
+/* A sum of terms in format f by any order whose longest chain of roundings
+ * has `depth` additions: e = sum e_k + gamma_depth * sum(|v_k| + e_k), p with
+ * sqrt(depth) growth.  Add the terms, then finish. */
+typedef struct {
+    double v, abs, e, p;
+} kval_sum;
+
+static inline void kval_sum_init(kval_sum *s) { s->v = s->abs = s->e = s->p = 0.0; }
+void kval_sum_add(kval_sum *s, kval term);
+kval kval_sum_finish(const kval_sum *s, int64_t depth, prec_format f);
+
+/* Longest chain of roundings when n terms are reduced by `threads` threads,
+ * each summing its strided share sequentially, then a tree over the threads:
+ * (ceil(n / threads) - 1) + ceil(log2(threads)).  threads = 1: n - 1. */
+int64_t kcheck_tree_depth(int64_t n, int threads);
+
+/* gamma_k = k u / (1 - k u) (inf when k u >= 1); and the probabilistic
+ * gamma~_k(lambda) = exp(lambda sqrt(k) u + k u^2 / (1 - u)) - 1 with lambda
+ * chosen so that each bound fails with probability below 1e-9 for sums of up
+ * to 2^40 terms (precision/bounds.h computes both). */
+double kcheck_gamma(int64_t k, double u);
+double kcheck_gamma_prob(int64_t k, double u);
+
+/* ---- the harness ----------------------------------------------------------- */
+
+typedef struct {
+    const char *op;       /* NULL: every op */
+    int path;             /* -1: every path the op offers; else a kpath */
+    const char *variant;  /* NULL: every variant (requires op) */
+    kbug bug;             /* planted bug: the run then expects every twin to FAIL */
+    uint64_t seed;
+    int quick;
+    FILE *table;          /* human table (NULL: none) */
+    FILE *json;           /* JSON Lines records, after the caller's header (NULL: none) */
+} kcheck_options;
+
+typedef struct {
+    int rows, failed_rows;
+    int errors;           /* checks that returned -1 (CUDA errors and the like) */
+    int twins, twins_caught; /* (op, path, variant) combinations run, and those with a FAIL row */
+} kcheck_summary;
+
+/* Runs the matrix the options select.  Returns the exit status the command
+ * should use: without a bug, 0 when every row passed and no check errored;
+ * with a bug, 0 when every twin was caught and no check errored; else 1. */
+int kcheck_run(const kcheck_options *o, kcheck_summary *summary);
+
+/* One JSON Lines record for a row (also used by tests). */
+void kcheck_row_json(FILE *fp, const kcheck_ctx *ctx, const kcheck_row *row);
 
 #ifdef __cplusplus
 }
