@@ -12,14 +12,14 @@
 
 #include "precision/rng.h"
 #include "reference/softmax.h"
+#include "tests/test_reference_util.h"
 #include "tests/test_util.h"
 
 #define HI_PREC 1024
-#define U64 0x1p-53 /* unit roundoff of the double the references round to */
 
 static void random_row(prec_rng *rng, double *x, long n, double scale)
 {
-    for (long j = 0; j < n; j++) x[j] = scale * prec_rng_normal(rng);
+    random_normal(rng, x, n, 0.0, scale);
 }
 
 /* Plain MPFR at 1024 bits: exp(x_j - m) / sum, rounded to double.  Its error
@@ -46,24 +46,6 @@ static void plain_softmax(long n, const double *x, double *y)
         y[j] = mpfr_get_d(t, MPFR_RNDN);
     }
     mpfr_clears(s, t, (mpfr_ptr)0);
-}
-
-/* Exact sum of doubles (mpfr_sum into enough bits: doubles within a few
- * binades of each other, n < 2^20, need under 1200). */
-static void exact_sum(mpfr_ptr out, long n, const double *v)
-{
-    mpfr_t *terms = malloc((size_t)n * sizeof *terms);
-    mpfr_ptr *ptrs = malloc((size_t)n * sizeof *ptrs);
-    for (long j = 0; j < n; j++) {
-        mpfr_init2(terms[j], 53);
-        mpfr_set_d(terms[j], v[j], MPFR_RNDN);
-        ptrs[j] = terms[j];
-    }
-    mpfr_set_prec(out, 4400);
-    assert_int_equal(mpfr_sum(out, ptrs, (unsigned long)n, MPFR_RNDN), 0);
-    for (long j = 0; j < n; j++) mpfr_clear(terms[j]);
-    free(terms);
-    free(ptrs);
 }
 
 static void test_hand_values(void **state)
@@ -129,14 +111,14 @@ static bool sum_identity_holds(ref_bug bug, uint64_t seed, long cols)
 {
     prec_rng rng;
     prec_rng_seed(&rng, seed);
-    double *x = malloc((size_t)cols * sizeof *x), *y = malloc((size_t)cols * sizeof *y);
+    double *x = calloc((size_t)cols, sizeof *x), *y = calloc((size_t)cols, sizeof *y);
     random_row(&rng, x, cols, 3.0);
     ref_ctx ctx = REF_CTX_DEFAULT;
     ctx.bug = bug;
     ref_softmax_forward(&ctx, 1, cols, x, y);
     mpfr_t s;
     mpfr_init2(s, 64);
-    exact_sum(s, cols, y);
+    sum_exactly(s, cols, y);
     double bound = U64 * mpfr_get_d(s, MPFR_RNDU);
     mpfr_sub_ui(s, s, 1, MPFR_RNDN); /* exact at 4400 bits */
     bool ok = fabs(mpfr_get_d(s, MPFR_RNDA)) <= bound;
@@ -176,8 +158,8 @@ static bool backward_identity_holds(ref_bug bug, uint64_t seed)
 
     mpfr_t sum_dx, sum_y, s, expect, t;
     mpfr_inits2(64, sum_dx, sum_y, s, expect, t, (mpfr_ptr)0);
-    exact_sum(sum_dx, n, dx);
-    exact_sum(sum_y, n, y);
+    sum_exactly(sum_dx, n, dx);
+    sum_exactly(sum_y, n, y);
     /* s exactly: products of doubles are exact at 106 bits */
     mpfr_t *terms = malloc(n * sizeof *terms);
     mpfr_ptr ptrs[n];
@@ -194,7 +176,7 @@ static bool backward_identity_holds(ref_bug bug, uint64_t seed)
     mpfr_ui_sub(t, 1, sum_y, MPFR_RNDN);
     mpfr_mul(expect, s, t, MPFR_RNDN);
     mpfr_sub(expect, sum_dx, expect, MPFR_RNDN);
-    exact_sum(t, n, absdx);
+    sum_exactly(t, n, absdx);
     bool ok = fabs(mpfr_get_d(expect, MPFR_RNDA)) <= U64 * mpfr_get_d(t, MPFR_RNDU);
     for (int j = 0; j < n; j++) mpfr_clear(terms[j]);
     free(terms);
