@@ -270,11 +270,112 @@ int exact_acc_get_mpfr(exact_acc *a, mpfr_t out)
     return 0;
 }
 
+/* ---- fast path for arrays: error-free extraction, then few limb updates ----
+ *
+ * Adding term by term costs two read-modify-writes of data-dependent limbs
+ * per term.  For a block of up to EXACT_BLOCK terms with |x_i| < 2^E, the
+ * block is instead split exactly into three "levels" by Rump, Ogita and
+ * Oishi's ExtractScalar (SIAM J. Sci. Comput. 31 (2008) 189, Lemma 3.3):
+ * with sigma = 2^k >= 2^11 |p|,
+ *     q = fl(fl(sigma + p) - sigma),   p' = fl(p - q)
+ * gives p = q + p' exactly (fl(sigma + p) - sigma is exact by Sterbenz, and
+ * p - q is the rounding error of sigma + p), q a multiple of 2^(k-54) and
+ * |p'| <= 2^(k-53).  Level j uses sigma_j = 2^(E + 11 - 42 j), so each level
+ * peels 42 bits.  The q of one level are all multiples of 2^(E-43-42j) below
+ * 2^(E+1-42j) in magnitude, so a double holds the sum of up to 2^9 of them
+ * exactly: each of the four lane accumulators per level sums 256 terms.
+ * What is left after three levels (terms more than ~2^80 below the block's
+ * largest) goes through exact_acc_add.  Blocks with non-finite terms or E
+ * outside [-900, 1000] (where the sigmas or the peeled bits would leave the
+ * normal range) also take the term-by-term path. */
+#define EXACT_BLOCK 1024
+
+typedef double v2d __attribute__((vector_size(16)));
+typedef long long v2i64 __attribute__((vector_size(16)));
+
+static void add_block_termwise(exact_acc *a, const double *p, size_t m)
+{
+    for (size_t i = 0; i < m; i++) exact_acc_add(a, p[i]);
+}
+
+/* max |p_i|, or NaN/inf when a term is not finite. */
+static double block_max_abs(const double *p, size_t m)
+{
+    double amax = 0.0;
+    for (size_t i = 0; i < m; i++) {
+        double v = fabs(p[i]);
+        if (!(v <= DBL_MAX)) return v != v ? v : INFINITY;
+        amax = v > amax ? v : amax;
+    }
+    return amax;
+}
+
+static void add_block(exact_acc *a, const double *p, size_t m)
+{
+    double amax = block_max_abs(p, m);
+    if (amax == 0.0) return;
+    int e;
+    frexp(amax, &e); /* amax < 2^e */
+    if (!isfinite(amax) || e < -900 || e > 1000) {
+        add_block_termwise(a, p, m);
+        return;
+    }
+    double sig[3] = {ldexp(1.0, e + 11), ldexp(1.0, e - 31), ldexp(1.0, e - 73)};
+    v2d zero = {0.0, 0.0};
+    v2d sig_v[3], lane_a[3], lane_b[3];
+    for (int j = 0; j < 3; j++) {
+        sig_v[j] = (v2d){sig[j], sig[j]};
+        lane_a[j] = lane_b[j] = zero;
+    }
+    size_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+        v2d x, y;
+        memcpy(&x, p + i, sizeof x);
+        memcpy(&y, p + i + 2, sizeof y);
+        for (int j = 0; j < 3; j++) {
+            v2d qx = (sig_v[j] + x) - sig_v[j];
+            v2d qy = (sig_v[j] + y) - sig_v[j];
+            x -= qx;
+            y -= qy;
+            lane_a[j] += qx;
+            lane_b[j] += qy;
+        }
+        v2i64 left = (x != zero) | (y != zero);
+        if (left[0] | left[1]) {
+            for (int k = 0; k < 2; k++) {
+                if (x[k] != 0.0) exact_acc_add(a, x[k]);
+                if (y[k] != 0.0) exact_acc_add(a, y[k]);
+            }
+        }
+    }
+    for (; i < m; i++) { /* the last m % 4 terms: levels straight into a */
+        double x = p[i];
+        for (int j = 0; j < 3; j++) {
+            double q = (sig[j] + x) - sig[j];
+            x -= q;
+            exact_acc_add(a, q);
+        }
+        exact_acc_add(a, x);
+    }
+    for (int j = 0; j < 3; j++) {
+        for (int k = 0; k < 2; k++) {
+            exact_acc_add(a, lane_a[j][k]);
+            exact_acc_add(a, lane_b[j][k]);
+        }
+    }
+}
+
+void exact_acc_add_array(exact_acc *a, const double *x, size_t n)
+{
+    for (size_t start = 0; start < n; start += EXACT_BLOCK)
+        add_block(a, x + start, n - start < EXACT_BLOCK ? n - start : EXACT_BLOCK);
+}
+
 double exact_sum(const double *x, size_t n)
 {
     exact_acc a;
     exact_acc_init(&a);
-    for (size_t i = 0; i < n; i++) exact_acc_add(&a, x[i]);
+    exact_acc_add_array(&a, x, n);
     return exact_acc_value(&a);
 }
 
@@ -282,7 +383,12 @@ double exact_sum_abs(const double *x, size_t n)
 {
     exact_acc a;
     exact_acc_init(&a);
-    for (size_t i = 0; i < n; i++) exact_acc_add(&a, fabs(x[i]));
+    double buf[EXACT_BLOCK];
+    for (size_t start = 0; start < n; start += EXACT_BLOCK) {
+        size_t m = n - start < EXACT_BLOCK ? n - start : EXACT_BLOCK;
+        for (size_t i = 0; i < m; i++) buf[i] = fabs(x[start + i]);
+        add_block(&a, buf, m);
+    }
     return exact_acc_round(&a, PREC_RU);
 }
 
@@ -311,7 +417,12 @@ double exact_sum_f32(const float *x, size_t n)
 {
     exact_acc a;
     exact_acc_init(&a);
-    for (size_t i = 0; i < n; i++) exact_acc_add(&a, (double)x[i]);
+    double buf[EXACT_BLOCK];
+    for (size_t start = 0; start < n; start += EXACT_BLOCK) {
+        size_t m = n - start < EXACT_BLOCK ? n - start : EXACT_BLOCK;
+        for (size_t i = 0; i < m; i++) buf[i] = (double)x[start + i];
+        add_block(&a, buf, m);
+    }
     return exact_acc_value(&a);
 }
 
@@ -321,7 +432,12 @@ double exact_dot_f32(const float *x, const float *y, size_t n)
 {
     exact_acc a;
     exact_acc_init(&a);
-    for (size_t i = 0; i < n; i++) exact_acc_add(&a, (double)x[i] * (double)y[i]);
+    double buf[EXACT_BLOCK];
+    for (size_t start = 0; start < n; start += EXACT_BLOCK) {
+        size_t m = n - start < EXACT_BLOCK ? n - start : EXACT_BLOCK;
+        for (size_t i = 0; i < m; i++) buf[i] = (double)x[start + i] * (double)y[start + i];
+        add_block(&a, buf, m);
+    }
     return exact_acc_value(&a);
 }
 
