@@ -3,6 +3,7 @@
 // bits on the device are exactly the values the reference is given.
 #include <cuda_runtime.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -144,4 +145,22 @@ extern "C" int ktensor_get_scale(const ktensor *t, float *scale)
         return 0;
     }
     return kdevice_download(scale, t->scale, sizeof *scale, "ktensor_get_scale");
+}
+
+extern "C" int kdevice_describe(kdevice_props *props)
+{
+    memset(props, 0, sizeof *props);
+    int dev = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    cudaDeviceProp p;
+    if (err == cudaSuccess) err = cudaGetDeviceProperties(&p, dev);
+    if (err == cudaSuccess) err = cudaDriverGetVersion(&props->driver_version);
+    if (err == cudaSuccess) err = cudaRuntimeGetVersion(&props->runtime_version);
+    if (err != cudaSuccess) return cuda_fail("kdevice_describe", "cudaGetDeviceProperties", err);
+    snprintf(props->name, sizeof props->name, "%s", p.name);
+    props->cc_major = p.major;
+    props->cc_minor = p.minor;
+    props->multiprocessors = p.multiProcessorCount;
+    props->memory_bytes = p.totalGlobalMem;
+    return 0;
 }

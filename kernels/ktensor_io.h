@@ -41,6 +41,17 @@ void kdevice_free(void *ptr);
 int kdevice_upload(void *dst, const void *src, size_t bytes, const char *what);
 int kdevice_download(void *dst, const void *src, size_t bytes, const char *what);
 int kdevice_fill_bytes(void *dst, int byte, size_t bytes, const char *what);
+/* The current device, for result headers: "NVIDIA H100 80GB HBM3", compute
+ * capability, driver and runtime versions (e.g. 12040 for 12.4). */
+typedef struct {
+    char name[256];
+    int cc_major, cc_minor;
+    int driver_version, runtime_version;
+    int multiprocessors;
+    size_t memory_bytes;
+} kdevice_props;
+int kdevice_describe(kdevice_props *props);
+
 /* cudaDeviceSynchronize, then the last launch error, attributed to `what`. */
 int kernels_sync(const char *what);
 

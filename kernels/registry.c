@@ -7,10 +7,10 @@
 #include <string.h>
 #include <strings.h>
 
-
+extern const kop kop_rmsnorm;
 
 static const kop *const ops[] = {
-
+    &kop_rmsnorm,
     NULL, /* end */
 };
 

@@ -1,0 +1,302 @@
+// kernels/rmsnorm.cu — RMSNorm forward and backward (see rmsnorm.h).
+//
+// Shapes: x, y, dy, dx (N, C) row-major; gain, dgain (C); rstd (N) fp32.
+// A "row group" of RT threads owns one row: RT = 256 (block tree, one block
+// per row), 32 (warp tree, eight rows per block) or 1 (sequential, one
+// thread per row).  Rows are read with 16-byte vectors when C allows it
+// (kreduce.cuh); the partition, and so the rounding order, is fixed.
+#include <cuda_runtime.h>
+
+#include "kernels/kreduce.cuh"
+#include "kernels/rmsnorm.h"
+
+namespace {
+
+enum Placement { GEMMA = 0, LLAMA = 1, NO_UPCAST = 2 };
+
+constexpr int kBlock = 256;
+
+template <int RT> struct row_group {
+    int64_t row;
+    int t;
+    __device__ row_group()
+    {
+        if (RT == kBlock) {
+            row = blockIdx.x;
+            t = threadIdx.x;
+        } else if (RT == 32) {
+            row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+            t = threadIdx.x & 31;
+        } else {
+            row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+            t = 0;
+        }
+    }
+};
+
+template <int RT> __device__ __forceinline__ float group_sum(float v, float *scratch)
+{
+    if constexpr (RT == kBlock) return kblock_sum(v, scratch);
+    else if constexpr (RT == 32) return kwarp_sum(v);
+    else return v;
+}
+
+// Round to the storage format and back: the "no upcast" steps.
+template <typename T> __device__ __forceinline__ float in_storage(float v) { return kto_float(kfrom_float<T>(v, 0)); }
+
+template <typename T, int RT, int V, int PLACE>
+__global__ void rmsnorm_forward_kernel(T *__restrict__ y, float *__restrict__ rstd, const T *__restrict__ x,
+                                       const T *__restrict__ gain, int64_t N, int64_t C, float eps, int bug)
+{
+    __shared__ float scratch[32];
+    row_group<RT> g;
+    if (RT != kBlock && g.row >= N) return; // whole warps / threads only: no block barrier follows
+    const T *xr = x + g.row * C;
+    float acc = 0.0f;
+    for (int64_t base = (int64_t)g.t * V; base < C; base += (int64_t)RT * V) {
+        float v[V];
+        kvec_io<T, V>::load(xr + base, v);
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            if (bug == KBUG_DROP_TERM && base + j == C - 1) continue;
+            if (PLACE == NO_UPCAST) acc += in_storage<T>(v[j] * v[j]);
+            else acc = fmaf(v[j], v[j], acc);
+        }
+    }
+    float ss = group_sum<RT>(acc, scratch);
+    float ms = __fdiv_rn(ss, (float)C);
+    float r;
+    if (PLACE == NO_UPCAST) {
+        ms = in_storage<T>(ms);
+        r = in_storage<T>(rsqrtf(in_storage<T>(ms + eps)));
+    } else {
+        r = rsqrtf(ms + eps);
+    }
+    if (g.t == 0) rstd[g.row] = kfrom_float<float>(r, bug);
+    T *yr = y + g.row * C;
+    for (int64_t base = (int64_t)g.t * V; base < C; base += (int64_t)RT * V) {
+        float v[V], gv[V], out[V];
+        kvec_io<T, V>::load(xr + base, v);
+        if (gain) kvec_io<T, V>::load(gain + base, gv);
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            float n = v[j] * r;
+            if (PLACE != GEMMA) n = in_storage<T>(n);
+            out[j] = gain ? n * gv[j] : n;
+        }
+        kvec_io<T, V>::store(yr + base, out, bug);
+    }
+}
+
+// dx = rstd g - (rstd^3 / C) x sum(g x), g = gain * dy.
+template <typename T, int RT, int V>
+__global__ void rmsnorm_backward_kernel(T *__restrict__ dx, const T *__restrict__ dy, const T *__restrict__ x,
+                                        const T *__restrict__ gain, const float *__restrict__ rstd, int64_t N,
+                                        int64_t C, int bug)
+{
+    __shared__ float scratch[32];
+    row_group<RT> g;
+    if (RT != kBlock && g.row >= N) return;
+    const T *xr = x + g.row * C, *dyr = dy + g.row * C;
+    float acc = 0.0f;
+    for (int64_t base = (int64_t)g.t * V; base < C; base += (int64_t)RT * V) {
+        float v[V], d[V], gv[V];
+        kvec_io<T, V>::load(xr + base, v);
+        kvec_io<T, V>::load(dyr + base, d);
+        if (gain) kvec_io<T, V>::load(gain + base, gv);
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            if (bug == KBUG_DROP_TERM && base + j == C - 1) continue;
+            float gd = gain ? gv[j] * d[j] : d[j];
+            acc = fmaf(gd, v[j], acc);
+        }
+    }
+    float dot = group_sum<RT>(acc, scratch);
+    float r = rstd[g.row];
+    float c = __fdiv_rn(dot * r * r * r, (float)C);
+    T *dxr = dx + g.row * C;
+    for (int64_t base = (int64_t)g.t * V; base < C; base += (int64_t)RT * V) {
+        float v[V], d[V], gv[V], out[V];
+        kvec_io<T, V>::load(xr + base, v);
+        kvec_io<T, V>::load(dyr + base, d);
+        if (gain) kvec_io<T, V>::load(gain + base, gv);
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            float gd = gain ? gv[j] * d[j] : d[j];
+            out[j] = r * gd - c * v[j];
+        }
+        kvec_io<T, V>::store(dxr + base, out, bug);
+    }
+}
+
+// dgain[c] = sum over rows of dy * (x * rstd): 32 columns per block, 16 row
+// lanes each summing every 16th row in order, then lane 0 adds the 16
+// partials in order.  No atomics: the order is fixed.
+constexpr int kColRows = 16;
+
+template <typename T>
+__global__ void rmsnorm_dgain_kernel(T *__restrict__ dgain, const T *__restrict__ dy, const T *__restrict__ x,
+                                     const float *__restrict__ rstd, int64_t N, int64_t C, int bug)
+{
+    __shared__ float part[kColRows][33];
+    int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
+    float acc = 0.0f;
+    if (c < C) {
+        for (int64_t r = threadIdx.y; r < N; r += kColRows) {
+            if (bug == KBUG_DROP_TERM && r == N - 1) continue;
+            acc += (kto_float(x[r * C + c]) * rstd[r]) * kto_float(dy[r * C + c]);
+        }
+    }
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float s = part[0][threadIdx.x];
+        for (int k = 1; k < kColRows; k++) s += part[k][threadIdx.x];
+        dgain[c] = kfrom_float<T>(s, bug);
+    }
+}
+
+int check_2d(const char *what, const ktensor *t, const ktensor *like, int64_t *N, int64_t *C)
+{
+    if (!t || !t->data) return kernels_fail("rmsnorm %s: %s is missing", what, "a tensor");
+    if (t->ndim < 1) return kernels_fail("rmsnorm %s: tensor has no dimensions", what);
+    int64_t c = t->shape[t->ndim - 1], n = ktensor_numel(t) / c;
+    if (like && (like->format != t->format || ktensor_numel(like) != ktensor_numel(t) ||
+                 like->shape[like->ndim - 1] != c))
+        return kernels_fail("rmsnorm %s: shapes/formats differ (%lld x %lld %s vs %lld elements %s)", what,
+                            (long long)n, (long long)c, prec_format_name(t->format),
+                            (long long)ktensor_numel(like), prec_format_name(like->format));
+    *N = n;
+    *C = c;
+    return 0;
+}
+
+int check_vec(const char *what, const ktensor *v, const ktensor *x, int64_t C)
+{
+    if (!v) return 0;
+    if (v->format != x->format || ktensor_numel(v) != C)
+        return kernels_fail("rmsnorm %s: gain must be %lld elements of %s (got %lld of %s)", what, (long long)C,
+                            prec_format_name(x->format), (long long)ktensor_numel(v), prec_format_name(v->format));
+    return 0;
+}
+
+int launch_check(const char *what, int64_t N, int64_t C)
+{
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess)
+        return kernels_fail("rmsnorm %s (N=%lld C=%lld): launch failed: %s", what, (long long)N, (long long)C,
+                            cudaGetErrorString(err));
+    return 0;
+}
+
+template <typename T, int RT, int V, int PLACE>
+void launch_forward(T *y, float *rstd, const T *x, const T *gain, int64_t N, int64_t C, float eps, int bug)
+{
+    if (RT == kBlock) rmsnorm_forward_kernel<T, RT, V, PLACE><<<(unsigned)N, kBlock>>>(y, rstd, x, gain, N, C, eps, bug);
+    else if (RT == 32)
+        rmsnorm_forward_kernel<T, RT, V, PLACE><<<(unsigned)((N + 7) / 8), kBlock>>>(y, rstd, x, gain, N, C, eps, bug);
+    else rmsnorm_forward_kernel<T, RT, V, PLACE><<<(unsigned)((N + 127) / 128), 128>>>(y, rstd, x, gain, N, C, eps, bug);
+}
+
+template <typename T, int V>
+void forward_variant(int variant, T *y, float *rstd, const T *x, const T *gain, int64_t N, int64_t C, float eps, int bug)
+{
+    switch (variant) {
+    case KRMSNORM_BLOCK_TREE: launch_forward<T, kBlock, V, GEMMA>(y, rstd, x, gain, N, C, eps, bug); break;
+    case KRMSNORM_WARP_TREE: launch_forward<T, 32, V, GEMMA>(y, rstd, x, gain, N, C, eps, bug); break;
+    case KRMSNORM_SEQUENTIAL: launch_forward<T, 1, V, GEMMA>(y, rstd, x, gain, N, C, eps, bug); break;
+    case KRMSNORM_LLAMA: launch_forward<T, kBlock, V, LLAMA>(y, rstd, x, gain, N, C, eps, bug); break;
+    case KRMSNORM_NONE: launch_forward<T, kBlock, V, NO_UPCAST>(y, rstd, x, gain, N, C, eps, bug); break;
+    }
+}
+
+template <typename T, int V>
+void backward_variant(int variant, T *dx, const T *dy, const T *x, const T *gain, const float *rstd, int64_t N,
+                      int64_t C, int bug)
+{
+    if (variant == KRMSNORM_WARP_TREE)
+        rmsnorm_backward_kernel<T, 32, V><<<(unsigned)((N + 7) / 8), kBlock>>>(dx, dy, x, gain, rstd, N, C, bug);
+    else if (variant == KRMSNORM_SEQUENTIAL)
+        rmsnorm_backward_kernel<T, 1, V><<<(unsigned)((N + 127) / 128), 128>>>(dx, dy, x, gain, rstd, N, C, bug);
+    else rmsnorm_backward_kernel<T, kBlock, V><<<(unsigned)N, kBlock>>>(dx, dy, x, gain, rstd, N, C, bug);
+}
+
+int rows_per_thread_group(int variant) { return variant == KRMSNORM_WARP_TREE ? 32 : variant == KRMSNORM_SEQUENTIAL ? 1 : kBlock; }
+
+} // namespace
+
+extern "C" int64_t krmsnorm_row_depth(int64_t C, prec_format f, int variant)
+{
+    int rt = rows_per_thread_group(variant);
+    int v = C % (16 / (int64_t)kformat_bytes(f)) == 0 ? 16 / (int)kformat_bytes(f) : 1;
+    // a thread holds at most v * ceil(C / (rt v)) terms; the first fma rounds too
+    int64_t per_thread = (int64_t)v * ((C + (int64_t)rt * v - 1) / ((int64_t)rt * v));
+    if (per_thread > C) per_thread = C;
+    int64_t groups = (C + v - 1) / v, active = groups < rt ? groups : rt;
+    int levels = 0;
+    while ((1ll << levels) < active) levels++;
+    return per_thread + levels;
+}
+
+extern "C" int64_t krmsnorm_col_depth(int64_t N)
+{
+    int64_t per_lane = (N + kColRows - 1) / kColRows;
+    return (per_lane - 1) + (kColRows - 1); // each lane's rows in order, then the 16 partials in order
+}
+
+extern "C" int krmsnorm_forward(ktensor *y, float *rstd, const ktensor *x, const ktensor *gain, float eps, int variant)
+{
+    int64_t N = 0, C = 0, N2 = 0, C2 = 0;
+    if (check_2d("forward x", x, NULL, &N, &C) || check_2d("forward y", y, x, &N2, &C2) ||
+        check_vec("forward", gain, x, C))
+        return -1;
+    if (!rstd) return kernels_fail("rmsnorm forward: rstd buffer is missing");
+    if (variant < 0 || variant >= KRMSNORM_NVARIANTS) return kernels_fail("rmsnorm forward: unknown variant %d", variant);
+    int bug = kernels_planted_bug();
+    const void *g = gain ? gain->data : nullptr;
+    switch (x->format) {
+#define RMS_FWD(TYPE)                                                                                          \
+    if (krow_vec<TYPE>(C) > 1)                                                                                 \
+        forward_variant<TYPE, kvec_width<TYPE>()>(variant, (TYPE *)y->data, rstd, (const TYPE *)x->data,      \
+                                                  (const TYPE *)g, N, C, eps, bug);                          \
+    else forward_variant<TYPE, 1>(variant, (TYPE *)y->data, rstd, (const TYPE *)x->data, (const TYPE *)g, N, C, eps, bug);
+    case PREC_FP32: RMS_FWD(float) break;
+    case PREC_BF16: RMS_FWD(__nv_bfloat16) break;
+    case PREC_FP16: RMS_FWD(__half) break;
+#undef RMS_FWD
+    default: return kernels_fail("rmsnorm forward: no %s path", prec_format_name(x->format));
+    }
+    return launch_check("forward", N, C);
+}
+
+extern "C" int krmsnorm_backward(ktensor *dx, ktensor *dgain, const ktensor *dy, const ktensor *x, const ktensor *gain,
+                                 const float *rstd, int variant)
+{
+    int64_t N = 0, C = 0, N2 = 0, C2 = 0;
+    if (check_2d("backward x", x, NULL, &N, &C) || check_2d("backward dy", dy, x, &N2, &C2) ||
+        check_2d("backward dx", dx, x, &N2, &C2) || check_vec("backward", gain, x, C) ||
+        check_vec("backward dgain", dgain, x, C))
+        return -1;
+    if (!rstd) return kernels_fail("rmsnorm backward: rstd is missing");
+    if (variant < 0 || variant >= KRMSNORM_NVARIANTS) return kernels_fail("rmsnorm backward: unknown variant %d", variant);
+    int bug = kernels_planted_bug();
+    const void *g = gain ? gain->data : nullptr;
+    dim3 col_grid((unsigned)((C + 31) / 32)), col_block(32, kColRows);
+    switch (x->format) {
+#define RMS_BWD(TYPE)                                                                                          \
+    if (krow_vec<TYPE>(C) > 1)                                                                                 \
+        backward_variant<TYPE, kvec_width<TYPE>()>(variant, (TYPE *)dx->data, (const TYPE *)dy->data,         \
+                                                   (const TYPE *)x->data, (const TYPE *)g, rstd, N, C, bug); \
+    else backward_variant<TYPE, 1>(variant, (TYPE *)dx->data, (const TYPE *)dy->data, (const TYPE *)x->data,  \
+                                   (const TYPE *)g, rstd, N, C, bug);                                          \
+    if (dgain && gain)                                                                                         \
+        rmsnorm_dgain_kernel<TYPE><<<col_grid, col_block>>>((TYPE *)dgain->data, (const TYPE *)dy->data,       \
+                                                            (const TYPE *)x->data, rstd, N, C, bug);
+    case PREC_FP32: RMS_BWD(float) break;
+    case PREC_BF16: RMS_BWD(__nv_bfloat16) break;
+    case PREC_FP16: RMS_BWD(__half) break;
+#undef RMS_BWD
+    default: return kernels_fail("rmsnorm backward: no %s path", prec_format_name(x->format));
+    }
+    return launch_check("backward", N, C);
+}
