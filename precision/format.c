@@ -1,10 +1,13 @@
 /* precision/format.c — see format.h.
  *
- * Rounding works on the scaled significand: with q the quantum (ulp) of the
- * binade that holds |x| (clamped at the subnormal binade), y = |x|/q is exact,
- * n = floor(y) is the candidate below and y - n the fraction that decides the
- * direction.  The low part lo only ever acts as a sticky bit / tie breaker,
- * which is all a single correct rounding needs. */
+ * Rounding works on the scaled significand (round_scaled): with q the quantum
+ * (ulp) of the binade that holds |x| (clamped at the subnormal binade),
+ * y = |x|/q is exact, n = floor(y) is the candidate below and y - n the
+ * fraction that decides the direction.  The low part lo acts as a sticky bit
+ * and tie breaker, which is all one correct rounding needs, and refines the
+ * probability of stochastic rounding.  Emulated arithmetic hands the core an
+ * exact (hi, lo, power-of-two scale) triple, so results past double's range or
+ * deep in its subnormals still round once, correctly, in every mode. */
 #include "precision/format.h"
 
 #include <math.h>
@@ -88,8 +91,14 @@ int prec_round_mode_parse(const char *name, prec_round_mode *out)
     return -1;
 }
 
-/* Uniform double in [0, 1) from the top 53 random bits. */
-static double unit_from_bits(uint64_t bits) { return (double)(bits >> 11) * 0x1p-53; }
+/* Stochastic rounding decision: up with probability prob, from 64 uniform
+ * random bits.  The threshold floor(prob * 2^64) makes P(up) exact to 2^-64. */
+static bool sr_round_up(double prob, uint64_t random_bits)
+{
+    if (prob <= 0.0) return false;
+    if (prob >= 1.0) return true;
+    return random_bits < (uint64_t)(prob * 0x1p64); /* prob * 2^64 < 2^64: fits */
+}
 
 /* Overflowed magnitude: what a rounding that left the finite range gives. */
 static double overflow_result(const prec_format_info *fi, bool negative, prec_rounding r)
@@ -100,115 +109,107 @@ static double overflow_result(const prec_format_info *fi, bool negative, prec_ro
     return fi->has_infinity ? INFINITY : NAN;
 }
 
-/* fp64 target: hi is already the nearest double; lo moves it one step for the
- * directed and stochastic modes. */
-static double round_fp64(double hi, double lo, prec_rounding r, uint64_t random_bits)
+/* An infinite exact value: inf where the format has it (IEEE), max finite when
+ * saturating, NaN for e4m3 under IEEE overflow. */
+static double round_infinity(const prec_format_info *fi, bool negative, prec_rounding r)
 {
-    const prec_format_info *fi = &format_table[PREC_FP64];
-    if (isnan(hi)) return NAN;
-    if (isinf(hi)) {
-        if (r.overflow == PREC_OVF_SATURATE) return copysign(fi->max_finite, hi);
-        return hi;
-    }
-    double x = hi;
-    if (lo != 0.0) {
-        double toward = lo > 0 ? INFINITY : -INFINITY;
-        double other = nextafter(hi, toward); /* neighbour on lo's side */
-        bool step = false;
-        switch (r.mode) {
-        case PREC_RNE: break;
-        case PREC_RZ: step = (hi > 0) != (lo > 0) && hi != 0; break;
-        case PREC_RU: step = lo > 0; break;
-        case PREC_RD: step = lo < 0; break;
-        case PREC_SR: {
-            double frac = fabs(lo) / fabs(other - hi); /* distance toward other, in (0, 1/2] */
-            step = unit_from_bits(random_bits) < frac;
-            break;
-        }
-        default: break;
-        }
-        if (step) x = other;
-        if (isinf(x)) return overflow_result(fi, x < 0, r) * (x < 0 ? -1.0 : 1.0);
-    }
-    if (r.flush_subnormals && x != 0 && fabs(x) < fi->min_normal) x = copysign(0.0, x);
-    return x;
+    double mag;
+    if (r.overflow == PREC_OVF_SATURATE) mag = fi->max_finite;
+    else if (fi->has_infinity) mag = INFINITY;
+    else return NAN;
+    return negative ? -mag : mag;
 }
 
-double prec_round2(double hi, double lo, prec_format f, prec_rounding r, uint64_t random_bits)
+/* Round the exact nonzero finite value (hi + lo) * 2^scale into fi.
+ *
+ * hi != 0; lo carries what hi misses: its sign is the sign of the remainder,
+ * and |lo| is small enough that hi + lo crosses no grid point or midpoint of
+ * the target that hi does not sit on (true when hi = RN(hi + lo) in double,
+ * as TwoSum/TwoProd/ErrFma give).  The scale lets callers keep hi and lo
+ * clear of double overflow and underflow.
+ *
+ * With q the quantum (ulp) of the binade of |x| (clamped at the subnormal
+ * binade), y = |hi| * 2^scale / q is exact, n = floor(y) is the candidate
+ * below and frac = y - n (plus lo / q) decides the direction. */
+static double round_scaled(double hi, double lo, int scale, const prec_format_info *fi,
+                           prec_rounding r, uint64_t random_bits)
 {
-    if ((unsigned)f >= PREC_NFORMATS) return NAN;
-    if (f == PREC_FP64) return round_fp64(hi, lo, r, random_bits);
-    const prec_format_info *fi = &format_table[f];
-    if (isnan(hi)) return NAN;
     bool negative = signbit(hi);
-    if (isinf(hi)) {
-        if (!fi->has_infinity || r.overflow == PREC_OVF_SATURATE) {
-            if (!fi->has_infinity && r.overflow == PREC_OVF_IEEE) return NAN;
-            return negative ? -fi->max_finite : fi->max_finite;
-        }
-        return hi;
-    }
-    if (hi == 0.0 && lo == 0.0) return hi;
-    if (hi == 0.0) { /* value is lo itself */
-        hi = lo;
-        lo = 0.0;
-        negative = signbit(hi);
-    }
-
     double ax = fabs(hi);
     double lo_mag = negative ? -lo : lo; /* lo as seen by |x| */
+    int p = fi->precision;
     int e;
-    frexp(ax, &e);                      /* ax = m * 2^e, m in [0.5, 1) */
-    int lead = e - 1;                   /* exponent of the leading bit */
-    if (lead < fi->emin) lead = fi->emin;
-    int qexp = lead - (fi->precision - 1);
-    double y = ldexp(ax, -qexp);        /* exact: a power-of-two scaling */
-    double n = floor(y);
-    double frac = y - n;                /* exact */
-    int half_cmp;                       /* sign of (true fraction - 1/2) */
-    bool inexact;
+    frexp(ax, &e);
+    int lead = e - 1 + scale; /* exponent of the leading bit of |x| */
+    int qexp;                 /* the quantum is 2^qexp */
+    double n, frac;           /* |x| = (n + frac) * 2^qexp, frac in [0, 1) before lo */
+    int half_cmp;             /* sign of (true fraction - 1/2) */
+    bool inexact = true;
 
-    if (frac == 0.0 && lo_mag < 0.0) {
-        /* |x| sits on a grid point and the true value is just below it.  If
-         * that point opens a binade, the grid below is twice as fine. */
-        if (n == ldexp(1.0, fi->precision - 1) && lead > fi->emin) {
-            qexp -= 1;
-            n = 2.0 * n;
-        }
-        n -= 1.0;
-        frac = 1.0; /* "just under one": above half, inexact */
-        half_cmp = 1;
-        inexact = true;
+    if (lead < fi->emin - p - 1) {
+        /* |x| < min_subnormal / 4: nowhere near a midpoint; y would underflow. */
+        qexp = fi->emin - p + 1;
+        n = 0.0;
+        frac = ldexp(ax, scale - qexp); /* only steers SR; may flush to 0 */
+        half_cmp = -1;
     } else {
-        inexact = frac != 0.0 || lo_mag != 0.0;
-        if (frac > 0.5) half_cmp = 1;
-        else if (frac < 0.5) half_cmp = -1;
-        else half_cmp = (lo_mag > 0) - (lo_mag < 0);
+        int grid_lead = lead < fi->emin ? fi->emin : lead;
+        qexp = grid_lead - (p - 1);
+        double y = ldexp(ax, scale - qexp); /* exact: lowest bit of y >= 2^-54 */
+        n = floor(y);
+        frac = y - n;
+        if (frac == 0.0 && lo_mag < 0.0) {
+            /* |hi| sits on a grid point and the true value is just below it.
+             * If that point opens a binade, the grid below is twice as fine. */
+            if (n == ldexp(1.0, p - 1) && lead > fi->emin) {
+                qexp -= 1;
+                n = 2.0 * n;
+            }
+            n -= 1.0;
+            frac = 1.0 + ldexp(lo_mag, scale - qexp); /* in [1/2, 1) */
+            half_cmp = frac > 0.5 ? 1 : frac < 0.5 ? -1 : 0;
+        } else {
+            inexact = frac != 0.0 || lo_mag != 0.0;
+            if (frac > 0.5) half_cmp = 1;
+            else if (frac < 0.5) half_cmp = -1;
+            else half_cmp = (lo_mag > 0) - (lo_mag < 0);
+            if (lo_mag != 0.0) frac += ldexp(lo_mag, scale - qexp); /* for SR */
+        }
     }
 
     bool up = false; /* round the magnitude up */
     if (inexact) {
         switch (r.mode) {
-        case PREC_RNE:
-            up = half_cmp > 0 || (half_cmp == 0 && fmod(n, 2.0) != 0.0);
-            break;
+        case PREC_RNE: up = half_cmp > 0 || (half_cmp == 0 && fmod(n, 2.0) != 0.0); break;
         case PREC_RZ: up = false; break;
         case PREC_RU: up = !negative; break;
         case PREC_RD: up = negative; break;
-        case PREC_SR: {
-            double p = frac;
-            if (p >= 1.0) p = 1.0 - 0x1p-60; /* "just under one" */
-            if (p == 0.0) p = 0x1p-60;        /* only lo: "just above zero" */
-            up = unit_from_bits(random_bits) < p;
-            break;
-        }
+        case PREC_SR: up = sr_round_up(frac, random_bits); break;
         default: break;
         }
     }
-    double mag = ldexp(n + (up ? 1.0 : 0.0), qexp);
+    double mag = ldexp(n + (up ? 1.0 : 0.0), qexp); /* inf when past double range */
     if (mag > fi->max_finite) mag = overflow_result(fi, negative, r);
     if (r.flush_subnormals && mag != 0.0 && mag < fi->min_normal) mag = 0.0;
     return negative ? -mag : mag;
+}
+
+double prec_round2(double hi, double lo, prec_format f, prec_rounding r, uint64_t random_bits)
+{
+    if ((unsigned)f >= PREC_NFORMATS) return NAN;
+    const prec_format_info *fi = &format_table[f];
+    if (isnan(hi)) return NAN;
+    if (isinf(hi)) return round_infinity(fi, signbit(hi), r);
+    if (hi == 0.0) {
+        if (lo == 0.0) return hi;
+        hi = lo; /* outside the contract, but the value is lo itself */
+        lo = 0.0;
+    }
+    if (f == PREC_FP64 && lo == 0.0) { /* already a double: only flushing can change it */
+        if (r.flush_subnormals && fabs(hi) < fi->min_normal) return copysign(0.0, hi);
+        return hi;
+    }
+    return round_scaled(hi, lo, 0, fi, r, random_bits);
 }
 
 double prec_round(double x, prec_format f, prec_rounding r, uint64_t random_bits)
@@ -295,7 +296,9 @@ double prec_decode(uint64_t bits, prec_format f)
     return negative ? -mag : mag;
 }
 
-/* Knuth's TwoSum: s + t == a + b exactly (barring overflow). */
+/* Knuth's TwoSum: s + t == a + b exactly, s = RN(a + b) (barring overflow;
+ * no spurious overflow when a + b itself does not overflow, Boldo, Graillat
+ * and Muller, "On the robustness of the 2Sum and Fast2Sum algorithms", 2017). */
 static void two_sum(double a, double b, double *s, double *t)
 {
     double sum = a + b;
@@ -304,35 +307,111 @@ static void two_sum(double a, double b, double *s, double *t)
     *s = sum;
 }
 
+/* The sign of an exactly zero sum, IEEE 754 section 6.3: +0 in every mode but
+ * RD, -0 in RD; except that adding two zeros of one sign keeps that sign. */
+static double exact_zero_sum(bool both_zero_same_sign, bool negative_zeros, prec_rounding r)
+{
+    if (both_zero_same_sign) return negative_zeros ? -0.0 : 0.0;
+    return r.mode == PREC_RD ? -0.0 : 0.0;
+}
+
 double prec_add(double a, double b, prec_format f, prec_rounding r, uint64_t random_bits)
 {
+    if ((unsigned)f >= PREC_NFORMATS) return NAN;
+    const prec_format_info *fi = &format_table[f];
+    if (isnan(a) || isnan(b)) return NAN;
+    if (isinf(a) || isinf(b)) {
+        if (isinf(a) && isinf(b) && signbit(a) != signbit(b)) return NAN; /* inf - inf */
+        return round_infinity(fi, signbit(isinf(a) ? a : b), r);
+    }
     double s, t;
     two_sum(a, b, &s, &t);
-    if (!isfinite(s)) t = 0.0;
-    return prec_round2(s, t, f, r, random_bits);
+    if (s == 0.0 && t == 0.0) {
+        bool zeros_same_sign = a == 0.0 && b == 0.0 && signbit(a) == signbit(b);
+        return exact_zero_sum(zeros_same_sign, signbit(a), r);
+    }
+    if (isinf(s)) {
+        /* a + b overflowed double, yet directed modes (and fp64 SR) need the
+         * exact value: both addends are >= 2^970 in magnitude, so halving is
+         * exact. */
+        two_sum(a * 0.5, b * 0.5, &s, &t);
+        return round_scaled(s, t, 1, fi, r, random_bits);
+    }
+    return round_scaled(s, t, 0, fi, r, random_bits);
 }
 
 double prec_mul(double a, double b, prec_format f, prec_rounding r, uint64_t random_bits)
 {
-    double p = a * b;
-    double e = isfinite(p) ? fma(a, b, -p) : 0.0;
-    return prec_round2(p, e, f, r, random_bits);
+    if ((unsigned)f >= PREC_NFORMATS) return NAN;
+    const prec_format_info *fi = &format_table[f];
+    if (isnan(a) || isnan(b)) return NAN;
+    bool negative = signbit(a) != signbit(b);
+    if (isinf(a) || isinf(b)) {
+        if (a == 0.0 || b == 0.0) return NAN; /* inf * 0 */
+        return round_infinity(fi, negative, r);
+    }
+    if (a == 0.0 || b == 0.0) return negative ? -0.0 : 0.0;
+    /* Scale both significands into [1/2, 1): the product p + e is then exact
+     * (TwoProd by fma cannot underflow) and the exponent travels separately,
+     * so products past double's range still round correctly. */
+    int ea, eb;
+    double ma = frexp(a, &ea), mb = frexp(b, &eb);
+    double prod = ma * mb;
+    double err = fma(ma, mb, -prod);
+    return round_scaled(prod, err, ea + eb, fi, r, random_bits);
 }
 
 double prec_fma(double a, double b, double c, prec_format f, prec_rounding r, uint64_t random_bits)
 {
-    if (f == PREC_FP64 && r.mode == PREC_RNE) return round_fp64(fma(a, b, c), 0.0, r, 0);
-    double p = a * b;
-    double e = isfinite(p) ? fma(a, b, -p) : 0.0; /* a*b = p + e exactly */
-    double s, t;
-    two_sum(p, c, &s, &t);
-    if (!isfinite(s)) return prec_round2(s, 0.0, f, r, random_bits);
-    /* a*b + c = s + (t + e); t + e rounded keeps its sign, which is all the
-     * sticky information a rounding to p <= 24 bits needs. */
-    double rest = t + e;
-    double hi, lo;
-    two_sum(s, rest, &hi, &lo);
-    return prec_round2(hi, lo, f, r, random_bits);
+    if ((unsigned)f >= PREC_NFORMATS) return NAN;
+    const prec_format_info *fi = &format_table[f];
+    if (isnan(a) || isnan(b) || isnan(c)) return NAN;
+    bool prod_negative = signbit(a) != signbit(b);
+    if (isinf(a) || isinf(b)) {
+        if (a == 0.0 || b == 0.0) return NAN;                          /* inf * 0 */
+        if (isinf(c) && signbit(c) != prod_negative) return NAN;       /* inf - inf */
+        return round_infinity(fi, prod_negative, r);
+    }
+    if (isinf(c)) return round_infinity(fi, signbit(c), r);
+    if (a == 0.0 || b == 0.0) {
+        if (c == 0.0) return exact_zero_sum(prod_negative == (bool)signbit(c), prod_negative, r);
+        return prec_round2(c, 0.0, f, r, random_bits);
+    }
+    if (c == 0.0) return prec_mul(a, b, f, r, random_bits); /* nonzero product + 0 */
+    if (f == PREC_FP64 && r.mode == PREC_RNE) /* the hardware FMA rounds just so */
+        return prec_round2(fma(a, b, c), 0.0, f, r, random_bits);
+
+    int ea, eb, ec;
+    double ma = frexp(a, &ea), mb = frexp(b, &eb);
+    frexp(c, &ec);
+    int scale = ea + eb; /* a*b = ma*mb * 2^scale, |ma*mb| in [1/4, 1) */
+    if (scale < ec - 60) {
+        /* |a*b| < 2^scale <= ulp(c)/2^7: c is RN of the sum and the product
+         * only says which side of c the exact value lies on. */
+        double sticky = a * b;
+        if (sticky == 0.0) sticky = prod_negative ? -0x1p-1074 : 0x1p-1074;
+        return round_scaled(c, sticky, 0, fi, r, random_bits);
+    }
+    double cs = ldexp(c, -scale); /* |cs| < 2^61 */
+    if (ldexp(cs, scale) != c) {
+        /* cs underflowed: |cs| < 2^-1022, far below the last bit (2^-106) of
+         * ma*mb, so any tiny value of the same sign rounds alike. */
+        cs = copysign(0x1p-200, c);
+    }
+    /* ErrFma (Boldo and Muller, "Exact and approximated error of the FMA",
+     * IEEE TC 2011): ma*mb + cs = r1 + r2 + r3 exactly, r1 = RN(ma*mb + cs),
+     * r2 = RN(r2 + r3).  We use TwoSum in the last step where the paper may
+     * use Fast2Sum; TwoSum needs no ordering of its operands. */
+    double r1 = fma(ma, mb, cs);
+    double u1 = ma * mb;
+    double u2 = fma(ma, mb, -u1);
+    double alpha1, alpha2, beta1, beta2, r2, r3;
+    two_sum(cs, u2, &alpha1, &alpha2);
+    two_sum(u1, alpha1, &beta1, &beta2);
+    double gamma = (beta1 - r1) + beta2;
+    two_sum(gamma, alpha2, &r2, &r3);
+    if (r1 == 0.0) return exact_zero_sum(false, false, r); /* no underflow here: exact 0 */
+    return round_scaled(r1, r2, scale, fi, r, random_bits);
 }
 
 double prec_ulp(double x, prec_format f)
