@@ -51,7 +51,7 @@ typedef enum {
 typedef struct {
     prec_round_mode mode;
     prec_overflow overflow;
-    bool flush_subnormals; /* subnormal results become signed zero */
+    bool flush_subnormals; /* a result that is subnormal after rounding becomes signed zero */
 } prec_rounding;
 
 /* Round to nearest even, IEEE overflow, subnormals kept: the default. */
