@@ -8,9 +8,11 @@
 #include <strings.h>
 
 extern const kop kop_rmsnorm;
+extern const kop kop_matmul, kop_matmul_fast, kop_matmul_block_fp8;
 
 static const kop *const ops[] = {
     &kop_rmsnorm,
+    &kop_matmul, &kop_matmul_fast, &kop_matmul_block_fp8,
     NULL, /* end */
 };
 

@@ -1,0 +1,155 @@
+/* kernels/matmul.h — y = epilogue(alpha * op(A) op(B) + beta * C): cuBLASLt for
+ * fp32 / tf32 / bf16 / fp16 / fp8 with per-tensor scales, and our own
+ * block-scaled fp8 kernel (DeepSeek-V3 style).
+ *
+ * Shapes (row-major, last dimension contiguous):
+ *   A  [M,K] when a_trans = 0, [K,M] when a_trans = 1
+ *   B  [K,N] when b_trans = 0, [N,K] when b_trans = 1 (nn.Linear's weight [out, in])
+ *   C, y [M,N]; bias [N]
+ * A linear layer y = x W^T + b (x [tokens, in], W [out, in]) is
+ *   forward  y  = x W^T   M=tokens N=out K=in      a_trans=0 b_trans=1
+ *   backward dx = dy W    M=tokens N=in  K=out     a_trans=0 b_trans=0
+ *            dW = dy^T x  M=out    N=in  K=tokens  a_trans=1 b_trans=0
+ *
+ * Paths (what A, B, C, y and bias hold):
+ *   fp32, bf16, fp16: all tensors in that format; accumulation in fp32.
+ *   fp8: A and B are e4m3 or e5m2 (e4m3 x e4m3 for the forward, e5m2 x e4m3
+ *        for gradients; e5m2 x e5m2 is not offered by the hardware) with fp32
+ *        scales (real value = stored * scale); C, y and bias are bf16.  The fp8
+ *        kernels need both operands K-contiguous (a_trans = 0, b_trans = 1:
+ *        cuBLASLt's "TN" layout), K % 16 == 0 and N % 16 == 0 (16-byte rows);
+ *        M is free.  kfp8_quantize*() below produce that layout from bf16/fp32
+ *        tensors in any orientation; kmatmul_quantized() does it all in one call.
+ *
+ * Accumulation schemes (kmatmul_accum; the registry lists each as an op of its
+ * own because each applies to some paths only):
+ *   KMATMUL_ACC_DEFAULT  fp32 accumulation; fp8: cuBLASLt's default, which
+ *                        periodically promotes partial sums out of the tensor
+ *                        cores' reduced-precision accumulator      (op matmul)
+ *   KMATMUL_ACC_FAST     fp32 path: inputs rounded to tf32 on the tensor cores
+ *                        (CUBLAS_COMPUTE_32F_FAST_TF32); fp8 path:
+ *                        CUBLASLT_MATMUL_DESC_FAST_ACCUM, no promotion
+ *                                                               (op matmul_fast)
+ *   KMATMUL_ACC_BLOCK_SCALED  fp8 path: our mma.sync kernel with one scale per
+ *                        1x128 tile of A and per 128x128 tile of B; the
+ *                        tensor-core partial sum of each 128-element K group is
+ *                        promoted to an fp32 accumulator (DeepSeek-AI,
+ *                        "DeepSeek-V3 Technical Report", arXiv:2412.19437,
+ *                        section 3.3.2).  Compute capability 8.9+; its epilogue
+ *                        is always fused (variant fused only) (op matmul_block_fp8)
+ *
+ * Variants (run-time; kmatmul_variants[] names them for the registry):
+ *   fused           cuBLASLt's best heuristic algorithm with cuBLASLt's own
+ *                   split-K excluded; bias and GELU in the cuBLASLt epilogue
+ *   split_epilogue  the GEMM rounds alpha*AB + beta*C to the output format, then
+ *                   our kernel adds the bias and applies GELU in fp32 and rounds
+ *                   again (two roundings instead of one)
+ *   split_k         K cut into 4 slices, each a cuBLASLt GEMM into an fp32
+ *                   partial; our kernel adds the slices in a fixed order and
+ *                   applies the epilogue (deterministic, no atomics)
+ *
+ * GELU is the tanh form 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))), the one
+ * cuBLASLt's epilogue implements.
+ *
+ * Planted bugs (kernels_planted_bug()): drop-term leaves the last term of every
+ * dot product out (fp8 cuBLASLt paths: the last 16, the smallest step their
+ * layout allows); truncate-output rounds the bf16/fp16 output toward zero (the
+ * GEMM then writes fp32 and our epilogue kernel rounds).  fp32 cuBLASLt output
+ * has no rounding of ours to plant a bug in: those variants honour drop-term only.
+ *
+ * All calls run on the legacy default stream and are deterministic: the same
+ * inputs give the same bits on the same GPU model and library version.  Internal
+ * workspaces (cuBLASLt's 32 MiB, split-K partials, fp8 copies) grow on demand and
+ * persist until kmatmul_release(). */
+#ifndef ULPSCOPE_KERNELS_MATMUL_H
+#define ULPSCOPE_KERNELS_MATMUL_H
+
+#include "kernels/kernels.h"
+#include "kernels/registry.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    KMATMUL_FUSED = 0,
+    KMATMUL_SPLIT_EPILOGUE,
+    KMATMUL_SPLIT_K,
+    KMATMUL_NVARIANTS
+} kmatmul_variant;
+
+typedef enum {
+    KMATMUL_ACC_DEFAULT = 0,
+    KMATMUL_ACC_FAST,
+    KMATMUL_ACC_BLOCK_SCALED,
+    KMATMUL_NACCUMS
+} kmatmul_accum;
+
+const char *kmatmul_accum_name(kmatmul_accum acc); /* "default", "fast", "block_scaled" */
+
+extern const kvariant kmatmul_variants[KMATMUL_NVARIANTS];
+
+#define KMATMUL_SPLIT_K_SLICES 4
+#define KMATMUL_FP8_BLOCK 128 /* block_scaled: K group and weight tile edge */
+
+typedef struct {
+    int64_t M, N, K;
+    int a_trans, b_trans;
+    const void *a, *b;     /* device */
+    void *y;               /* device [M,N] */
+    const void *c;         /* device [M,N] or NULL; may equal y */
+    float alpha, beta;     /* y = epi(alpha * AB + beta * C) */
+    const void *bias;      /* device [N] or NULL */
+    int gelu;              /* apply GELU after the bias */
+    /* fp8 path only */
+    prec_format a_format, b_format; /* PREC_E4M3 or PREC_E5M2 */
+    const float *a_scale;  /* per tensor: one float; block_scaled: [M, ceil(K/128)] */
+    const float *b_scale;  /* per tensor: one float; block_scaled: [ceil(N/128), ceil(K/128)] */
+} kmatmul_args;
+
+/* Returns 0, or -1 with kernels_last_error() naming the op, path, variant,
+ * shape and the failing call (or the broken constraint). */
+int kmatmul(kpath path, kmatmul_accum accum, int variant, const kmatmul_args *args);
+
+/* 1 when (path, accum, variant) exists, else 0 with the reason in why. */
+int kmatmul_supports(kpath path, kmatmul_accum accum, int variant, char *why, size_t why_len);
+
+/* Per-tensor fp8 quantisation with the scale from the current amax, all on the
+ * GPU: scale = amax / max_finite(fp8) (1 when amax = 0), q = round-to-nearest-
+ * even(x / scale) saturated to +-max_finite.  x [rows, cols] in x_format (fp32
+ * or bf16); q is [rows, cols], or [cols, rows] when transpose = 1; *scale is a
+ * device float. */
+int kfp8_quantize_tensor(const void *x, prec_format x_format, int64_t rows, int64_t cols, int transpose,
+                         prec_format fp8, void *q, float *scale);
+
+/* Block-scaled quantisation into the K-contiguous layout the block_scaled
+ * variant reads: q [R,K]; x is [R,K] (x_transposed = 0) or [K,R] (1); one
+ * scale per tile of block_rows x 128 (block_rows = 1 for activations, 128 for
+ * weights): scales [ceil(R/block_rows), ceil(K/128)], each amax/max_finite of
+ * its tile. */
+int kfp8_quantize_blocks(const void *x, prec_format x_format, int64_t R, int64_t K, int x_transposed,
+                         int block_rows, prec_format fp8, void *q, float *scales);
+
+/* The fp8 path from bf16 or fp32 tensors in any orientation: A and B (in
+ * x_format, a_trans/b_trans as in kmatmul_args) are quantised into internal
+ * workspaces (per tensor, or per block for KMATMUL_ACC_BLOCK_SCALED) to
+ * a_fp8/b_fp8 and multiplied; C, y and bias are bf16.  The trainer's fp8
+ * matmul slot: e4m3 x e4m3 forward, e5m2 (gradient) x e4m3 backward. */
+int kmatmul_quantized(kmatmul_accum accum, int variant, const kmatmul_args *args, prec_format x_format,
+                      prec_format a_fp8, prec_format b_fp8);
+
+/* Benchmarks: the single cuBLASLt GEMM that kmatmul(path, accum, fused)
+ * issues (default or fast accumulation; no epilogue), timed for each of up to
+ * max_algos heuristic candidates: median milliseconds of reps runs each (CUDA
+ * events) into ms[i]; *n_algos gets the number timed, ms[0] being the
+ * algorithm kmatmul itself uses. */
+int kmatmul_time_algos(kpath path, kmatmul_accum accum, const kmatmul_args *args, int max_algos, int reps,
+                       double *ms, int *n_algos);
+
+/* Frees the internal workspaces and cached cuBLASLt plans. */
+void kmatmul_release(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
