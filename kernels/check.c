@@ -293,6 +293,18 @@ int64_t kcheck_tree_depth(int64_t n, int threads)
     return (per_thread - 1) + levels;
 }
 
+int64_t kcheck_row_depth(int64_t C, int threads, int vec)
+{
+    if (vec < 1) vec = 1;
+    int64_t span = (int64_t)threads * vec;
+    int64_t per_thread = (int64_t)vec * ((C + span - 1) / span);
+    if (per_thread > C) per_thread = C;
+    int64_t groups = (C + vec - 1) / vec, active = groups < threads ? groups : threads;
+    int levels = 0;
+    while ((1ll << levels) < active) levels++;
+    return per_thread + levels;
+}
+
 /* ---- the harness ------------------------------------------------------------ */
 
 typedef struct {

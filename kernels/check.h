@@ -169,6 +169,11 @@ kval kval_sum_finish(const kval_sum *s, int64_t depth, prec_format f);
  * each summing its strided share sequentially, then a tree over the threads:
  * (ceil(n / threads) - 1) + ceil(log2(threads)).  threads = 1: n - 1. */
 int64_t kcheck_tree_depth(int64_t n, int threads);
+/* The same for the row partition of kernels/kreduce.cuh (threads per row,
+ * vec consecutive elements per access), counting each accumulation into the
+ * thread's zero-initialised partial (so a first rounded product counts):
+ * vec * ceil(C / (threads vec)) (at most C) + ceil(log2(active threads)). */
+int64_t kcheck_row_depth(int64_t C, int threads, int vec);
 
 /* gamma_k = k u / (1 - k u) (inf when k u >= 1); and the probabilistic
  * gamma~_k(lambda) = exp(lambda sqrt(k) u + k u^2 / (1 - u)) - 1 with lambda

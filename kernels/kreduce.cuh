@@ -42,6 +42,25 @@ __device__ __forceinline__ float kblock_sum(float v, float *scratch)
     return scratch[0];
 }
 
+// Maximum over a block (exact: the order does not matter).
+__device__ __forceinline__ float kblock_max(float v, float *scratch)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float w = lane < warps ? scratch[lane] : -INFINITY;
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) w = fmaxf(w, __shfl_xor_sync(0xffffffffu, w, offset));
+        if (lane == 0) scratch[0] = w;
+    }
+    __syncthreads();
+    return scratch[0];
+}
+
 // Elements per vector access for storage type T when a row of C elements
 // allows it (C a multiple of the vector, rows 16-byte aligned with it).
 template <typename T> __host__ __device__ constexpr int kvec_width() { return 16 / (int)sizeof(T); }

@@ -8,10 +8,16 @@
 #include <strings.h>
 
 extern const kop kop_rmsnorm;
+extern const kop kop_layernorm;
+extern const kop kop_softmax;
+extern const kop kop_logsumexp;
 extern const kop kop_matmul, kop_matmul_fast, kop_matmul_block_fp8;
 
 static const kop *const ops[] = {
     &kop_rmsnorm,
+    &kop_layernorm,
+    &kop_softmax,
+    &kop_logsumexp,
     &kop_matmul, &kop_matmul_fast, &kop_matmul_block_fp8,
     NULL, /* end */
 };

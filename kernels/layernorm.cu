@@ -1,0 +1,408 @@
+// kernels/layernorm.cu — LayerNorm forward and backward (see layernorm.h).
+//
+// Shapes: x, y, dy, dx (N, C) row-major; gain, bias, dgain, dbias (C);
+// mean, rstd (N) fp32.  A row group of RT threads (256: block tree, 32:
+// warp tree, 1: sequential) owns a row, with the partition of kreduce.cuh.
+#include <cuda_runtime.h>
+
+#include "kernels/kreduce.cuh"
+#include "kernels/layernorm.h"
+
+namespace {
+
+constexpr int kBlock = 256;
+enum Stats { TWO_PASS = 0, ONE_PASS = 1, WELFORD = 2 };
+
+template <int RT> struct row_group {
+    int64_t row;
+    int t;
+    __device__ row_group()
+    {
+        if (RT == kBlock) {
+            row = blockIdx.x;
+            t = threadIdx.x;
+        } else if (RT == 32) {
+            row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+            t = threadIdx.x & 31;
+        } else {
+            row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+            t = 0;
+        }
+    }
+};
+
+template <int RT> __device__ __forceinline__ float group_sum(float v, float *scratch)
+{
+    if constexpr (RT == kBlock) return kblock_sum(v, scratch);
+    else if constexpr (RT == 32) return kwarp_sum(v);
+    else return v;
+}
+
+// Welford state: count, mean, sum of squared deviations.
+struct welford {
+    float n, m, m2;
+};
+
+__device__ __forceinline__ void welford_add(welford &w, float x)
+{
+    w.n += 1.0f;
+    float d = x - w.m;
+    w.m = w.m + __fdiv_rn(d, w.n);
+    float d2 = x - w.m;
+    w.m2 = w.m2 + d * d2;
+}
+
+// Chan, Golub and LeVeque's pairwise update; an empty side returns the other.
+__device__ __forceinline__ welford welford_combine(welford a, welford b)
+{
+    if (b.n == 0.0f) return a;
+    if (a.n == 0.0f) return b;
+    welford r;
+    r.n = a.n + b.n;
+    float delta = b.m - a.m;
+    r.m = a.m + delta * __fdiv_rn(b.n, r.n);
+    r.m2 = (a.m2 + b.m2) + (delta * delta) * __fdiv_rn(a.n * b.n, r.n);
+    return r;
+}
+
+__device__ __forceinline__ welford welford_shfl(welford w, int offset)
+{
+    welford o;
+    o.n = __shfl_xor_sync(0xffffffffu, w.n, offset);
+    o.m = __shfl_xor_sync(0xffffffffu, w.m, offset);
+    o.m2 = __shfl_xor_sync(0xffffffffu, w.m2, offset);
+    return o;
+}
+
+__device__ __forceinline__ welford welford_warp(welford w)
+{
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) w = welford_combine(w, welford_shfl(w, offset));
+    return w;
+}
+
+template <int RT> __device__ __forceinline__ welford welford_group(welford w, welford *scratch)
+{
+    if constexpr (RT == 1) return w;
+    w = welford_warp(w);
+    if constexpr (RT == 32) return w;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    if (lane == 0) scratch[warp] = w;
+    __syncthreads();
+    if (warp == 0) {
+        welford v = lane < warps ? scratch[lane] : welford{0.0f, 0.0f, 0.0f};
+        v = welford_warp(v);
+        if (lane == 0) scratch[0] = v;
+    }
+    __syncthreads();
+    return scratch[0];
+}
+
+template <typename T, int RT, int V, int STATS>
+__global__ void layernorm_forward_kernel(T *__restrict__ y, float *__restrict__ mean_out, float *__restrict__ rstd_out,
+                                         const T *__restrict__ x, const T *__restrict__ gain,
+                                         const T *__restrict__ bias, int64_t N, int64_t C, float eps, int bug)
+{
+    __shared__ float scratch[32];
+    __shared__ welford wscratch[32];
+    row_group<RT> g;
+    if (RT != kBlock && g.row >= N) return;
+    const T *xr = x + g.row * C;
+    const float inv_c_num = (float)C;
+    float mean, var;
+    if (STATS == WELFORD) {
+        welford w{0.0f, 0.0f, 0.0f};
+        for (int64_t base = (int64_t)g.t * V; base < C; base += (int64_t)RT * V) {
+            float v[V];
+            kvec_io<T, V>::load(xr + base, v);
+#pragma unroll
+            for (int j = 0; j < V; j++)
+                if (!(bug == KBUG_DROP_TERM && base + j == C - 1)) welford_add(w, v[j]);
+        }
+        w = welford_group<RT>(w, wscratch);
+        mean = w.m;
+        var = __fdiv_rn(w.m2, inv_c_num);
+    } else {
+        float s = 0.0f, sq = 0.0f;
+        for (int64_t base = (int64_t)g.t * V; base < C; base += (int64_t)RT * V) {
+            float v[V];
+            kvec_io<T, V>::load(xr + base, v);
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                if (bug == KBUG_DROP_TERM && base + j == C - 1) continue;
+                s += v[j];
+                if (STATS == ONE_PASS) sq = fmaf(v[j], v[j], sq);
+            }
+        }
+        mean = __fdiv_rn(group_sum<RT>(s, scratch), inv_c_num);
+        if (STATS == ONE_PASS) {
+            float ms = __fdiv_rn(group_sum<RT>(sq, scratch), inv_c_num);
+            var = fmaxf(ms - mean * mean, 0.0f);
+        } else {
+            float d2 = 0.0f;
+            for (int64_t base = (int64_t)g.t * V; base < C; base += (int64_t)RT * V) {
+                float v[V];
+                kvec_io<T, V>::load(xr + base, v);
+#pragma unroll
+                for (int j = 0; j < V; j++) {
+                    if (bug == KBUG_DROP_TERM && base + j == C - 1) continue;
+                    float d = v[j] - mean;
+                    d2 = fmaf(d, d, d2);
+                }
+            }
+            var = __fdiv_rn(group_sum<RT>(d2, scratch), inv_c_num);
+        }
+    }
+    float r = rsqrtf(var + eps);
+    if (g.t == 0) {
+        mean_out[g.row] = kfrom_float<float>(mean, bug);
+        rstd_out[g.row] = kfrom_float<float>(r, bug);
+    }
+    T *yr = y + g.row * C;
+    for (int64_t base = (int64_t)g.t * V; base < C; base += (int64_t)RT * V) {
+        float v[V], gv[V], bv[V], out[V];
+        kvec_io<T, V>::load(xr + base, v);
+        kvec_io<T, V>::load(gain + base, gv);
+        kvec_io<T, V>::load(bias + base, bv);
+#pragma unroll
+        for (int j = 0; j < V; j++) out[j] = ((v[j] - mean) * r) * gv[j] + bv[j];
+        kvec_io<T, V>::store(yr + base, out, bug);
+    }
+}
+
+template <typename T, int RT, int V>
+__global__ void layernorm_backward_kernel(T *__restrict__ dx, const T *__restrict__ dy, const T *__restrict__ x,
+                                          const T *__restrict__ gain, const float *__restrict__ mean_in,
+                                          const float *__restrict__ rstd_in, int64_t N, int64_t C, int bug)
+{
+    __shared__ float scratch[32];
+    row_group<RT> g;
+    if (RT != kBlock && g.row >= N) return;
+    const T *xr = x + g.row * C, *dyr = dy + g.row * C;
+    const float mean = mean_in[g.row], r = rstd_in[g.row];
+    float sg = 0.0f, sgx = 0.0f;
+    for (int64_t base = (int64_t)g.t * V; base < C; base += (int64_t)RT * V) {
+        float v[V], d[V], gv[V];
+        kvec_io<T, V>::load(xr + base, v);
+        kvec_io<T, V>::load(dyr + base, d);
+        kvec_io<T, V>::load(gain + base, gv);
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            if (bug == KBUG_DROP_TERM && base + j == C - 1) continue;
+            float gd = gv[j] * d[j];
+            float xhat = (v[j] - mean) * r;
+            sg += gd;
+            sgx = fmaf(gd, xhat, sgx);
+        }
+    }
+    const float a = __fdiv_rn(group_sum<RT>(sg, scratch), (float)C);
+    const float b = __fdiv_rn(group_sum<RT>(sgx, scratch), (float)C);
+    T *dxr = dx + g.row * C;
+    for (int64_t base = (int64_t)g.t * V; base < C; base += (int64_t)RT * V) {
+        float v[V], d[V], gv[V], out[V];
+        kvec_io<T, V>::load(xr + base, v);
+        kvec_io<T, V>::load(dyr + base, d);
+        kvec_io<T, V>::load(gain + base, gv);
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            float gd = gv[j] * d[j];
+            float xhat = (v[j] - mean) * r;
+            out[j] = ((gd - a) - xhat * b) * r;
+        }
+        kvec_io<T, V>::store(dxr + base, out, bug);
+    }
+}
+
+// dgain[c] = sum_rows dy xhat, dbias[c] = sum_rows dy: 32 columns per block,
+// 16 row lanes in order, then the 16 partials in order (no atomics).
+constexpr int kColRows = 16;
+
+template <typename T>
+__global__ void layernorm_params_kernel(T *__restrict__ dgain, T *__restrict__ dbias, const T *__restrict__ dy,
+                                        const T *__restrict__ x, const float *__restrict__ mean_in,
+                                        const float *__restrict__ rstd_in, int64_t N, int64_t C, int bug)
+{
+    __shared__ float pg[kColRows][33], pb[kColRows][33];
+    int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
+    float ag = 0.0f, ab = 0.0f;
+    if (c < C) {
+        for (int64_t r = threadIdx.y; r < N; r += kColRows) {
+            if (bug == KBUG_DROP_TERM && r == N - 1) continue;
+            float d = kto_float(dy[r * C + c]);
+            float xhat = (kto_float(x[r * C + c]) - mean_in[r]) * rstd_in[r];
+            ag = fmaf(d, xhat, ag);
+            ab += d;
+        }
+    }
+    pg[threadIdx.y][threadIdx.x] = ag;
+    pb[threadIdx.y][threadIdx.x] = ab;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float sg = pg[0][threadIdx.x], sb = pb[0][threadIdx.x];
+        for (int k = 1; k < kColRows; k++) {
+            sg += pg[k][threadIdx.x];
+            sb += pb[k][threadIdx.x];
+        }
+        dgain[c] = kfrom_float<T>(sg, bug);
+        dbias[c] = kfrom_float<T>(sb, bug);
+    }
+}
+
+int shape_of(const char *what, const ktensor *t, const ktensor *like, int64_t *N, int64_t *C)
+{
+    if (!t || !t->data || t->ndim < 1) return kernels_fail("layernorm %s: tensor missing", what);
+    int64_t c = t->shape[t->ndim - 1];
+    if (like && (like->format != t->format || ktensor_numel(like) != ktensor_numel(t) ||
+                 like->shape[like->ndim - 1] != c))
+        return kernels_fail("layernorm %s: shape or format differs from x (%lld elements of %s vs %lld of %s)", what,
+                            (long long)ktensor_numel(t), prec_format_name(t->format), (long long)ktensor_numel(like),
+                            prec_format_name(like->format));
+    *N = ktensor_numel(t) / c;
+    *C = c;
+    return 0;
+}
+
+int vec_ok(const char *what, const ktensor *v, const ktensor *x, int64_t C)
+{
+    if (!v || !v->data || v->format != x->format || ktensor_numel(v) != C)
+        return kernels_fail("layernorm %s: needs %lld elements of %s", what, (long long)C, prec_format_name(x->format));
+    return 0;
+}
+
+int rows_threads(int variant)
+{
+    return variant == KLAYERNORM_WARP_TREE ? 32 : variant == KLAYERNORM_SEQUENTIAL ? 1 : kBlock;
+}
+
+dim3 grid_for(int rt, int64_t N)
+{
+    return rt == kBlock ? dim3((unsigned)N) : rt == 32 ? dim3((unsigned)((N + 7) / 8)) : dim3((unsigned)((N + 127) / 128));
+}
+
+template <typename T, int V>
+void forward_t(int variant, T *y, float *mean, float *rstd, const T *x, const T *gain, const T *bias, int64_t N,
+               int64_t C, float eps, int bug)
+{
+    int rt = rows_threads(variant);
+    dim3 grid = grid_for(rt, N), block(rt == 1 ? 128 : kBlock);
+    switch (variant) {
+    case KLAYERNORM_TWO_PASS:
+        layernorm_forward_kernel<T, kBlock, V, TWO_PASS><<<grid, block>>>(y, mean, rstd, x, gain, bias, N, C, eps, bug);
+        break;
+    case KLAYERNORM_ONE_PASS:
+        layernorm_forward_kernel<T, kBlock, V, ONE_PASS><<<grid, block>>>(y, mean, rstd, x, gain, bias, N, C, eps, bug);
+        break;
+    case KLAYERNORM_WELFORD:
+        layernorm_forward_kernel<T, kBlock, V, WELFORD><<<grid, block>>>(y, mean, rstd, x, gain, bias, N, C, eps, bug);
+        break;
+    case KLAYERNORM_WARP_TREE:
+        layernorm_forward_kernel<T, 32, V, TWO_PASS><<<grid, block>>>(y, mean, rstd, x, gain, bias, N, C, eps, bug);
+        break;
+    case KLAYERNORM_SEQUENTIAL:
+        layernorm_forward_kernel<T, 1, V, TWO_PASS><<<grid, block>>>(y, mean, rstd, x, gain, bias, N, C, eps, bug);
+        break;
+    }
+}
+
+template <typename T, int V>
+void backward_t(int variant, T *dx, const T *dy, const T *x, const T *gain, const float *mean, const float *rstd,
+                int64_t N, int64_t C, int bug)
+{
+    int rt = rows_threads(variant);
+    dim3 grid = grid_for(rt, N), block(rt == 1 ? 128 : kBlock);
+    if (rt == 32) layernorm_backward_kernel<T, 32, V><<<grid, block>>>(dx, dy, x, gain, mean, rstd, N, C, bug);
+    else if (rt == 1) layernorm_backward_kernel<T, 1, V><<<grid, block>>>(dx, dy, x, gain, mean, rstd, N, C, bug);
+    else layernorm_backward_kernel<T, kBlock, V><<<grid, block>>>(dx, dy, x, gain, mean, rstd, N, C, bug);
+}
+
+int launched(const char *what, int64_t N, int64_t C)
+{
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess)
+        return kernels_fail("layernorm %s (N=%lld C=%lld): launch failed: %s", what, (long long)N, (long long)C,
+                            cudaGetErrorString(err));
+    return 0;
+}
+
+} // namespace
+
+extern "C" int klayernorm_row_threads(int variant) { return rows_threads(variant); }
+
+extern "C" int klayernorm_row_vec(int64_t C, prec_format f)
+{
+    int w = 16 / (int)kformat_bytes(f);
+    return C % w == 0 ? w : 1;
+}
+
+extern "C" int64_t klayernorm_row_depth(int64_t C, prec_format f, int variant)
+{
+    int rt = rows_threads(variant), v = klayernorm_row_vec(C, f);
+    int64_t span = (int64_t)rt * v, per_thread = (int64_t)v * ((C + span - 1) / span);
+    if (per_thread > C) per_thread = C;
+    int64_t groups = (C + v - 1) / v, active = groups < rt ? groups : rt;
+    int levels = 0;
+    while ((1ll << levels) < active) levels++;
+    return per_thread + levels;
+}
+
+extern "C" int64_t klayernorm_col_depth(int64_t N)
+{
+    return (N + kColRows - 1) / kColRows + (kColRows - 1);
+}
+
+extern "C" int klayernorm_forward(ktensor *y, float *mean, float *rstd, const ktensor *x, const ktensor *gain,
+                                  const ktensor *bias, float eps, int variant)
+{
+    int64_t N = 0, C = 0, N2 = 0, C2 = 0;
+    if (shape_of("forward x", x, NULL, &N, &C) || shape_of("forward y", y, x, &N2, &C2) ||
+        vec_ok("forward gain", gain, x, C) || vec_ok("forward bias", bias, x, C))
+        return -1;
+    if (!mean || !rstd) return kernels_fail("layernorm forward: mean/rstd buffers missing");
+    if (variant < 0 || variant >= KLAYERNORM_NVARIANTS) return kernels_fail("layernorm forward: unknown variant %d", variant);
+    int bug = kernels_planted_bug();
+    switch (x->format) {
+#define LN_FWD(TYPE)                                                                                               \
+    if (krow_vec<TYPE>(C) > 1)                                                                                     \
+        forward_t<TYPE, kvec_width<TYPE>()>(variant, (TYPE *)y->data, mean, rstd, (const TYPE *)x->data,          \
+                                            (const TYPE *)gain->data, (const TYPE *)bias->data, N, C, eps, bug); \
+    else forward_t<TYPE, 1>(variant, (TYPE *)y->data, mean, rstd, (const TYPE *)x->data, (const TYPE *)gain->data, \
+                            (const TYPE *)bias->data, N, C, eps, bug);
+    case PREC_FP32: LN_FWD(float) break;
+    case PREC_BF16: LN_FWD(__nv_bfloat16) break;
+    case PREC_FP16: LN_FWD(__half) break;
+#undef LN_FWD
+    default: return kernels_fail("layernorm forward: no %s path", prec_format_name(x->format));
+    }
+    return launched("forward", N, C);
+}
+
+extern "C" int klayernorm_backward(ktensor *dx, ktensor *dgain, ktensor *dbias, const ktensor *dy, const ktensor *x,
+                                   const ktensor *gain, const float *mean, const float *rstd, int variant)
+{
+    int64_t N = 0, C = 0, N2 = 0, C2 = 0;
+    if (shape_of("backward x", x, NULL, &N, &C) || shape_of("backward dy", dy, x, &N2, &C2) ||
+        shape_of("backward dx", dx, x, &N2, &C2) || vec_ok("backward gain", gain, x, C) ||
+        vec_ok("backward dgain", dgain, x, C) || vec_ok("backward dbias", dbias, x, C))
+        return -1;
+    if (!mean || !rstd) return kernels_fail("layernorm backward: mean/rstd missing");
+    if (variant < 0 || variant >= KLAYERNORM_NVARIANTS) return kernels_fail("layernorm backward: unknown variant %d", variant);
+    int bug = kernels_planted_bug();
+    dim3 col_grid((unsigned)((C + 31) / 32)), col_block(32, kColRows);
+    switch (x->format) {
+#define LN_BWD(TYPE)                                                                                                \
+    if (krow_vec<TYPE>(C) > 1)                                                                                      \
+        backward_t<TYPE, kvec_width<TYPE>()>(variant, (TYPE *)dx->data, (const TYPE *)dy->data,                    \
+                                             (const TYPE *)x->data, (const TYPE *)gain->data, mean, rstd, N, C, bug); \
+    else backward_t<TYPE, 1>(variant, (TYPE *)dx->data, (const TYPE *)dy->data, (const TYPE *)x->data,              \
+                             (const TYPE *)gain->data, mean, rstd, N, C, bug);                                      \
+    layernorm_params_kernel<TYPE><<<col_grid, col_block>>>((TYPE *)dgain->data, (TYPE *)dbias->data,                \
+                                                           (const TYPE *)dy->data, (const TYPE *)x->data, mean,     \
+                                                           rstd, N, C, bug);
+    case PREC_FP32: LN_BWD(float) break;
+    case PREC_BF16: LN_BWD(__nv_bfloat16) break;
+    case PREC_FP16: LN_BWD(__half) break;
+#undef LN_BWD
+    default: return kernels_fail("layernorm backward: no %s path", prec_format_name(x->format));
+    }
+    return launched("backward", N, C);
+}
