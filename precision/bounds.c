@@ -41,6 +41,27 @@ double prec_sum_depth(const prec_sum_config *cfg, size_t n)
     }
 }
 
+/* The absolute error of one rounding into f that underflows: half the
+ * subnormal spacing (a whole one for directed and stochastic rounding), or
+ * the smallest normal when subnormals are flushed. */
+double prec_bound_eta(prec_format f, prec_rounding r)
+{
+    const prec_format_info *fi = prec_format_get(f);
+    if (!fi) return NAN;
+    double step = r.flush_subnormals ? fi->min_normal : fi->min_subnormal;
+    return r.mode == PREC_RNE && !r.flush_subnormals ? step / 2 : step;
+}
+
+/* Sum of absolute underflow terms: count roundings that may underflow
+ * inexactly, each eta, carried through later roundings (factor 1 + g).
+ * Additions of two values of a format with subnormals kept are exact when
+ * they underflow, so count = 0 when the addends are values of the format. */
+static double underflow_term(double count, double eta, double g)
+{
+    if (count <= 0) return 0.0;
+    return count * eta * (1 + g);
+}
+
 /* Kahan and Neumaier round addends that are not values of acc first: one
  * more rounding per addend, a relative error u each. */
 static double compensated_bound(const prec_sum_config *cfg, size_t n, double u, double sum_abs,
@@ -61,20 +82,49 @@ static double compensated_bound(const prec_sum_config *cfg, size_t n, double u, 
     return b + extra * sum_abs;
 }
 
+/* The error of the wide algorithm given g, the relative factor of its wide
+ * recursive sum (worst case or probabilistic). */
+static double wide_bound(const prec_sum_config *cfg, size_t n, double g, double sum_abs, double abs_exact)
+{
+    double u = prec_bound_unit(cfg->acc, cfg->rounding.mode);
+    bool wide_exact = prec_format_contains(cfg->wide, cfg->addend) && !cfg->rounding.flush_subnormals;
+    double wide_err = g * sum_abs + underflow_term(wide_exact || n < 2 ? 0.0 : (double)n - 1,
+                                                   prec_bound_eta(cfg->wide, cfg->rounding), g);
+    /* then one rounding of (exact + wide_err) into acc */
+    return wide_err + u * (abs_exact + wide_err) + prec_bound_eta(cfg->acc, cfg->rounding);
+}
+
+/* Recursive, pairwise, blocked given g, the relative factor for their depth:
+ * g S plus the underflow term (n - 1 additions, or the one conversion when
+ * n = 1, when the addends are not all values of acc or subnormals flush). */
+static double plain_bound(const prec_sum_config *cfg, size_t n, double g, double sum_abs)
+{
+    bool exact_underflow = prec_format_contains(cfg->acc, cfg->addend) && !cfg->rounding.flush_subnormals;
+    double roundings = exact_underflow ? 0.0 : n >= 2 ? (double)n - 1 : 1.0;
+    return g * sum_abs + underflow_term(roundings, prec_bound_eta(cfg->acc, cfg->rounding), g);
+}
+
+static bool is_compensated(const prec_sum_config *cfg, size_t n)
+{
+    return n >= 2 && (cfg->algo == PREC_SUM_KAHAN || cfg->algo == PREC_SUM_NEUMAIER);
+}
+
 double prec_sum_bound(const prec_sum_config *cfg, size_t n, double sum_abs, double abs_exact)
 {
     double u = prec_bound_unit(cfg->acc, cfg->rounding.mode);
-    if (isnan(u) || n == 0) return n == 0 ? 0.0 : NAN;
-    if (n >= 2 && (cfg->algo == PREC_SUM_KAHAN || cfg->algo == PREC_SUM_NEUMAIER)) {
-        if (cfg->rounding.mode != PREC_RNE) return NAN;
-        return compensated_bound(cfg, n, u, sum_abs, abs_exact);
+    if (n == 0) return 0.0;
+    if (isnan(u) || (cfg->algo == PREC_SUM_WIDE && !prec_format_get(cfg->wide))) return NAN;
+    if (is_compensated(cfg, n)) {
+        if (cfg->rounding.mode != PREC_RNE || cfg->rounding.flush_subnormals) return NAN;
+        bool converted = !prec_format_contains(cfg->acc, cfg->addend);
+        return compensated_bound(cfg, n, u, sum_abs, abs_exact) +
+               underflow_term(converted ? (double)n : 0.0, prec_bound_eta(cfg->acc, cfg->rounding), 2 * u);
     }
     if (cfg->algo == PREC_SUM_WIDE) {
         double uw = prec_bound_unit(cfg->wide, cfg->rounding.mode);
-        double g = n >= 2 ? prec_gamma((double)n - 1, uw) : 0.0;
-        return g * sum_abs + u * (abs_exact + g * sum_abs);
+        return wide_bound(cfg, n, n >= 2 ? prec_gamma((double)n - 1, uw) : 0.0, sum_abs, abs_exact);
     }
-    return prec_gamma(prec_sum_depth(cfg, n), u) * sum_abs;
+    return plain_bound(cfg, n, prec_gamma(prec_sum_depth(cfg, n), u), sum_abs);
 }
 
 prec_prob_status prec_prob_status_of(prec_round_mode m)
@@ -116,32 +166,41 @@ double prec_sum_prob_bound(const prec_sum_config *cfg, size_t n, double sum_abs,
                            double fail_prob)
 {
     if (prec_prob_status_of(cfg->rounding.mode) == PREC_PROB_NONE) return NAN;
-    if (n >= 2 && (cfg->algo == PREC_SUM_KAHAN || cfg->algo == PREC_SUM_NEUMAIER))
-        return prec_sum_bound(cfg, n, sum_abs, abs_exact);
+    if (is_compensated(cfg, n)) return prec_sum_bound(cfg, n, sum_abs, abs_exact);
     double u = prec_bound_unit(cfg->acc, cfg->rounding.mode);
-    if (n == 0 || isnan(u)) return n == 0 ? 0.0 : NAN;
+    if (n == 0) return 0.0;
+    if (isnan(u) || (cfg->algo == PREC_SUM_WIDE && !prec_format_get(cfg->wide))) return NAN;
     if (cfg->algo == PREC_SUM_WIDE) {
         /* the wide sum is the probabilistic part; the final rounding stays worst case */
         double uw = prec_bound_unit(cfg->wide, cfg->rounding.mode);
-        double g = n >= 2 ? prec_gamma_tilde((double)n - 1, prec_prob_lambda((double)n, fail_prob, uw), uw) : 0.0;
-        return g * sum_abs + u * (abs_exact + g * sum_abs);
+        double lambda = prec_prob_lambda((double)n, fail_prob, uw);
+        return wide_bound(cfg, n, n >= 2 ? prec_gamma_tilde((double)n - 1, lambda, uw) : 0.0, sum_abs, abs_exact);
     }
     double lambda = prec_prob_lambda((double)n, fail_prob, u);
-    return prec_gamma_tilde(prec_sum_depth(cfg, n), lambda, u) * sum_abs;
+    return plain_bound(cfg, n, prec_gamma_tilde(prec_sum_depth(cfg, n), lambda, u), sum_abs);
+}
+
+/* Products rounded into acc (or FMA results) can underflow inexactly: n of
+ * them; with flushed subnormals the additions too. */
+static double dot_underflow(const prec_dot_config *cfg, size_t n, double g)
+{
+    double roundings = (double)n * (cfg->rounding.flush_subnormals && !cfg->fma ? 2 : 1);
+    return underflow_term(roundings, prec_bound_eta(cfg->acc, cfg->rounding), g);
 }
 
 double prec_dot_bound(const prec_dot_config *cfg, size_t n, double sum_abs_prod)
 {
     double u = prec_bound_unit(cfg->acc, cfg->rounding.mode);
-    return prec_gamma((double)n, u) * sum_abs_prod;
+    double g = prec_gamma((double)n, u);
+    return g * sum_abs_prod + dot_underflow(cfg, n, g);
 }
 
 double prec_dot_prob_bound(const prec_dot_config *cfg, size_t n, double sum_abs_prod, double fail_prob)
 {
     if (prec_prob_status_of(cfg->rounding.mode) == PREC_PROB_NONE) return NAN;
     double u = prec_bound_unit(cfg->acc, cfg->rounding.mode);
-    double lambda = prec_prob_lambda((double)n, fail_prob, u);
-    return prec_gamma_tilde((double)n, lambda, u) * sum_abs_prod;
+    double g = prec_gamma_tilde((double)n, prec_prob_lambda((double)n, fail_prob, u), u);
+    return g * sum_abs_prod + dot_underflow(cfg, n, g);
 }
 
 prec_dot_kernel_model prec_dot_kernel_model_for(int k, prec_format in, prec_format acc, prec_format out)

@@ -2,9 +2,12 @@
  *
  * A tolerance in ulpscope is one of these bounds, never a tuned constant.
  * All are absolute bounds on |computed - exact|, valid while no intermediate
- * overflows (underflow in an addition is exact and costs nothing; where
- * products or scalings can underflow the kernel helpers below add an
- * absolute term).  A bound is +inf when it carries no information (n u >= 1
+ * overflows.  Underflow: an addition of two values of a format that keeps
+ * subnormals is exact when it underflows, so it costs nothing; every other
+ * rounding that may underflow (a product, a conversion, an addition of an
+ * addend wider than the accumulator, anything with subnormals flushed) adds
+ * eta = prec_bound_eta(format, rounding) to the bound, carried through the
+ * later roundings.  A bound is +inf when it carries no information (n u >= 1
  * in gamma_n): an honest "nothing can be said", which is also what
  * stagnation at large n looks like to a worst-case analysis.
  *
@@ -57,6 +60,11 @@ double prec_gamma(double n, double u);
 /* The unit roundoff that bounds one rounding into f in mode m: u, or 2u for
  * directed and stochastic rounding (see the file comment). */
 double prec_bound_unit(prec_format f, prec_round_mode m);
+
+/* The absolute error of one rounding into f that underflows: half the
+ * smallest subnormal for round to nearest, the whole of it for directed and
+ * stochastic rounding, the smallest normal when subnormals are flushed. */
+double prec_bound_eta(prec_format f, prec_rounding r);
 
 /* Most roundings any single addend passes through in algorithm cfg->algo on
  * n terms (recursive n-1, pairwise ceil(log2 n), blocked (b-1)+(ceil(n/b)-1),
