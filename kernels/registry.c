@@ -12,6 +12,7 @@ extern const kop kop_layernorm;
 extern const kop kop_softmax;
 extern const kop kop_logsumexp;
 extern const kop kop_matmul, kop_matmul_fast, kop_matmul_block_fp8;
+extern const kop kop_adamw, kop_adamw_sr, kop_adamw_split;
 
 static const kop *const ops[] = {
     &kop_rmsnorm,
@@ -19,6 +20,7 @@ static const kop *const ops[] = {
     &kop_softmax,
     &kop_logsumexp,
     &kop_matmul, &kop_matmul_fast, &kop_matmul_block_fp8,
+    &kop_adamw, &kop_adamw_sr, &kop_adamw_split,
     NULL, /* end */
 };
 
