@@ -194,6 +194,13 @@ kval kval_neg(kval a)
     return a;
 }
 
+kval kval_constant(double c, prec_format f)
+{
+    double err = fabs(prec_rne(c, f) - c);
+    kval k = {c, err, err};
+    return k;
+}
+
 static double mul_prop(double a, double ea, double b, double eb) { return fabs(a) * eb + fabs(b) * ea + ea * eb; }
 
 kval kval_mul(kval a, kval b, prec_format f)

@@ -143,6 +143,8 @@ kval kval_mul(kval a, kval b, prec_format f);
 kval kval_div(kval a, kval b, prec_format f); /* |b.v| > b.e required (else e = inf) */
 kval kval_fma(kval a, kval b, kval c, prec_format f); /* a*b + c, one rounding */
 kval kval_neg(kval a);
+/* A constant c the kernel holds rounded to format f: value c, error |fl(c) - c|. */
+kval kval_constant(double c, prec_format f);
 kval kval_max(kval a, kval b); /* exact operation */
 /* y = f(a) for a monotone f, computed by an implementation whose result is
  * within ulps units in the last place (in format fmt) of f(computed a), plus

@@ -11,6 +11,7 @@ extern const kop kop_rmsnorm;
 extern const kop kop_layernorm;
 extern const kop kop_softmax;
 extern const kop kop_logsumexp;
+extern const kop kop_gelu_tanh, kop_gelu_erf, kop_relu2, kop_leaky_relu2;
 extern const kop kop_matmul, kop_matmul_fast, kop_matmul_block_fp8;
 extern const kop kop_adamw, kop_adamw_sr, kop_adamw_split;
 
@@ -19,6 +20,7 @@ static const kop *const ops[] = {
     &kop_layernorm,
     &kop_softmax,
     &kop_logsumexp,
+    &kop_gelu_tanh, &kop_gelu_erf, &kop_relu2, &kop_leaky_relu2,
     &kop_matmul, &kop_matmul_fast, &kop_matmul_block_fp8,
     &kop_adamw, &kop_adamw_sr, &kop_adamw_split,
     NULL, /* end */
