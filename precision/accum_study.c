@@ -1,0 +1,367 @@
+/* precision/accum_study.c — see accum_study.h. */
+#include "precision/accum_study.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cli/output.h"
+#include "precision/rng.h"
+#include "reference/exact.h"
+
+static const char *const data_names[ACCUM_NDATA] = {"constant", "uniform", "normal", "heavy"};
+
+const char *accum_data_name(accum_data d) { return (unsigned)d < ACCUM_NDATA ? data_names[d] : "?"; }
+const char *accum_data_names(void) { return "constant, uniform, normal, heavy"; }
+
+int accum_data_parse(const char *name, accum_data *out)
+{
+    for (int d = 0; name && d < ACCUM_NDATA; d++) {
+        if (strcasecmp(name, data_names[d]) == 0) {
+            *out = (accum_data)d;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* A stream per purpose, independent of the order rows are run in. */
+static uint64_t mix_seed(uint64_t seed, uint64_t a, uint64_t b, uint64_t c)
+{
+    uint64_t s = seed ^ 0x243f6a8885a308d3ull;
+    uint64_t h = prec_splitmix64(&s);
+    s = h ^ (a * 0x9e3779b97f4a7c15ull);
+    h = prec_splitmix64(&s);
+    s = h ^ (b * 0xbf58476d1ce4e5b9ull);
+    h = prec_splitmix64(&s);
+    s = h ^ (c * 0x94d049bb133111ebull);
+    return prec_splitmix64(&s);
+}
+
+int accum_dataset_make(accum_dataset *d, accum_data kind, double x, prec_format addend, size_t n, uint64_t seed)
+{
+    memset(d, 0, sizeof *d);
+    d->kind = kind;
+    d->x = x;
+    d->addend = addend;
+    d->n = n;
+    d->v = malloc((n ? n : 1) * sizeof *d->v);
+    if (!d->v) return -1;
+    prec_rng r;
+    prec_rng_seed(&r, mix_seed(seed, (uint64_t)kind, (uint64_t)n, 0));
+    for (size_t i = 0; i < n; i++) {
+        double t;
+        switch (kind) {
+        case ACCUM_UNIFORM: t = prec_rng_uniform(&r); break;
+        case ACCUM_NORMAL: t = prec_rng_normal(&r); break;
+        case ACCUM_HEAVY: {
+            /* symmetric Pareto, P(|t| > s) = s^-1.5 for s >= 1 */
+            double u = 1.0 - prec_rng_uniform(&r); /* (0, 1] */
+            t = pow(u, -1.0 / 1.5);
+            if (prec_rng_next(&r) & 1) t = -t;
+            break;
+        }
+        default: t = 1.0; break;
+        }
+        d->v[i] = x * t;
+    }
+    d->exact_unrounded = exact_sum(d->v, n);
+    prec_round_array(d->v, d->v, n, addend, PREC_ROUNDING_RNE, NULL);
+    exact_acc a;
+    exact_acc_init(&a);
+    exact_acc_add_array(&a, d->v, n);
+    d->exact = exact_acc_value(&a);
+    d->sum_abs = exact_sum_abs(d->v, n);
+    return 0;
+}
+
+void accum_dataset_free(accum_dataset *d)
+{
+    free(d->v);
+    d->v = NULL;
+}
+
+void accum_run(const accum_dataset *d, const accum_method *m, uint64_t seed, accum_result *out)
+{
+    memset(out, 0, sizeof *out);
+    out->m = *m;
+    prec_rng r;
+    prec_rng_seed(&r, mix_seed(seed, ((uint64_t)m->acc << 16) | ((uint64_t)d->addend << 8) | (uint64_t)m->algo,
+                               (uint64_t)d->n, ((uint64_t)d->kind << 8) | (uint64_t)m->round));
+    prec_sum_config c = prec_sum_config_default(m->acc);
+    c.algo = m->algo;
+    c.addend = d->addend;
+    c.rounding.mode = m->round;
+    c.block = m->block;
+    c.rng = &r;
+    prec_sum_stats st;
+    out->value = prec_sum(d->v, d->n, &c, &st);
+    out->stagnant = st.stagnant;
+    out->nonfinite = st.nonfinite || !isfinite(out->value);
+    out->exact = d->exact;
+    /* the error from the exact sum, not from its rounded double */
+    exact_acc e;
+    exact_acc_init(&e);
+    exact_acc_add_array(&e, d->v, d->n);
+    exact_acc_add(&e, -out->value);
+    out->abs_err = fabs(exact_acc_value(&e));
+    if (!isfinite(out->value)) out->abs_err = INFINITY;
+    out->rel_err = d->exact != 0.0 ? out->abs_err / fabs(d->exact) : (out->abs_err == 0 ? 0.0 : INFINITY);
+    out->bound = prec_sum_bound(&c, d->n, d->sum_abs, fabs(d->exact));
+    out->prob_bound = prec_sum_prob_bound(&c, d->n, d->sum_abs, fabs(d->exact), m->fail_prob);
+    out->prob_status = prec_prob_status_of(m->round);
+}
+
+/* ---- options ------------------------------------------------------------ */
+
+int accum_classic_pairs(accum_pair *out)
+{
+    static const accum_pair classic[] = {
+        {PREC_FP32, PREC_FP32}, {PREC_FP16, PREC_FP16}, {PREC_BF16, PREC_BF16},
+        {PREC_FP32, PREC_FP16}, {PREC_FP32, PREC_BF16}, {PREC_E4M3, PREC_E4M3},
+        {PREC_E5M2, PREC_E5M2}, {PREC_FP32, PREC_E4M3}, {PREC_FP32, PREC_E5M2},
+    };
+    int n = (int)(sizeof classic / sizeof classic[0]);
+    memcpy(out, classic, sizeof classic);
+    return n;
+}
+
+int accum_log_spaced(size_t lo, size_t hi, int points, size_t *out, int cap)
+{
+    int count = 0;
+    for (int i = 0; i < points && count < cap; i++) {
+        double t = points == 1 ? 0.0 : (double)i / (points - 1);
+        size_t v = (size_t)llround(exp(log((double)lo) + t * (log((double)hi) - log((double)lo))));
+        if (v < lo) v = lo;
+        if (v > hi) v = hi;
+        if (count == 0 || out[count - 1] != v) out[count++] = v;
+    }
+    return count;
+}
+
+#define FAIL(...)                                   \
+    do {                                            \
+        snprintf(err, err_len, __VA_ARGS__);        \
+        return -1;                                  \
+    } while (0)
+
+/* Splits a comma list in place; returns the count or -1 when over cap. */
+static int split_list(char *s, char **items, int cap)
+{
+    int n = 0;
+    for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
+        if (n == cap) return -1;
+        items[n++] = tok;
+    }
+    return n;
+}
+
+static int parse_n(const char *s, size_t *out, char *err, size_t err_len, const char *opt)
+{
+    long v;
+    if (cli_parse_long(s, &v)) FAIL("%s: malformed number '%s' (expected a positive integer)", opt, s);
+    if (v <= 0) FAIL("%s: n must be positive, got '%s'", opt, s);
+    if (v > ACCUM_N_LIMIT) FAIL("%s: n = %s is above the limit %d", opt, s, ACCUM_N_LIMIT);
+    *out = (size_t)v;
+    return 0;
+}
+
+static int parse_format(const char *s, prec_format *out, char *err, size_t err_len, const char *opt)
+{
+    if (prec_format_parse(s, out)) FAIL("%s: unknown format '%s' (accepted: %s)", opt, s, prec_format_names());
+    return 0;
+}
+
+int accum_parse_args(int argc, char **argv, accum_options *o, char *err, size_t err_len)
+{
+    memset(o, 0, sizeof *o);
+    o->classic = true;
+    o->x = NAN;
+    o->block = 32;
+    o->seed = 1;
+    o->fail_prob = 1e-6;
+    size_t n_min = 0, n_max = 0;
+    long points = 0;
+    const char *acc_list = NULL, *addend_list = NULL;
+    char buf[4096];
+
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            o->help = true;
+            return 0;
+        }
+        if (strncmp(arg, "--", 2) != 0) FAIL("unexpected argument '%s' (see ulpscope accum --help)", arg);
+        /* --opt VALUE or --opt=VALUE */
+        const char *eq = strchr(arg, '=');
+        char name[64];
+        size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (name_len >= sizeof name) FAIL("unknown option '%s' (see ulpscope accum --help)", arg);
+        memcpy(name, arg, name_len);
+        name[name_len] = 0;
+        static const char *const known[] = {"--n", "--n-min", "--n-max", "--points", "--data", "--x",
+                                            "--algo", "--round", "--acc", "--addend", "--pairs",
+                                            "--block", "--seed", "--fail-prob", "--json"};
+        int is_known = 0;
+        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) is_known |= strcmp(name, known[k]) == 0;
+        if (!is_known)
+            FAIL("unknown option '%s' (options: --n --n-min --n-max --points --data --x --algo --round --acc "
+                 "--addend --pairs --block --seed --fail-prob --json --help)", name);
+        const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!val) FAIL("%s needs a value", name);
+        if (strlen(val) >= sizeof buf) FAIL("%s: value too long", name);
+        strcpy(buf, val);
+        char *items[ACCUM_MAX_LIST];
+        int count = 0;
+        if (strcmp(name, "--json") != 0 && strcmp(name, "--x") != 0) {
+            count = split_list(buf, items, ACCUM_MAX_LIST);
+            if (count < 0) FAIL("%s: more than %d values", name, ACCUM_MAX_LIST);
+            if (count == 0) FAIL("%s: empty value", name);
+        }
+        if (strcmp(name, "--json") == 0) {
+            if (!*val) FAIL("--json: empty file name");
+            o->json = val;
+            continue;
+        }
+        if (strcmp(name, "--seed") == 0) {
+            long s;
+            if (count != 1 || cli_parse_long(items[0], &s) || s < 0)
+                FAIL("--seed: malformed seed '%s' (expected a non-negative integer)", val);
+            o->seed = (uint64_t)s;
+            continue;
+        }
+        o->classic = false;
+        if (strcmp(name, "--n") == 0) {
+            for (int k = 0; k < count; k++)
+                if (parse_n(items[k], &o->ns[k], err, err_len, name)) return -1;
+            o->n_ns = count;
+        } else if (strcmp(name, "--n-min") == 0 || strcmp(name, "--n-max") == 0) {
+            if (count != 1) FAIL("%s takes one number, got '%s'", name, val);
+            if (parse_n(items[0], strcmp(name, "--n-min") == 0 ? &n_min : &n_max, err, err_len, name)) return -1;
+        } else if (strcmp(name, "--points") == 0) {
+            if (count != 1 || cli_parse_long(items[0], &points))
+                FAIL("--points: malformed number '%s' (expected an integer from 1 to %d)", val, ACCUM_MAX_LIST);
+            if (points < 1 || points > ACCUM_MAX_LIST)
+                FAIL("--points: %s is out of range (accepted: 1 to %d)", val, ACCUM_MAX_LIST);
+        } else if (strcmp(name, "--data") == 0) {
+            if (count > ACCUM_NDATA) FAIL("--data: too many values");
+            for (int k = 0; k < count; k++)
+                if (accum_data_parse(items[k], &o->data[k]))
+                    FAIL("--data: unknown data '%s' (accepted: %s)", items[k], accum_data_names());
+            o->n_data = count;
+        } else if (strcmp(name, "--x") == 0) {
+            if (cli_parse_double(val, &o->x) || !isfinite(o->x))
+                FAIL("--x: malformed number '%s' (expected a finite number)", val);
+        } else if (strcmp(name, "--algo") == 0) {
+            if (count == 1 && strcasecmp(items[0], "all") == 0) {
+                for (int a = 0; a < PREC_SUM_NALGOS; a++) o->algos[a] = (prec_sum_algo)a;
+                o->n_algos = PREC_SUM_NALGOS;
+            } else {
+                if (count > PREC_SUM_NALGOS) FAIL("--algo: too many values");
+                for (int k = 0; k < count; k++)
+                    if (prec_sum_algo_parse(items[k], &o->algos[k]))
+                        FAIL("--algo: unknown algorithm '%s' (accepted: all, %s)", items[k], prec_sum_algo_names());
+                o->n_algos = count;
+            }
+        } else if (strcmp(name, "--round") == 0) {
+            if (count == 1 && strcasecmp(items[0], "all") == 0) {
+                for (int m = 0; m < PREC_NROUNDS; m++) o->rounds[m] = (prec_round_mode)m;
+                o->n_rounds = PREC_NROUNDS;
+            } else {
+                if (count > PREC_NROUNDS) FAIL("--round: too many values");
+                for (int k = 0; k < count; k++)
+                    if (prec_round_mode_parse(items[k], &o->rounds[k]))
+                        FAIL("--round: unknown rounding mode '%s' (accepted: all, %s)", items[k],
+                             prec_round_mode_names());
+                o->n_rounds = count;
+            }
+        } else if (strcmp(name, "--acc") == 0 || strcmp(name, "--addend") == 0) {
+            prec_format f;
+            for (int k = 0; k < count; k++)
+                if (parse_format(items[k], &f, err, err_len, name)) return -1;
+            if (strcmp(name, "--acc") == 0) acc_list = val;
+            else addend_list = val;
+        } else if (strcmp(name, "--pairs") == 0) {
+            for (int k = 0; k < count; k++) {
+                char *slash = strchr(items[k], '/');
+                if (!slash) FAIL("--pairs: '%s' is not ACC/ADDEND (e.g. fp32/bf16)", items[k]);
+                *slash = 0;
+                if (parse_format(items[k], &o->pairs[k].acc, err, err_len, name)) return -1;
+                if (parse_format(slash + 1, &o->pairs[k].addend, err, err_len, name)) return -1;
+            }
+            o->n_pairs = count;
+        } else if (strcmp(name, "--block") == 0) {
+            if (count != 1) FAIL("--block takes one number, got '%s'", val);
+            if (parse_n(items[0], &o->block, err, err_len, name)) return -1;
+        } else if (strcmp(name, "--fail-prob") == 0) {
+            if (count != 1 || cli_parse_double(items[0], &o->fail_prob))
+                FAIL("--fail-prob: malformed number '%s' (expected a probability in (0, 1))", val);
+            if (!(o->fail_prob > 0 && o->fail_prob < 1))
+                FAIL("--fail-prob: %s is not in (0, 1)", val);
+        }
+    }
+
+    /* formats: --pairs, or --acc x --addend (one list alone pairs with itself,
+     * an addend list alone accumulates in fp32), or the classic pairs */
+    if (acc_list || addend_list) {
+        if (o->n_pairs) FAIL("--pairs cannot be combined with --acc/--addend");
+        char acc_buf[1024], add_buf[1024];
+        char *accs[ACCUM_MAX_LIST], *adds[ACCUM_MAX_LIST];
+        int n_acc = 0, n_add = 0;
+        if (acc_list) {
+            snprintf(acc_buf, sizeof acc_buf, "%s", acc_list);
+            n_acc = split_list(acc_buf, accs, ACCUM_MAX_LIST);
+        }
+        if (addend_list) {
+            snprintf(add_buf, sizeof add_buf, "%s", addend_list);
+            n_add = split_list(add_buf, adds, ACCUM_MAX_LIST);
+        }
+        int total = 0;
+        if (acc_list && addend_list) {
+            for (int a = 0; a < n_acc; a++)
+                for (int b = 0; b < n_add; b++) {
+                    if (total == ACCUM_MAX_LIST) FAIL("--acc x --addend: more than %d pairs", ACCUM_MAX_LIST);
+                    prec_format_parse(accs[a], &o->pairs[total].acc);
+                    prec_format_parse(adds[b], &o->pairs[total].addend);
+                    total++;
+                }
+        } else if (acc_list) {
+            for (int a = 0; a < n_acc; a++, total++) {
+                prec_format_parse(accs[a], &o->pairs[total].acc);
+                o->pairs[total].addend = o->pairs[total].acc;
+            }
+        } else {
+            for (int b = 0; b < n_add; b++, total++) {
+                o->pairs[total].acc = PREC_FP32;
+                prec_format_parse(adds[b], &o->pairs[total].addend);
+            }
+        }
+        o->n_pairs = total;
+    }
+    if (o->n_pairs == 0) o->n_pairs = accum_classic_pairs(o->pairs);
+
+    /* n: a list, or a log-spaced sweep (defaults 10 .. 10^5, 9 points) */
+    if (o->n_ns && (n_min || n_max || points)) FAIL("--n cannot be combined with --n-min/--n-max/--points");
+    if (!o->n_ns) {
+        if (!n_min) n_min = 10;
+        if (!n_max) n_max = 100000;
+        if (!points) points = 9;
+        if (n_min > n_max) FAIL("--n-min %zu is above --n-max %zu", n_min, n_max);
+        o->n_ns = accum_log_spaced(n_min, n_max, (int)points, o->ns, ACCUM_MAX_LIST);
+    }
+    if (!o->n_data) {
+        o->data[0] = ACCUM_CONSTANT;
+        o->n_data = 1;
+    }
+    if (!o->n_algos) {
+        o->algos[0] = PREC_SUM_RECURSIVE;
+        o->n_algos = 1;
+    }
+    if (!o->n_rounds) {
+        o->rounds[0] = PREC_RNE;
+        o->n_rounds = 1;
+    }
+    return 0;
+}
