@@ -1,0 +1,178 @@
+/* trainer/backend.h — the op calls the model makes, implemented by a CPU
+ * backend (backend_cpu.c: fp32/fp64 arithmetic, the plan's formats emulated
+ * through precision/format.h) and a CUDA backend (backend_cuda.cu: the
+ * kernels' C APIs).
+ *
+ * Tensors are ktensors (kernels/kernels.h).  Their data lives where the
+ * backend keeps it (host floats for the CPU backend, device memory in the
+ * tensor's storage encoding for CUDA); the model never touches it directly.
+ * A tensor's format is the one the plan gave the slot that writes it.
+ *
+ * Every op takes the slot it runs for; the backend reads that slot's path
+ * and variant from the plan it was bound to (tbackend_bind_plan), rounds its
+ * inputs into the path's operand format when they are stored differently,
+ * and rounds outputs into the path's storage format and then, when the output
+ * tensor is stored in another format, into that one (matmul outputs must be
+ * in the path's storage format).  An op a backend cannot
+ * run at the slot's (path, variant) fails with a message naming the slot —
+ * no backend falls back to another path silently.  Ops return 0 or -1 with
+ * tbackend_error() set. */
+#ifndef ULPSCOPE_TRAINER_BACKEND_H
+#define ULPSCOPE_TRAINER_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+#include "trainer/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tbackend tbackend;
+
+/* One trainable tensor with everything the optimizer keeps for it. */
+typedef struct {
+    char name[32];       /* "h3.attn.qkv.w", "wte", ... */
+    int layer;           /* -1 for tensors outside the layers */
+    ktensor w;           /* working copy, format = weights slot's storage */
+    ktensor master;      /* fp32 master (weights=*:master with a narrower path); else data NULL */
+    void *lowbits;       /* weights=bf16:mantissa_buffer: the 16 low bits of each fp32 master */
+    ktensor grad;        /* format = grad_accum slot's storage */
+    ktensor m, v;        /* AdamW moments (format = optimizer.adamw storage); Muon: m = momentum (fp32) */
+    int muon;            /* updated by Muon (modern matrices) rather than AdamW */
+    int decay;           /* weight decay applies */
+    int rows, cols;      /* Muon orthogonalises [rows, cols] blocks */
+    int blocks;          /* number of such blocks stacked along rows (qkv: 3) */
+} tparam;
+
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay;
+    long step;           /* 1-based update count (bias correction) */
+    double grad_scale;   /* multiply gradients by this first (1/loss_scale) */
+    uint64_t seed;       /* stochastic rounding stream of this update */
+} tadamw_args;
+
+typedef struct {
+    double lr, momentum, weight_decay;
+    double grad_scale;
+    uint64_t seed;
+} tmuon_args;
+
+struct tbackend {
+    const char *name;    /* "cpu", "cuda" */
+    const tplan *plan;
+    char error[1024];
+    size_t bytes_in_use, peak_bytes;
+    void *impl;
+
+    /* 0 when the backend can run the slot at the plan's (path, variant) */
+    int (*supports)(tbackend *be, const tplan *plan, tslot slot, char *why, size_t why_len);
+    /* bytes per element as this backend stores format f (views offset by it) */
+    size_t (*elem_bytes)(prec_format f);
+    /* memory: shape row-major; data poisoned (NaN) on allocation */
+    int (*alloc)(tbackend *be, ktensor *t, prec_format f, int ndim, const int64_t *shape);
+    void (*release)(tbackend *be, ktensor *t);
+    int (*alloc_raw)(tbackend *be, void **ptr, size_t bytes);
+    void (*release_raw)(tbackend *be, void *ptr);
+    int (*raw_upload)(tbackend *be, void *dst, const void *src, size_t bytes);
+    int (*raw_download)(tbackend *be, void *dst, const void *src, size_t bytes);
+    /* values as doubles in stored units; upload rounds RNE into the format */
+    int (*upload)(tbackend *be, ktensor *t, const double *values);
+    int (*download)(tbackend *be, const ktensor *t, double *values);
+    /* storage encoding (prec_encode bytes, little-endian), then for fp8 the
+     * float scale: tensor_image_bytes(t) bytes.  For hashes, dumps, checkpoints. */
+    int (*read_bytes)(tbackend *be, const ktensor *t, void *dst);
+    int (*write_bytes)(tbackend *be, ktensor *t, const void *src);
+    int (*zero)(tbackend *be, ktensor *t);
+    int (*count_nonfinite)(tbackend *be, const ktensor *t, int64_t *count);
+    int (*sync)(tbackend *be);
+
+    /* x[B*T,C] = wte[tok] (+ wpe[t]); wpe may be NULL */
+    int (*embedding_fwd)(tbackend *be, ktensor *x, const int32_t *tokens, const ktensor *wte, const ktensor *wpe,
+                         int B, int T);
+    /* dwte[tok] += dx, dwpe[t] += dx (deterministic order) */
+    int (*embedding_bwd)(tbackend *be, ktensor *dwte, ktensor *dwpe, const ktensor *dx, const int32_t *tokens,
+                         int B, int T);
+    /* slot's op is layernorm (mean, gain, bias used) or rmsnorm (mean NULL,
+     * gain and bias NULL when weightless); rows = x->shape[0], width = shape[1] */
+    int (*norm_fwd)(tbackend *be, tslot slot, ktensor *y, ktensor *mean, ktensor *rstd, const ktensor *x,
+                    const ktensor *gain, const ktensor *bias, double eps);
+    /* dx written; dgain, dbias accumulated (+=) in their own formats */
+    int (*norm_bwd)(tbackend *be, tslot slot, ktensor *dx, ktensor *dgain, ktensor *dbias, const ktensor *dy,
+                    const ktensor *x, const ktensor *gain, const ktensor *mean, const ktensor *rstd);
+    /* y[M,N] = op(a) op(b) (+ y when accumulate); shapes as kernels/matmul.h.
+     * y is in the path's storage format, or fp32 on the bf16/fp16 paths:
+     * then it receives the unrounded fp32 accumulator (grad_accum=fp32:gemm_fp32). */
+    int (*matmul)(tbackend *be, tslot slot, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
+                  int b_trans, int accumulate);
+    /* q, k, v, y: [B,T,H,D] = [B*T, C]; lse [B*H*T] fp32 */
+    int (*attention_fwd)(tbackend *be, tslot slot, ktensor *y, ktensor *lse, const ktensor *q, const ktensor *k,
+                         const ktensor *v, int B, int T, int H);
+    int (*attention_bwd)(tbackend *be, tslot slot, ktensor *dq, ktensor *dk, ktensor *dv, const ktensor *dy,
+                         const ktensor *q, const ktensor *k, const ktensor *v, const ktensor *y,
+                         const ktensor *lse, int B, int T, int H);
+    /* rotary on [B,T,H,D]: pairs (i, i + D/2), angle t * theta^(-2i/D) */
+    int (*rope_fwd)(tbackend *be, tslot slot, ktensor *y, const ktensor *x, int B, int T, int H, double theta);
+    int (*rope_bwd)(tbackend *be, tslot slot, ktensor *dx, const ktensor *dy, int B, int T, int H, double theta);
+    /* gelu (tanh form) or relu^2, by the slot's op */
+    int (*activation_fwd)(tbackend *be, tslot slot, ktensor *y, const ktensor *x);
+    int (*activation_bwd)(tbackend *be, tslot slot, ktensor *dx, const ktensor *dy, const ktensor *x);
+    /* y = a + b (y may alias a) */
+    int (*residual)(tbackend *be, tslot slot, ktensor *y, const ktensor *a, const ktensor *b);
+    /* losses[i] = logsumexp(z_i) - z_i[target_i] with z = cap*tanh(logits/cap)
+     * (cap = 0: z = logits); dlogits = dloss * dz/dlogits * (softmax(z) - onehot) */
+    int (*cross_entropy)(tbackend *be, tslot slot, ktensor *losses, ktensor *dlogits, const ktensor *logits,
+                         const int32_t *targets, double softcap, double dloss);
+    /* out = in^T, or out += in^T */
+    int (*transpose)(tbackend *be, tslot slot, ktensor *out, const ktensor *in, int accumulate);
+    /* dst += src (gradient accumulation when a GEMM's output format differs) */
+    int (*accumulate)(tbackend *be, tslot slot, ktensor *dst, const ktensor *src);
+    /* sum of squares of every gradient, in double on the host */
+    int (*grad_sumsq)(tbackend *be, tslot slot, tparam *const *params, int n, double *sumsq);
+    int (*adamw)(tbackend *be, tparam *p, const tadamw_args *a);
+    int (*muon)(tbackend *be, tparam *p, const tmuon_args *a);
+    /* Data parallel: join `world` processes (this one is `rank`) through the
+     * NCCL unique id in id_file (rank 0 writes it).  A single process needs
+     * no call.  Then allreduce sums gradients over ranks in the allreduce
+     * slot's format and algorithm (identity for a single process). */
+    int (*dp_init)(tbackend *be, int world, int rank, const char *id_file);
+    int (*allreduce)(tbackend *be, tparam *const *params, int n);
+    void (*destroy)(tbackend *be);
+};
+
+static inline size_t tensor_image_bytes(const ktensor *t)
+{
+    return (size_t)ktensor_numel(t) * kformat_bytes(t->format) + (t->scale ? sizeof(float) : 0);
+}
+
+/* A CPU backend (always available). */
+tbackend *tbackend_cpu_create(void);
+/* A CUDA backend, or NULL with the reason in why (no GPU, no kernels). */
+tbackend *tbackend_cuda_create(char *why, size_t why_len);
+
+/* Bind a plan (the backend keeps the pointer: the caller keeps it alive and
+ * may edit it between steps, which is how slots switch mid-run).  Checks
+ * that the backend can run every used slot at its (path, variant); returns
+ * 0, or -1 with an error naming the first slot it cannot run. */
+int tbackend_bind_plan(tbackend *be, const tplan *plan);
+
+const char *tbackend_error(const tbackend *be);
+/* Records an error (printf-style) and returns -1. */
+int tbackend_fail(tbackend *be, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Stochastic rounding bits for element i of stream `seed`: a counter-based
+ * hash, so a run needs no random state to resume bit-for-bit. */
+static inline uint64_t tbackend_sr_bits(uint64_t seed, uint64_t i)
+{
+    uint64_t z = seed ^ (i * 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

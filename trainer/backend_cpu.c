@@ -1,0 +1,867 @@
+/* trainer/backend_cpu.c — the CPU backend: every op in fp32 (fp64 where a
+ * value is a sum of many terms that the GPU also keeps wide: the gradient
+ * norm), with every stored tensor rounded into its slot's format through
+ * precision/format.h.  It is for tiny models: CI trains, checkpoints and
+ * bisects without a GPU.
+ *
+ * Tensors hold floats; a tensor of format F holds values of F (fp8 tensors
+ * hold stored values, real = stored * scale).  Reductions run in a fixed
+ * sequential order, so results are deterministic and independent of the
+ * machine.  An op's default variant is computed in that order; other
+ * variants are modelled only where listed in cpu_models_variant() (tf32
+ * inputs, split-K slices, block-scaled fp8, ...).  Everything else is
+ * refused when the plan is bound, never run as something else. */
+#include "trainer/backend.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/matmul.h"
+
+#define PE_ITERS 5
+
+/* ---- rounding -------------------------------------------------------------------- */
+
+/* Round into f as the GPU kernels store: RNE; fp8 saturates (kelem.cuh). */
+static inline float rnd(double x, prec_format f)
+{
+    if (f == PREC_FP32) return (float)x;
+    if (f == PREC_E4M3 || f == PREC_E5M2)
+        return (float)prec_round(x, f, (prec_rounding){PREC_RNE, PREC_OVF_SATURATE, false}, 0);
+    return (float)prec_rne(x, f);
+}
+
+/* Round into the path's storage format f, then into the output tensor's own
+ * format when it differs (backend.h). */
+static inline float rnd2(double x, prec_format f, prec_format out)
+{
+    float r = rnd(x, f);
+    return out == f ? r : rnd(r, out);
+}
+
+static inline float *fdata(const ktensor *t) { return (float *)t->data; }
+
+/* Real value of element i. */
+static inline float val(const ktensor *t, int64_t i)
+{
+    float x = fdata(t)[i];
+    return t->scale ? x * *t->scale : x;
+}
+
+/* Real value of element i as an operand of format f: rounded into f unless
+ * the tensor already stores f (the common case, which costs nothing). */
+static inline float ld(const ktensor *t, int64_t i, prec_format f)
+{
+    return t->format == f && !t->scale ? fdata(t)[i] : ld(t, i, f);
+}
+
+static int64_t numel(const ktensor *t) { return ktensor_numel(t); }
+
+static kpath slot_path(tbackend *be, tslot s) { return be->plan->slot[s].path; }
+static prec_format slot_fmt(tbackend *be, tslot s) { return tpath_storage(be->plan->slot[s].path); }
+static const kop *slot_op(tbackend *be, tslot s) { return tplan_kop(be->plan, s); }
+static const char *slot_variant(tbackend *be, tslot s) { return slot_op(be, s)->variants[be->plan->slot[s].variant].name; }
+static const char *slot_name(tslot s) { return tslot_get(s)->name; }
+
+/* Real values of t rounded into f (the path's operand format): a fresh array. */
+static float *operand(const ktensor *t, prec_format f)
+{
+    int64_t n = numel(t);
+    float *out = malloc((size_t)(n ? n : 1) * sizeof *out);
+    if (!out) return NULL;
+    int same = t->format == f && !t->scale;
+    for (int64_t i = 0; i < n; i++) out[i] = same ? fdata(t)[i] : ld(t, i, f);
+    return out;
+}
+
+/* ---- memory -------------------------------------------------------------------- */
+
+static size_t cpu_elem_bytes(prec_format f) { return sizeof(float); }
+
+static int cpu_alloc(tbackend *be, ktensor *t, prec_format f, int ndim, const int64_t *shape)
+{
+    memset(t, 0, sizeof *t);
+    t->format = f;
+    t->ndim = ndim;
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        t->shape[i] = shape[i];
+        n *= shape[i];
+    }
+    t->data = malloc((size_t)(n ? n : 1) * sizeof(float));
+    if (!t->data) return tbackend_fail(be, "cpu: out of memory allocating %lld elements", (long long)n);
+    for (int64_t i = 0; i < n; i++) fdata(t)[i] = NAN;
+    if (f == PREC_E4M3 || f == PREC_E5M2) {
+        t->scale = malloc(sizeof(float));
+        if (!t->scale) return tbackend_fail(be, "cpu: out of memory");
+        *t->scale = 1.0f;
+    }
+    be->bytes_in_use += (size_t)n * kformat_bytes(f);
+    if (be->bytes_in_use > be->peak_bytes) be->peak_bytes = be->bytes_in_use;
+    return 0;
+}
+
+static void cpu_release(tbackend *be, ktensor *t)
+{
+    if (!t->data) return;
+    be->bytes_in_use -= (size_t)numel(t) * kformat_bytes(t->format);
+    free(t->data);
+    free(t->scale);
+    memset(t, 0, sizeof *t);
+}
+
+static int cpu_alloc_raw(tbackend *be, void **ptr, size_t bytes)
+{
+    *ptr = calloc(bytes ? bytes : 1, 1);
+    if (!*ptr) return tbackend_fail(be, "cpu: out of memory allocating %zu bytes", bytes);
+    return 0;
+}
+
+static void cpu_release_raw(tbackend *be, void *ptr) { free(ptr); }
+
+static int cpu_raw_copy(tbackend *be, void *dst, const void *src, size_t bytes)
+{
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
+static int cpu_upload(tbackend *be, ktensor *t, const double *values)
+{
+    int64_t n = numel(t);
+    for (int64_t i = 0; i < n; i++) fdata(t)[i] = rnd(values[i], t->format);
+    return 0;
+}
+
+static int cpu_download(tbackend *be, const ktensor *t, double *values)
+{
+    int64_t n = numel(t);
+    for (int64_t i = 0; i < n; i++) values[i] = fdata(t)[i];
+    return 0;
+}
+
+static int cpu_read_bytes(tbackend *be, const ktensor *t, void *dst)
+{
+    int64_t n = numel(t);
+    size_t w = kformat_bytes(t->format);
+    unsigned char *out = dst;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t bits = prec_encode(fdata(t)[i], t->format);
+        for (size_t b = 0; b < w; b++) out[(size_t)i * w + b] = (unsigned char)(bits >> (8 * b));
+    }
+    if (t->scale) memcpy(out + (size_t)n * w, t->scale, sizeof(float));
+    return 0;
+}
+
+static int cpu_write_bytes(tbackend *be, ktensor *t, const void *src)
+{
+    int64_t n = numel(t);
+    size_t w = kformat_bytes(t->format);
+    const unsigned char *in = src;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t bits = 0;
+        for (size_t b = 0; b < w; b++) bits |= (uint64_t)in[(size_t)i * w + b] << (8 * b);
+        fdata(t)[i] = (float)prec_decode(bits, t->format);
+    }
+    if (t->scale) memcpy(t->scale, in + (size_t)n * w, sizeof(float));
+    return 0;
+}
+
+static int cpu_zero(tbackend *be, ktensor *t)
+{
+    memset(t->data, 0, (size_t)numel(t) * sizeof(float));
+    if (t->scale) *t->scale = 1.0f;
+    return 0;
+}
+
+static int cpu_count_nonfinite(tbackend *be, const ktensor *t, int64_t *count)
+{
+    int64_t n = numel(t), c = 0;
+    for (int64_t i = 0; i < n; i++) c += !isfinite(fdata(t)[i]);
+    *count = c;
+    return 0;
+}
+
+static int cpu_sync(tbackend *be) { return 0; }
+
+/* ---- what the CPU models ----------------------------------------------------------- */
+
+static int cpu_supports(tbackend *be, const tplan *plan, tslot s, char *why, size_t len)
+{
+    const kop *op = tplan_kop(plan, s);
+    kpath path = plan->slot[s].path;
+    int v = plan->slot[s].variant;
+    if (!op) {
+        snprintf(why, len, "op %s is not registered", tslot_op(s, plan->model));
+        return -1;
+    }
+    if (!tslot_is_kernel(s)) return 0;
+    const char *name = op->variants[v].name;
+    if (strcmp(op->name, "matmul") == 0) {
+        /* the trainer's GEMMs have no epilogue, so split_epilogue rounds as fused does */
+        if (strcmp(name, "split_k") == 0 || strcmp(name, "split_epilogue") == 0 || v == 0) return 0;
+    } else if (strcmp(op->name, "matmul_fast") == 0) {
+        if (path == KPATH_FP32 && strcmp(name, "split_k") != 0) return 0; /* tf32 inputs, fp32 sums */
+        snprintf(why, len, "the CPU backend models matmul_fast only on the fp32 path (tf32 inputs) without split_k; "
+                           "fp8 fast accumulation needs a tensor-core model: run it with --backend cuda");
+        return -1;
+    } else if (strcmp(op->name, "matmul_block_fp8") == 0) {
+        return 0;
+    } else if (v == 0) {
+        return 0;
+    }
+    snprintf(why, len, "the CPU backend does not model variant %s of op %s (it models each op's default, %s%s); "
+                       "run it with --backend cuda", name, op->name, op->variants[0].name,
+             strcmp(op->name, "matmul") == 0 ? ", split_epilogue and split_k" : "");
+    return -1;
+}
+
+/* ---- embedding --------------------------------------------------------------------- */
+
+static int cpu_embedding_fwd(tbackend *be, ktensor *x, const int32_t *tokens, const ktensor *wte, const ktensor *wpe,
+                             int B, int T)
+{
+    int64_t C = wte->shape[1];
+    prec_format f = slot_fmt(be, TSLOT_EMBEDDING);
+    for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+        int32_t tok = tokens[bt];
+        if (tok < 0 || tok >= wte->shape[0])
+            return tbackend_fail(be, "slot embedding: token %d at position %lld outside vocabulary %lld", tok,
+                                 (long long)bt, (long long)wte->shape[0]);
+        for (int64_t c = 0; c < C; c++) {
+            float e = ld(wte, tok * C + c, f);
+            if (wpe) e = rnd((double)e + ld(wpe, (bt % T) * C + c, f), f);
+            fdata(x)[bt * C + c] = rnd2(e, f, x->format);
+        }
+    }
+    return 0;
+}
+
+static int cpu_embedding_bwd(tbackend *be, ktensor *dwte, ktensor *dwpe, const ktensor *dx, const int32_t *tokens,
+                             int B, int T)
+{
+    int64_t C = dwte->shape[1];
+    for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+        int32_t tok = tokens[bt];
+        for (int64_t c = 0; c < C; c++) {
+            float g = val(dx, bt * C + c);
+            float *dst = &fdata(dwte)[tok * C + c];
+            *dst = rnd((double)*dst + g, dwte->format);
+            if (dwpe) {
+                float *dp = &fdata(dwpe)[(bt % T) * C + c];
+                *dp = rnd((double)*dp + g, dwpe->format);
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- norms -------------------------------------------------------------------------- */
+
+static int norm_is_layer(tbackend *be, tslot s) { return strcmp(tslot_op(s, be->plan->model), "layernorm") == 0; }
+
+static int cpu_norm_fwd(tbackend *be, tslot slot, ktensor *y, ktensor *mean, ktensor *rstd, const ktensor *x,
+                        const ktensor *gain, const ktensor *bias, double eps)
+{
+    prec_format f = slot_fmt(be, slot);
+    int64_t N = x->shape[0], C = x->shape[1];
+    int layer = norm_is_layer(be, slot);
+    float *xin = operand(x, f);
+    if (!xin) return tbackend_fail(be, "cpu: out of memory");
+    for (int64_t r = 0; r < N; r++) {
+        const float *xr = xin + r * C;
+        float mu = 0.0f;
+        if (layer) {
+            float s = 0.0f;
+            for (int64_t c = 0; c < C; c++) s += xr[c];
+            mu = s / (float)C;
+        }
+        float ss = 0.0f;
+        for (int64_t c = 0; c < C; c++) ss += (xr[c] - mu) * (xr[c] - mu);
+        float rs = 1.0f / sqrtf(ss / (float)C + (float)eps);
+        if (mean) fdata(mean)[r] = mu;
+        fdata(rstd)[r] = rs;
+        for (int64_t c = 0; c < C; c++) {
+            float n = (xr[c] - mu) * rs;
+            if (gain) n = n * ld(gain, c, f);
+            if (bias) n = n + ld(bias, c, f);
+            fdata(y)[r * C + c] = rnd2(n, f, y->format);
+        }
+    }
+    free(xin);
+    return 0;
+}
+
+static int cpu_norm_bwd(tbackend *be, tslot slot, ktensor *dx, ktensor *dgain, ktensor *dbias, const ktensor *dy,
+                        const ktensor *x, const ktensor *gain, const ktensor *mean, const ktensor *rstd)
+{
+    prec_format f = slot_fmt(be, slot);
+    int64_t N = x->shape[0], C = x->shape[1];
+    float *xin = operand(x, f), *dyin = operand(dy, f);
+    float *dg = calloc((size_t)C, sizeof *dg), *db = calloc((size_t)C, sizeof *db);
+    if (!xin || !dyin || !dg || !db) {
+        free(xin), free(dyin), free(dg), free(db);
+        return tbackend_fail(be, "cpu: out of memory");
+    }
+    for (int64_t r = 0; r < N; r++) {
+        const float *xr = xin + r * C, *dyr = dyin + r * C;
+        float mu = mean ? fdata(mean)[r] : 0.0f, rs = fdata(rstd)[r];
+        float sum_dn = 0.0f, sum_dn_xhat = 0.0f;
+        for (int64_t c = 0; c < C; c++) {
+            float xhat = (xr[c] - mu) * rs;
+            float dn = gain ? dyr[c] * ld(gain, c, f) : dyr[c];
+            sum_dn += dn;
+            sum_dn_xhat += dn * xhat;
+            dg[c] += dyr[c] * xhat;
+            db[c] += dyr[c];
+        }
+        float mean_dn = mean ? sum_dn / (float)C : 0.0f, mean_dn_xhat = sum_dn_xhat / (float)C;
+        for (int64_t c = 0; c < C; c++) {
+            float xhat = (xr[c] - mu) * rs;
+            float dn = gain ? dyr[c] * ld(gain, c, f) : dyr[c];
+            fdata(dx)[r * C + c] = rnd2((dn - mean_dn - xhat * mean_dn_xhat) * rs, f, dx->format);
+        }
+    }
+    for (int64_t c = 0; c < C; c++) {
+        if (dgain) fdata(dgain)[c] = rnd((double)fdata(dgain)[c] + dg[c], dgain->format);
+        if (dbias) fdata(dbias)[c] = rnd((double)fdata(dbias)[c] + db[c], dbias->format);
+    }
+    free(xin), free(dyin), free(dg), free(db);
+    return 0;
+}
+
+/* ---- matmul ------------------------------------------------------------------------- */
+
+static int is_grad_operand(tslot s)
+{
+    switch (s) {
+    case TSLOT_LM_HEAD_DGRAD: case TSLOT_LM_HEAD_WGRAD: case TSLOT_MLP_DOWN_DGRAD: case TSLOT_MLP_DOWN_WGRAD:
+    case TSLOT_MLP_UP_DGRAD: case TSLOT_MLP_UP_WGRAD: case TSLOT_ATTN_OUT_DGRAD: case TSLOT_ATTN_OUT_WGRAD:
+    case TSLOT_ATTN_QKV_DGRAD: case TSLOT_ATTN_QKV_WGRAD:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* An operand as real values [rows, K] (K contiguous), rounded into the path's
+ * operand format.  fp8: per-tensor scale amax / max_finite, or with block =
+ * (br, 128) one scale per br x 128 tile; scales[] gets them, q the stored values. */
+static int gemm_operand(const ktensor *t, int trans, int64_t rows, int64_t K, prec_format f, int block_rows,
+                        float *q, float *scales)
+{
+    /* gather real values in [rows, K] orientation */
+    int fp8 = f == PREC_E4M3 || f == PREC_E5M2;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t k = 0; k < K; k++) {
+            int64_t i = trans ? k * rows + r : r * K + k;
+            q[r * K + k] = fp8 ? val(t, i) : ld(t, i, f);
+        }
+    if (!fp8) return 0;
+    double maxf = prec_format_get(f)->max_finite;
+    int64_t br = block_rows ? block_rows : rows, bk = block_rows ? KMATMUL_FP8_BLOCK : K;
+    int64_t nkb = (K + bk - 1) / bk;
+    for (int64_t r0 = 0; r0 < rows; r0 += br)
+        for (int64_t k0 = 0; k0 < K; k0 += bk) {
+            float amax = 0.0f;
+            for (int64_t r = r0; r < r0 + br && r < rows; r++)
+                for (int64_t k = k0; k < k0 + bk && k < K; k++) amax = fmaxf(amax, fabsf(q[r * K + k]));
+            float sc = amax > 0.0f ? (float)(amax / maxf) : 1.0f;
+            scales[(r0 / br) * nkb + k0 / bk] = sc;
+            for (int64_t r = r0; r < r0 + br && r < rows; r++)
+                for (int64_t k = k0; k < k0 + bk && k < K; k++) q[r * K + k] = rnd(q[r * K + k] / sc, f);
+        }
+    return 0;
+}
+
+static int cpu_matmul(tbackend *be, tslot slot, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
+                      int b_trans, int accumulate)
+{
+    kpath path = slot_path(be, slot);
+    const char *variant = slot_variant(be, slot);
+    int64_t M = a_trans ? a->shape[1] : a->shape[0], K = a_trans ? a->shape[0] : a->shape[1];
+    int64_t Kb = b_trans ? b->shape[1] : b->shape[0], N = b_trans ? b->shape[0] : b->shape[1];
+    int y_fp32 = y->format == PREC_FP32 && (path == KPATH_BF16 || path == KPATH_FP16);
+    if (K != Kb || y->shape[0] != M || y->shape[1] != N || (y->format != tpath_storage(path) && !y_fp32))
+        return tbackend_fail(be, "slot %s: matmul shapes/formats disagree: A %lldx%lld%s, B %lldx%lld%s, y %lldx%lld %s",
+                             slot_name(slot), (long long)a->shape[0], (long long)a->shape[1], a_trans ? "^T" : "",
+                             (long long)b->shape[0], (long long)b->shape[1], b_trans ? "^T" : "",
+                             (long long)y->shape[0], (long long)y->shape[1], prec_format_name(y->format));
+    int grad = is_grad_operand(slot);
+    const char *opname = slot_op(be, slot)->name;
+    prec_format fa = tpath_operand(path, grad), fb = tpath_operand(path, 0);
+    if (strcmp(opname, "matmul_fast") == 0) fa = fb = PREC_TF32; /* supports(): fp32 path only */
+    int blocked = strcmp(opname, "matmul_block_fp8") == 0;
+    int64_t nkb = (K + KMATMUL_FP8_BLOCK - 1) / KMATMUL_FP8_BLOCK;
+    float *qa = malloc((size_t)(M * K + 1) * sizeof *qa), *qb = malloc((size_t)(N * K + 1) * sizeof *qb);
+    float *sa = malloc((size_t)((M + 1) * (nkb + 1)) * sizeof *sa);
+    float *sb = malloc((size_t)((N / KMATMUL_FP8_BLOCK + 2) * (nkb + 1)) * sizeof *sb);
+    if (!qa || !qb || !sa || !sb) {
+        free(qa), free(qb), free(sa), free(sb);
+        return tbackend_fail(be, "cpu: out of memory");
+    }
+    /* B as [N, K]: transposed relative to its [K, N] math shape unless b_trans */
+    gemm_operand(a, a_trans, M, K, fa, blocked ? 1 : 0, qa, sa);
+    gemm_operand(b, !b_trans, N, K, fb, blocked ? KMATMUL_FP8_BLOCK : 0, qb, sb);
+    int fp8 = path == KPATH_FP8;
+    int slices = strcmp(variant, "split_k") == 0 ? KMATMUL_SPLIT_K_SLICES : 1;
+    int64_t slice = (K + slices - 1) / slices;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            const float *ar = qa + m * K, *br = qb + n * K;
+            float acc = 0.0f;
+            if (blocked) {
+                /* each 128-wide K group summed in fp32, scaled, added to the fp32 accumulator */
+                for (int64_t kb = 0; kb < nkb; kb++) {
+                    float part = 0.0f;
+                    for (int64_t k = kb * KMATMUL_FP8_BLOCK; k < (kb + 1) * KMATMUL_FP8_BLOCK && k < K; k++)
+                        part += ar[k] * br[k];
+                    acc += part * (sa[m * nkb + kb] * sb[(n / KMATMUL_FP8_BLOCK) * nkb + kb]);
+                }
+            } else {
+                for (int s = 0; s < slices; s++) {
+                    float part = 0.0f;
+                    for (int64_t k = s * slice; k < (s + 1) * slice && k < K; k++) part += ar[k] * br[k];
+                    acc += part;
+                }
+                if (fp8) acc *= sa[0] * sb[0];
+            }
+            float *dst = &fdata(y)[m * N + n];
+            *dst = rnd(accumulate ? acc + *dst : acc, y->format);
+        }
+    free(qa), free(qb), free(sa), free(sb);
+    return 0;
+}
+
+/* ---- attention ------------------------------------------------------------------------ */
+
+static int cpu_attention_fwd(tbackend *be, tslot slot, ktensor *y, ktensor *lse, const ktensor *q, const ktensor *k,
+                             const ktensor *v, int B, int T, int H)
+{
+    prec_format f = slot_fmt(be, slot);
+    int64_t C = q->shape[1], D = C / H;
+    float *Q = operand(q, f), *Kt = operand(k, f), *V = operand(v, f);
+    float *p = malloc((size_t)T * sizeof *p), *acc = malloc((size_t)D * sizeof *acc);
+    if (!Q || !Kt || !V || !p || !acc) {
+        free(Q), free(Kt), free(V), free(p), free(acc);
+        return tbackend_fail(be, "cpu: out of memory");
+    }
+    float scale = 1.0f / sqrtf((float)D);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                const float *qt = Q + ((int64_t)b * T + t) * C + h * D;
+                float mx = -INFINITY;
+                for (int j = 0; j <= t; j++) {
+                    const float *kj = Kt + ((int64_t)b * T + j) * C + h * D;
+                    float s = 0.0f;
+                    for (int64_t d = 0; d < D; d++) s += qt[d] * kj[d];
+                    p[j] = s * scale;
+                    mx = fmaxf(mx, p[j]);
+                }
+                float sum = 0.0f;
+                for (int j = 0; j <= t; j++) {
+                    p[j] = expf(p[j] - mx);
+                    sum += p[j];
+                }
+                for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
+                for (int j = 0; j <= t; j++) {
+                    const float *vj = V + ((int64_t)b * T + j) * C + h * D;
+                    for (int64_t d = 0; d < D; d++) acc[d] += p[j] * vj[d];
+                }
+                for (int64_t d = 0; d < D; d++)
+                    fdata(y)[((int64_t)b * T + t) * C + h * D + d] = rnd2(acc[d] / sum, f, y->format);
+                fdata(lse)[((int64_t)b * H + h) * T + t] = mx + logf(sum);
+            }
+    free(Q), free(Kt), free(V), free(p), free(acc);
+    return 0;
+}
+
+static int cpu_attention_bwd(tbackend *be, tslot slot, ktensor *dq, ktensor *dk, ktensor *dv, const ktensor *dy,
+                             const ktensor *q, const ktensor *k, const ktensor *v, const ktensor *y,
+                             const ktensor *lse, int B, int T, int H)
+{
+    prec_format f = slot_fmt(be, slot);
+    int64_t C = q->shape[1], D = C / H, n = (int64_t)B * T * C;
+    float *Q = operand(q, f), *Kt = operand(k, f), *V = operand(v, f), *Y = operand(y, f), *dY = operand(dy, f);
+    float *gq = calloc((size_t)n, sizeof *gq), *gk = calloc((size_t)n, sizeof *gk), *gv = calloc((size_t)n, sizeof *gv);
+    float *p = malloc((size_t)T * sizeof *p);
+    if (!Q || !Kt || !V || !Y || !dY || !gq || !gk || !gv || !p) {
+        free(Q), free(Kt), free(V), free(Y), free(dY), free(gq), free(gk), free(gv), free(p);
+        return tbackend_fail(be, "cpu: out of memory");
+    }
+    float scale = 1.0f / sqrtf((float)D);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                int64_t rt = ((int64_t)b * T + t) * C + h * D;
+                float L = fdata(lse)[((int64_t)b * H + h) * T + t];
+                float Dt = 0.0f; /* rowsum(dy * y) */
+                for (int64_t d = 0; d < D; d++) Dt += dY[rt + d] * Y[rt + d];
+                for (int j = 0; j <= t; j++) {
+                    int64_t rj = ((int64_t)b * T + j) * C + h * D;
+                    float s = 0.0f, dp = 0.0f;
+                    for (int64_t d = 0; d < D; d++) s += Q[rt + d] * Kt[rj + d];
+                    float pj = expf(s * scale - L);
+                    for (int64_t d = 0; d < D; d++) dp += dY[rt + d] * V[rj + d];
+                    float ds = pj * (dp - Dt) * scale;
+                    for (int64_t d = 0; d < D; d++) {
+                        gq[rt + d] += ds * Kt[rj + d];
+                        gk[rj + d] += ds * Q[rt + d];
+                        gv[rj + d] += pj * dY[rt + d];
+                    }
+                }
+            }
+    for (int64_t i = 0; i < n; i++) {
+        fdata(dq)[i] = rnd2(gq[i], f, dq->format);
+        fdata(dk)[i] = rnd2(gk[i], f, dk->format);
+        fdata(dv)[i] = rnd2(gv[i], f, dv->format);
+    }
+    free(Q), free(Kt), free(V), free(Y), free(dY), free(gq), free(gk), free(gv), free(p);
+    return 0;
+}
+
+/* ---- rope ---------------------------------------------------------------------------- */
+
+static int rope_apply(tbackend *be, tslot slot, ktensor *y, const ktensor *x, int B, int T, int H, double theta,
+                      double sign)
+{
+    prec_format f = slot_fmt(be, slot);
+    int64_t C = x->shape[1], D = C / H, half = D / 2;
+    float *X = operand(x, f);
+    if (!X) return tbackend_fail(be, "cpu: out of memory");
+    for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
+        int t = (int)(bt % T);
+        for (int h = 0; h < H; h++)
+            for (int64_t i = 0; i < half; i++) {
+                float freq = (float)pow(theta, -2.0 * (double)i / (double)D);
+                float ang = (float)t * freq;
+                float c = cosf(ang), s = (float)sign * sinf(ang);
+                int64_t o = bt * C + h * D;
+                float x1 = X[o + i], x2 = X[o + i + half];
+                fdata(y)[o + i] = rnd2(x1 * c - x2 * s, f, y->format);
+                fdata(y)[o + i + half] = rnd2(x1 * s + x2 * c, f, y->format);
+            }
+    }
+    free(X);
+    return 0;
+}
+
+static int cpu_rope_fwd(tbackend *be, tslot slot, ktensor *y, const ktensor *x, int B, int T, int H, double theta)
+{
+    return rope_apply(be, slot, y, x, B, T, H, theta, 1.0);
+}
+
+static int cpu_rope_bwd(tbackend *be, tslot slot, ktensor *dx, const ktensor *dy, int B, int T, int H, double theta)
+{
+    return rope_apply(be, slot, dx, dy, B, T, H, theta, -1.0);
+}
+
+/* ---- activation, residual, transpose ---------------------------------------------------- */
+
+static int is_gelu(tbackend *be, tslot slot) { return strcmp(tslot_op(slot, be->plan->model), "gelu") == 0; }
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+static int cpu_activation_fwd(tbackend *be, tslot slot, ktensor *y, const ktensor *x)
+{
+    prec_format f = slot_fmt(be, slot);
+    int gelu = is_gelu(be, slot);
+    for (int64_t i = 0; i < numel(x); i++) {
+        float z = ld(x, i, f), r;
+        if (gelu) r = 0.5f * z * (1.0f + tanhf(GELU_K * (z + 0.044715f * z * z * z)));
+        else r = z > 0.0f ? z * z : 0.0f;
+        fdata(y)[i] = rnd2(r, f, y->format);
+    }
+    return 0;
+}
+
+static int cpu_activation_bwd(tbackend *be, tslot slot, ktensor *dx, const ktensor *dy, const ktensor *x)
+{
+    prec_format f = slot_fmt(be, slot);
+    int gelu = is_gelu(be, slot);
+    for (int64_t i = 0; i < numel(x); i++) {
+        float z = ld(x, i, f), g = ld(dy, i, f), d;
+        if (gelu) {
+            float u = GELU_K * (z + 0.044715f * z * z * z), th = tanhf(u);
+            d = 0.5f * (1.0f + th) + 0.5f * z * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * z * z);
+        } else {
+            d = z > 0.0f ? 2.0f * z : 0.0f;
+        }
+        fdata(dx)[i] = rnd2(g * d, f, dx->format);
+    }
+    return 0;
+}
+
+static int cpu_residual(tbackend *be, tslot slot, ktensor *y, const ktensor *a, const ktensor *b)
+{
+    prec_format f = slot_fmt(be, slot);
+    for (int64_t i = 0; i < numel(y); i++)
+        fdata(y)[i] = rnd2((double)ld(a, i, f) + ld(b, i, f), f, y->format);
+    return 0;
+}
+
+static int cpu_transpose(tbackend *be, tslot slot, ktensor *out, const ktensor *in, int accumulate)
+{
+    int64_t R = in->shape[0], C = in->shape[1];
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t c = 0; c < C; c++) {
+            float *dst = &fdata(out)[c * R + r];
+            double x = val(in, r * C + c);
+            *dst = rnd(accumulate ? *dst + x : x, out->format);
+        }
+    return 0;
+}
+
+static int cpu_accumulate(tbackend *be, tslot slot, ktensor *dst, const ktensor *src)
+{
+    for (int64_t i = 0; i < numel(dst); i++) fdata(dst)[i] = rnd((double)fdata(dst)[i] + val(src, i), dst->format);
+    return 0;
+}
+
+/* ---- cross-entropy ------------------------------------------------------------------------ */
+
+static int cpu_cross_entropy(tbackend *be, tslot slot, ktensor *losses, ktensor *dlogits, const ktensor *logits,
+                             const int32_t *targets, double softcap, double dloss)
+{
+    prec_format f = slot_fmt(be, slot);
+    int64_t N = logits->shape[0], V = logits->shape[1];
+    float *z = malloc((size_t)V * sizeof *z);
+    if (!z) return tbackend_fail(be, "cpu: out of memory");
+    for (int64_t r = 0; r < N; r++) {
+        int32_t tgt = targets[r];
+        if (tgt < 0 || tgt >= V) {
+            free(z);
+            return tbackend_fail(be, "slot cross_entropy: target %d at row %lld outside vocabulary %lld", tgt,
+                                 (long long)r, (long long)V);
+        }
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < V; j++) {
+            float l = ld(logits, r * V + j, f);
+            z[j] = softcap > 0 ? (float)softcap * tanhf(l / (float)softcap) : l;
+            mx = fmaxf(mx, z[j]);
+        }
+        float sum = 0.0f;
+        for (int64_t j = 0; j < V; j++) sum += expf(z[j] - mx);
+        float lse = mx + logf(sum);
+        fdata(losses)[r] = lse - z[tgt];
+        if (!dlogits) continue;
+        for (int64_t j = 0; j < V; j++) {
+            float g = expf(z[j] - lse) - (j == tgt ? 1.0f : 0.0f);
+            if (softcap > 0) {
+                float th = z[j] / (float)softcap;
+                g *= 1.0f - th * th;
+            }
+            fdata(dlogits)[r * V + j] = rnd2(g * (float)dloss, f, dlogits->format);
+        }
+    }
+    free(z);
+    return 0;
+}
+
+/* ---- gradient norm ------------------------------------------------------------------------- */
+
+static int cpu_grad_sumsq(tbackend *be, tslot slot, tparam *const *params, int n, double *sumsq)
+{
+    double s = 0.0;
+    for (int i = 0; i < n; i++) {
+        const ktensor *g = &params[i]->grad;
+        for (int64_t j = 0; j < numel(g); j++) s += (double)val(g, j) * val(g, j);
+    }
+    *sumsq = s;
+    return 0;
+}
+
+/* ---- weight storage ---------------------------------------------------------------------------- */
+
+/* The fp32 value the optimizer updates: master, the mantissa-buffer
+ * reconstruction, or the working copy itself. */
+static float master_value(const tparam *p, int64_t i)
+{
+    if (p->lowbits) {
+        uint32_t hi = (uint32_t)prec_encode(fdata(&p->w)[i], PREC_BF16);
+        uint32_t bits = (hi << 16) | ((const uint16_t *)p->lowbits)[i];
+        float x;
+        memcpy(&x, &bits, sizeof x);
+        return x;
+    }
+    return p->master.data ? fdata(&p->master)[i] : fdata(&p->w)[i];
+}
+
+/* Store the updated fp32 value according to the weights slot. */
+static void store_weight(tbackend *be, tparam *p, int64_t i, float x, uint64_t seed)
+{
+    if (p->lowbits) {
+        uint32_t bits;
+        memcpy(&bits, &x, sizeof bits);
+        fdata(&p->w)[i] = (float)prec_decode(bits >> 16, PREC_BF16);
+        ((uint16_t *)p->lowbits)[i] = (uint16_t)(bits & 0xFFFF);
+    } else if (p->master.data) {
+        fdata(&p->master)[i] = x;
+        fdata(&p->w)[i] = rnd(x, p->w.format);
+    } else if (be->plan->slot[TSLOT_WEIGHTS].variant == TWEIGHTS_SR && p->w.format != PREC_FP32) {
+        prec_rounding sr = {PREC_SR, PREC_OVF_IEEE, false};
+        fdata(&p->w)[i] = (float)prec_round(x, p->w.format, sr, tbackend_sr_bits(seed, (uint64_t)i));
+    } else {
+        fdata(&p->w)[i] = rnd(x, p->w.format);
+    }
+}
+
+/* ---- AdamW -------------------------------------------------------------------------------------- */
+
+static int cpu_adamw(tbackend *be, tparam *p, const tadamw_args *a)
+{
+    float b1 = (float)a->beta1, b2 = (float)a->beta2;
+    float c1 = 1.0f - (float)pow(a->beta1, (double)a->step), c2 = 1.0f - (float)pow(a->beta2, (double)a->step);
+    float lr = (float)a->lr, eps = (float)a->eps, wd = p->decay ? (float)a->weight_decay : 0.0f;
+    for (int64_t i = 0; i < numel(&p->w); i++) {
+        float g = val(&p->grad, i) * (float)a->grad_scale;
+        float m = rnd(b1 * fdata(&p->m)[i] + (1.0f - b1) * g, p->m.format);
+        float v = rnd(b2 * fdata(&p->v)[i] + (1.0f - b2) * g * g, p->v.format);
+        fdata(&p->m)[i] = m;
+        fdata(&p->v)[i] = v;
+        float w = master_value(p, i);
+        float upd = (m / c1) / (sqrtf(v / c2) + eps) + wd * w;
+        store_weight(be, p, i, w - lr * upd, a->seed);
+    }
+    return 0;
+}
+
+/* ---- Muon / polar express -------------------------------------------------------------------------- */
+
+/* Polar Express coefficients for 5 iterations (Amsel, Persson, Musco, Gower,
+ * "The Polar Express: Optimal Matrix Sign Methods and Their Application to
+ * the Muon Algorithm", arXiv:2505.16932, 2025). */
+static const double pe_coeffs[PE_ITERS][3] = {
+    {8.156554524902461, -22.48329292557795, 15.878769915207462},
+    {4.042929935166739, -2.808917465908714, 0.5000178451051316},
+    {3.8916678022926607, -2.772484153217685, 0.5060648178503393},
+    {3.285753657755655, -2.3681294933425376, 0.46449024233003106},
+    {2.3465413258596377, -1.7097828382687081, 0.42323551169305323},
+};
+
+/* C[r, c] = A[r, k] B[k, c] (B given as [k, c] or transposed), fp32 sums, rounded into f */
+static void small_gemm(const float *A, const float *B, int b_trans, float *Cm, int r, int k, int c, prec_format f)
+{
+    for (int i = 0; i < r; i++)
+        for (int j = 0; j < c; j++) {
+            float s = 0.0f;
+            for (int l = 0; l < k; l++) s += A[i * k + l] * (b_trans ? B[j * k + l] : B[l * c + j]);
+            Cm[i * c + j] = rnd(s, f);
+        }
+}
+
+/* X [r, c] with r <= c, in place: the polar factor's approximation. */
+static int polar_express(float *X, int r, int c, prec_format f)
+{
+    float *A = malloc((size_t)r * r * sizeof *A), *A2 = malloc((size_t)r * r * sizeof *A2);
+    float *Bm = malloc((size_t)r * r * sizeof *Bm), *BX = malloc((size_t)r * c * sizeof *BX);
+    if (!A || !A2 || !Bm || !BX) {
+        free(A), free(A2), free(Bm), free(BX);
+        return -1;
+    }
+    double ss = 0.0;
+    for (int i = 0; i < r * c; i++) ss += (double)X[i] * X[i];
+    float inv = (float)(1.0 / (sqrt(ss) * 1.02 + 1e-6));
+    for (int i = 0; i < r * c; i++) X[i] = rnd(X[i] * inv, f);
+    for (int it = 0; it < PE_ITERS; it++) {
+        float a = (float)pe_coeffs[it][0], b = (float)pe_coeffs[it][1], cc = (float)pe_coeffs[it][2];
+        small_gemm(X, X, 1, A, r, c, r, f);          /* A = X X^T */
+        small_gemm(A, A, 0, A2, r, r, r, f);         /* A2 = A A */
+        for (int i = 0; i < r * r; i++) Bm[i] = rnd(b * A[i] + cc * A2[i], f);
+        small_gemm(Bm, X, 0, BX, r, r, c, f);        /* BX = B X */
+        for (int i = 0; i < r * c; i++) X[i] = rnd(a * X[i] + BX[i], f);
+    }
+    free(A), free(A2), free(Bm), free(BX);
+    return 0;
+}
+
+static int cpu_muon(tbackend *be, tparam *p, const tmuon_args *a)
+{
+    prec_format f = slot_fmt(be, TSLOT_MUON);
+    int R = p->rows, Cn = p->cols;
+    float mu = (float)a->momentum;
+    float *U = malloc((size_t)R * Cn * sizeof *U);
+    if (!U) return tbackend_fail(be, "cpu: out of memory");
+    float scale = sqrtf(fmaxf(1.0f, (float)R / (float)Cn));
+    for (int blk = 0; blk < p->blocks; blk++) {
+        int64_t off = (int64_t)blk * R * Cn;
+        int wide = R <= Cn;
+        for (int i = 0; i < R; i++)
+            for (int j = 0; j < Cn; j++) {
+                int64_t e = off + (int64_t)i * Cn + j;
+                float g = val(&p->grad, e) * (float)a->grad_scale;
+                float m = mu * fdata(&p->m)[e] + (1.0f - mu) * g;
+                fdata(&p->m)[e] = m;
+                float u = (1.0f - mu) * g + mu * m; /* Nesterov */
+                U[wide ? i * Cn + j : j * R + i] = rnd(u, f);
+            }
+        if (polar_express(U, wide ? R : Cn, wide ? Cn : R, f)) {
+            free(U);
+            return tbackend_fail(be, "cpu: out of memory");
+        }
+        float lr = (float)a->lr, wd = p->decay ? (float)a->weight_decay : 0.0f;
+        for (int i = 0; i < R; i++)
+            for (int j = 0; j < Cn; j++) {
+                int64_t e = off + (int64_t)i * Cn + j;
+                float w = master_value(p, e);
+                float o = U[wide ? i * Cn + j : j * R + i];
+                store_weight(be, p, e, w * (1.0f - lr * wd) - lr * scale * o, a->seed);
+            }
+    }
+    free(U);
+    return 0;
+}
+
+static int cpu_dp_init(tbackend *be, int world, int rank, const char *id_file)
+{
+    return tbackend_fail(be, "the CPU backend runs one process; data parallel (world %d) needs --backend cuda", world);
+}
+
+static int cpu_allreduce(tbackend *be, tparam *const *params, int n) { return 0; }
+
+static void cpu_destroy(tbackend *be) { free(be); }
+
+tbackend *tbackend_cpu_create(void)
+{
+    tbackend *be = calloc(1, sizeof *be);
+    if (!be) return NULL;
+    be->name = "cpu";
+    be->supports = cpu_supports;
+    be->elem_bytes = cpu_elem_bytes;
+    be->alloc = cpu_alloc;
+    be->release = cpu_release;
+    be->alloc_raw = cpu_alloc_raw;
+    be->release_raw = cpu_release_raw;
+    be->raw_upload = cpu_raw_copy;
+    be->raw_download = cpu_raw_copy;
+    be->upload = cpu_upload;
+    be->download = cpu_download;
+    be->read_bytes = cpu_read_bytes;
+    be->write_bytes = cpu_write_bytes;
+    be->zero = cpu_zero;
+    be->count_nonfinite = cpu_count_nonfinite;
+    be->sync = cpu_sync;
+    be->embedding_fwd = cpu_embedding_fwd;
+    be->embedding_bwd = cpu_embedding_bwd;
+    be->norm_fwd = cpu_norm_fwd;
+    be->norm_bwd = cpu_norm_bwd;
+    be->matmul = cpu_matmul;
+    be->attention_fwd = cpu_attention_fwd;
+    be->attention_bwd = cpu_attention_bwd;
+    be->rope_fwd = cpu_rope_fwd;
+    be->rope_bwd = cpu_rope_bwd;
+    be->activation_fwd = cpu_activation_fwd;
+    be->activation_bwd = cpu_activation_bwd;
+    be->residual = cpu_residual;
+    be->cross_entropy = cpu_cross_entropy;
+    be->transpose = cpu_transpose;
+    be->accumulate = cpu_accumulate;
+    be->grad_sumsq = cpu_grad_sumsq;
+    be->adamw = cpu_adamw;
+    be->muon = cpu_muon;
+    be->dp_init = cpu_dp_init;
+    be->allreduce = cpu_allreduce;
+    be->destroy = cpu_destroy;
+    return be;
+}

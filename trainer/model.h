@@ -1,0 +1,94 @@
+/* trainer/model.h — a decoder-only pre-norm transformer written against
+ * trainer/backend.h, so that the same code runs on the CPU and on the GPU.
+ *
+ *   gpt2:   token + learned position embeddings; per layer LayerNorm ->
+ *           attention (q, k, v, output projections) -> residual, LayerNorm ->
+ *           MLP (C -> 4C, tanh-GELU, 4C -> C) -> residual; final LayerNorm;
+ *           lm_head tied to the token embedding; AdamW on everything (weight
+ *           decay on the matrices).  The linear layers have no biases (as
+ *           nanoGPT with bias=False); LayerNorms have gain and bias.
+ *   modern: token embedding only; RMSNorm (weightless, or with a gain),
+ *           per-head RMSNorm of q and k (QK-norm), rotary positions, relu^2
+ *           MLP, optional logit soft-cap cap*tanh(z/cap); the lm_head is a
+ *           transposed copy of the embedding [C, V] kept in sync by
+ *           transpose-copy after each update and transpose-add of its
+ *           gradient; Muon (polar express) on the block matrices, AdamW on
+ *           the embedding and gains.
+ *
+ * Every op runs in the slot the plan gives it; every tensor is stored in the
+ * format of the slot that writes it (tplan_explain prints the table). */
+#ifndef ULPSCOPE_TRAINER_MODEL_H
+#define ULPSCOPE_TRAINER_MODEL_H
+
+#include <stdint.h>
+
+#include "trainer/backend.h"
+#include "trainer/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    tmodel_kind kind;
+    int n_layer, n_embd, n_head, vocab, seq_len;
+    int norm_gain;       /* modern: RMSNorms carry a gain (gpt2: always gain and bias) */
+    double softcap;      /* modern: logit soft-cap, 0 = off */
+    double rope_theta;   /* modern */
+    double norm_eps;
+} tmodel_config;
+
+/* Defaults for a family at the given depth, width, heads, vocabulary and
+ * context; returns 0 or -1 with a message (width not divisible by heads,
+ * odd head dimension for rope, non-positive sizes). */
+int tmodel_config_init(tmodel_config *c, tmodel_kind kind, int n_layer, int n_embd, int n_head, int vocab,
+                       int seq_len, char *err, size_t errlen);
+int64_t tmodel_param_count(const tmodel_config *c);
+/* Model FLOPs per token for forward + backward: 6 N (matmul parameters,
+ * lm_head included) + 12 L T C (attention scores and values), as in PaLM's
+ * MFU accounting (Chowdhery et al. 2022, appendix B). */
+double tmodel_flops_per_token(const tmodel_config *c);
+
+/* Called after every slot writes a tensor (forward and backward): hashes,
+ * dumps, non-finite audits.  layer is -1 outside the layers.  Return
+ * nonzero to stop the pass (it then fails with that status). */
+typedef int (*tobserve_fn)(void *ctx, tslot slot, int layer, const char *tensor, const ktensor *t);
+
+typedef struct tmodel tmodel;
+
+/* Allocates parameters (working copy, master, gradients, optimizer state)
+ * and the activations for micro-batches of B sequences of T tokens, in the
+ * formats the plan gives, and initialises the parameters from seed. */
+tmodel *tmodel_create(const tmodel_config *cfg, tbackend *be, const tplan *plan, int B, int T, uint64_t seed,
+                      char *err, size_t errlen);
+void tmodel_destroy(tmodel *m);
+
+/* Switch to another plan mid-run: activations are reallocated in the new
+ * formats.  Slots that own state (weights, grad_accum, optimizer.adamw,
+ * optimizer.muon) cannot change mid-run: -1 with a message. */
+int tmodel_rebind(tmodel *m, const tplan *plan, char *err, size_t errlen);
+
+void tmodel_set_observer(tmodel *m, tobserve_fn fn, void *ctx);
+
+/* Forward pass on tokens/targets [B*T] (host arrays); *loss = mean loss.
+ * With dloss != 0 the backward follows and parameter gradients are
+ * accumulated (+=), the loss gradient being dloss per token (the caller
+ * folds in 1/(B*T*accumulation) and the loss scale). */
+int tmodel_step_micro(tmodel *m, const int32_t *tokens, const int32_t *targets, double dloss, double *loss);
+/* Zero parameter gradients (start of a step). */
+int tmodel_zero_grads(tmodel *m);
+/* Gradient work after the last micro-batch (modern: transpose-add of the
+ * lm_head gradient into the embedding's). */
+int tmodel_finish_grads(tmodel *m);
+/* After an optimizer update (modern: lm_head = embedding^T). */
+int tmodel_sync_weights(tmodel *m);
+
+int tmodel_n_params(const tmodel *m);
+tbackend *tmodel_backend(tmodel *m);
+tparam *tmodel_param(tmodel *m, int i);
+tparam *const *tmodel_params(tmodel *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
