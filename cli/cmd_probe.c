@@ -160,18 +160,20 @@ static int print_sweep(const char *buf, size_t len, void *arg, char *err, size_t
            a->dots);
     for (const char *line = buf; line && *line;) {
         const char *next = strchr(line, '\n');
-        char in[16], prom[48];
+        char in[16], prom[48], dist[16];
         int K;
         double med, mx;
         const char *p = strstr(line, "\"in\":\"");
         const char *q = strstr(line, "\"promotion\":\"");
+        const char *di = strstr(line, "\"inputs\":\"");
         const char *k = strstr(line, "\"K\":");
         const char *m1 = strstr(line, "\"err_median\":");
         const char *m2 = strstr(line, "\"err_max\":");
-        if (p && q && k && m1 && m2 && (!next || m2 < next) && sscanf(p + 6, "%15[^\"]", in) == 1 &&
+        if (p && q && k && m1 && m2 && di && (!next || m2 < next) && sscanf(p + 6, "%15[^\"]", in) == 1 &&
+            sscanf(di + 10, "%15[^\"]", dist) == 1 &&
             sscanf(q + 13, "%47[^\"]", prom) == 1 && sscanf(k + 4, "%d", &K) == 1 &&
             sscanf(m1 + 13, "%lf", &med) == 1 && sscanf(m2 + 10, "%lf", &mx) == 1)
-            printf("  %-5s K=%-6d %-16s %.3e / %.3e\n", in, K, prom, med, mx);
+            printf("  %-5s %-8s K=%-6d %-16s %.3e / %.3e\n", in, dist, K, prom, med, mx);
         line = next ? next + 1 : NULL;
     }
     return 0;

@@ -723,19 +723,24 @@ int probe_accum_sweep_model(FILE *fp, const char *gen, int interval, int ndots, 
         snprintf(err, err_len, "out of memory");
         goto done;
     }
-    for (int f = 0; f < 2; f++) {
+    for (int f = 0; f < 4; f++) {
+        /* f / 2: the format; f % 2: normal inputs (sums random-walk) or
+         * |normal| inputs (sums grow with K, truncation errors add up) */
+        const prec_format fmt = fmts[f / 2];
+        const int positive = f % 2;
         const mma_model *m = NULL;
-        for (int r = 0; r < 3 && !m; r++) m = mma_model_find(gen, routes[r], fmts[f], PREC_FP32);
+        for (int r = 0; r < 3 && !m; r++) m = mma_model_find(gen, routes[r], fmt, PREC_FP32);
         if (!m) continue;
         prec_rng rng;
         prec_rng_seed(&rng, seed + (uint64_t)f);
         for (int K = 128; K <= kmax; K *= 2) {
             for (int i = 0; i < ndots; i++) {
                 for (int k = 0; k < K; k++) {
-                    a[k] = prec_rne(prec_rng_normal(&rng), fmts[f]);
-                    b[k] = prec_rne(prec_rng_normal(&rng), fmts[f]);
-                    mma_store(fmts[f], pa, k, a[k]);
-                    mma_store(fmts[f], pb, k, b[k]);
+                    const double x = prec_rng_normal(&rng), y = prec_rng_normal(&rng);
+                    a[k] = prec_rne(positive ? fabs(x) : x, fmt);
+                    b[k] = prec_rne(positive ? fabs(y) : y, fmt);
+                    mma_store(fmt, pa, k, a[k]);
+                    mma_store(fmt, pb, k, b[k]);
                 }
                 /* no promotion: one chain of blocks through the whole K */
                 const uint32_t d_none = mma_dot(&m->arith, K, pa, pb, 0u);
@@ -755,8 +760,8 @@ int probe_accum_sweep_model(FILE *fp, const char *gen, int interval, int ndots, 
             for (int w = 0; w < 2; w++) {
                 const double *e = w ? e_prom : e_none;
                 fprintf(fp, "{\"record\":\"accum\",\"source\":\"model:%s\",\"route\":\"%s\",\"in\":\"%s\","
-                            "\"promotion\":",
-                        gen, m->route, prec_format_name(fmts[f]));
+                            "\"inputs\":\"%s\",\"promotion\":",
+                        gen, m->route, prec_format_name(fmt), positive ? "positive" : "normal");
                 if (w) fprintf(fp, "\"fp32 every %d\"", interval);
                 else fputs("\"none\"", fp);
                 fprintf(fp, ",\"K\":%d,\"dots\":%d,\"err_median\":", K, ndots);

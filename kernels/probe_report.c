@@ -330,14 +330,18 @@ int probe_report_accum(FILE *fp, FILE *human, uint64_t seed, char *err, size_t e
     }
     prec_rng rng;
     prec_rng_seed(&rng, seed);
-    fprintf(human, "%-22s %6s %12s %12s %s\n", "cuBLASLt e4m3", "K", "err median", "err max", "model=gpu");
+    fprintf(human, "%-22s %-8s %6s %12s %12s %s\n", "cuBLASLt e4m3", "inputs", "K", "err median", "err max",
+            "model=gpu");
+    for (int positive = 0; positive < 2; positive++)
     for (int K = 128; K <= kmax; K *= 2) {
         for (long i = 0; i < (long)M * K; i++) {
-            av[i] = rnd_in(PREC_E4M3, prec_rng_normal(&rng));
+            const double x = prec_rng_normal(&rng);
+            av[i] = rnd_in(PREC_E4M3, positive ? fabs(x) : x);
             mma_store(PREC_E4M3, a, i, av[i]);
         }
         for (long i = 0; i < (long)N * K; i++) {
-            bv[i] = rnd_in(PREC_E4M3, prec_rng_normal(&rng));
+            const double x = prec_rng_normal(&rng);
+            bv[i] = rnd_in(PREC_E4M3, positive ? fabs(x) : x);
             mma_store(PREC_E4M3, b, i, bv[i]);
         }
         for (int fast = 0; fast < 2; fast++) {
@@ -361,15 +365,16 @@ int probe_report_accum(FILE *fp, FILE *human, uint64_t seed, char *err, size_t e
             }
             qsort(e, (size_t)M * N, sizeof *e, cmp_double);
             const double hi = e[M * N / 2];
-            fprintf(fp, "{\"record\":\"accum\",\"source\":\"gpu\",\"route\":\"%s\",\"in\":\"e4m3\",\"promotion\":\"%s\","
-                        "\"K\":%d,\"dots\":%d,\"err_median\":",
-                    fast ? "cublaslt-fastaccum" : "cublaslt", fast ? "none (fast accumulation)" : "cuBLASLt default", K,
-                    M * N);
+            fprintf(fp, "{\"record\":\"accum\",\"source\":\"gpu\",\"route\":\"%s\",\"in\":\"e4m3\",\"inputs\":\"%s\","
+                        "\"promotion\":\"%s\",\"K\":%d,\"dots\":%d,\"err_median\":",
+                    fast ? "cublaslt-fastaccum" : "cublaslt", positive ? "positive" : "normal",
+                    fast ? "none (fast accumulation)" : "cuBLASLt default", K, M * N);
             cli_json_double(fp, hi);
             fputs(",\"err_max\":", fp);
             cli_json_double(fp, e[M * N - 1]);
             fprintf(fp, ",\"model_chain_match\":%d,\"model_chain_checked\":%d}\n", match, model_dots);
-            fprintf(human, "%-22s %6d %12.3e %12.3e %d/%d\n", fast ? "fast accumulation" : "default (promotion)", K, hi,
+            fprintf(human, "%-22s %-8s %6d %12.3e %12.3e %d/%d\n", fast ? "fast accumulation" : "default (promotion)",
+                    positive ? "positive" : "normal", K, hi,
                     e[M * N - 1], match, model_dots);
         }
     }
