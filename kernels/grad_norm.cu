@@ -1,0 +1,157 @@
+// kernels/grad_norm.cu — global gradient norm (see grad_norm.h).
+// Shapes: count tensors of n_t elements each (flat).  Stage 1 writes one fp32
+// partial per chunk (block_tree, warp_tree) or per tensor (sequential) into
+// the workspace, tensor after tensor; stage 2 reduces the partials and takes
+// the square root.  Planted bugs: drop-term skips each tensor's last
+// element; truncate-output truncates the stored norm (kelem.cuh).
+#include <cuda_runtime.h>
+
+#include "kernels/grad_norm.h"
+#include "kernels/kreduce.cuh"
+
+namespace {
+
+constexpr int kBlock = 256, kBlockChunk = 4096, kWarpChunk = 1024;
+
+int64_t chunk_of(int variant) { return variant == KGRADNORM_WARP_TREE ? kWarpChunk : kBlockChunk; }
+
+int64_t partials_of(const int64_t n, int variant)
+{
+    return variant == KGRADNORM_SEQUENTIAL ? 1 : (n + chunk_of(variant) - 1) / chunk_of(variant);
+}
+
+template <typename T>
+__global__ void block_chunks_kernel(float *__restrict__ partial, const T *__restrict__ g, int64_t n, int bug)
+{
+    __shared__ float scratch[32];
+    const int64_t start = (int64_t)blockIdx.x * kBlockChunk, end = start + kBlockChunk < n ? start + kBlockChunk : n;
+    float acc = 0.0f;
+    for (int64_t i = start + threadIdx.x; i < end; i += kBlock) {
+        if (bug == KBUG_DROP_TERM && i == n - 1) continue;
+        float v = kto_float(g[i]);
+        acc = fmaf(v, v, acc);
+    }
+    acc = kblock_sum(acc, scratch);
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+template <typename T>
+__global__ void warp_chunks_kernel(float *__restrict__ partial, const T *__restrict__ g, int64_t n, int64_t chunks, int bug)
+{
+    const int64_t chunk = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (chunk >= chunks) return; // whole warps leave together
+    const int lane = threadIdx.x & 31;
+    const int64_t start = chunk * kWarpChunk, end = start + kWarpChunk < n ? start + kWarpChunk : n;
+    float acc = 0.0f;
+    for (int64_t i = start + lane; i < end; i += 32) {
+        if (bug == KBUG_DROP_TERM && i == n - 1) continue;
+        float v = kto_float(g[i]);
+        acc = fmaf(v, v, acc);
+    }
+    acc = kwarp_sum(acc);
+    if (lane == 0) partial[chunk] = acc;
+}
+
+template <typename T> __global__ void sequential_kernel(float *__restrict__ partial, const T *__restrict__ g, int64_t n, int bug)
+{
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        if (bug == KBUG_DROP_TERM && i == n - 1) continue;
+        float v = kto_float(g[i]);
+        acc = fmaf(v, v, acc);
+    }
+    *partial = acc;
+}
+
+__global__ void final_block_kernel(float *norm, const float *__restrict__ partial, int64_t count, int bug)
+{
+    __shared__ float scratch[32];
+    float acc = 0.0f;
+    for (int64_t i = threadIdx.x; i < count; i += kBlock) acc += partial[i];
+    acc = kblock_sum(acc, scratch);
+    if (threadIdx.x == 0) *norm = kfrom_float<float>(sqrtf(acc), bug);
+}
+
+__global__ void final_sequential_kernel(float *norm, const float *__restrict__ partial, int64_t count, int bug)
+{
+    float acc = 0.0f;
+    for (int64_t i = 0; i < count; i++) acc += partial[i];
+    *norm = kfrom_float<float>(sqrtf(acc), bug);
+}
+
+template <typename T> void stage1(int variant, float *partial, const T *g, int64_t n, int bug)
+{
+    if (variant == KGRADNORM_SEQUENTIAL) sequential_kernel<T><<<1, 1>>>(partial, g, n, bug);
+    else if (variant == KGRADNORM_WARP_TREE) {
+        int64_t chunks = partials_of(n, variant);
+        warp_chunks_kernel<T><<<(unsigned)((chunks + 7) / 8), kBlock>>>(partial, g, n, chunks, bug);
+    } else block_chunks_kernel<T><<<(unsigned)partials_of(n, variant), kBlock>>>(partial, g, n, bug);
+}
+
+int levels(int64_t active)
+{
+    int l = 0;
+    while ((1ll << l) < active) l++;
+    return l;
+}
+
+} // namespace
+
+extern "C" size_t kgrad_norm_workspace(const ktensor *grads, int count, int variant)
+{
+    int64_t p = 0;
+    for (int t = 0; t < count; t++) p += partials_of(ktensor_numel(&grads[t]), variant);
+    return (size_t)(p > 0 ? p : 1) * sizeof(float);
+}
+
+extern "C" int64_t kgrad_norm_depth(const int64_t *sizes, int count, int variant)
+{
+    int64_t stage1 = 0, partials = 0;
+    for (int t = 0; t < count; t++) {
+        int64_t n = sizes[t], d;
+        if (variant == KGRADNORM_SEQUENTIAL) d = n;
+        else {
+            int64_t chunk = chunk_of(variant), threads = variant == KGRADNORM_WARP_TREE ? 32 : kBlock;
+            int64_t in_chunk = n < chunk ? n : chunk;
+            d = (in_chunk + threads - 1) / threads + levels(in_chunk < threads ? in_chunk : threads);
+        }
+        stage1 = d > stage1 ? d : stage1;
+        partials += partials_of(n, variant);
+    }
+    int64_t stage2 = variant == KGRADNORM_SEQUENTIAL ? partials - 1
+                                                       : (partials + kBlock - 1) / kBlock - 1 + levels(partials < kBlock ? partials : kBlock);
+    return stage1 + (stage2 > 0 ? stage2 : 0);
+}
+
+extern "C" int kgrad_norm(float *norm, const ktensor *grads, int count, void *workspace, size_t workspace_bytes,
+                          int variant)
+{
+    if (!norm || !grads || count < 1) return kernels_fail("grad_norm: needs an output and at least one tensor");
+    if (variant < 0 || variant >= KGRADNORM_NVARIANTS) return kernels_fail("grad_norm: unknown variant %d", variant);
+    if (!workspace || workspace_bytes < kgrad_norm_workspace(grads, count, variant))
+        return kernels_fail("grad_norm: workspace of %zu bytes is below the %zu needed", workspace_bytes,
+                            kgrad_norm_workspace(grads, count, variant));
+    const int bug = kernels_planted_bug();
+    float *partial = (float *)workspace;
+    int64_t offset = 0;
+    for (int t = 0; t < count; t++) {
+        const ktensor *g = &grads[t];
+        int64_t n = ktensor_numel(g);
+        if (!g->data || n < 1) return kernels_fail("grad_norm: tensor %d is empty", t);
+        if (g->format != grads[0].format) return kernels_fail("grad_norm: tensor %d is %s, tensor 0 %s", t,
+                                                              prec_format_name(g->format), prec_format_name(grads[0].format));
+        switch (g->format) {
+        case PREC_FP32: stage1<float>(variant, partial + offset, (const float *)g->data, n, bug); break;
+        case PREC_BF16: stage1<__nv_bfloat16>(variant, partial + offset, (const __nv_bfloat16 *)g->data, n, bug); break;
+        case PREC_FP16: stage1<__half>(variant, partial + offset, (const __half *)g->data, n, bug); break;
+        default: return kernels_fail("grad_norm: no %s path", prec_format_name(g->format));
+        }
+        offset += partials_of(n, variant);
+    }
+    if (variant == KGRADNORM_SEQUENTIAL) final_sequential_kernel<<<1, 1>>>(norm, partial, offset, bug);
+    else final_block_kernel<<<1, kBlock>>>(norm, partial, offset, bug);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess)
+        return kernels_fail("grad_norm (%d tensors): launch failed: %s", count, cudaGetErrorString(err));
+    return 0;
+}
