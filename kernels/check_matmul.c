@@ -136,34 +136,6 @@ static const double U32 = 0x1p-24;
 
 static double gelu_d(double z) { return 0.5 * z * (1.0 + tanh(0.7978845608028654 * (z + 0.044715 * z * z * z))); }
 
-/* Relative bound G of the dot part for K terms (see the file comment). */
-static double dot_model(kpath path, kmatmul_accum accum, int64_t K, int *truncating)
-{
-    double g;
-    *truncating = 1;
-    if (accum == KMATMUL_ACC_BLOCK_SCALED) {
-        int64_t groups = (K + KMATMUL_FP8_BLOCK - 1) / KMATMUL_FP8_BLOCK;
-        int64_t in_group = K < KMATMUL_FP8_BLOCK ? K : KMATMUL_FP8_BLOCK;
-        g = (1 + prec_gamma(1.5 * in_group, 0x1p-13)) * (1 + prec_gamma((double)groups + 1, U32)) - 1;
-    } else if (path == KPATH_FP8) {
-        const int64_t nc = 128;
-        if (accum == KMATMUL_ACC_FAST) {
-            g = (1 + prec_gamma(1.5 * K, 0x1p-13)) * pow(1 + U32, 3) - 1;
-        } else {
-            int64_t interval = K < nc ? K : nc, promotions = (K + nc - 1) / nc;
-            g = (1 + prec_gamma(1.5 * interval, 0x1p-13)) * (1 + prec_gamma((double)promotions, U32)) *
-                    pow(1 + U32, 3) - 1;
-        }
-    } else if (path == KPATH_FP32 && accum == KMATMUL_ACC_DEFAULT) {
-        *truncating = 0;
-        g = prec_gamma((double)K, U32);
-    } else {
-        double u_prod = path == KPATH_FP32 ? (1 + 0x1p-10) * (1 + 0x1p-10) - 1 : 0.0;
-        g = (1 + u_prod) * (1 + prec_gamma((double)(K + 2 * ((K + 3) / 4)), 0x1p-23)) - 1;
-    }
-    return g;
-}
-
 /* The dot part of one element as a kval: v = exact dot (unscaled), e = G P. */
 static kval dot_kval(double v, double P, double g, int truncating, int64_t K)
 {
@@ -211,7 +183,7 @@ static int run_plain(const mm_shape *s, kpath path, kmatmul_accum accum, int var
         goto done;
     kmatmul_args x = {s->M, s->N, s->K, s->a_trans, s->b_trans, A.data, B.data, Y.data, s->beta != 0 ? C.data : NULL,
                       (float)s->alpha, (float)s->beta, s->bias ? bias.data : NULL, s->gelu,
-                      PREC_FP32, PREC_FP32, NULL, NULL};
+                      PREC_FP32, PREC_FP32, NULL, NULL, 0};
     if (kmatmul(path, accum, variant, &x) || kernels_sync("matmul") || ktensor_download(&Y, b->y)) goto done;
     rc = 0;
 done:
@@ -266,7 +238,7 @@ static int run_fp8(const mm_shape *s, kmatmul_accum accum, int variant, mm_buffe
             goto done;
     }
     kmatmul_args x = {M, N, K, 0, 1, QA.data, QB.data, Y.data, s->beta != 0 ? C.data : NULL, (float)s->alpha,
-                      (float)s->beta, s->bias ? bias.data : NULL, s->gelu, s->a8, s->b8, sa_dev, sb_dev};
+                      (float)s->beta, s->bias ? bias.data : NULL, s->gelu, s->a8, s->b8, sa_dev, sb_dev, 0};
     if (kmatmul(KPATH_FP8, accum, variant, &x) || kernels_sync("matmul fp8") || ktensor_download(&Y, b->y) ||
         ktensor_download(&QA, qa) || ktensor_download(&QB, qb) ||
         kdevice_download(sa_host, sa_dev, b->n_sa * sizeof(float), "matmul check scales") ||
@@ -421,7 +393,7 @@ static int check_shape(kcheck_ctx *ctx, const mm_shape *s, kpath path, kmatmul_a
                     vs += t;
                 }
                 P += Ps;
-                double g = dot_model(path, accum, kl, &truncating);
+                double g = kmatmul_error_factor(path, accum, kl, &truncating);
                 kval_sum_add(&slices, dot_kval(vs, Ps, g, truncating, kl));
             }
             kval d = n_slices > 1 ? kval_sum_finish(&slices, n_slices - 1, PREC_FP32)

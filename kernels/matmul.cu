@@ -6,6 +6,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -658,6 +659,7 @@ static int matmul_prepare(const char *ctx, kpath path, kmatmul_accum accum, int 
     if (!x->a || !x->b || !x->y) return kernels_fail("%s: null A, B or y", ctx);
     if (x->beta != 0.0f && !x->c) return kernels_fail("%s: beta = %g needs C", ctx, (double)x->beta);
     memset(g, 0, sizeof *g);
+    if (x->y_fp32 && path == KPATH_FP8) return kernels_fail("%s: y_fp32 is not offered on the fp8 path", ctx);
     g->out_type = path_type(path);
     g->compute = (accum == KMATMUL_ACC_FAST && path == KPATH_FP32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     g->a_trans = x->a_trans;
@@ -672,6 +674,7 @@ static int matmul_prepare(const char *ctx, kpath path, kmatmul_accum accum, int 
     g->d = x->y;
     g->alpha = x->alpha;
     g->a_type = g->b_type = g->out_type;
+    if (x->y_fp32) g->out_type = CUDA_R_32F;
     if (path != KPATH_FP8) return 0;
     if ((x->a_format != PREC_E4M3 && x->a_format != PREC_E5M2) ||
         (x->b_format != PREC_E4M3 && x->b_format != PREC_E5M2))
@@ -837,6 +840,31 @@ extern "C" int kmatmul_time_algos(kpath path, kmatmul_accum accum, const kmatmul
     cudaEventDestroy(e1);
     *n_algos = n;
     return rc;
+}
+
+// The models are explained in kernels/check_matmul.c's file comment.
+extern "C" double kmatmul_error_factor(kpath path, kmatmul_accum accum, int64_t K, int *truncating)
+{
+    const double u32 = 0x1p-24;
+    auto gamma = [](double n, double u) { return n * u < 1 ? n * u / (1 - n * u) : INFINITY; };
+    *truncating = 1;
+    if (accum == KMATMUL_ACC_BLOCK_SCALED) {
+        int64_t groups = (K + KMATMUL_FP8_BLOCK - 1) / KMATMUL_FP8_BLOCK;
+        int64_t in_group = K < KMATMUL_FP8_BLOCK ? K : KMATMUL_FP8_BLOCK;
+        return (1 + gamma(1.5 * in_group, 0x1p-13)) * (1 + gamma((double)groups + 1, u32)) - 1;
+    }
+    if (path == KPATH_FP8) {
+        const int64_t nc = 128; // assumed promotion interval of cuBLASLt's default mode
+        if (accum == KMATMUL_ACC_FAST) return (1 + gamma(1.5 * K, 0x1p-13)) * pow(1 + u32, 3) - 1;
+        int64_t interval = K < nc ? K : nc, promotions = (K + nc - 1) / nc;
+        return (1 + gamma(1.5 * interval, 0x1p-13)) * (1 + gamma((double)promotions, u32)) * pow(1 + u32, 3) - 1;
+    }
+    if (path == KPATH_FP32 && accum == KMATMUL_ACC_DEFAULT) {
+        *truncating = 0;
+        return gamma((double)K, u32);
+    }
+    double u_prod = path == KPATH_FP32 ? (1 + 0x1p-10) * (1 + 0x1p-10) - 1 : 0.0;
+    return (1 + u_prod) * (1 + gamma((double)(K + 2 * ((K + 3) / 4)), 0x1p-23)) - 1;
 }
 
 extern "C" void kmatmul_release(void)

@@ -105,6 +105,10 @@ typedef struct {
     prec_format a_format, b_format; /* PREC_E4M3 or PREC_E5M2 */
     const float *a_scale;  /* per tensor: one float; block_scaled: [M, ceil(K/128)] */
     const float *b_scale;  /* per tensor: one float; block_scaled: [ceil(N/128), ceil(K/128)] */
+    /* bf16/fp16 paths: C, y and bias in fp32 instead of the path's format
+     * (the GEMM's fp32 accumulator unrounded: logits for a loss, gradient
+     * accumulation).  Not offered on the fp8 path. */
+    int y_fp32;
 } kmatmul_args;
 
 /* Returns 0, or -1 with kernels_last_error() naming the op, path, variant,
@@ -145,6 +149,12 @@ int kmatmul_quantized(kmatmul_accum accum, int variant, const kmatmul_args *args
  * algorithm kmatmul itself uses. */
 int kmatmul_time_algos(kpath path, kmatmul_accum accum, const kmatmul_args *args, int max_algos, int reps,
                        double *ms, int *n_algos);
+
+/* The accumulation model the checks assume for one dot product of K terms
+ * (kernels/check_matmul.c explains each): the relative factor G with
+ * |computed - exact| <= G sum |a_k b_k| before the epilogue, and whether the
+ * model truncates (its errors then are biased: no probabilistic bound). */
+double kmatmul_error_factor(kpath path, kmatmul_accum accum, int64_t K, int *truncating);
 
 /* Frees the internal workspaces and cached cuBLASLt plans. */
 void kmatmul_release(void);

@@ -16,6 +16,7 @@ extern const kop kop_residual, kop_transpose, kop_grad_norm;
 extern const kop kop_matmul, kop_matmul_fast, kop_matmul_block_fp8;
 extern const kop kop_adamw, kop_adamw_sr, kop_adamw_split;
 extern const kop kop_cross_entropy, kop_linear_cross_entropy;
+extern const kop kop_cross_entropy, kop_linear_cross_entropy;
 
 static const kop *const ops[] = {
     &kop_rmsnorm,
@@ -26,6 +27,7 @@ static const kop *const ops[] = {
     &kop_residual, &kop_transpose, &kop_grad_norm,
     &kop_matmul, &kop_matmul_fast, &kop_matmul_block_fp8,
     &kop_adamw, &kop_adamw_sr, &kop_adamw_split,
+    &kop_cross_entropy, &kop_linear_cross_entropy,
     &kop_cross_entropy, &kop_linear_cross_entropy,
     NULL, /* end */
 };

@@ -1,0 +1,259 @@
+// kernels/cross_entropy.cu — cross-entropy over the vocabulary from
+// materialised logits, and fused with the lm_head matmul in row chunks (see
+// cross_entropy.h).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "kernels/cross_entropy.h"
+#include "kernels/kelem.cuh"
+#include "kernels/kreduce.cuh"
+#include "kernels/matmul.h"
+
+extern "C" const kvariant kce_variants[KCE_NVARIANTS] = {
+    {"two_pass", "row maximum, then sum exp(z - max) over a block tree; logits and dlogits in the path's format"},
+    {"online", "one read for the normaliser: running (max, sum) per thread, rescaled on each new max, merged over "
+               "the block tree"},
+    {"fp32_logits", "two_pass on fp32 logits and dlogits (an lm_head that writes its fp32 accumulator)"},
+};
+
+extern "C" const kvariant klce_variants[KLCE_NVARIANTS] = {
+    {"chunk_1024", "1024 rows per chunk: logits [1024,V] fp32, never [N,V]"},
+    {"chunk_128", "128 rows per chunk: less memory, dW summed over more chunk GEMMs"},
+};
+
+extern "C" int64_t klce_chunk_rows(int variant) { return variant == KLCE_CHUNK_128 ? 128 : 1024; }
+
+extern "C" prec_format kce_logits_format(kpath path, int variant)
+{
+    if (variant == KCE_FP32_LOGITS) return PREC_FP32;
+    switch (path) {
+    case KPATH_BF16: return PREC_BF16;
+    case KPATH_FP16: return PREC_FP16;
+    default: return PREC_FP32;
+    }
+}
+
+static const int CE_THREADS = 256;
+
+__device__ __forceinline__ float block_max(float v, float *scratch)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float w = lane < warps ? scratch[lane] : -INFINITY;
+        for (int off = 16; off > 0; off >>= 1) w = fmaxf(w, __shfl_xor_sync(0xffffffffu, w, off));
+        if (lane == 0) scratch[0] = w;
+    }
+    __syncthreads();
+    return scratch[0];
+}
+
+// (m, s) represents s * exp(m); merging rescales the smaller-max side.
+__device__ __forceinline__ void online_merge(float &m, float &s, float m2, float s2)
+{
+    float mm = fmaxf(m, m2);
+    if (mm == -INFINITY) return; // both empty
+    s = __fadd_rn(__fmul_rn(s, expf(__fsub_rn(m, mm))), __fmul_rn(s2, expf(__fsub_rn(m2, mm))));
+    m = mm;
+}
+
+__device__ __forceinline__ void block_online(float &m, float &s, float *scratch_m, float *scratch_s)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (int off = 16; off > 0; off >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, off), s2 = __shfl_xor_sync(0xffffffffu, s, off);
+        online_merge(m, s, m2, s2);
+    }
+    __syncthreads();
+    if (lane == 0) {
+        scratch_m[warp] = m;
+        scratch_s[warp] = s;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        float wm = lane < warps ? scratch_m[lane] : -INFINITY, ws = lane < warps ? scratch_s[lane] : 0.0f;
+        for (int off = 16; off > 0; off >>= 1) {
+            float m2 = __shfl_xor_sync(0xffffffffu, wm, off), s2 = __shfl_xor_sync(0xffffffffu, ws, off);
+            online_merge(wm, ws, m2, s2);
+        }
+        if (lane == 0) {
+            scratch_m[0] = wm;
+            scratch_s[0] = ws;
+        }
+    }
+    __syncthreads();
+    m = scratch_m[0];
+    s = scratch_s[0];
+}
+
+// One block per row.  logits [N,V] (TIn), dlogits [N,V] (TOut, may alias
+// logits: every thread reads z_j before writing dlogits_j, and z_t is read
+// before the reduction's barriers), losses [N] fp32.
+template <class TIn, class TOut, int ONLINE>
+__global__ void __launch_bounds__(CE_THREADS)
+    ce_row_kernel(const TIn *logits, const int32_t *targets, int64_t V, float *losses, TOut *dlogits, float dloss,
+                  int bug)
+{
+    __shared__ float scratch_m[32], scratch_s[32];
+    const int64_t row = blockIdx.x;
+    const TIn *z = logits + row * V;
+    const int32_t t = targets[row];
+    TOut *dz = dlogits ? dlogits + row * V : nullptr;
+    if (t < 0 || t >= V) { // ignored row
+        if (threadIdx.x == 0) losses[row] = 0.0f;
+        if (dz)
+            for (int64_t j = threadIdx.x; j < V; j += blockDim.x) dz[j] = kfrom_float<TOut>(0.0f, KBUG_NONE);
+        return;
+    }
+    const float zt = kto_float(z[t]);
+    const int64_t terms = bug == KBUG_DROP_TERM ? V - 1 : V; // the planted bug leaves z[V-1] out of the sum
+    float m, s;
+    if (ONLINE) {
+        m = -INFINITY;
+        s = 0.0f;
+        for (int64_t j = threadIdx.x; j < terms; j += blockDim.x) {
+            float x = kto_float(z[j]);
+            if (x > m) {
+                s = __fadd_rn(__fmul_rn(s, expf(__fsub_rn(m, x))), 1.0f);
+                m = x;
+            } else {
+                s = __fadd_rn(s, expf(__fsub_rn(x, m)));
+            }
+        }
+        block_online(m, s, scratch_m, scratch_s);
+    } else {
+        m = -INFINITY;
+        for (int64_t j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, kto_float(z[j]));
+        m = block_max(m, scratch_m);
+        s = 0.0f;
+        for (int64_t j = threadIdx.x; j < terms; j += blockDim.x) s = __fadd_rn(s, expf(__fsub_rn(kto_float(z[j]), m)));
+        s = kblock_sum(s, scratch_s);
+    }
+    const float lse = __fadd_rn(m, logf(s));
+    if (threadIdx.x == 0) losses[row] = kfrom_float<float>(__fsub_rn(lse, zt), bug);
+    if (!dz) return;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+        float p = expf(__fsub_rn(kto_float(z[j]), lse));
+        float g = __fmul_rn(j == t ? __fsub_rn(p, 1.0f) : p, dloss);
+        dz[j] = kfrom_float<TOut>(g, bug);
+    }
+}
+
+template <class TIn, class TOut>
+static int launch_rows(const char *ctx, int online, int64_t N, int64_t V, const void *logits, const int32_t *targets,
+                       float *losses, void *dlogits, float dloss)
+{
+    const int bug = (int)kernels_planted_bug();
+    if (online)
+        ce_row_kernel<TIn, TOut, 1><<<(unsigned)N, CE_THREADS>>>((const TIn *)logits, targets, V, losses,
+                                                                 (TOut *)dlogits, dloss, bug);
+    else
+        ce_row_kernel<TIn, TOut, 0><<<(unsigned)N, CE_THREADS>>>((const TIn *)logits, targets, V, losses,
+                                                                 (TOut *)dlogits, dloss, bug);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return kernels_fail("%s: launch of ce_row_kernel failed: %s", ctx, cudaGetErrorString(err));
+    return 0;
+}
+
+extern "C" int kce_forward_backward(kpath path, int variant, int64_t N, int64_t V, const void *logits,
+                                    const int32_t *targets, float *losses, void *dlogits, float dloss)
+{
+    char ctx[160];
+    snprintf(ctx, sizeof ctx, "cross_entropy %s/%s N=%lld V=%lld", kpath_name(path),
+             variant >= 0 && variant < KCE_NVARIANTS ? kce_variants[variant].name : "?", (long long)N, (long long)V);
+    if (path != KPATH_FP32 && path != KPATH_BF16 && path != KPATH_FP16)
+        return kernels_fail("%s: paths fp32, bf16, fp16 (logits in fp8 would keep 3 mantissa bits)", ctx);
+    if (variant < 0 || variant >= KCE_NVARIANTS) return kernels_fail("%s: unknown variant %d", ctx, variant);
+    if (N <= 0 || V <= 0 || N > INT32_MAX) return kernels_fail("%s: N in [1, 2^31) and V >= 1 required", ctx);
+    if (!logits || !targets || !losses) return kernels_fail("%s: null logits, targets or losses", ctx);
+    const int online = variant == KCE_ONLINE;
+    switch (kce_logits_format(path, variant)) {
+    case PREC_BF16:
+        return launch_rows<__nv_bfloat16, __nv_bfloat16>(ctx, online, N, V, logits, targets, losses, dlogits, dloss);
+    case PREC_FP16: return launch_rows<__half, __half>(ctx, online, N, V, logits, targets, losses, dlogits, dloss);
+    default: return launch_rows<float, float>(ctx, online, N, V, logits, targets, losses, dlogits, dloss);
+    }
+}
+
+// ---- fused linear cross-entropy ------------------------------------------------
+
+static void *chunk_logits, *chunk_dlogits;
+static size_t chunk_logits_bytes, chunk_dlogits_bytes;
+
+static int grow(const char *ctx, void **p, size_t *have, size_t want)
+{
+    if (want <= *have) return 0;
+    if (*p) {
+        cudaError_t e = cudaFree(*p);
+        if (e != cudaSuccess) return kernels_fail("%s: cudaFree failed: %s", ctx, cudaGetErrorString(e));
+    }
+    *p = nullptr;
+    *have = 0;
+    cudaError_t e = cudaMalloc(p, want);
+    if (e != cudaSuccess)
+        return kernels_fail("%s: cudaMalloc(%zu bytes) for the chunk failed: %s", ctx, want, cudaGetErrorString(e));
+    *have = want;
+    return 0;
+}
+
+extern "C" void klinear_ce_release(void)
+{
+    if (chunk_logits) cudaFree(chunk_logits);
+    if (chunk_dlogits) cudaFree(chunk_dlogits);
+    chunk_logits = chunk_dlogits = nullptr;
+    chunk_logits_bytes = chunk_dlogits_bytes = 0;
+}
+
+extern "C" int klinear_ce(kpath path, int variant, int64_t N, int64_t C, int64_t V, const void *h, const void *W,
+                          const int32_t *targets, float *losses, void *dh, float *dW, float dloss)
+{
+    char ctx[200];
+    snprintf(ctx, sizeof ctx, "linear_cross_entropy %s/%s N=%lld C=%lld V=%lld", kpath_name(path),
+             variant >= 0 && variant < KLCE_NVARIANTS ? klce_variants[variant].name : "?", (long long)N, (long long)C,
+             (long long)V);
+    if (path != KPATH_FP32 && path != KPATH_BF16 && path != KPATH_FP16)
+        return kernels_fail("%s: paths fp32, bf16, fp16 (the fp8 lm_head is matmul's fp8 path)", ctx);
+    if (variant < 0 || variant >= KLCE_NVARIANTS) return kernels_fail("%s: unknown variant %d", ctx, variant);
+    if (N <= 0 || C <= 0 || V <= 0) return kernels_fail("%s: N, C and V must be positive", ctx);
+    if (!h || !W || !targets || !losses) return kernels_fail("%s: null h, W, targets or losses", ctx);
+    const int64_t R = klce_chunk_rows(variant) < N ? klce_chunk_rows(variant) : N;
+    const size_t el = path == KPATH_FP32 ? 4 : 2;
+    if (grow(ctx, &chunk_logits, &chunk_logits_bytes, (size_t)R * V * sizeof(float))) return -1;
+    void *dl = chunk_logits; // fp32 path: dlogits overwrite the chunk's logits in place
+    if (path != KPATH_FP32) {
+        if (grow(ctx, &chunk_dlogits, &chunk_dlogits_bytes, (size_t)R * V * el)) return -1;
+        dl = chunk_dlogits;
+    }
+    for (int64_t c0 = 0; c0 < N; c0 += R) {
+        const int64_t r = N - c0 < R ? N - c0 : R;
+        const void *hc = (const char *)h + (size_t)c0 * C * el;
+        // logits [r,V] fp32 = h[c0:c0+r] W^T
+        kmatmul_args lg = {r, V, C, 0, 1, hc, W, chunk_logits, nullptr, 1.0f, 0.0f, nullptr, 0,
+                           PREC_FP32, PREC_FP32, nullptr, nullptr, 1};
+        if (kmatmul(path, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &lg)) return -1;
+        int rc = path == KPATH_FP32
+                     ? launch_rows<float, float>(ctx, 0, r, V, chunk_logits, targets + c0, losses + c0, dl, dloss)
+                 : path == KPATH_BF16
+                     ? launch_rows<float, __nv_bfloat16>(ctx, 0, r, V, chunk_logits, targets + c0, losses + c0, dl,
+                                                         dloss)
+                     : launch_rows<float, __half>(ctx, 0, r, V, chunk_logits, targets + c0, losses + c0, dl, dloss);
+        if (rc) return -1;
+        if (dh) { // dh[c0:c0+r] [r,C] = dlogits [r,V] . W [V,C]
+            kmatmul_args a = {r, C, V, 0, 0, dl, W, (char *)dh + (size_t)c0 * C * el, nullptr, 1.0f, 0.0f, nullptr, 0,
+                              PREC_FP32, PREC_FP32, nullptr, nullptr, 0};
+            if (kmatmul(path, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &a)) return -1;
+        }
+        if (dW) { // dW [V,C] (+)= dlogits^T [V,r] . h[c0:c0+r] [r,C], fp32 across chunks
+            kmatmul_args b = {V, C, r, 1, 0, dl, hc, dW, c0 > 0 ? dW : nullptr, 1.0f, c0 > 0 ? 1.0f : 0.0f, nullptr,
+                              0, PREC_FP32, PREC_FP32, nullptr, nullptr, 1};
+            if (kmatmul(path, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &b)) return -1;
+        }
+    }
+    return 0;
+}
