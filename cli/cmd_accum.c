@@ -67,9 +67,9 @@ static void json_row(FILE *fp, const accum_dataset *d, const accum_result *r, ui
         fputs(",\"x_stored\":", fp);
         cli_json_double(fp, d->v[0]);
     }
-    const char *keys[] = {"value", "exact", "exact_unrounded", "abs_err", "rel_err", "bound", "prob_bound"};
-    double vals[] = {r->value, r->exact, d->exact_unrounded, r->abs_err, r->rel_err, r->bound, r->prob_bound};
-    for (int k = 0; k < 7; k++) {
+    const char *keys[] = {"value", "exact", "exact_unrounded", "sum_abs", "abs_err", "rel_err", "bound", "prob_bound"};
+    double vals[] = {r->value, r->exact, d->exact_unrounded, d->sum_abs, r->abs_err, r->rel_err, r->bound, r->prob_bound};
+    for (int k = 0; k < 8; k++) {
         fprintf(fp, ",\"%s\":", keys[k]);
         cli_json_double(fp, vals[k]);
     }
