@@ -151,11 +151,15 @@ void ref_ball_mul(ref_ball *r, const ref_ball *a, const ref_ball *b)
 {
     MPFR_DECL_INIT(rad, RAD_PREC);
     MPFR_DECL_INIT(tmp, RAD_PREC);
-    abs_mul_up(rad, a->mid, b->rad);
-    abs_mul_up(tmp, b->mid, a->rad);
-    mpfr_add(rad, rad, tmp, MPFR_RNDU);
-    mpfr_mul(tmp, a->rad, b->rad, MPFR_RNDU);
-    mpfr_add(rad, rad, tmp, MPFR_RNDU);
+    if (mpfr_zero_p(a->rad) && mpfr_zero_p(b->rad)) { /* exact operands: the common case */
+        mpfr_set_zero(rad, 1);
+    } else {
+        abs_mul_up(rad, a->mid, b->rad);
+        abs_mul_up(tmp, b->mid, a->rad);
+        mpfr_add(rad, rad, tmp, MPFR_RNDU);
+        mpfr_mul(tmp, a->rad, b->rad, MPFR_RNDU);
+        mpfr_add(rad, rad, tmp, MPFR_RNDU);
+    }
     int t = mpfr_mul(r->mid, a->mid, b->mid, MPFR_RNDN);
     finish(r, rad, t);
 }
@@ -196,8 +200,12 @@ void ref_ball_add_d(ref_ball *r, const ref_ball *a, double x)
 void ref_ball_mul_d(ref_ball *r, const ref_ball *a, double x)
 {
     MPFR_DECL_INIT(rad, RAD_PREC);
-    mpfr_mul_d(rad, a->rad, x, MPFR_RNDA);
-    mpfr_abs(rad, rad, MPFR_RNDU);
+    if (mpfr_zero_p(a->rad)) {
+        mpfr_set_zero(rad, 1);
+    } else {
+        mpfr_mul_d(rad, a->rad, x, MPFR_RNDA);
+        mpfr_abs(rad, rad, MPFR_RNDU);
+    }
     int t = mpfr_mul_d(r->mid, a->mid, x, MPFR_RNDN);
     finish(r, rad, t);
 }
