@@ -7,27 +7,27 @@
 #include <string.h>
 #include <strings.h>
 
+extern const kop kop_embedding;
 extern const kop kop_rmsnorm;
 extern const kop kop_layernorm;
 extern const kop kop_softmax;
 extern const kop kop_logsumexp;
 extern const kop kop_gelu_tanh, kop_gelu_erf, kop_relu2, kop_leaky_relu2;
-extern const kop kop_residual, kop_transpose, kop_grad_norm;
+extern const kop kop_residual, kop_transpose, kop_grad_norm, kop_rope;
 extern const kop kop_matmul, kop_matmul_fast, kop_matmul_block_fp8;
 extern const kop kop_adamw, kop_adamw_sr, kop_adamw_split;
 extern const kop kop_cross_entropy, kop_linear_cross_entropy;
-extern const kop kop_cross_entropy, kop_linear_cross_entropy;
 
 static const kop *const ops[] = {
+    &kop_embedding,
     &kop_rmsnorm,
     &kop_layernorm,
     &kop_softmax,
     &kop_logsumexp,
     &kop_gelu_tanh, &kop_gelu_erf, &kop_relu2, &kop_leaky_relu2,
-    &kop_residual, &kop_transpose, &kop_grad_norm,
+    &kop_residual, &kop_transpose, &kop_grad_norm, &kop_rope,
     &kop_matmul, &kop_matmul_fast, &kop_matmul_block_fp8,
     &kop_adamw, &kop_adamw_sr, &kop_adamw_split,
-    &kop_cross_entropy, &kop_linear_cross_entropy,
     &kop_cross_entropy, &kop_linear_cross_entropy,
     NULL, /* end */
 };

@@ -1,0 +1,189 @@
+// kernels/embedding.cu — embedding lookup and deterministic backward (see
+// embedding.h).  Shapes: table/dtable (V, C), out/dout (N, C), tokens (N).
+// Planted bugs: drop-term leaves out[N-1][C-1] unwritten and drops the last
+// row of every token's gradient sum; truncate-output rounds stores toward zero.
+#include <cuda_runtime.h>
+
+#include <cub/cub.cuh>
+
+#include "kernels/embedding.h"
+#include "kernels/kelem.cuh"
+
+namespace {
+
+constexpr int kThreads = 128;
+
+template <typename T>
+__global__ void lookup_kernel(T *__restrict__ out, const T *__restrict__ table, const int32_t *__restrict__ tokens,
+                              int64_t N, int64_t V, int64_t C, int bug)
+{
+    const int64_t t = blockIdx.x;
+    const int32_t v = tokens[t];
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        if (bug == KBUG_DROP_TERM && t == N - 1 && c == C - 1) continue;
+        float val = (v >= 0 && v < V) ? kto_float(table[(int64_t)v * C + c]) : __int_as_float(0x7fffffff);
+        out[t * C + c] = kfrom_float<T>(val, bug);
+    }
+}
+
+__global__ void iota_kernel(int32_t *p, int64_t n)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = (int32_t)i;
+}
+
+// One block per sorted position; only the first position of each token's run
+// works: it sums the run's dout rows in position order (the sort is stable).
+template <typename T>
+__global__ void segment_sum_kernel(T *__restrict__ dtable, const T *__restrict__ dout, const int32_t *__restrict__ keys,
+                                   const int32_t *__restrict__ rows, int64_t N, int64_t V, int64_t C, int bug)
+{
+    const int64_t p = blockIdx.x;
+    const int32_t v = keys[p];
+    if ((p > 0 && keys[p - 1] == v) || v < 0 || v >= V) return;
+    int64_t end = p + 1;
+    while (end < N && keys[end] == v) end++;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int64_t q = p; q < end; q++) {
+            if (bug == KBUG_DROP_TERM && q == end - 1) continue;
+            acc += kto_float(dout[(int64_t)rows[q] * C + c]);
+        }
+        T *d = &dtable[(int64_t)v * C + c];
+        *d = kfrom_float<T>(kto_float(*d) + acc, bug);
+    }
+}
+
+template <typename T>
+__global__ void row_owner_kernel(T *__restrict__ dtable, const T *__restrict__ dout, const int32_t *__restrict__ tokens,
+                                 int64_t N, int64_t V, int64_t C, int bug)
+{
+    const int32_t v = (int32_t)blockIdx.x;
+    int64_t last = -1; // the row's last occurrence, for the planted bug
+    if (bug == KBUG_DROP_TERM)
+        for (int64_t t = 0; t < N; t++)
+            if (tokens[t] == v) last = t;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = 0.0f;
+        bool any = false;
+        for (int64_t t = 0; t < N; t++) {
+            if (tokens[t] != v) continue;
+            any = true;
+            if (t == last) continue;
+            acc += kto_float(dout[t * C + c]);
+        }
+        if (!any) continue;
+        T *d = &dtable[(int64_t)v * C + c];
+        *d = kfrom_float<T>(kto_float(*d) + acc, bug);
+    }
+}
+
+int bits_for(int64_t V)
+{
+    int b = 1;
+    while ((1ll << b) < V) b++;
+    return b;
+}
+
+struct sort_layout {
+    int32_t *keys, *rows_in, *rows;
+    void *temp;
+    size_t temp_bytes, total;
+};
+
+// Workspace: sorted keys, positions in, positions sorted, CUB's temporary storage.
+sort_layout layout(void *base, int64_t N, int64_t V)
+{
+    sort_layout l{};
+    size_t vec = ((size_t)N * sizeof(int32_t) + 255) / 256 * 256;
+    cub::DeviceRadixSort::SortPairs(nullptr, l.temp_bytes, (const int32_t *)nullptr, (int32_t *)nullptr,
+                                    (const int32_t *)nullptr, (int32_t *)nullptr, (int)N, 0, bits_for(V));
+    char *b = (char *)base;
+    l.keys = (int32_t *)b;
+    l.rows_in = (int32_t *)(b + vec);
+    l.rows = (int32_t *)(b + 2 * vec);
+    l.temp = b + 3 * vec;
+    l.total = 3 * vec + l.temp_bytes;
+    return l;
+}
+
+int check_2d(const char *what, const ktensor *t, prec_format f)
+{
+    if (!t || !t->data || t->ndim != 2 || t->format != f)
+        return kernels_fail("embedding: %s must be a 2-d %s tensor", what, prec_format_name(f));
+    return 0;
+}
+
+int launched(const char *what, int64_t N, int64_t V, int64_t C)
+{
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess)
+        return kernels_fail("embedding %s (N=%lld V=%lld C=%lld): launch failed: %s", what, (long long)N, (long long)V,
+                            (long long)C, cudaGetErrorString(err));
+    return 0;
+}
+
+} // namespace
+
+extern "C" int kembedding_forward(ktensor *out, const ktensor *table, const int32_t *tokens, int variant)
+{
+    if (!table || check_2d("table", table, table->format) || check_2d("out", out, table->format) || !tokens)
+        return -1;
+    const int64_t V = table->shape[0], C = table->shape[1], N = out->shape[0];
+    if (out->shape[1] != C) return kernels_fail("embedding forward: out has %lld columns, table %lld", (long long)out->shape[1], (long long)C);
+    if (variant < 0 || variant >= KEMBED_NVARIANTS) return kernels_fail("embedding forward: unknown variant %d", variant);
+    const int bug = kernels_planted_bug();
+    switch (table->format) {
+    case PREC_FP32: lookup_kernel<float><<<(unsigned)N, kThreads>>>((float *)out->data, (const float *)table->data, tokens, N, V, C, bug); break;
+    case PREC_BF16:
+        lookup_kernel<__nv_bfloat16><<<(unsigned)N, kThreads>>>((__nv_bfloat16 *)out->data, (const __nv_bfloat16 *)table->data, tokens, N, V, C, bug);
+        break;
+    case PREC_FP16: lookup_kernel<__half><<<(unsigned)N, kThreads>>>((__half *)out->data, (const __half *)table->data, tokens, N, V, C, bug); break;
+    default: return kernels_fail("embedding forward: no %s path", prec_format_name(table->format));
+    }
+    return launched("forward", N, V, C);
+}
+
+extern "C" size_t kembedding_backward_workspace(int64_t n_tokens, int64_t vocab, int variant)
+{
+    if (variant == KEMBED_ROW_OWNER) return 0;
+    return layout(nullptr, n_tokens, vocab).total;
+}
+
+extern "C" int kembedding_backward(ktensor *dtable, const ktensor *dout, const int32_t *tokens, void *workspace,
+                                   size_t workspace_bytes, int variant)
+{
+    if (!dtable || check_2d("dtable", dtable, dtable->format) || check_2d("dout", dout, dtable->format) || !tokens)
+        return -1;
+    const int64_t V = dtable->shape[0], C = dtable->shape[1], N = dout->shape[0];
+    if (dout->shape[1] != C) return kernels_fail("embedding backward: dout has %lld columns, dtable %lld", (long long)dout->shape[1], (long long)C);
+    if (variant < 0 || variant >= KEMBED_NVARIANTS) return kernels_fail("embedding backward: unknown variant %d", variant);
+    const int bug = kernels_planted_bug();
+    if (variant == KEMBED_ROW_OWNER) {
+        switch (dtable->format) {
+#define OWNER(T) row_owner_kernel<T><<<(unsigned)V, kThreads>>>((T *)dtable->data, (const T *)dout->data, tokens, N, V, C, bug);
+        case PREC_FP32: OWNER(float) break;
+        case PREC_BF16: OWNER(__nv_bfloat16) break;
+        case PREC_FP16: OWNER(__half) break;
+#undef OWNER
+        default: return kernels_fail("embedding backward: no %s path", prec_format_name(dtable->format));
+        }
+        return launched("backward (row_owner)", N, V, C);
+    }
+    sort_layout l = layout(workspace, N, V);
+    if (!workspace || workspace_bytes < l.total)
+        return kernels_fail("embedding backward: workspace of %zu bytes is below the %zu needed", workspace_bytes, l.total);
+    iota_kernel<<<(unsigned)((N + 255) / 256), 256>>>(l.rows_in, N);
+    cudaError_t err = cub::DeviceRadixSort::SortPairs(l.temp, l.temp_bytes, tokens, l.keys, l.rows_in, l.rows, (int)N, 0,
+                                                      bits_for(V));
+    if (err != cudaSuccess) return kernels_fail("embedding backward: cub radix sort failed: %s", cudaGetErrorString(err));
+    switch (dtable->format) {
+#define SEG(T) segment_sum_kernel<T><<<(unsigned)N, kThreads>>>((T *)dtable->data, (const T *)dout->data, l.keys, l.rows, N, V, C, bug);
+    case PREC_FP32: SEG(float) break;
+    case PREC_BF16: SEG(__nv_bfloat16) break;
+    case PREC_FP16: SEG(__half) break;
+#undef SEG
+    default: return kernels_fail("embedding backward: no %s path", prec_format_name(dtable->format));
+    }
+    return launched("backward (sorted)", N, V, C);
+}

@@ -1,0 +1,37 @@
+/* kernels/embedding.h — token embedding lookup and its deterministic
+ * backward (no float atomics).
+ *
+ * forward:  out[t][c] = table[tokens[t]][c]                  (exact copy)
+ * backward: dtable[v][c] += sum over t with tokens[t] = v of dout[t][c],
+ *           summed in token order in fp32, then one addition to dtable's
+ *           old value and one rounding into the path's format.
+ * table, dtable (V, C); out, dout (N, C); tokens: device int32[N] in [0, V)
+ * (out-of-range tokens give NaN rows forward and no gradient backward). */
+#ifndef ULPSCOPE_KERNELS_EMBEDDING_H
+#define ULPSCOPE_KERNELS_EMBEDDING_H
+
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Backward variants (same summation order, so the same bits):
+ *   sorted     a stable radix sort of (token, position) pairs (CUB), then one
+ *              block per distinct token sums its rows in position order;
+ *   row_owner  one block per vocabulary row scans all tokens in order: no
+ *              sort, O(V N) index reads (the simple reference order). */
+typedef enum { KEMBED_SORTED = 0, KEMBED_ROW_OWNER, KEMBED_NVARIANTS } kembedding_variant;
+
+int kembedding_forward(ktensor *out, const ktensor *table, const int32_t *tokens, int variant);
+/* Device workspace for the backward (0 for row_owner). */
+size_t kembedding_backward_workspace(int64_t n_tokens, int64_t vocab, int variant);
+int kembedding_backward(ktensor *dtable, const ktensor *dout, const int32_t *tokens, void *workspace,
+                        size_t workspace_bytes, int variant);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
