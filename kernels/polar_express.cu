@@ -1,0 +1,256 @@
+// kernels/polar_express.cu — Muon's orthogonalisation (polar express / Newton-
+// Schulz), wide or tall, fused or split; see polar_express.h.  The GEMMs are
+// kmatmul calls; this file adds the Frobenius norm, the normalisation and the
+// split variant's a X + T.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "kernels/kelem.cuh"
+#include "kernels/kreduce.cuh"
+#include "kernels/matmul.h"
+#include "kernels/polar_express.h"
+
+extern "C" const kvariant kpe_variants[KPE_NVARIANTS] = {
+    {"wide_fused", "A = X X^T (rows x rows), X' = B X + a X in one GEMM (beta = a): one rounding of X'"},
+    {"wide_split", "A = X X^T, T = B X rounded, then X' = a X + T elementwise: two roundings"},
+    {"tall_fused", "A = X^T X (cols x cols), X' = X B + a X in one GEMM"},
+    {"tall_split", "A = X^T X, T = X B rounded, then X' = a X + T elementwise"},
+};
+
+// Polar Express (arXiv:2505.16932), num_iters = 5, safety factor 2e-2,
+// cushion 2, as published with modded-nanogpt; rounded to fp32 here.
+static const double polar_express_abc[KPE_STEPS][3] = {
+    {8.156554524902461, -22.48329292557795, 15.878769915207462},
+    {4.042929935166739, -2.808917465908714, 0.5000178451051316},
+    {3.8916678022926607, -2.772484153217685, 0.5060648178503393},
+    {3.285753657755655, -2.3681294933425376, 0.46449024233003106},
+    {2.3465413258596377, -1.7097828382687081, 0.42323551169305323},
+};
+static const double muon_quintic_abc[3] = {3.4445, -4.7750, 2.0315};
+
+extern "C" void kpe_coefficients(kpe_coeffs which, float coeffs[KPE_STEPS][3])
+{
+    for (int s = 0; s < KPE_STEPS; s++)
+        for (int k = 0; k < 3; k++)
+            coeffs[s][k] = (float)(which == KPE_MUON_QUINTIC ? muon_quintic_abc[k] : polar_express_abc[s][k]);
+}
+
+static const int NORM_THREADS = 256, NORM_MAX_BLOCKS = 256;
+
+static int norm_blocks(int64_t n)
+{
+    int64_t b = (n + NORM_THREADS - 1) / NORM_THREADS;
+    return (int)(b < NORM_MAX_BLOCKS ? b : NORM_MAX_BLOCKS);
+}
+
+extern "C" int64_t kpe_norm_depth(int64_t n)
+{
+    // per thread: its strided fmas from zero (each may round), then the block
+    // tree (8 levels) and the second stage's tree (8 levels)
+    int64_t stride = (int64_t)norm_blocks(n) * NORM_THREADS;
+    return (n + stride - 1) / stride + 16;
+}
+
+// Stage 1: partial sums of squares, one per block, fixed shape.
+template <class T> __global__ void sumsq_kernel(const T *x, int64_t n, float *partials, int bug)
+{
+    __shared__ float scratch[32];
+    const int64_t last = bug == KBUG_DROP_TERM ? n - 1 : n;
+    float acc = 0.0f;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < last; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = kto_float(x[i]);
+        acc = __fmaf_rn(v, v, acc);
+    }
+    acc = kblock_sum(acc, scratch);
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+// Stage 2: one block adds the partials (thread t holds partial t) and forms
+// the denominator 1.02 sqrt(sum) + 1e-6.
+__global__ void norm_denominator_kernel(const float *partials, int n_partials, float *denom)
+{
+    __shared__ float scratch[32];
+    float acc = threadIdx.x < n_partials ? partials[threadIdx.x] : 0.0f;
+    acc = kblock_sum(acc, scratch);
+    if (threadIdx.x == 0) *denom = __fadd_rn(__fmul_rn(__fsqrt_rn(acc), KPE_NORM_SAFETY), KPE_NORM_EPS);
+}
+
+template <class T> __global__ void divide_kernel(const T *g, int64_t n, const float *denom, T *x, int bug)
+{
+    const float d = *denom;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = kfrom_float<T>(__fdiv_rn(kto_float(g[i]), d), bug);
+}
+
+// The split variant's second half: X' = a X + T.
+template <class T> __global__ void axpy_kernel(float a, const T *x, const T *t, int64_t n, T *out, int bug)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = kfrom_float<T>(__fadd_rn(__fmul_rn(a, kto_float(x[i])), kto_float(t[i])), bug);
+}
+
+// ---- workspaces ----------------------------------------------------------------
+
+enum { PE_PARTIALS, PE_DENOM, PE_A, PE_B, PE_T, PE_X, PE_COUNT };
+static void *pe_ws[PE_COUNT];
+static size_t pe_ws_size[PE_COUNT];
+
+static int pe_get(const char *ctx, int slot, size_t bytes, void **out)
+{
+    if (bytes > pe_ws_size[slot]) {
+        if (pe_ws[slot]) {
+            cudaError_t e = cudaFree(pe_ws[slot]);
+            if (e != cudaSuccess) return kernels_fail("%s: cudaFree failed: %s", ctx, cudaGetErrorString(e));
+        }
+        pe_ws[slot] = nullptr;
+        pe_ws_size[slot] = 0;
+        cudaError_t e = cudaMalloc(&pe_ws[slot], bytes);
+        if (e != cudaSuccess) return kernels_fail("%s: cudaMalloc(%zu) failed: %s", ctx, bytes, cudaGetErrorString(e));
+        pe_ws_size[slot] = bytes;
+    }
+    *out = pe_ws[slot];
+    return 0;
+}
+
+extern "C" void kpolar_express_release(void)
+{
+    for (int s = 0; s < PE_COUNT; s++) {
+        if (pe_ws[s]) cudaFree(pe_ws[s]);
+        pe_ws[s] = nullptr;
+        pe_ws_size[s] = 0;
+    }
+}
+
+static int check_path(const char *ctx, kpath path)
+{
+    if (path != KPATH_FP32 && path != KPATH_BF16 && path != KPATH_FP16)
+        return kernels_fail("%s: paths fp32, bf16, fp16 (an fp8 iterate would keep 3 mantissa bits of an "
+                            "orthogonal matrix)", ctx);
+    return 0;
+}
+
+static size_t elem_bytes(kpath path) { return path == KPATH_FP32 ? 4 : 2; }
+
+static int launched(const char *ctx, const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return kernels_fail("%s: launch of %s failed: %s", ctx, what, cudaGetErrorString(e));
+    return 0;
+}
+
+extern "C" int kpolar_express_normalize(kpath path, int64_t rows, int64_t cols, const void *G, void *X0)
+{
+    char ctx[160];
+    snprintf(ctx, sizeof ctx, "polar_express normalize %s rows=%lld cols=%lld", kpath_name(path), (long long)rows,
+             (long long)cols);
+    if (check_path(ctx, path)) return -1;
+    if (rows <= 0 || cols <= 0) return kernels_fail("%s: rows and cols must be positive", ctx);
+    if (!G || !X0) return kernels_fail("%s: null G or X0", ctx);
+    const int64_t n = rows * cols;
+    const int nb = norm_blocks(n), bug = (int)kernels_planted_bug();
+    void *partials, *denom;
+    if (pe_get(ctx, PE_PARTIALS, NORM_MAX_BLOCKS * sizeof(float), &partials) ||
+        pe_get(ctx, PE_DENOM, sizeof(float), &denom))
+        return -1;
+    int grid = (int)((n + 255) / 256 < 65536 ? (n + 255) / 256 : 65536);
+    switch (path) {
+    case KPATH_FP32: sumsq_kernel<float><<<nb, NORM_THREADS>>>((const float *)G, n, (float *)partials, bug); break;
+    case KPATH_BF16:
+        sumsq_kernel<__nv_bfloat16><<<nb, NORM_THREADS>>>((const __nv_bfloat16 *)G, n, (float *)partials, bug);
+        break;
+    default: sumsq_kernel<__half><<<nb, NORM_THREADS>>>((const __half *)G, n, (float *)partials, bug); break;
+    }
+    if (launched(ctx, "sumsq_kernel")) return -1;
+    norm_denominator_kernel<<<1, NORM_THREADS>>>((const float *)partials, nb, (float *)denom);
+    if (launched(ctx, "norm_denominator_kernel")) return -1;
+    switch (path) {
+    case KPATH_FP32:
+        divide_kernel<float><<<grid, 256>>>((const float *)G, n, (const float *)denom, (float *)X0, bug);
+        break;
+    case KPATH_BF16:
+        divide_kernel<__nv_bfloat16><<<grid, 256>>>((const __nv_bfloat16 *)G, n, (const float *)denom,
+                                                    (__nv_bfloat16 *)X0, bug);
+        break;
+    default:
+        divide_kernel<__half><<<grid, 256>>>((const __half *)G, n, (const float *)denom, (__half *)X0, bug);
+        break;
+    }
+    return launched(ctx, "divide_kernel");
+}
+
+extern "C" int kpolar_express_step(kpath path, int variant, int64_t rows, int64_t cols, float a, float b, float c,
+                                   const void *X, void *Xn)
+{
+    char ctx[200];
+    snprintf(ctx, sizeof ctx, "polar_express step %s/%s rows=%lld cols=%lld", kpath_name(path),
+             variant >= 0 && variant < KPE_NVARIANTS ? kpe_variants[variant].name : "?", (long long)rows,
+             (long long)cols);
+    if (check_path(ctx, path)) return -1;
+    if (variant < 0 || variant >= KPE_NVARIANTS) return kernels_fail("%s: unknown variant %d", ctx, variant);
+    if (rows <= 0 || cols <= 0) return kernels_fail("%s: rows and cols must be positive", ctx);
+    if (!X || !Xn || X == Xn) return kernels_fail("%s: X and Xn must be distinct non-null buffers", ctx);
+    const int wide = variant == KPE_WIDE_FUSED || variant == KPE_WIDE_SPLIT;
+    const int fused = variant == KPE_WIDE_FUSED || variant == KPE_TALL_FUSED;
+    const int64_t g = wide ? rows : cols; // Gram matrix edge
+    const size_t el = elem_bytes(path);
+    void *A, *B, *T = nullptr;
+    if (pe_get(ctx, PE_A, (size_t)g * g * el, &A) || pe_get(ctx, PE_B, (size_t)g * g * el, &B)) return -1;
+    if (!fused && pe_get(ctx, PE_T, (size_t)rows * cols * el, &T)) return -1;
+    // Gram: wide A = X X^T [rows,rows] (K = cols); tall A = X^T X [cols,cols] (K = rows)
+    kmatmul_args gram = {g, g, wide ? cols : rows, wide ? 0 : 1, wide ? 1 : 0, X, X, A, nullptr, 1.0f, 0.0f,
+                         nullptr, 0, PREC_FP32, PREC_FP32, nullptr, nullptr, 0};
+    if (kmatmul(path, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &gram)) return -1;
+    // B = c A A + b A  [g,g]
+    kmatmul_args poly = {g, g, g, 0, 0, A, A, B, A, c, b, nullptr, 0, PREC_FP32, PREC_FP32, nullptr, nullptr, 0};
+    if (kmatmul(path, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &poly)) return -1;
+    // wide: B X [rows,cols] (K = rows); tall: X B [rows,cols] (K = cols)
+    kmatmul_args last = {rows, cols, g, 0, 0, wide ? B : X, wide ? X : B, fused ? Xn : T,
+                         fused ? X : nullptr, 1.0f, fused ? a : 0.0f, nullptr, 0, PREC_FP32, PREC_FP32,
+                         nullptr, nullptr, 0};
+    if (kmatmul(path, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &last)) return -1;
+    if (fused) return 0;
+    const int64_t n = rows * cols;
+    const int bug = (int)kernels_planted_bug(), grid = (int)((n + 255) / 256 < 65536 ? (n + 255) / 256 : 65536);
+    switch (path) {
+    case KPATH_FP32: axpy_kernel<float><<<grid, 256>>>(a, (const float *)X, (const float *)T, n, (float *)Xn, bug); break;
+    case KPATH_BF16:
+        axpy_kernel<__nv_bfloat16><<<grid, 256>>>(a, (const __nv_bfloat16 *)X, (const __nv_bfloat16 *)T, n,
+                                                  (__nv_bfloat16 *)Xn, bug);
+        break;
+    default:
+        axpy_kernel<__half><<<grid, 256>>>(a, (const __half *)X, (const __half *)T, n, (__half *)Xn, bug);
+        break;
+    }
+    return launched(ctx, "axpy_kernel");
+}
+
+extern "C" int kpolar_express(kpath path, int variant, kpe_coeffs which, int64_t rows, int64_t cols, const void *G,
+                              void *X)
+{
+    char ctx[160];
+    snprintf(ctx, sizeof ctx, "polar_express %s rows=%lld cols=%lld", kpath_name(path), (long long)rows,
+             (long long)cols);
+    if ((unsigned)which >= KPE_NCOEFFS) return kernels_fail("%s: unknown coefficient set %d", ctx, (int)which);
+    if (check_path(ctx, path)) return -1;
+    if (rows <= 0 || cols <= 0) return kernels_fail("%s: rows and cols must be positive", ctx);
+    float abc[KPE_STEPS][3];
+    kpe_coefficients(which, abc);
+    void *W;
+    if (pe_get(ctx, PE_X, (size_t)rows * cols * elem_bytes(path), &W)) return -1;
+    if (kpolar_express_normalize(path, rows, cols, G, X)) return -1;
+    void *cur = X, *next = W;
+    for (int s = 0; s < KPE_STEPS; s++) {
+        if (kpolar_express_step(path, variant, rows, cols, abc[s][0], abc[s][1], abc[s][2], cur, next)) return -1;
+        void *t = cur;
+        cur = next;
+        next = t;
+    }
+    if (cur != X) {
+        cudaError_t e = cudaMemcpyAsync(X, cur, (size_t)rows * cols * elem_bytes(path), cudaMemcpyDeviceToDevice, 0);
+        if (e != cudaSuccess) return kernels_fail("%s: cudaMemcpyAsync failed: %s", ctx, cudaGetErrorString(e));
+    }
+    return 0;
+}
