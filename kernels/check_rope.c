@@ -22,7 +22,7 @@ typedef struct {
     int64_t B, T, H, D;
 } shape;
 
-static const shape shapes[] = {{1, 3, 1, 2}, {2, 64, 4, 64}, {3, 37, 3, 18}, {1, 1024, 2, 128}};
+static const shape shapes[] = {{1, 3, 1, 2}, {2, 64, 4, 64}, {3, 37, 3, 18}, {1, 1024, 1, 16}};
 static const double BASE = 10000.0;
 static const prec_format F32 = PREC_FP32;
 

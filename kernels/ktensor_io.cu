@@ -164,3 +164,50 @@ extern "C" int kdevice_describe(kdevice_props *props)
     props->memory_bytes = p.totalGlobalMem;
     return 0;
 }
+
+extern "C" int kdevice_copy(void *dst, const void *src, size_t bytes, const char *what)
+{
+    cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice);
+    return err == cudaSuccess ? 0 : cuda_fail(what, "cudaMemcpy(device to device)", err);
+}
+
+struct ktimer {
+    cudaEvent_t start, stop;
+};
+
+extern "C" int ktimer_create(ktimer **t)
+{
+    *t = (ktimer *)calloc(1, sizeof(ktimer));
+    if (!*t) return kernels_fail("ktimer_create: out of host memory");
+    cudaError_t err = cudaEventCreate(&(*t)->start);
+    if (err == cudaSuccess) err = cudaEventCreate(&(*t)->stop);
+    if (err != cudaSuccess) {
+        free(*t);
+        *t = nullptr;
+        return cuda_fail("ktimer_create", "cudaEventCreate", err);
+    }
+    return 0;
+}
+
+extern "C" void ktimer_destroy(ktimer *t)
+{
+    if (!t) return;
+    cudaEventDestroy(t->start);
+    cudaEventDestroy(t->stop);
+    free(t);
+}
+
+extern "C" int ktimer_start(ktimer *t)
+{
+    cudaError_t err = cudaEventRecord(t->start, 0);
+    return err == cudaSuccess ? 0 : cuda_fail("ktimer_start", "cudaEventRecord", err);
+}
+
+extern "C" int ktimer_stop(ktimer *t, float *ms)
+{
+    cudaError_t err = cudaEventRecord(t->stop, 0);
+    if (err == cudaSuccess) err = cudaEventSynchronize(t->stop);
+    if (err == cudaSuccess) err = cudaGetLastError();
+    if (err == cudaSuccess) err = cudaEventElapsedTime(ms, t->start, t->stop);
+    return err == cudaSuccess ? 0 : cuda_fail("ktimer_stop", "cudaEventElapsedTime", err);
+}

@@ -52,6 +52,18 @@ typedef struct {
 } kdevice_props;
 int kdevice_describe(kdevice_props *props);
 
+/* Device-to-device copy (cudaMemcpy), for copy-bandwidth baselines. */
+int kdevice_copy(void *dst, const void *src, size_t bytes, const char *what);
+
+/* CUDA-event timing for benchmarks: start records an event on the default
+ * stream, stop records another, waits for it and returns the milliseconds
+ * between them. */
+typedef struct ktimer ktimer;
+int ktimer_create(ktimer **t);
+void ktimer_destroy(ktimer *t);
+int ktimer_start(ktimer *t);
+int ktimer_stop(ktimer *t, float *ms);
+
 /* cudaDeviceSynchronize, then the last launch error, attributed to `what`. */
 int kernels_sync(const char *what);
 

@@ -3,3 +3,16 @@
 # kernel check matrix, then compute-sanitizer memcheck and racecheck.
 set -eu
 build=$1
+
+# ---- kernels: the check matrix, the planted-bug twins, sanitizers (H4) ----
+# The whole matrix on fresh inputs (every row must PASS), then each planted
+# bug on the quick shapes (exit 0 only when every twin FAILs somewhere),
+# then compute-sanitizer memcheck and racecheck on a reduced run.
+sanitizer=${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer
+command -v compute-sanitizer >/dev/null 2>&1 && sanitizer=$(command -v compute-sanitizer)
+"$build/ulpscope" check --json "$build/check-matrix.jsonl"
+"$build/ulpscope" check --quick --bug drop-term
+"$build/ulpscope" check --quick --bug truncate-output
+"$sanitizer" --tool memcheck --error-exitcode 1 --print-limit 20 "$build/ulpscope" check --quick --path bf16
+"$sanitizer" --tool memcheck --error-exitcode 1 --print-limit 20 "$build/ulpscope" check --quick --path fp8
+"$sanitizer" --tool racecheck --error-exitcode 1 --print-limit 20 "$build/ulpscope" check --quick --path fp32

@@ -1,0 +1,158 @@
+/* tests/test_kernels_gpu.c — on a GPU: the check matrix (quick shapes) of
+ * the embedding, norm, softmax, activation, residual, transpose, rope and
+ * grad-norm ops passes; each planted-bug twin fails; and kernels whose
+ * order is fixed are bitwise repeatable.  Skips visibly without a GPU. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/check.h"
+#include "kernels/embedding.h"
+#include "kernels/grad_norm.h"
+#include "kernels/ktensor_io.h"
+#include "kernels/layernorm.h"
+#include "tests/test_util.h"
+
+static const char *const my_ops[] = {"embedding", "rmsnorm", "layernorm", "softmax", "logsumexp", "gelu_tanh",
+                                     "gelu_erf", "relu2", "leaky_relu2", "residual", "transpose", "grad_norm", "rope"};
+static const int n_my_ops = (int)(sizeof my_ops / sizeof my_ops[0]);
+
+static int run_matrix(const char *op, kbug bug, uint64_t seed, kcheck_summary *s)
+{
+    kcheck_options o = {0};
+    o.op = op;
+    o.path = -1;
+    o.bug = bug;
+    o.seed = seed;
+    o.quick = 1;
+    o.table = stdout;
+    return kcheck_run(&o, s);
+}
+
+static void test_matrix_passes(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    uint64_t seed = test_seed("matrix_passes");
+    for (int i = 0; i < n_my_ops; i++) {
+        kcheck_summary s;
+        int status = run_matrix(my_ops[i], KBUG_NONE, seed, &s);
+        print_message("%s: %d rows, %d FAIL, %d errors\n", my_ops[i], s.rows, s.failed_rows, s.errors);
+        assert_int_equal(s.errors, 0);
+        assert_int_equal(s.failed_rows, 0);
+        assert_true(s.rows > 0);
+        assert_int_equal(status, 0);
+    }
+}
+
+static void test_planted_bugs_fail(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    uint64_t seed = test_seed("planted_bugs_fail");
+    for (int b = KBUG_DROP_TERM; b < KBUG_COUNT; b++)
+        for (int i = 0; i < n_my_ops; i++) {
+            kcheck_summary s;
+            int status = run_matrix(my_ops[i], (kbug)b, seed, &s);
+            print_message("%s --bug %s: %d of %d twins caught\n", my_ops[i], kbug_name((kbug)b), s.twins_caught, s.twins);
+            assert_int_equal(s.errors, 0);
+            assert_int_equal(s.twins_caught, s.twins); /* every twin FAILs at least one row */
+            assert_int_equal(status, 0);
+        }
+    assert_int_equal(kernels_planted_bug(), KBUG_NONE); /* the harness resets it */
+}
+
+/* Same inputs, same variant: identical bytes, for the ops with reductions. */
+static void test_bitwise_repeatable(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("bitwise_repeatable"));
+    const int64_t N = 300, V = 40, C = 257;
+    int64_t nc[2] = {N, C}, vc[2] = {V, C};
+    double *x = malloc(N * C * sizeof(double)), *a = malloc(V * C * sizeof(double)), *b = malloc(V * C * sizeof(double));
+    int32_t tok[300];
+    assert_non_null(x);
+    assert_non_null(a);
+    assert_non_null(b);
+    for (int64_t t = 0; t < N; t++) tok[t] = (int32_t)(prec_rng_uniform(&rng) * prec_rng_uniform(&rng) * V);
+    kcheck_fill_normal(&rng, x, N * C, 0.0, 1.0, PREC_BF16);
+    kcheck_fill_normal(&rng, a, V * C, 0.0, 1.0, PREC_BF16);
+    ktensor dout = {0}, dt = {0}, g[2] = {{0}};
+    int32_t *dtok = NULL;
+    void *ws = NULL, *ws2 = NULL;
+    float *norm = NULL, n1, n2;
+    assert_int_equal(ktensor_alloc(&dout, PREC_BF16, 2, nc), 0);
+    assert_int_equal(ktensor_alloc(&dt, PREC_BF16, 2, vc), 0);
+    assert_int_equal(ktensor_upload(&dout, x), 0);
+    assert_int_equal(kdevice_alloc((void **)&dtok, sizeof tok, "tokens"), 0);
+    assert_int_equal(kdevice_upload(dtok, tok, sizeof tok, "tokens"), 0);
+    size_t wsb = kembedding_backward_workspace(N, V, KEMBED_SORTED);
+    assert_int_equal(kdevice_alloc(&ws, wsb, "ws"), 0);
+    for (int rep = 0; rep < 2; rep++) {
+        assert_int_equal(ktensor_upload(&dt, a), 0);
+        assert_int_equal(kembedding_backward(&dt, &dout, dtok, ws, wsb, KEMBED_SORTED), 0);
+        assert_int_equal(kernels_sync("embedding"), 0);
+        assert_int_equal(ktensor_download(&dt, rep ? b : x), 0); /* x reused as the first result */
+    }
+    assert_memory_equal(x, b, V * C * sizeof(double));
+    /* grad norm over two tensors, block tree */
+    g[0] = dout;
+    g[1] = dt;
+    size_t gwb = kgrad_norm_workspace(g, 2, KGRADNORM_BLOCK_TREE);
+    assert_int_equal(kdevice_alloc(&ws2, gwb, "ws2"), 0);
+    assert_int_equal(kdevice_alloc((void **)&norm, sizeof(float), "norm"), 0);
+    assert_int_equal(kgrad_norm(norm, g, 2, ws2, gwb, KGRADNORM_BLOCK_TREE), 0);
+    assert_int_equal(kdevice_download(&n1, norm, sizeof n1, "norm"), 0);
+    assert_int_equal(kgrad_norm(norm, g, 2, ws2, gwb, KGRADNORM_BLOCK_TREE), 0);
+    assert_int_equal(kdevice_download(&n2, norm, sizeof n2, "norm"), 0);
+    assert_memory_equal(&n1, &n2, sizeof n1);
+    ktensor_free(&dout);
+    ktensor_free(&dt);
+    kdevice_free(dtok);
+    kdevice_free(ws);
+    kdevice_free(ws2);
+    kdevice_free(norm);
+    free(x);
+    free(a);
+    free(b);
+}
+
+/* Wrong shapes are refused with a message, not run. */
+static void test_bad_shapes_refused(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    ktensor x = {0}, y = {0}, g = {0}, bias = {0};
+    int64_t s1[2] = {4, 8}, s2[2] = {4, 9}, c[1] = {8};
+    float *stats = NULL;
+    assert_int_equal(ktensor_alloc(&x, PREC_BF16, 2, s1), 0);
+    assert_int_equal(ktensor_alloc(&y, PREC_BF16, 2, s2), 0);
+    assert_int_equal(ktensor_alloc(&g, PREC_BF16, 1, c), 0);
+    assert_int_equal(ktensor_alloc(&bias, PREC_BF16, 1, c), 0);
+    assert_int_equal(kdevice_alloc((void **)&stats, 8 * sizeof(float), "stats"), 0);
+    assert_int_equal(klayernorm_forward(&y, stats, stats + 4, &x, &g, &bias, 1e-5f, 0), -1);
+    assert_non_null(strstr(kernels_last_error(), "layernorm"));
+    assert_int_equal(klayernorm_forward(&x, stats, stats + 4, &x, &g, &bias, 1e-5f, 99), -1);
+    ktensor_free(&x);
+    ktensor_free(&y);
+    ktensor_free(&g);
+    ktensor_free(&bias);
+    kdevice_free(stats);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matrix_passes),
+        cmocka_unit_test(test_planted_bugs_fail),
+        cmocka_unit_test(test_bitwise_repeatable),
+        cmocka_unit_test(test_bad_shapes_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
