@@ -602,6 +602,43 @@ static int fam_zero_exponent(FILE *fp, const probe_exec *ex, const probe_target 
     return rc;
 }
 
+/* zero_sign: the sign of zero results.  all-negative: c = -0 and every
+ * product -0 * 1 (IEEE: -0); underflow: c = +0 and one product below half
+ * the output's smallest subnormal, negative (IEEE RNE/RZ: -0; only where
+ * the input format reaches it); cancel: c = 1, product -1 (IEEE: +0). */
+static int fam_zero_sign(FILE *fp, const probe_exec *ex, const probe_target *t, char *err, size_t el)
+{
+    dots v;
+    if (dots_new(&v, 3, t->k)) return -1;
+    for (int i = 0; i < t->k; i++) {
+        v.a[i] = -0.0;
+        v.b[i] = 1.0;
+    }
+    v.c[0] = -0.0;
+    const double tiny = -ldexp(1.0, out_min_exp(t->out) - 2);
+    const int underflow = put(&v, t, 1, 0, tiny) == 0;
+    v.c[2] = 1.0;
+    v.a[2 * t->k] = -1.0;
+    v.b[2 * t->k] = 1.0;
+    int rc = dots_run(ex, t, &v, err, el);
+    if (rc == 0) {
+        char val[96], detail[160];
+        const char *s0 = signbit(v.d[0]) ? "-0" : "+0", *s2 = signbit(v.d[2]) ? "-0" : "+0";
+        if (v.d[0] != 0.0 || v.d[2] != 0.0 || (underflow && v.d[1] != 0.0)) {
+            snprintf(detail, sizeof detail, "zero dots gave %g, %g, %g", v.d[0], v.d[1], v.d[2]);
+            emit_str(fp, t, "zero_sign", "nonzero", detail);
+        } else {
+            if (underflow)
+                snprintf(val, sizeof val, "all-negative %s, underflow %s, cancel %s", s0, signbit(v.d[1]) ? "-0" : "+0", s2);
+            else snprintf(val, sizeof val, "all-negative %s, cancel %s", s0, s2);
+            snprintf(detail, sizeof detail, "c=-0 with -0 products; c=+0 with product %g; c=1 with product -1", tiny);
+            emit_str(fp, t, "zero_sign", val, detail);
+        }
+    }
+    dots_free(&v);
+    return rc;
+}
+
 int probe_fingerprint_target(FILE *fp, const probe_exec *ex, const probe_target *t, char *err, size_t err_len)
 {
     probe_state st = {top_exp(t), -1, -1, -1, 0};
@@ -622,6 +659,7 @@ int probe_fingerprint_target(FILE *fp, const probe_exec *ex, const probe_target 
     if (fam_subnormal_outputs(fp, ex, t, err, err_len)) return -1;
     if (fam_tf32_conversion(fp, ex, t, err, err_len)) return -1;
     if (fam_zero_exponent(fp, ex, t, &st, err, err_len)) return -1;
+    if (fam_zero_sign(fp, ex, t, err, err_len)) return -1;
     return 0;
 }
 

@@ -299,7 +299,23 @@ int probe_report_validate(FILE *fp, FILE *human, long n, uint64_t seed, long *mi
                         prec_decode(dg[i], t->out), dm[i], prec_decode(dm[i], t->out));
             shown++;
         }
-        fputs("]}\n", fp);
+        fputc(']', fp);
+        /* an emulated instruction: how each candidate order of its adds fares */
+        const mma_model *hm = mma_model_find("h100", t->route, t->in, t->out);
+        if (hm && hm->arith.split != MMA_SPLIT_NONE) {
+            fputs(",\"split_alternatives\":{", fp);
+            for (int sp = 1; sp < MMA_SPLIT_COUNT; sp++) {
+                mma_arith alt = hm->arith;
+                alt.split = (mma_split)sp;
+                long alt_bad = 0;
+                for (long i = 0; i < n; i++)
+                    alt_bad += dg[i] != mma_dot(&alt, k, a + i * k * esz, b + i * k * esz, c[i]);
+                fprintf(fp, "%s\"%s\":%ld", sp > 1 ? "," : "", mma_split_name((mma_split)sp), alt_bad);
+                fprintf(human, "    split %-22s %ld mismatches\n", mma_split_name((mma_split)sp), alt_bad);
+            }
+            fputc('}', fp);
+        }
+        fputs("}\n", fp);
         fprintf(human, "%-9s %-5s %-5s %9ld %10ld\n", t->route, prec_format_name(t->in), prec_format_name(t->out), n,
                 bad);
         free(a); free(b); free(c); free(dg); free(dm);
@@ -331,7 +347,7 @@ int probe_report_accum(FILE *fp, FILE *human, uint64_t seed, char *err, size_t e
     prec_rng rng;
     prec_rng_seed(&rng, seed);
     fprintf(human, "%-22s %-8s %6s %12s %12s %s\n", "cuBLASLt e4m3", "inputs", "K", "err median", "err max",
-            "model=gpu");
+            "model=gpu: chain, promoted/128");
     for (int positive = 0; positive < 2; positive++)
     for (int K = 128; K <= kmax; K *= 2) {
         for (long i = 0; i < (long)M * K; i++) {
@@ -355,13 +371,23 @@ int probe_report_accum(FILE *fp, FILE *human, uint64_t seed, char *err, size_t e
                     e[m * N + n] = probe_dot_error(K, av + (long)m * K, bv + (long)n * K, d[m * N + n]);
             /* does one wgmma accumulator chain in K order (the model) give
              * cuBLASLt's bits?  Checked on the first dots. */
-            int match = 0;
+            int match = 0, match_promoted = 0;
             for (int i = 0; i < model_dots; i++) {
                 const int m = i / N, n = i % N;
                 const uint32_t bits = mma_dot(&wg->arith, K, a + (long)m * K, b + (long)n * K, 0u);
-                float f;
+                float f, acc = 0.0f;
                 memcpy(&f, &bits, 4);
                 match += memcmp(&f, &d[m * N + n], 4) == 0;
+                /* promotion every 128: each interval's chain from zero added
+                 * into an fp32 accumulator (FADD, round to nearest even) */
+                for (int k0 = 0; k0 < K; k0 += 128) {
+                    const uint32_t pb = mma_dot(&wg->arith, K - k0 < 128 ? K - k0 : 128, a + (long)m * K + k0,
+                                                b + (long)n * K + k0, 0u);
+                    float part;
+                    memcpy(&part, &pb, 4);
+                    acc = acc + part;
+                }
+                match_promoted += memcmp(&acc, &d[m * N + n], 4) == 0;
             }
             qsort(e, (size_t)M * N, sizeof *e, cmp_double);
             const double hi = e[M * N / 2];
@@ -372,10 +398,10 @@ int probe_report_accum(FILE *fp, FILE *human, uint64_t seed, char *err, size_t e
             cli_json_double(fp, hi);
             fputs(",\"err_max\":", fp);
             cli_json_double(fp, e[M * N - 1]);
-            fprintf(fp, ",\"model_chain_match\":%d,\"model_chain_checked\":%d}\n", match, model_dots);
-            fprintf(human, "%-22s %-8s %6d %12.3e %12.3e %d/%d\n", fast ? "fast accumulation" : "default (promotion)",
-                    positive ? "positive" : "normal", K, hi,
-                    e[M * N - 1], match, model_dots);
+            fprintf(fp, ",\"model_chain_match\":%d,\"model_promoted128_match\":%d,\"model_checked\":%d}\n", match,
+                    match_promoted, model_dots);
+            fprintf(human, "%-22s %-8s %6d %12.3e %12.3e %d/%d %d/%d\n", fast ? "fast accumulation" : "default (promotion)",
+                    positive ? "positive" : "normal", K, hi, e[M * N - 1], match, model_dots, match_promoted, model_dots);
         }
     }
     rc = 0;

@@ -38,8 +38,18 @@
 #define SRC_SIM "MMA-Sim (Xie et al., arXiv:2511.10909, 2025)"
 #define SRC_KM "Khattak & Mikaitis, arXiv:2512.07004 (2025)"
 
+/* Zero results keep IEEE signs (MMA-Sim) except where measured otherwise:
+ * the H100 (an H200 here) returned +0 where rounding a negative sum into
+ * fp16 gives -0 (`ulpscope probe --validate`, docs/results-mma.md), so
+ * HARITH marks fp16 outputs of the H100 entries positive_zero. */
 #define ARITH(in_, out_, L_, F_, mode_, fo_, z_) \
-    {(in_), (out_), (L_), (F_), MMA_ALIGN_TRUNCATE, (mode_), (fo_), (z_), false, false}
+    {(in_), (out_), (L_), (F_), MMA_ALIGN_TRUNCATE, (mode_), (fo_), (z_), false, false, false, MMA_SPLIT_NONE, 0}
+#define HARITH(in_, out_, L_, F_, mode_, fo_, z_) \
+    {(in_), (out_), (L_), (F_), MMA_ALIGN_TRUNCATE, (mode_), (fo_), (z_), false, false, (out_) == PREC_FP16, \
+     MMA_SPLIT_NONE, 0}
+#define SPLIT_ARITH(in_, out_, mode_, fo_) \
+    {(in_), (out_), 16, 25, MMA_ALIGN_TRUNCATE, (mode_), (fo_), -133, false, false, (out_) == PREC_FP16, \
+     MMA_SPLIT_CHAIN12, 32}
 
 static const mma_model models[] = {
     /* ---- V100 (Volta): fp16 only; HMMA.884, instruction K = 4 ---- */
@@ -66,36 +76,45 @@ static const mma_model models[] = {
      "no fp8 units: exact upcast to bf16, bf16 mma.sync path", SRC_SIM " (Ampere bf16 parameters)"},
 
     /* ---- H100 (Hopper): the sm_80 mma.sync instructions run on Hopper units ---- */
-    {"h100", "mma.sync", 16, ARITH(PREC_FP16, PREC_FP32, 16, 25, PREC_RZ, 23, -133), NULL,
+    {"h100", "mma.sync", 16, HARITH(PREC_FP16, PREC_FP32, 16, 25, PREC_RZ, 23, -133), NULL,
      SRC_SIM " (Hopper mma: F=25, L=32B/2, e_zero=-133); " SRC_KM " (H100TC neab=2, fma=16)"},
-    {"h100", "mma.sync", 16, ARITH(PREC_FP16, PREC_FP16, 16, 25, PREC_RNE, 10, -133), NULL,
+    {"h100", "mma.sync", 16, HARITH(PREC_FP16, PREC_FP16, 16, 25, PREC_RNE, 10, -133), NULL,
      SRC_SIM " (rho RNE-FP16); " SRC_KM " (H100TC frmode rne)"},
-    {"h100", "mma.sync", 16, ARITH(PREC_BF16, PREC_FP32, 16, 25, PREC_RZ, 23, -133), NULL,
+    {"h100", "mma.sync", 16, HARITH(PREC_BF16, PREC_FP32, 16, 25, PREC_RZ, 23, -133), NULL,
      SRC_SIM "; " SRC_KM},
-    {"h100", "mma.sync", 8, ARITH(PREC_TF32, PREC_FP32, 8, 25, PREC_RZ, 23, -133), NULL,
+    {"h100", "mma.sync", 8, HARITH(PREC_TF32, PREC_FP32, 8, 25, PREC_RZ, 23, -133), NULL,
      SRC_SIM " (L=32B/4); " SRC_KM " (H100TC tf32 fma=8)"},
-    /* fp8 mma.sync (m16n8k32, sm_89+) assembles for sm_90a, but neither
-     * MMA-Sim nor Khattak-Mikaitis lists it for Hopper. */
-    {"h100", "mma.sync", 32, ARITH(PREC_E4M3, PREC_FP32, 16, 25, PREC_RZ, 23, -133),
-     "hypothesis: lowered to fp16 HMMA (two k16 blocks); settled by `ulpscope probe`", "ulpscope (no published model)"},
-    {"h100", "mma.sync", 32, ARITH(PREC_E5M2, PREC_FP32, 16, 25, PREC_RZ, 23, -133),
-     "hypothesis: lowered to fp16 HMMA (two k16 blocks); settled by `ulpscope probe`", "ulpscope (no published model)"},
-    {"h100", "wgmma", 16, ARITH(PREC_FP16, PREC_FP32, 16, 25, PREC_RZ, 23, -133), NULL,
+    /* fp8 mma.sync (m16n8k32, an sm_89 instruction) assembles for sm_90a,
+     * but neither MMA-Sim nor Khattak-Mikaitis lists it for Hopper.  SASS
+     * (cuobjdump of probe_sm90a.o): F2FP.F16.E4M3.UNPACK_B then two
+     * HMMA.16816.F32 (HMMA.16816.F16 + HADD2 for fp16 out).  `ulpscope probe`
+     * on an H200 measured block_size 2 with positions {0,1} together, F 24
+     * and round-to-nearest for c + products: two fp16 sub-blocks from zero,
+     * c added by FADD.  Which add order: see mma_split and the validation. */
+    {"h100", "mma.sync", 32, SPLIT_ARITH(PREC_E4M3, PREC_FP32, PREC_RZ, 23),
+     "emulated: fp16 HMMA on S1={k%4<2}, S2={k%4>=2} from zero, c added with FADD", "ulpscope probe (H200, SASS)"},
+    {"h100", "mma.sync", 32, SPLIT_ARITH(PREC_E4M3, PREC_FP16, PREC_RNE, 10),
+     "emulated: fp16 HMMA.F16 sub-blocks from zero, c added with HADD2", "ulpscope probe (H200, SASS)"},
+    {"h100", "mma.sync", 32, SPLIT_ARITH(PREC_E5M2, PREC_FP32, PREC_RZ, 23),
+     "emulated: fp16 HMMA on S1={k%4<2}, S2={k%4>=2} from zero, c added with FADD", "ulpscope probe (H200, SASS)"},
+    {"h100", "mma.sync", 32, SPLIT_ARITH(PREC_E5M2, PREC_FP16, PREC_RNE, 10),
+     "emulated: fp16 HMMA.F16 sub-blocks from zero, c added with HADD2", "ulpscope probe (H200, SASS)"},
+    {"h100", "wgmma", 16, HARITH(PREC_FP16, PREC_FP32, 16, 25, PREC_RZ, 23, -133), NULL,
      SRC_SIM " (WGMMA: F=25, L=32B/2); " SRC_KM " (H100TC)"},
-    {"h100", "wgmma", 16, ARITH(PREC_FP16, PREC_FP16, 16, 25, PREC_RNE, 10, -133), NULL,
+    {"h100", "wgmma", 16, HARITH(PREC_FP16, PREC_FP16, 16, 25, PREC_RNE, 10, -133), NULL,
      SRC_SIM " (RNE-FP16); " SRC_KM},
-    {"h100", "wgmma", 16, ARITH(PREC_BF16, PREC_FP32, 16, 25, PREC_RZ, 23, -133), NULL, SRC_SIM "; " SRC_KM},
-    {"h100", "wgmma", 8, ARITH(PREC_TF32, PREC_FP32, 8, 25, PREC_RZ, 23, -133), NULL, SRC_SIM "; " SRC_KM},
+    {"h100", "wgmma", 16, HARITH(PREC_BF16, PREC_FP32, 16, 25, PREC_RZ, 23, -133), NULL, SRC_SIM "; " SRC_KM},
+    {"h100", "wgmma", 8, HARITH(PREC_TF32, PREC_FP32, 8, 25, PREC_RZ, 23, -133), NULL, SRC_SIM "; " SRC_KM},
     /* fp8 on Hopper: 13 fraction bits after alignment and an fp32 result
      * truncated to 13 fraction bits (e8m13).  DeepSeek-V3 (arXiv:2412.19437,
      * sec. 3.3.2) measured about 14 bits of accumulation precision for FP8
      * GEMM on H800, which is what this gives. */
-    {"h100", "wgmma", 32, ARITH(PREC_E4M3, PREC_FP32, 32, 13, PREC_RZ, 13, -133), NULL,
+    {"h100", "wgmma", 32, HARITH(PREC_E4M3, PREC_FP32, 32, 13, PREC_RZ, 13, -133), NULL,
      SRC_SIM " (F=13, rho RZ-E8M13, L=32); " SRC_KM " (H100TC fp8 neab=-10, fma=32)"},
-    {"h100", "wgmma", 32, ARITH(PREC_E4M3, PREC_FP16, 32, 13, PREC_RNE, 10, -133), NULL, SRC_SIM " (RNE-FP16)"},
-    {"h100", "wgmma", 32, ARITH(PREC_E5M2, PREC_FP32, 32, 13, PREC_RZ, 13, -133), NULL,
+    {"h100", "wgmma", 32, HARITH(PREC_E4M3, PREC_FP16, 32, 13, PREC_RNE, 10, -133), NULL, SRC_SIM " (RNE-FP16)"},
+    {"h100", "wgmma", 32, HARITH(PREC_E5M2, PREC_FP32, 32, 13, PREC_RZ, 13, -133), NULL,
      SRC_SIM " (F=13, RZ-E8M13); " SRC_KM " (H100TC fp8)"},
-    {"h100", "wgmma", 32, ARITH(PREC_E5M2, PREC_FP16, 32, 13, PREC_RNE, 10, -133), NULL, SRC_SIM " (RNE-FP16)"},
+    {"h100", "wgmma", 32, HARITH(PREC_E5M2, PREC_FP16, 32, 13, PREC_RNE, 10, -133), NULL, SRC_SIM " (RNE-FP16)"},
 
     /* ---- B200 (Blackwell): legacy mma.sync and tcgen05 ---- */
     {"b200", "mma.sync", 16, ARITH(PREC_FP16, PREC_FP32, 16, 25, PREC_RZ, 23, -133), NULL,
@@ -147,6 +166,13 @@ const char *mma_align_name(mma_align a)
 {
     static const char *const names[MMA_ALIGN_COUNT] = {"truncate", "floor", "nearest-even"};
     return (unsigned)a < MMA_ALIGN_COUNT ? names[a] : "?";
+}
+
+const char *mma_split_name(mma_split sp)
+{
+    static const char *const names[MMA_SPLIT_COUNT] = {"none", "(c+P1)+P2", "c+(P1+P2)", "(c+P2)+P1",
+                                                       "c+block(S2 from P1)", "c+block(S1 from P2)"};
+    return (unsigned)sp < MMA_SPLIT_COUNT ? names[sp] : "?";
 }
 
 void mma_store(prec_format f, void *base, long idx, double x)

@@ -44,8 +44,10 @@
 #ifndef ULPSCOPE_PRECISION_MMA_H
 #define ULPSCOPE_PRECISION_MMA_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "precision/format.h"
 
@@ -67,6 +69,23 @@ typedef enum {
     MMA_ALIGN_COUNT
 } mma_align;
 
+/* How an instruction that the unit cannot run natively is put together from
+ * two fused blocks.  On Hopper the fp8 mma.sync (an sm_89 instruction) is
+ * lowered to two fp16 HMMA.16816 (SASS: F2FP.F16.E4M3.UNPACK_B + HMMA): the
+ * 32 products split by k % 4 into S1 = {0,1 mod 4} and S2 = {2,3 mod 4}
+ * (how the unpacked registers fall), each sub-block started from zero, and
+ * c added with ordinary IEEE adds (FADD / HADD2, round to nearest even).
+ * The order of those adds is one of: */
+typedef enum {
+    MMA_SPLIT_NONE = 0,
+    MMA_SPLIT_C_P1_P2,  /* (c + P1) + P2 */
+    MMA_SPLIT_C_P1P2,   /* c + (P1 + P2) */
+    MMA_SPLIT_C_P2_P1,  /* (c + P2) + P1 */
+    MMA_SPLIT_CHAIN12,  /* c + block(S2, starting from P1) */
+    MMA_SPLIT_CHAIN21,  /* c + block(S1, starting from P2) */
+    MMA_SPLIT_COUNT
+} mma_split;
+
 /* The arithmetic of one block. */
 typedef struct {
     prec_format in;           /* A and B: fp16, bf16, tf32, e4m3, e5m2 */
@@ -80,6 +99,9 @@ typedef struct {
     int zero_exp;             /* exponent of a zero term when finding emax */
     bool flush_in_subnormals; /* subnormal inputs read as zero */
     bool flush_out_subnormals;/* subnormal results written as zero */
+    bool positive_zero;       /* every zero result is +0 (no -0 out of the unit) */
+    mma_split split;          /* MMA_SPLIT_NONE for a native instruction */
+    int split_k;              /* products per split instruction (32) */
 } mma_arith;
 
 /* One parameter set: a generation's route for one (input, output) pair. */
@@ -101,6 +123,7 @@ const mma_model *mma_model_find(const char *gen, const char *route, prec_format 
 const char *mma_gen_names(void);
 bool mma_gen_known(const char *gen);
 const char *mma_align_name(mma_align a); /* "truncate", "floor", "nearest-even" */
+const char *mma_split_name(mma_split s);  /* "none", "(c+P1)+P2", ... */
 
 /* ---- host conveniences (mma.c) ---------------------------------------- */
 /* Pack a value of f (prec_representable; for tf32 any fp32 value, whose low
@@ -198,12 +221,13 @@ MMA_HD static inline uint32_t mma_encode_result(const mma_arith *p, int64_t S, i
     const int fo = p->out_frac_bits;
     const uint32_t sign_bit = half ? 0x8000u : 0x80000000u;
     const uint32_t inf_bits = half ? 0x7C00u : 0x7F800000u;
-    if (S == 0) return neg_zero ? sign_bit : 0u;
+    if (S == 0) return neg_zero && !p->positive_zero ? sign_bit : 0u;
     const int neg = S < 0;
     const uint64_t U = neg ? (uint64_t)(-(S + 1)) + 1u : (uint64_t)S;
-    const uint32_t sign = neg ? sign_bit : 0u;
+    const uint32_t sign = neg && !p->positive_zero ? sign_bit : 0u; /* for zero results */
+    const uint32_t nsign = neg ? sign_bit : 0u;                       /* for nonzero results */
     const int lead = q + mma_bitlen64(U) - 1;
-    if (lead > emax_out) return sign | inf_bits;
+    if (lead > emax_out) return nsign | inf_bits;
     int lsb = (lead < emin ? emin : lead) - fo; /* exponent of the last kept bit */
     const int shift = lsb - q;
     uint64_t m;
@@ -228,11 +252,11 @@ MMA_HD static inline uint32_t mma_encode_result(const mma_arith *p, int64_t S, i
     }
     if (m >> fo) { /* normal */
         const int e = lsb + fo;
-        if (e > emax_out) return sign | inf_bits;
-        return sign | ((uint32_t)(e + bias) << field) | (uint32_t)((m - (1ull << fo)) << (field - fo));
+        if (e > emax_out) return nsign | inf_bits;
+        return nsign | ((uint32_t)(e + bias) << field) | (uint32_t)((m - (1ull << fo)) << (field - fo));
     }
-    if (p->flush_out_subnormals) return sign;
-    return sign | (uint32_t)(m << (field - fo)); /* subnormal: lsb = emin - fo */
+    if (m == 0 || p->flush_out_subnormals) return sign; /* underflow to zero */
+    return nsign | (uint32_t)(m << (field - fo));      /* subnormal: lsb = emin - fo */
 }
 
 /* Drop the bits of M * 2^sh below 2^0 as p->align says; neg is the sign. */
@@ -317,10 +341,82 @@ MMA_HD static inline uint32_t mma_block(const mma_arith *p, int n, const void *a
     return mma_encode_result(p, S, emax - F, S == 0 && all_dropped && all_negative);
 }
 
+/* x + y in the output format, IEEE round to nearest even (FADD / HADD2). */
+MMA_HD static inline uint32_t mma_add_out(const mma_arith *p, uint32_t x, uint32_t y)
+{
+    if (p->out == PREC_FP32) {
+        float fx, fy, r;
+        memcpy(&fx, &x, 4);
+        memcpy(&fy, &y, 4);
+#ifdef __CUDA_ARCH__
+        r = __fadd_rn(fx, fy);
+#else
+        r = fx + fy; /* C evaluates float sums in float, round to nearest even */
+#endif
+        uint32_t bits;
+        memcpy(&bits, &r, 4);
+        return bits;
+    }
+    /* fp16: the sum of two halves is exact in double (exponents 40 apart at
+     * most), then one rounding */
+    const mma_num a = mma_decode(PREC_FP16, x, false), b = mma_decode(PREC_FP16, y, false);
+    if (a.special || b.special) {
+        const double va = a.special == 2 ? NAN : a.special ? (a.neg ? -INFINITY : INFINITY) : 0.0;
+        const double vb = b.special == 2 ? NAN : b.special ? (b.neg ? -INFINITY : INFINITY) : 0.0;
+        const double v = (a.special ? va : 0.0) + (b.special ? vb : 0.0);
+        return v != v ? 0x7FFFu : (v < 0 ? 0xFC00u : 0x7C00u);
+    }
+    const int64_t sa = a.neg ? -(int64_t)a.mant : (int64_t)a.mant, sb = b.neg ? -(int64_t)b.mant : (int64_t)b.mant;
+    const int lo = a.exp < b.exp ? a.exp : b.exp; /* both fb = 10 */
+    const int64_t S = (sa << (a.exp - lo)) + (sb << (b.exp - lo));
+    mma_arith r = *p;
+    r.out_mode = PREC_RNE;
+    r.out_frac_bits = 10;
+    r.positive_zero = false;
+    return mma_encode_result(&r, S, lo - 10, a.neg && b.neg && a.mant == 0 && b.mant == 0);
+}
+
+/* One split instruction (p->split != NONE) over n <= split_k products. */
+MMA_HD static inline uint32_t mma_split_instr(const mma_arith *p, int n, const void *a, const void *b, uint32_t c)
+{
+    uint8_t a1[128], b1[128], a2[128], b2[128]; /* up to 32 elements of 4 bytes */
+    const int sz = mma_elem_bytes(p->in);
+    int n1 = 0, n2 = 0;
+    for (int i = 0; i < n; i++) {
+        uint8_t *da = (i % 4) < 2 ? a1 + n1 * sz : a2 + n2 * sz;
+        uint8_t *db = (i % 4) < 2 ? b1 + n1 * sz : b2 + n2 * sz;
+        memcpy(da, (const uint8_t *)a + (long)i * sz, sz);
+        memcpy(db, (const uint8_t *)b + (long)i * sz, sz);
+        if ((i % 4) < 2) n1++;
+        else n2++;
+    }
+    mma_arith sub = *p;
+    sub.split = MMA_SPLIT_NONE;
+    sub.block = p->split_k / 2;
+    switch (p->split) {
+    case MMA_SPLIT_CHAIN12: return mma_add_out(p, c, mma_block(&sub, n2, a2, b2, mma_block(&sub, n1, a1, b1, 0u)));
+    case MMA_SPLIT_CHAIN21: return mma_add_out(p, c, mma_block(&sub, n1, a1, b1, mma_block(&sub, n2, a2, b2, 0u)));
+    default: break;
+    }
+    const uint32_t P1 = mma_block(&sub, n1, a1, b1, 0u), P2 = mma_block(&sub, n2, a2, b2, 0u);
+    switch (p->split) {
+    case MMA_SPLIT_C_P1P2: return mma_add_out(p, c, mma_add_out(p, P1, P2));
+    case MMA_SPLIT_C_P2_P1: return mma_add_out(p, mma_add_out(p, c, P2), P1);
+    default: return mma_add_out(p, mma_add_out(p, c, P1), P2); /* MMA_SPLIT_C_P1_P2 */
+    }
+}
+
 /* The chain of blocks over k products in K order. */
 MMA_HD static inline uint32_t mma_dot(const mma_arith *p, int k, const void *a, const void *b, uint32_t c)
 {
     const int sz = mma_elem_bytes(p->in);
+    if (p->split != MMA_SPLIT_NONE) {
+        for (int i = 0; i < k; i += p->split_k) {
+            const int n = k - i < p->split_k ? k - i : p->split_k;
+            c = mma_split_instr(p, n, (const uint8_t *)a + (long)i * sz, (const uint8_t *)b + (long)i * sz, c);
+        }
+        return c;
+    }
     for (int i = 0; i < k; i += p->block) {
         const int n = k - i < p->block ? k - i : p->block;
         c = mma_block(p, n, (const uint8_t *)a + (long)i * sz, (const uint8_t *)b + (long)i * sz, c);

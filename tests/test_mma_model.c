@@ -268,6 +268,32 @@ static double ref_block(const mma_arith *p, int n, const double *a, const double
     return trunc(x / unit) * unit;
 }
 
+/* A split instruction (mma.h, mma_split): sub-blocks over k % 4 < 2 and
+ * k % 4 >= 2 from zero, then float adds in the named order. */
+static double ref_split(const mma_arith *p, int n, const double *a, const double *b, double c, int floor_twin)
+{
+    double a1[32], b1[32], a2[32], b2[32];
+    int n1 = 0, n2 = 0;
+    for (int i = 0; i < n; i++) {
+        if (i % 4 < 2) { a1[n1] = a[i]; b1[n1++] = b[i]; }
+        else { a2[n2] = a[i]; b2[n2++] = b[i]; }
+    }
+    mma_arith sub = *p;
+    sub.split = MMA_SPLIT_NONE;
+    const float fc = (float)c;
+    switch (p->split) {
+    case MMA_SPLIT_CHAIN12: return fc + (float)ref_block(&sub, n2, a2, b2, ref_block(&sub, n1, a1, b1, 0.0, floor_twin), floor_twin);
+    case MMA_SPLIT_CHAIN21: return fc + (float)ref_block(&sub, n1, a1, b1, ref_block(&sub, n2, a2, b2, 0.0, floor_twin), floor_twin);
+    default: break;
+    }
+    const float P1 = (float)ref_block(&sub, n1, a1, b1, 0.0, floor_twin), P2 = (float)ref_block(&sub, n2, a2, b2, 0.0, floor_twin);
+    switch (p->split) {
+    case MMA_SPLIT_C_P1P2: return fc + (P1 + P2);
+    case MMA_SPLIT_C_P2_P1: return (fc + P2) + P1;
+    default: return (fc + P1) + P2;
+    }
+}
+
 static double random_value(prec_rng *rng, prec_format f)
 {
     const prec_rounding sat = {PREC_RNE, PREC_OVF_SATURATE, false};
@@ -288,10 +314,11 @@ static void compare_with_reference(int floor_twin, int *mismatches, int *trials)
     for (int i = 0; i < mma_model_count(); i++) {
         const mma_model *m = mma_model_at(i);
         if (m->arith.out != PREC_FP32 || m->arith.in == PREC_TF32) continue;
+        const int split = m->arith.split != MMA_SPLIT_NONE;
         int known = 0;
         for (int g = 0; g < 4; g++) known |= strcmp(m->gen, gens[g]) == 0;
         assert_true(known);
-        const int n = m->arith.block;
+        const int n = split ? m->arith.split_k : m->arith.block;
         for (int trial = 0; trial < 400; trial++) {
             double a[64], b[64], c = random_value(&rng, PREC_FP16) * ldexp(1.0, (int)(prec_rng_next(&rng) % 20) - 10);
             for (int j = 0; j < n; j++) {
@@ -299,7 +326,8 @@ static void compare_with_reference(int floor_twin, int *mismatches, int *trials)
                 b[j] = random_value(&rng, m->arith.in);
             }
             const double got = mma_dot_values(&m->arith, n, a, b, c);
-            const double want = ref_block(&m->arith, n, a, b, c, floor_twin);
+            const double want = split ? ref_split(&m->arith, n, a, b, c, floor_twin)
+                                      : ref_block(&m->arith, n, a, b, c, floor_twin);
             (*trials)++;
             if (got != want) {
                 (*mismatches)++;
@@ -334,7 +362,8 @@ static int rounded_dots(int frac_bits, prec_round_mode mode)
 {
     prec_rng rng;
     prec_rng_seed(&rng, test_seed("correct rounding"));
-    mma_arith p = {PREC_FP16, PREC_FP32, 16, frac_bits, MMA_ALIGN_TRUNCATE, mode, 23, -133, false, false};
+    mma_arith p = {.in = PREC_FP16, .out = PREC_FP32, .block = 16, .frac_bits = frac_bits,
+                   .align = MMA_ALIGN_TRUNCATE, .out_mode = mode, .out_frac_bits = 23, .zero_exp = -133};
     int mismatches = 0;
     for (int trial = 0; trial < 2000; trial++) {
         /* |values| >= 2^-4: every product bit lies above 2^-30, so with
