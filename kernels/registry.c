@@ -18,6 +18,7 @@ extern const kop kop_matmul, kop_matmul_fast, kop_matmul_block_fp8;
 extern const kop kop_adamw, kop_adamw_sr, kop_adamw_split;
 extern const kop kop_cross_entropy, kop_linear_cross_entropy;
 extern const kop kop_polar_express, kop_muon_newton_schulz;
+extern const kop kop_attention;
 
 static const kop *const ops[] = {
     &kop_embedding,
@@ -31,6 +32,7 @@ static const kop *const ops[] = {
     &kop_adamw, &kop_adamw_sr, &kop_adamw_split,
     &kop_cross_entropy, &kop_linear_cross_entropy,
     &kop_polar_express, &kop_muon_newton_schulz,
+    &kop_attention,
     NULL, /* end */
 };
 

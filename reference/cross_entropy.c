@@ -7,17 +7,8 @@
 #include <stdlib.h>
 
 #include "reference/exact.h"
+#include "reference/matmul_epilogue.h"
 #include "reference/matmul.h"
-
-/* Ball of an exact value held in an mpfr_t: rounded midpoint, one ulp radius. */
-static void ball_from_exact(ref_ball *r, mpfr_srcptr x)
-{
-    int t = mpfr_set(r->mid, x, MPFR_RNDN);
-    if (t != 0 && mpfr_regular_p(r->mid))
-        mpfr_set_ui_2exp(r->rad, 1, mpfr_get_exp(r->mid) - (mpfr_exp_t)mpfr_get_prec(r->mid), MPFR_RNDU);
-    else
-        mpfr_set_zero(r->rad, 1);
-}
 
 /* One row.  Logits come from zd (doubles) or zx (exact MPFR values); m is
  * the row's largest logit as a double (any shift works; this keeps the
@@ -38,7 +29,7 @@ static void row(ref_ctx *ctx, long V, const double *zd, mpfr_t *zx, double m, in
     ref_ball_init(&q, p);
     for (;;) {
         for (long j = 0; j < V; j++) {
-            if (zx) ball_from_exact(&z[j], zx[j]);
+            if (zx) ref_ball_set_exact(&z[j], zx[j]);
             else ref_ball_set_d(&z[j], zd[j]);
             ref_ball_add_d(&e[j], &z[j], -m);
             ref_ball_exp(&e[j], &e[j]);

@@ -8,9 +8,7 @@
 
 #include "reference/exact.h"
 
-/* A ball around an exact value held in an mpfr_t: the midpoint rounded to the
- * ball's precision, the radius one ulp of it when that rounding was inexact. */
-static void ball_from_mpfr(ref_ball *r, mpfr_srcptr exact)
+void ref_ball_set_exact(ref_ball *r, mpfr_srcptr exact)
 {
     int t = mpfr_set(r->mid, exact, MPFR_RNDN);
     if (t != 0 && mpfr_regular_p(r->mid))
@@ -91,7 +89,7 @@ void ref_matmul_epilogue(ref_ctx *ctx, long M, long N, long K, const double *A, 
             ref_ball_set_prec(&z, p);
             ref_ball_set_prec(&t, p);
             for (;;) {
-                ball_from_mpfr(&z, sum);
+                ref_ball_set_exact(&z, sum);
                 ref_ball_mul_d(&z, &z, alpha);
                 if (C) {
                     ref_ball_set_d(&t, C[m * ldy + n]);

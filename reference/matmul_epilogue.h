@@ -24,6 +24,13 @@ void ref_matmul_epilogue(ref_ctx *ctx, long M, long N, long K, const double *A, 
                          const double *B, long b_rs, long b_cs, double alpha, const double *C, double beta,
                          const double *bias, int gelu, double *Y, long ldy);
 
+/* r = an exact value held in an mpfr_t of any precision (e.g. from
+ * exact_acc_get_mpfr): the midpoint rounded to r's precision, the radius one
+ * ulp of it when that rounding was inexact.  The other references of
+ * kernels/matmul.cu's users (cross-entropy, attention, polar express) use it
+ * for their exact dot products. */
+void ref_ball_set_exact(ref_ball *r, mpfr_srcptr exact);
+
 /* r = gelu(a) (tanh form, exact constants) as a ball. */
 void ref_ball_gelu_tanh(ref_ball *r, const ref_ball *a);
 

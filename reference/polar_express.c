@@ -4,15 +4,7 @@
 #include <stdlib.h>
 
 #include "reference/exact.h"
-
-static void ball_from_exact(ref_ball *r, mpfr_srcptr x)
-{
-    int t = mpfr_set(r->mid, x, MPFR_RNDN);
-    if (t != 0 && mpfr_regular_p(r->mid))
-        mpfr_set_ui_2exp(r->rad, 1, mpfr_get_exp(r->mid) - (mpfr_exp_t)mpfr_get_prec(r->mid), MPFR_RNDU);
-    else
-        mpfr_set_zero(r->rad, 1);
-}
+#include "reference/matmul_epilogue.h"
 
 void ref_polar_express_normalize(ref_ctx *ctx, long rows, long cols, const double *G, double safety, double eps,
                                  double *X0)
@@ -30,7 +22,7 @@ void ref_polar_express_normalize(ref_ctx *ctx, long rows, long cols, const doubl
     ref_ball_init(&den, p);
     ref_ball_init(&x, p);
     for (;;) {
-        ball_from_exact(&den, sumsq);
+        ref_ball_set_exact(&den, sumsq);
         ref_ball_sqrt(&den, &den);
         ref_ball_mul_d(&den, &den, safety);
         ref_ball_add_d(&den, &den, eps);
@@ -76,7 +68,7 @@ static void step_wide(ref_ctx *ctx, long m, long n, const double *X, double a, d
     ref_ball_init(&s, p);
     ref_ball_init(&y, p);
     for (;;) {
-        for (long i = 0; i < m * m; i++) ball_from_exact(&A[i], aex[i]);
+        for (long i = 0; i < m * m; i++) ref_ball_set_exact(&A[i], aex[i]);
         for (long i = 0; i < m; i++)
             for (long j = 0; j < m; j++) {
                 for (long k = 0; k < m; k++) ref_ball_mul(&terms[k], &A[i * m + k], &A[k * m + j]);

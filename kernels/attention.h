@@ -1,0 +1,62 @@
+/* kernels/attention.h — causal self-attention, forward and backward.
+ *
+ * Shapes: q, k, v, o, dout, dq, dk, dv [BH, T, D] row-major (BH = batch x
+ * heads, the [B, H, T, D] layout flattened), all in the path's format (fp32,
+ * bf16, fp16); lse [BH, T] fp32, written by the forward and read by the
+ * backward (the flash backward recomputes the probabilities from it).
+ * D <= 128, any T; scale is usually 1/sqrt(D).
+ *
+ *   s_ij = scale q_i . k_j (j <= i),  P_ij = exp(s_ij - lse_i),
+ *   lse_i = log sum_j exp(s_ij),  o_i = sum_j P_ij v_j
+ *   dP_ij = dout_i . v_j,  dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik),
+ *   dq_i = scale sum_j dS_ij k_j,  dk_j = scale sum_i dS_ij q_i,
+ *   dv_j = sum_i P_ij dout_i
+ *
+ * Variants:
+ *   naive       materialises the scores S and the probabilities P [BH,T,T] in
+ *               the path's format (one thread per score, one warp per softmax
+ *               row, one thread per output); the backward materialises dP and
+ *               dS the same way
+ *   flash       one warp per query row walks the keys in tiles of 32 with an
+ *               online softmax (running max, rescaled sum and accumulator,
+ *               all fp32; Dao et al., FlashAttention, 2022); the backward
+ *               recomputes P from lse, one warp per query row for dq and one
+ *               per key row for dk, dv: no atomics, deterministic
+ *   flash_exp2  flash with log2(e) folded into the score scale and exp2f
+ * Dot products accumulate sequentially in fp32 with fma; expf / exp2f (2
+ * ulps), logf / log2f (1 ulp).  No float atomics anywhere: bitwise
+ * repeatable.
+ *
+ * Workspace: naive keeps two [BH,T,T] buffers in the path's format, flash's
+ * backward one fp32 [BH,T] (sum_d dout o); they persist until
+ * kattention_release().  Planted bugs: drop-term leaves the last term out of
+ * every score's dot product; truncate-output truncates every store. */
+#ifndef ULPSCOPE_KERNELS_ATTENTION_H
+#define ULPSCOPE_KERNELS_ATTENTION_H
+
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+#include "kernels/registry.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { KATT_NAIVE = 0, KATT_FLASH, KATT_FLASH_EXP2, KATT_NVARIANTS } katt_variant;
+extern const kvariant katt_variants[KATT_NVARIANTS];
+
+#define KATT_MAX_D 128
+#define KATT_TILE 32 /* keys (or queries) per tile of the flash kernels */
+
+int kattention_forward(kpath path, int variant, int64_t BH, int64_t T, int64_t D, float scale, const void *q,
+                       const void *k, const void *v, void *o, float *lse);
+int kattention_backward(kpath path, int variant, int64_t BH, int64_t T, int64_t D, float scale, const void *q,
+                        const void *k, const void *v, const void *o, const void *dout, const float *lse, void *dq,
+                        void *dk, void *dv);
+void kattention_release(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
