@@ -202,6 +202,8 @@ static int grow(const char *ctx, void **p, size_t *have, size_t want)
     return 0;
 }
 
+extern "C" size_t klinear_ce_workspace_bytes(void) { return chunk_logits_bytes + chunk_dlogits_bytes; }
+
 extern "C" void klinear_ce_release(void)
 {
     if (chunk_logits) cudaFree(chunk_logits);

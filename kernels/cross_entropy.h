@@ -64,8 +64,10 @@ int64_t klce_chunk_rows(int variant);
 int klinear_ce(kpath path, int variant, int64_t N, int64_t C, int64_t V, const void *h, const void *W,
                const int32_t *targets, float *losses, void *dh, float *dW, float dloss);
 
-/* Frees the chunk buffers klinear_ce keeps between calls. */
+/* Frees the chunk buffers klinear_ce keeps between calls; the bytes they
+ * hold now (its only allocations besides kmatmul's workspaces). */
 void klinear_ce_release(void);
+size_t klinear_ce_workspace_bytes(void);
 
 #ifdef __cplusplus
 }

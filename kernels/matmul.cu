@@ -867,6 +867,13 @@ extern "C" double kmatmul_error_factor(kpath path, kmatmul_accum accum, int64_t 
     return (1 + u_prod) * (1 + gamma((double)(K + 2 * ((K + 3) / 4)), 0x1p-23)) - 1;
 }
 
+extern "C" size_t kmatmul_workspace_bytes(void)
+{
+    size_t total = 0;
+    for (int s = 0; s < WS_COUNT; s++) total += ws_size[s];
+    return total;
+}
+
 extern "C" void kmatmul_release(void)
 {
     for (auto &kv : lt_plans) {

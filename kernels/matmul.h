@@ -156,6 +156,9 @@ int kmatmul_time_algos(kpath path, kmatmul_accum accum, const kmatmul_args *args
  * model truncates (its errors then are biased: no probabilistic bound). */
 double kmatmul_error_factor(kpath path, kmatmul_accum accum, int64_t K, int *truncating);
 
+/* Device bytes the internal workspaces hold now (for memory accounting). */
+size_t kmatmul_workspace_bytes(void);
+
 /* Frees the internal workspaces and cached cuBLASLt plans. */
 void kmatmul_release(void);
 
