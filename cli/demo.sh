@@ -19,3 +19,18 @@ for r in rne sr; do
         awk -F'[:,]' -v r=$r '{ for (i = 1; i < NF; i++) { if ($i == "\"value\"") v = $(i+1); if ($i == "\"exact\"") x = $(i+1) }
             printf "accum: bf16 accumulator, 0.01 added 100000 times, %s: %g (exact sum of the stored addends %g)\n", r, v, x }'
 done
+# norm-stability study (H3): the default grid as JSON, then two small tables
+echo "== ulpscope norms (LayerNorm forward: variance algorithm against mean/std, fp32 statistics)"
+"$ulpscope" norms --json "$dir/norms.jsonl" >/dev/null
+"$ulpscope" norms --norm layernorm --pass fwd --format fp32,bf16 --acc fp32 --upcast none \
+    --width 1024 --ratio 0,100,300,10000
+echo "== ulpscope norms (RMSNorm forward in fp16 on x ~ 512, whose squares overflow fp16)"
+"$ulpscope" norms --norm rmsnorm --pass fwd --format fp16 --data large --width 4096
+awk '/"record":"norms"/ { n++; if ($0 ~ /"nonfinite":[1-9]/) nf++; if ($0 ~ /"stats_nonfinite":[1-9]/) so++ }
+    END { printf "norms: %d records in %s; %d with non-finite outputs, %d with overflowed statistics\n", n, FILENAME, nf + 0, so + 0 }' \
+    "$dir/norms.jsonl"
+# matrix units (H6): the A100 and H100 models' fingerprints, and where they differ
+echo "== ulpscope probe --model a100 vs --model h100 (differing properties)"
+"$ulpscope" probe --model a100 --json "$dir/fp_a100.jsonl" >/dev/null
+"$ulpscope" probe --model h100 --json "$dir/fp_h100.jsonl" >/dev/null
+"$ulpscope" probe --diff "$dir/fp_a100.jsonl" "$dir/fp_h100.jsonl" | grep -E 'differs|compared'

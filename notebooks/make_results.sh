@@ -7,3 +7,11 @@ mkdir -p "$dir"
 # accumulation study (H2): error against n by format pair, algorithm, rounding
 "$ulpscope" accum --data constant,uniform,normal --algo all --round rne,sr --n-min 10 --n-max 100000 \
     --points 9 --pairs fp32/fp32,bf16/bf16,fp16/fp16,fp32/bf16,e4m3/e4m3 --json "$dir/accum.jsonl" >/dev/null
+# norm-stability study (H3): error by variant against mean/std and width (--quick grid)
+"$ulpscope" norms --quick --json "$dir/norms.jsonl" >/dev/null
+# matrix units (H6): the fingerprint each model predicts, and fp8 accumulation error against K
+for gen in v100 a100 h100 b200; do
+    "$ulpscope" probe --model $gen --json "$dir/fp_$gen.jsonl" >/dev/null
+done
+"$ulpscope" probe --model h100 --accum-sweep --dots 32 --json "$dir/accum_fp8_h100.jsonl" >/dev/null
+"$ulpscope" probe --model b200 --accum-sweep --dots 32 --json "$dir/accum_fp8_b200.jsonl" >/dev/null

@@ -10,6 +10,8 @@
  * they neither underflow nor lose rigour. */
 #include "reference/ref.h"
 
+#include "reference/exact.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -349,4 +351,78 @@ bool ref_output(const ref_ctx *ctx, const ref_ball *b, double *out)
         if (mpfr_cmpabs(b->mid, rounded) < 0) *out = nextafter(*out, 0.0);
     }
     return decided;
+}
+
+/* Exact row sums for ref_group_rows, compared by (sum of squares, sum). */
+typedef struct {
+    mpfr_t sq, sum;
+    long row;
+} row_sums;
+
+static int compare_row_sums(const void *pa, const void *pb)
+{
+    const row_sums *a = pa, *b = pb;
+    int c = mpfr_cmp(a->sq, b->sq);
+    if (!c) c = mpfr_cmp(a->sum, b->sum);
+    if (!c) c = (a->row > b->row) - (a->row < b->row);
+    return c;
+}
+
+void ref_group_rows(long rows, long cols, const double *x, bool centered, long *group)
+{
+    row_sums *rs = malloc((size_t)(rows ? rows : 1) * sizeof *rs);
+    if (!rs) {
+        fprintf(stderr, "ulpscope reference: out of memory grouping %ld rows\n", rows);
+        abort();
+    }
+    exact_acc acc;
+    long n = 0; /* rows with finite sums; a row holding NaN or inf is its own group */
+    for (long r = 0; r < rows; r++) {
+        const double *xr = x + r * cols;
+        group[r] = r;
+        mpfr_inits2(MPFR_PREC_MIN, rs[n].sq, rs[n].sum, (mpfr_ptr)0);
+        exact_acc_init(&acc);
+        for (long j = 0; j < cols; j++) exact_acc_add_product(&acc, xr[j], xr[j]);
+        exact_acc_get_mpfr(&acc, rs[n].sq);
+        exact_acc_init(&acc);
+        for (long j = 0; centered && j < cols; j++) exact_acc_add(&acc, xr[j]);
+        exact_acc_get_mpfr(&acc, rs[n].sum);
+        rs[n].row = r;
+        if (mpfr_number_p(rs[n].sq) && mpfr_number_p(rs[n].sum)) n++;
+        else mpfr_clears(rs[n].sq, rs[n].sum, (mpfr_ptr)0);
+    }
+    qsort(rs, (size_t)n, sizeof *rs, compare_row_sums);
+    /* in each run of equal sums the first entry has the smallest row index */
+    for (long i = 0; i < n; i++) {
+        bool same = i > 0 && mpfr_equal_p(rs[i].sq, rs[i - 1].sq) && mpfr_equal_p(rs[i].sum, rs[i - 1].sum);
+        group[rs[i].row] = same ? group[rs[i - 1].row] : rs[i].row;
+    }
+    for (long i = 0; i < n; i++) mpfr_clears(rs[i].sq, rs[i].sum, (mpfr_ptr)0);
+    free(rs);
+}
+
+long ref_group_members(long rows, const long *group, long *member, long *start)
+{
+    /* a group is named by its smallest row, so scanning rows in order meets
+     * each group's name first at that row: number groups in that order */
+    long *index = malloc((size_t)(rows ? rows : 1) * sizeof *index), ngroups = 0;
+    if (!index) {
+        fprintf(stderr, "ulpscope reference: out of memory grouping %ld rows\n", rows);
+        abort();
+    }
+    for (long r = 0; r < rows; r++)
+        if (group[r] == r) index[r] = ngroups++;
+    for (long g = 0; g <= ngroups; g++) start[g] = 0;
+    for (long r = 0; r < rows; r++) start[index[group[r]] + 1]++;
+    for (long g = 0; g < ngroups; g++) start[g + 1] += start[g];
+    long *next = malloc((size_t)(ngroups ? ngroups : 1) * sizeof *next);
+    if (!next) {
+        fprintf(stderr, "ulpscope reference: out of memory grouping %ld rows\n", rows);
+        abort();
+    }
+    for (long g = 0; g < ngroups; g++) next[g] = start[g];
+    for (long r = 0; r < rows; r++) member[next[index[group[r]]]++] = r;
+    free(next);
+    free(index);
+    return ngroups;
 }

@@ -7,12 +7,14 @@
  * it and the loop would escalate, but there is no reason to pay for that).
  *
  * Row outputs (y, mean, rstd, dx) run the precision loop per row; dgamma and
- * dbeta, sums over rows, run it per column over per-row statistics held at
- * the column's precision (recomputed for all rows only when a column has to
- * escalate, which is rare). */
+ * dbeta, sums over rows, run it per column over the statistics of each group
+ * of equal rows, held at the column's precision (recomputed only when a
+ * column has to escalate, which is rare). */
 #include "reference/layernorm.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 /* Per-row statistics as balls: mean and rstd = 1/sqrt(var + eps); d[cols]
  * receives x - mean (work space of the caller). */
@@ -129,47 +131,74 @@ static long backward_row(const ref_ctx *ctx, long cols, const double *x, const d
     return undecided;
 }
 
-/* Per-row mean and rstd for every row at precision p (dgamma's inputs). */
-static void all_row_stats(const ref_ctx *ctx, long rows, long cols, const double *x, double eps,
-                          mpfr_prec_t p, ref_ball *d, ref_ball *mu, ref_ball *rs)
-{
-    set_prec_all(d, cols, p);
-    set_prec_all(mu, rows, p);
-    set_prec_all(rs, rows, p);
-    for (long r = 0; r < rows; r++) row_stats(ctx, cols, x + r * cols, eps, d, &mu[r], &rs[r]);
-}
-
+/* dgamma[c] = sum_r dy (x - mu_r) rstd_r and dbeta[c] = sum_r dy, with rows
+ * of equal statistics grouped (ref_group_rows): per group,
+ *   (sum dy x - mu_g sum dy) rstd_g,
+ * the two inner sums exact once p covers them, so identical rows whose dy
+ * cancel give an exact zero rather than a ball around 0. */
 static void backward_params(ref_ctx *ctx, long rows, long cols, const double *x, const double *dy,
                             double eps, double *dgamma, double *dbeta, ref_ball *d)
 {
-    mpfr_prec_t p0 = ref_first_prec(ctx), stats_p = p0;
-    ref_ball *mu = ref_balls_new((size_t)rows, p0);
-    ref_ball *rs = ref_balls_new((size_t)rows, p0);
+    mpfr_prec_t p0 = ref_first_prec(ctx), stats_p = 0;
+    long *group = malloc((size_t)rows * sizeof *group), *member = malloc((size_t)rows * sizeof *member);
+    long *start = malloc((size_t)(rows + 1) * sizeof *start);
+    if (!group || !member || !start) {
+        fprintf(stderr, "ulpscope reference: out of memory (layernorm dgamma, %ld rows)\n", rows);
+        abort();
+    }
+    ref_group_rows(rows, cols, x, true, group);
+    long ngroups = ref_group_members(rows, group, member, start);
+    long kept_rows = (long)ref_terms(ctx, (size_t)rows); /* planted bug: the last row left out */
+    ref_ball *mu = ref_balls_new((size_t)ngroups, p0);
+    ref_ball *rs = ref_balls_new((size_t)ngroups, p0);
     ref_ball *terms = ref_balls_new((size_t)rows, p0);
-    ref_ball total;
+    ref_ball *group_terms = ref_balls_new((size_t)ngroups, p0);
+    ref_ball sum_dy, sum_dyx, total;
+    ref_ball_init(&sum_dy, p0);
+    ref_ball_init(&sum_dyx, p0);
     ref_ball_init(&total, p0);
-    all_row_stats(ctx, rows, cols, x, eps, p0, d, mu, rs);
-    size_t n = ref_terms(ctx, (size_t)rows);
     for (long c = 0; c < cols; c++) {
         mpfr_prec_t p = p0;
         for (;;) {
-            if (p > stats_p) all_row_stats(ctx, rows, cols, x, eps, stats_p = p, d, mu, rs);
+            if (p > stats_p) { /* each group's statistics at the column's precision */
+                stats_p = p;
+                set_prec_all(d, cols, p);
+                set_prec_all(mu, ngroups, p);
+                set_prec_all(rs, ngroups, p);
+                for (long g = 0; g < ngroups; g++)
+                    row_stats(ctx, cols, x + member[start[g]] * cols, eps, d, &mu[g], &rs[g]);
+            }
             set_prec_all(terms, rows, p);
+            set_prec_all(group_terms, ngroups, p);
+            ref_ball_set_prec(&sum_dy, p);
+            ref_ball_set_prec(&sum_dyx, p);
             ref_ball_set_prec(&total, p);
             long undecided = 0;
             if (dbeta) {
-                for (long r = 0; r < rows; r++) ref_ball_set_d(&terms[r], dy[r * cols + c]);
-                ref_ball_sum(&total, terms, n);
+                for (long r = 0; r < kept_rows; r++) ref_ball_set_d(&terms[r], dy[r * cols + c]);
+                ref_ball_sum(&total, terms, (size_t)kept_rows);
                 undecided += !ref_output(ctx, &total, &dbeta[c]);
             }
             if (dgamma) {
-                for (long r = 0; r < rows; r++) {
-                    ref_ball_set_d(&terms[r], x[r * cols + c]);
-                    ref_ball_sub(&terms[r], &terms[r], &mu[r]);
-                    ref_ball_mul(&terms[r], &terms[r], &rs[r]);
-                    ref_ball_mul_d(&terms[r], &terms[r], dy[r * cols + c]);
+                for (long g = 0; g < ngroups; g++) {
+                    long k = 0;
+                    for (long m = start[g]; m < start[g + 1]; m++)
+                        if (member[m] < kept_rows) ref_ball_set_d(&terms[k++], dy[member[m] * cols + c]);
+                    ref_ball_sum(&sum_dy, terms, (size_t)k);
+                    k = 0;
+                    for (long m = start[g]; m < start[g + 1]; m++) {
+                        long r = member[m];
+                        if (r >= kept_rows) continue;
+                        ref_ball_set_d(&terms[k], x[r * cols + c]);
+                        ref_ball_mul_d(&terms[k], &terms[k], dy[r * cols + c]);
+                        k++;
+                    }
+                    ref_ball_sum(&sum_dyx, terms, (size_t)k);
+                    ref_ball_mul(&sum_dy, &sum_dy, &mu[g]);
+                    ref_ball_sub(&group_terms[g], &sum_dyx, &sum_dy);
+                    ref_ball_mul(&group_terms[g], &group_terms[g], &rs[g]);
                 }
-                ref_ball_sum(&total, terms, n);
+                ref_ball_sum(&total, group_terms, (size_t)ngroups);
                 undecided += !ref_output(ctx, &total, &dgamma[c]);
             }
             if (!undecided) break;
@@ -179,10 +208,14 @@ static void backward_params(ref_ctx *ctx, long rows, long cols, const double *x,
             }
         }
     }
+    ref_ball_clear(&sum_dy);
+    ref_ball_clear(&sum_dyx);
     ref_ball_clear(&total);
-    ref_balls_free(mu, (size_t)rows);
-    ref_balls_free(rs, (size_t)rows);
+    ref_balls_free(mu, (size_t)ngroups);
+    ref_balls_free(rs, (size_t)ngroups);
     ref_balls_free(terms, (size_t)rows);
+    ref_balls_free(group_terms, (size_t)ngroups);
+    free(group), free(member), free(start);
 }
 
 void ref_layernorm_backward(ref_ctx *ctx, long rows, long cols, const double *x,

@@ -145,6 +145,19 @@ void ref_ball_lipschitz(ref_ball *r, const ref_ball *a,
  * (mpfr_sum), the radius the sum of the radii plus that rounding. */
 void ref_ball_sum(ref_ball *r, const ref_ball *terms, size_t n);
 
+/* Rows of x[rows][cols] with equal statistics: group[r] is the smallest row
+ * index whose exact sum of squares (and, when centered, exact sum) equals
+ * row r's.  Equal sums mean equal mean and rstd, so a reduction over rows
+ * (dgamma) can add such rows' terms before multiplying by their common
+ * rstd: an exact zero (sum_r dy = 0 over identical rows, frequent once a
+ * narrow format has rounded rows to the same values) then stays an exact
+ * zero instead of a ball around 0 that no precision decides.  O(R log R). */
+void ref_group_rows(long rows, long cols, const double *x, bool centered, long *group);
+/* The groups as lists: member[rows] holds the rows group by group (each in
+ * increasing order), start[g] .. start[g+1] the g-th group's slice; start
+ * needs rows + 1 entries.  Returns the number of groups. */
+long ref_group_members(long rows, const long *group, long *member, long *start);
+
 /* The double nearest the exact value, when every point of the ball rounds
  * to the same double: stores it and returns true.  Otherwise stores the
  * midpoint rounded and returns false (the caller recomputes at more bits). */

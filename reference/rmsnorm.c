@@ -6,10 +6,12 @@
  *   dx_j = rstd g_j - rstd^3 x_j mean(g x)
  * does cancel when g is nearly parallel to x; the balls measure that and the
  * loop escalates when it has to.  Row outputs loop per row, dgamma per
- * column over per-row rstd (see layernorm.c for the same structure). */
+ * column over per-group rstd (see backward_gain and layernorm.c). */
 #include "reference/rmsnorm.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 static void row_rstd(const ref_ctx *ctx, long cols, const double *x, double eps, ref_ball *sq,
                      ref_ball *rstd)
@@ -111,31 +113,53 @@ static long backward_row(const ref_ctx *ctx, long cols, const double *x, const d
     return undecided;
 }
 
+/* dgamma[c] = sum_r dy x rstd_r, added group by group (ref_group_rows):
+ * rows with equal sums of squares share rstd, so their exact dy x terms are
+ * summed first and multiplied by it once; identical rows whose dy cancel
+ * give an exact zero. */
 static void backward_gain(ref_ctx *ctx, long rows, long cols, const double *x, const double *dy,
                           double eps, double *dgamma, ref_ball *work)
 {
     mpfr_prec_t p0 = ref_first_prec(ctx), stats_p = 0;
-    ref_ball *rs = ref_balls_new((size_t)rows, p0);
+    long *group = malloc((size_t)rows * sizeof *group), *member = malloc((size_t)rows * sizeof *member);
+    long *start = malloc((size_t)(rows + 1) * sizeof *start);
+    if (!group || !member || !start) {
+        fprintf(stderr, "ulpscope reference: out of memory (rmsnorm dgamma, %ld rows)\n", rows);
+        abort();
+    }
+    ref_group_rows(rows, cols, x, false, group);
+    long ngroups = ref_group_members(rows, group, member, start);
+    long kept_rows = (long)ref_terms(ctx, (size_t)rows); /* planted bug: the last row left out */
+    ref_ball *rs = ref_balls_new((size_t)ngroups, p0);
     ref_ball *terms = ref_balls_new((size_t)rows, p0);
+    ref_ball *group_terms = ref_balls_new((size_t)ngroups, p0);
     ref_ball total;
     ref_ball_init(&total, p0);
-    size_t n = ref_terms(ctx, (size_t)rows);
     for (long c = 0; c < cols; c++) {
         mpfr_prec_t p = p0;
         for (;;) {
-            if (p > stats_p) { /* per-row rstd at the column's precision */
+            if (p > stats_p) { /* each group's rstd at the column's precision */
                 stats_p = p;
                 set_prec_all(work, cols, p);
-                set_prec_all(rs, rows, p);
-                for (long r = 0; r < rows; r++) row_rstd(ctx, cols, x + r * cols, eps, work, &rs[r]);
+                set_prec_all(rs, ngroups, p);
+                for (long g = 0; g < ngroups; g++) row_rstd(ctx, cols, x + member[start[g]] * cols, eps, work, &rs[g]);
             }
             set_prec_all(terms, rows, p);
+            set_prec_all(group_terms, ngroups, p);
             ref_ball_set_prec(&total, p);
-            for (long r = 0; r < rows; r++) {
-                ref_ball_mul_d(&terms[r], &rs[r], x[r * cols + c]);
-                ref_ball_mul_d(&terms[r], &terms[r], dy[r * cols + c]);
+            for (long g = 0; g < ngroups; g++) {
+                long k = 0;
+                for (long m = start[g]; m < start[g + 1]; m++) {
+                    long r = member[m];
+                    if (r >= kept_rows) continue;
+                    ref_ball_set_d(&terms[k], x[r * cols + c]);
+                    ref_ball_mul_d(&terms[k], &terms[k], dy[r * cols + c]);
+                    k++;
+                }
+                ref_ball_sum(&group_terms[g], terms, (size_t)k);
+                ref_ball_mul(&group_terms[g], &group_terms[g], &rs[g]);
             }
-            ref_ball_sum(&total, terms, n);
+            ref_ball_sum(&total, group_terms, (size_t)ngroups);
             if (ref_output(ctx, &total, &dgamma[c])) break;
             if (!(p = ref_next_prec(ctx, p))) {
                 ctx->unproven++;
@@ -144,8 +168,10 @@ static void backward_gain(ref_ctx *ctx, long rows, long cols, const double *x, c
         }
     }
     ref_ball_clear(&total);
-    ref_balls_free(rs, (size_t)rows);
+    ref_balls_free(rs, (size_t)ngroups);
     ref_balls_free(terms, (size_t)rows);
+    ref_balls_free(group_terms, (size_t)ngroups);
+    free(group), free(member), free(start);
 }
 
 void ref_rmsnorm_backward(ref_ctx *ctx, long rows, long cols, const double *x,

@@ -218,12 +218,49 @@ static void test_against_plain_mpfr(void **state)
     assert_true(mismatches(REF_BUG_DROP_TERM, seed, 0.0) > 0);
 }
 
+/* Rows that a narrow format rounded to the same values share their
+ * statistics; where their dy cancel, dgamma is exactly 0, which the
+ * reference must prove (ref_group_rows) rather than leave as a ball around
+ * 0 that no precision decides.  Returns whether every column came out
+ * exactly 0 and proven. */
+static bool cancelling_rows_give_exact_zero(ref_bug bug, uint64_t seed)
+{
+    prec_rng rng;
+    prec_rng_seed(&rng, seed);
+    enum { n = 16 };
+    double x[4 * n], dy[4 * n], g[n], dg[n];
+    random_normal(&rng, x, n, 96.0, 3.0);
+    random_normal(&rng, g, n, 1.0, 0.3);
+    for (int r = 1; r < 4; r++)
+        for (int j = 0; j < n; j++) x[r * n + j] = x[j]; /* four identical rows */
+    for (int j = 0; j < n; j++) {
+        double a = ldexp(round(ldexp(prec_rng_normal(&rng), 8)), -8);
+        double b = ldexp(round(ldexp(prec_rng_normal(&rng), 8)), -8);
+        dy[j] = a, dy[n + j] = -a, dy[2 * n + j] = b, dy[3 * n + j] = -b; /* cancel per column */
+    }
+    ref_ctx ctx = REF_CTX_DEFAULT;
+    ctx.bug = bug;
+    ref_layernorm_backward(&ctx, 4, n, x, g, dy, (double)1e-5f, NULL, dg, NULL);
+    bool all_zero = true;
+    for (int j = 0; j < n; j++) all_zero = all_zero && dg[j] == 0.0;
+    return all_zero && ctx.unproven == 0;
+}
+
+static void test_identical_rows_exact_zero(void **state)
+{
+    (void)state;
+    uint64_t seed = test_seed("layernorm_identical_rows_exact_zero");
+    assert_true(cancelling_rows_give_exact_zero(REF_BUG_NONE, seed));
+    assert_false(cancelling_rows_give_exact_zero(REF_BUG_DROP_TERM, seed)); /* the last row's dy no longer cancels */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hand_values),
         cmocka_unit_test(test_moments),
         cmocka_unit_test(test_against_plain_mpfr),
+        cmocka_unit_test(test_identical_rows_exact_zero),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
