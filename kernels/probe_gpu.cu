@@ -182,8 +182,13 @@ extern "C" int probe_gpu_header(char *buf, size_t len)
     if (f) {
         char line[256];
         if (fgets(line, sizeof line, f)) {
+            // "NVRM version: NVIDIA UNIX ... Kernel Module for x86_64  580.159.04  Release Build ..."
             const char *k = strstr(line, "Kernel Module");
-            if (k && sscanf(k + strlen("Kernel Module"), " %63s", module) != 1) snprintf(module, sizeof module, "?");
+            for (const char *s = k; s && *s; s++)
+                if (*s >= '0' && *s <= '9' && s[-1] == ' ') {
+                    if (sscanf(s, "%63s", module) != 1) snprintf(module, sizeof module, "?");
+                    break;
+                }
         }
         fclose(f);
     }

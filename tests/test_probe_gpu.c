@@ -54,8 +54,11 @@ static long compare_target(const probe_target *t, const mma_arith *p, long n, ui
     }
     char err[512];
     if (probe_gpu_run(NULL, t, (int)n, a, b, c, dg, err, sizeof err)) fail_msg("%s", err);
+    /* twin: one alignment bit fewer; for an emulated (split) instruction,
+     * whose fp16 sub-results rarely show that bit, the adds in another order */
     mma_arith twin = *p;
-    twin.frac_bits -= 1;
+    if (p->split != MMA_SPLIT_NONE) twin.split = MMA_SPLIT_C_P1_P2;
+    else twin.frac_bits -= 1;
     long bad = 0, twin_bad = 0;
     for (long i = 0; i < n; i++) {
         const uint32_t want = mma_dot(p, k, a + i * k * esz, b + i * k * esz, c[i]);
@@ -90,7 +93,7 @@ static void test_hardware_matches_h100_model(void **state)
         const long bad = compare_target(&targets[i], &m->arith, 4000, seed + (uint64_t)i, &twin);
         total += bad;
         if (twin == 0)
-            fail_msg("%s %s->%s: the F-1 twin agreed with the GPU on all 4000 dots: the check cannot fail",
+            fail_msg("%s %s->%s: the planted twin agreed with the GPU on all 4000 dots: the check cannot fail",
                      targets[i].route, prec_format_name(targets[i].in), prec_format_name(targets[i].out));
     }
     assert_int_equal(total, 0);
