@@ -53,16 +53,10 @@ static int time_median(launch_fn fn, void *arg, ktimer *t, float *median)
     return 0;
 }
 
-/* Random values of a format on the device (bench inputs are never zeros). */
+/* Random values on the device (bench inputs are never zeros). */
 static int fill_random(ktensor *t, prec_rng *rng, double sigma)
 {
-    int64_t n = ktensor_numel(t);
-    double *v = malloc((size_t)n * sizeof(double));
-    if (!v) return kernels_fail("bench: out of host memory");
-    for (int64_t i = 0; i < n; i++) v[i] = sigma * (2.0 * prec_rng_uniform(rng) - 1.0);
-    int rc = ktensor_upload(t, v);
-    free(v);
-    return rc;
+    return ktensor_fill_uniform(t, prec_rng_next(rng), (float)-sigma, (float)sigma);
 }
 
 /* ---- ops ------------------------------------------------------------------ */

@@ -5,8 +5,8 @@
  * path's formats (fp8: x, y, g in e4m3 and dy, dx in e5m2, each with a
  * per-tensor scale amax / max_finite, as current-scaling recipes set it);
  * forward, backward (from the forward's own stored gradient branch under
- * store_grad), compared with the MPFR reference; bounds from the op's kval
- * replay of its f and f'. */
+ * store_grad, whose actual error starts dx's bound), compared with the MPFR
+ * reference; bounds from the op's kval replay of its f and f'. */
 #ifndef ULPSCOPE_KERNELS_CHECK_ACTIVATION_H
 #define ULPSCOPE_KERNELS_CHECK_ACTIVATION_H
 

@@ -63,10 +63,13 @@ static kval mirror_df(kval x, int variant)
     return kval_add(a, b, F32);
 }
 
+/* |(1 + t)/2| + |x/2 (1 - t^2) dz| with 1 + tanh z = 2 / (1 + e^-2z) and
+ * 1 - tanh^2 z = 4 / (e^z + e^-z)^2, which do not cancel for large |z|. */
 static double df_scale(double x)
 {
-    double t = tanh(K0 * (x + K1 * x * x * x)), dz = K0 * (1 + 3 * K1 * x * x);
-    return 0.5 * fabs(1 + t) + fabs(0.5 * x * (1 - t * t) * dz);
+    double z = K0 * (x + K1 * x * x * x), dz = K0 * (1 + 3 * K1 * x * x);
+    double one_plus_t = 2.0 / (1.0 + exp(-2.0 * z)), ch = exp(z) + exp(-z);
+    return 0.5 * one_plus_t + fabs(0.5 * x * dz) * 4.0 / (ch * ch);
 }
 
 static int gelu_forward(ktensor *y, ktensor *grad, const ktensor *x, int variant)

@@ -3,7 +3,7 @@
  * Inputs: logits x ~ N(offset, sigma) in the path's format, dlse ~ N(0, 1)
  * in fp32.  Outputs: lse (fp32; errors in fp32 units, scaled by |max| +
  * log(sum)) and dx = dlse exp(x - lse), which the kernel computes from its
- * own stored lse (so its bound starts from the forward's bound on lse). */
+ * own stored lse (so its bound starts from that value's actual error). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -88,11 +88,14 @@ static int check_shape(kcheck_ctx *ctx, const shape *s, kpath path, int variant)
         kval l = kcheck_log_shifted(s_row, kval_exact(m), variant);
         l.v = lser[n];
         double lscale = fabs(m) + log(s_row.v);
+        /* the backward read the stored lse, whose error the check knows */
+        double lerr = fabs(lse[n] - lser[n]) * (1.0 + 0x1p-40);
+        kval lse_read = {lser[n], lerr, lerr};
         if (kcheck_acc_add(&acc_l, n, lse[n], lser[n], l.e, l.p, lscale))
             kcheck_acc_detail(&acc_l, "row %lld: got %.9g ref %.17g rowmax=%.9g", (long long)n, lse[n], lser[n], m);
         for (int64_t c = 0; c < C; c++) {
             int64_t i = n * C + c;
-            kval ex = kcheck_exp_shifted(xr[c], l, variant);
+            kval ex = kcheck_exp_shifted(xr[c], lse_read, variant);
             kval d = kval_round(kval_mul(kval_exact(dlse[n]), ex, F32), f);
             if (kcheck_acc_add(&acc_dx, i, dx[i], dxr[i], d.e, d.p, fabs(dxr[i])))
                 kcheck_acc_detail(&acc_dx, "row %lld col %lld: got %.9g ref %.17g x=%.9g dlse=%.9g lse=%.9g",

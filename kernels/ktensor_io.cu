@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/kelem.cuh"
 #include "kernels/ktensor_io.h"
 
 static int cuda_fail(const char *what, const char *call, cudaError_t err)
@@ -210,4 +211,38 @@ extern "C" int ktimer_stop(ktimer *t, float *ms)
     if (err == cudaSuccess) err = cudaGetLastError();
     if (err == cudaSuccess) err = cudaEventElapsedTime(ms, t->start, t->stop);
     return err == cudaSuccess ? 0 : cuda_fail("ktimer_stop", "cudaEventElapsedTime", err);
+}
+
+namespace {
+
+__device__ __forceinline__ float hash_uniform(uint64_t seed, int64_t i)
+{
+    uint64_t z = seed + 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (float)(z >> 40) * 0x1p-24f;
+}
+
+template <typename T> __global__ void fill_uniform_kernel(T *p, int64_t n, uint64_t seed, float lo, float hi)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        p[i] = kfrom_float<T>(lo + (hi - lo) * hash_uniform(seed, i), 0);
+}
+
+} // namespace
+
+extern "C" int ktensor_fill_uniform(ktensor *t, uint64_t seed, float lo, float hi)
+{
+    int64_t n = ktensor_numel(t);
+    unsigned blocks = (unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
+    switch (t->format) {
+    case PREC_FP32: fill_uniform_kernel<float><<<blocks, 256>>>((float *)t->data, n, seed, lo, hi); break;
+    case PREC_BF16: fill_uniform_kernel<__nv_bfloat16><<<blocks, 256>>>((__nv_bfloat16 *)t->data, n, seed, lo, hi); break;
+    case PREC_FP16: fill_uniform_kernel<__half><<<blocks, 256>>>((__half *)t->data, n, seed, lo, hi); break;
+    case PREC_E4M3: fill_uniform_kernel<__nv_fp8_e4m3><<<blocks, 256>>>((__nv_fp8_e4m3 *)t->data, n, seed, lo, hi); break;
+    case PREC_E5M2: fill_uniform_kernel<__nv_fp8_e5m2><<<blocks, 256>>>((__nv_fp8_e5m2 *)t->data, n, seed, lo, hi); break;
+    default: return kernels_fail("ktensor_fill_uniform: no %s fill", prec_format_name(t->format));
+    }
+    return kernels_sync("ktensor_fill_uniform");
 }

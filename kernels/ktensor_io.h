@@ -30,6 +30,11 @@ size_t ktensor_bytes(const ktensor *t);
 int ktensor_upload(ktensor *t, const double *values);
 /* Device -> host doubles (stored units). */
 int ktensor_download(const ktensor *t, double *values);
+/* Fills t on the device with values uniform in [lo, hi) (stored units),
+ * rounded to nearest into the format: a hash of (seed, index), so large
+ * benchmark inputs need no host round trip.  Not for checks (their inputs
+ * come from the host so the reference sees them). */
+int ktensor_fill_uniform(ktensor *t, uint64_t seed, float lo, float hi);
 /* Every byte 0xFF: NaN in fp32, bf16, fp16, e4m3 and e5m2. */
 int ktensor_poison(ktensor *t);
 int ktensor_set_scale(ktensor *t, float scale);

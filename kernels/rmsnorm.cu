@@ -41,8 +41,10 @@ template <int RT> __device__ __forceinline__ float group_sum(float v, float *scr
     else return v;
 }
 
-// Round to the storage format and back: the "no upcast" steps.
-template <typename T> __device__ __forceinline__ float in_storage(float v) { return kto_float(kfrom_float<T>(v, 0)); }
+// Round to the storage format and back: the "no upcast" steps.  They are
+// conversions into the storage format like the final store, so the planted
+// truncation applies to them too.
+template <typename T> __device__ __forceinline__ float in_storage(float v, int bug) { return kto_float(kfrom_float<T>(v, bug)); }
 
 template <typename T, int RT, int V, int PLACE>
 __global__ void rmsnorm_forward_kernel(T *__restrict__ y, float *__restrict__ rstd, const T *__restrict__ x,
@@ -59,7 +61,7 @@ __global__ void rmsnorm_forward_kernel(T *__restrict__ y, float *__restrict__ rs
 #pragma unroll
         for (int j = 0; j < V; j++) {
             if (bug == KBUG_DROP_TERM && base + j == C - 1) continue;
-            if (PLACE == NO_UPCAST) acc += in_storage<T>(v[j] * v[j]);
+            if (PLACE == NO_UPCAST) acc += in_storage<T>(v[j] * v[j], bug);
             else acc = fmaf(v[j], v[j], acc);
         }
     }
@@ -67,8 +69,8 @@ __global__ void rmsnorm_forward_kernel(T *__restrict__ y, float *__restrict__ rs
     float ms = __fdiv_rn(ss, (float)C);
     float r;
     if (PLACE == NO_UPCAST) {
-        ms = in_storage<T>(ms);
-        r = in_storage<T>(rsqrtf(in_storage<T>(ms + eps)));
+        ms = in_storage<T>(ms, bug);
+        r = in_storage<T>(rsqrtf(in_storage<T>(ms + eps, bug)), bug);
     } else {
         r = rsqrtf(ms + eps);
     }
@@ -81,7 +83,7 @@ __global__ void rmsnorm_forward_kernel(T *__restrict__ y, float *__restrict__ rs
 #pragma unroll
         for (int j = 0; j < V; j++) {
             float n = v[j] * r;
-            if (PLACE != GEMMA) n = in_storage<T>(n);
+            if (PLACE != GEMMA) n = in_storage<T>(n, bug);
             out[j] = gain ? n * gv[j] : n;
         }
         kvec_io<T, V>::store(yr + base, out, bug);
