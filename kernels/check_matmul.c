@@ -109,7 +109,9 @@ typedef struct {
 
 /* Sizes that are no multiple of any tile (7, 37, 45, 257, 2049) beside
  * model-like ones; K = 7, 9 and 16 make a single dropped term visible even
- * against a bf16 bound; every layout of the linear layer appears. */
+ * against a bf16 bound; every layout of the linear layer appears; the last,
+ * all positive with K = 4096, makes partial sums grow so that an accumulator
+ * narrower than fp32 (fp8 fast accumulation) shows its drift. */
 static const mm_shape shapes[] = {
     {37, 45, 70, 0, 1, 1, 0, 1.0, 0.0, 0, 0, 0},
     {16, 24, 7, 0, 0, 0, 0, 1.0, 0.0, 0, 0, 0},
@@ -117,6 +119,7 @@ static const mm_shape shapes[] = {
     {100, 130, 257, 1, 0, 1, 1, 0.5, 0.0, 0, 0, 0},
     {48, 64, 1000, 0, 1, 0, 1, 1.0, 0.5, 0, 0, 0},
     {33, 50, 2049, 1, 1, 1, 0, 1.0, 1.0, 0, 0, 0},
+    {64, 64, 4096, 0, 1, 0, 0, 1.0, 0.0, 1, 0, 0},
 };
 
 /* fp8: K and N multiples of 16 (the fp8 GEMMs' 16-byte rows), M free; the
@@ -128,6 +131,7 @@ static const mm_shape fp8_shapes[] = {
     {100, 144, 272, 1, 0, 1, 1, 0.5, 0.0, 0, PREC_E5M2, PREC_E4M3},
     {48, 64, 1024, 0, 1, 0, 1, 1.0, 0.5, 0, PREC_E4M3, PREC_E4M3},
     {33, 48, 2048, 1, 1, 1, 0, 1.0, 1.0, 0, PREC_E5M2, PREC_E4M3},
+    {64, 64, 4096, 0, 1, 0, 0, 1.0, 0.0, 1, PREC_E4M3, PREC_E4M3},
 };
 
 #define N_SHAPES(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -151,6 +155,7 @@ typedef struct {
     double *y, *yref, *S;     /* kernel output, reference, exact dot */
     double *qa_scale, *qb_scale; /* fp8 scales as read back (1 or per tile) */
     int64_t n_sa, n_sb;
+    char algo[200];              /* the cuBLASLt algorithm that ran (kmatmul_last_algo) */
 } mm_buffers;
 
 static void free_mm(mm_buffers *b)
@@ -185,6 +190,7 @@ static int run_plain(const mm_shape *s, kpath path, kmatmul_accum accum, int var
                       (float)s->alpha, (float)s->beta, s->bias ? bias.data : NULL, s->gelu,
                       PREC_FP32, PREC_FP32, NULL, NULL, 0};
     if (kmatmul(path, accum, variant, &x) || kernels_sync("matmul") || ktensor_download(&Y, b->y)) goto done;
+    snprintf(b->algo, sizeof b->algo, "%s", kmatmul_last_algo());
     rc = 0;
 done:
     ktensor_free(&A); ktensor_free(&B); ktensor_free(&C); ktensor_free(&bias); ktensor_free(&Y);
@@ -244,6 +250,7 @@ static int run_fp8(const mm_shape *s, kmatmul_accum accum, int variant, mm_buffe
         kdevice_download(sa_host, sa_dev, b->n_sa * sizeof(float), "matmul check scales") ||
         kdevice_download(sb_host, sb_dev, b->n_sb * sizeof(float), "matmul check scales"))
         goto done;
+    snprintf(b->algo, sizeof b->algo, "%s", accum == KMATMUL_ACC_BLOCK_SCALED ? "own kernel" : kmatmul_last_algo());
     for (int64_t i = 0; i < b->n_sa; i++) b->qa_scale[i] = sa_host[i];
     for (int64_t i = 0; i < b->n_sb; i++) b->qb_scale[i] = sb_host[i];
     /* dequantise: code * scale is exact in double (4-bit significand times fp32) */
@@ -416,8 +423,9 @@ static int check_shape(kcheck_ctx *ctx, const mm_shape *s, kpath path, kmatmul_a
                            (s->bias ? fabs(b.bias[n]) : 0);
             int64_t i = m * N + n;
             if (kcheck_acc_add(&acc, i, b.y[i], b.yref[i], y.e, y.p, scale))
-                kcheck_acc_detail(&acc, "m %lld n %lld: got %.9g ref %.17g, sum|ab| %.6g, exact dot %.9g",
-                                  (long long)m, (long long)n, b.y[i], b.yref[i], P, b.S[i]);
+                kcheck_acc_detail(&acc, "m %lld n %lld: got %.9g ref %.17g, sum|ab| %.6g, exact dot %.9g; %s",
+                                  (long long)m, (long long)n, b.y[i], b.yref[i], P, b.S[i],
+                                  variant == KMATMUL_SPLIT_K ? "split_k slices" : b.algo);
         }
     }
     kcheck_acc_report(ctx, &acc);

@@ -95,8 +95,10 @@ struct lt_plan {
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulHeuristicResult_t algos[LT_MAX_ALGOS];
     int n_algos;
-    int split_k_excluded; // 0 when no algorithm without split-K existed and the mask was widened
+    int split_k_excluded; // 0 when no algorithm without split-K existed and fp32 split-K was allowed
 };
+
+static char lt_last_algo[200];
 
 static cublasLtHandle_t lt_handle;
 static std::unordered_map<std::string, lt_plan> lt_plans;
@@ -179,8 +181,12 @@ static int lt_plan_get(const char *ctx, const lt_gemm &g, lt_plan **out)
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_handle, p.desc, p.la, p.lb, p.lc, p.lc, pref,
                                                        LT_MAX_ALGOS, p.algos, &p.n_algos);
     if (st != CUBLAS_STATUS_SUCCESS || p.n_algos == 0) {
-        uint32_t any = CUBLASLT_REDUCTION_SCHEME_MASK;
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &any, sizeof any);
+        // Only split-K whose partial sums stay in fp32 (the compute type):
+        // the in-place and output-type schemes round partials to the output
+        // format, which no bound of ours covers.
+        uint32_t fp32_partials = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &fp32_partials,
+                                             sizeof fp32_partials);
         p.split_k_excluded = 0;
         st = cublasLtMatmulAlgoGetHeuristic(lt_handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, LT_MAX_ALGOS, p.algos,
                                             &p.n_algos);
@@ -216,8 +222,21 @@ static int lt_run(const char *ctx, lt_plan *p, const lt_gemm &g, int algo_index)
     float beta = (g.c && g.beta != 0.0f) ? g.beta : 0.0f;
     KLT(ctx, cublasLtMatmul(lt_handle, p->desc, &g.alpha, g.b, p->la, g.a, p->lb, &beta, c, p->lc, g.d, p->lc,
                             &p->algos[algo_index].algo, ws, LT_WORKSPACE_BYTES, 0));
+    int32_t id = -1, splitk = 1;
+    uint32_t tile = 0, stages = 0, reduction = 0;
+    const cublasLtMatmulAlgo_t *al = &p->algos[algo_index].algo;
+    cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, nullptr);
+    cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, nullptr);
+    cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, nullptr);
+    cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, nullptr);
+    cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction, sizeof reduction,
+                                         nullptr);
+    snprintf(lt_last_algo, sizeof lt_last_algo, "cuBLASLt algo %d tile %u stages %u splitK %d reduction %u%s", id,
+             tile, stages, splitk, reduction, p->split_k_excluded ? "" : " (fp32 split-K allowed)");
     return 0;
 }
+
+extern "C" const char *kmatmul_last_algo(void) { return lt_last_algo; }
 
 static int lt_gemm_run(const char *ctx, const lt_gemm &g)
 {
@@ -715,10 +734,11 @@ extern "C" int kmatmul(kpath path, kmatmul_accum accum, int variant, const kmatm
 
     if (accum == KMATMUL_ACC_BLOCK_SCALED) return launch_block_scaled(ctx, x, drop, bug);
 
-    if (variant == KMATMUL_SPLIT_K || bug == KBUG_TRUNCATE_OUTPUT) {
+    if (variant == KMATMUL_SPLIT_K || bug == KBUG_TRUNCATE_OUTPUT || (drop && x->K <= k_step)) {
         // Slices of K (a multiple of k_step each) into fp32 partials, then the
         // fixed-order reduction with the epilogue.  The truncate-output bug also
-        // comes this way (one slice) so that our kernel does the final rounding.
+        // comes this way (one slice) so that our kernel does the final rounding,
+        // and a dropped term that leaves no K at all (its partial is zero).
         int64_t slices = variant == KMATMUL_SPLIT_K ? KMATMUL_SPLIT_K_SLICES : 1;
         int64_t chunk = (x->K + slices - 1) / slices;
         chunk = (chunk + k_step - 1) / k_step * k_step;

@@ -156,6 +156,10 @@ int kmatmul_time_algos(kpath path, kmatmul_accum accum, const kmatmul_args *args
  * model truncates (its errors then are biased: no probabilistic bound). */
 double kmatmul_error_factor(kpath path, kmatmul_accum accum, int64_t K, int *truncating);
 
+/* The cuBLASLt algorithm the last GEMM ran: "cuBLASLt algo ID tile T stages S
+ * splitK N reduction R" ("" before the first); for results and diagnostics. */
+const char *kmatmul_last_algo(void);
+
 /* Device bytes the internal workspaces hold now (for memory accounting). */
 size_t kmatmul_workspace_bytes(void);
 
