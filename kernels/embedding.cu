@@ -7,11 +7,29 @@
 #include <cub/cub.cuh>
 
 #include "kernels/embedding.h"
-#include "kernels/kelem.cuh"
+#include "kernels/kelementwise.cuh"
 
 namespace {
 
 constexpr int kThreads = 128;
+
+// Rows copied in 16-byte vectors (C a multiple of the vector), converted
+// element by element so the planted truncation applies as in the scalar kernel.
+template <typename T>
+__global__ void lookup_vec_kernel(T *__restrict__ out, const T *__restrict__ table, const int32_t *__restrict__ tokens,
+                                  int64_t N, int64_t V, int64_t C, int bug)
+{
+    constexpr int W = 16 / (int)sizeof(T);
+    const int64_t t = blockIdx.x;
+    const int32_t v = tokens[t];
+    for (int64_t c = (int64_t)threadIdx.x * W; c < C; c += (int64_t)blockDim.x * W) {
+        float e[W];
+        if (v >= 0 && v < V) kelem_load<T, W>(table + (int64_t)v * C, c, e);
+        else
+            for (int j = 0; j < W; j++) e[j] = __int_as_float(0x7fffffff);
+        kelem_store_scaled<T, W>(out, t * C + c, e, 1.0f, N * C, bug);
+    }
+}
 
 template <typename T>
 __global__ void lookup_kernel(T *__restrict__ out, const T *__restrict__ table, const int32_t *__restrict__ tokens,
@@ -134,11 +152,14 @@ extern "C" int kembedding_forward(ktensor *out, const ktensor *table, const int3
     if (variant < 0 || variant >= KEMBED_NVARIANTS) return kernels_fail("embedding forward: unknown variant %d", variant);
     const int bug = kernels_planted_bug();
     switch (table->format) {
-    case PREC_FP32: lookup_kernel<float><<<(unsigned)N, kThreads>>>((float *)out->data, (const float *)table->data, tokens, N, V, C, bug); break;
-    case PREC_BF16:
-        lookup_kernel<__nv_bfloat16><<<(unsigned)N, kThreads>>>((__nv_bfloat16 *)out->data, (const __nv_bfloat16 *)table->data, tokens, N, V, C, bug);
-        break;
-    case PREC_FP16: lookup_kernel<__half><<<(unsigned)N, kThreads>>>((__half *)out->data, (const __half *)table->data, tokens, N, V, C, bug); break;
+#define LOOKUP(T)                                                                                                   \
+    if (C % (16 / (int64_t)sizeof(T)) == 0)                                                                         \
+        lookup_vec_kernel<T><<<(unsigned)N, kThreads>>>((T *)out->data, (const T *)table->data, tokens, N, V, C, bug); \
+    else lookup_kernel<T><<<(unsigned)N, kThreads>>>((T *)out->data, (const T *)table->data, tokens, N, V, C, bug);
+    case PREC_FP32: LOOKUP(float) break;
+    case PREC_BF16: LOOKUP(__nv_bfloat16) break;
+    case PREC_FP16: LOOKUP(__half) break;
+#undef LOOKUP
     default: return kernels_fail("embedding forward: no %s path", prec_format_name(table->format));
     }
     return launched("forward", N, V, C);

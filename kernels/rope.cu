@@ -12,15 +12,17 @@
 
 namespace {
 
-template <typename E, int VARIANT, bool BACKWARD>
+// I: the index type; 32-bit whenever the tensor allows, since 64-bit division
+// and remainder (three per thread) cost more than the memory traffic.
+template <typename E, typename I, int VARIANT, bool BACKWARD>
 __global__ void rope_kernel(E *__restrict__ y, const E *__restrict__ x, const float *__restrict__ cos_t,
-                            const float *__restrict__ sin_t, const float *__restrict__ inv_freq, int64_t N,
-                            int64_t H, int64_t D, int64_t T, int bug)
+                            const float *__restrict__ sin_t, const float *__restrict__ inv_freq, I N, I H, I D, I T,
+                            int bug)
 {
-    const int64_t half = D / 2, pairs = N * H * half;
-    const int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const I half = D / 2, pairs = N * H * half;
+    const I p = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x;
     if (p >= pairs) return;
-    const int64_t i = p % half, nh = p / half, n = nh / H, pos = n % T;
+    const I i = p % half, nh = p / half, pos = (nh / H) % T;
     float c, s;
     if (VARIANT == KROPE_FP32_ANGLE) sincosf((float)pos * inv_freq[i], &s, &c);
     else {
@@ -28,10 +30,24 @@ __global__ void rope_kernel(E *__restrict__ y, const E *__restrict__ x, const fl
         s = sin_t[pos * half + i];
     }
     if (BACKWARD) s = -s;
-    const int64_t a = nh * D + i, b = a + half;
+    const I a = nh * D + i, b = a + half;
     const float x1 = kto_float(x[a]), x2 = kto_float(x[b]);
     y[a] = kfrom_float<E>(x1 * c - x2 * s, bug);
     if (!(bug == KBUG_DROP_TERM && b == N * H * D - 1)) y[b] = kfrom_float<E>(x1 * s + x2 * c, bug);
+}
+
+template <typename E, int VARIANT, bool BACKWARD>
+void launch(E *y, const E *x, const krope_tables *tab, int64_t N, int64_t H, int64_t D, int bug)
+{
+    const int64_t pairs = N * H * (D / 2);
+    const unsigned blocks = (unsigned)((pairs + 255) / 256);
+    if (N * H * D < (1ll << 31) && tab->T < (1ll << 31))
+        rope_kernel<E, uint32_t, VARIANT, BACKWARD><<<blocks, 256>>>(y, x, tab->cos_t, tab->sin_t, tab->inv_freq,
+                                                                     (uint32_t)N, (uint32_t)H, (uint32_t)D,
+                                                                     (uint32_t)tab->T, bug);
+    else
+        rope_kernel<E, int64_t, VARIANT, BACKWARD><<<blocks, 256>>>(y, x, tab->cos_t, tab->sin_t, tab->inv_freq, N, H,
+                                                                    D, tab->T, bug);
 }
 
 template <bool BACKWARD> int rope(ktensor *y, const ktensor *x, const krope_tables *tab, int variant)
@@ -49,15 +65,11 @@ template <bool BACKWARD> int rope(ktensor *y, const ktensor *x, const krope_tabl
         return kernels_fail("%s: variant %d needs its tables and T >= 1", what, variant);
     if (variant < 0 || variant >= KROPE_NVARIANTS) return kernels_fail("%s: unknown variant %d", what, variant);
     const int bug = kernels_planted_bug();
-    const int64_t pairs = N * H * (D / 2);
-    const unsigned blocks = (unsigned)((pairs + 255) / 256);
     switch (x->format) {
-#define ROPE(TYPE)                                                                                                 \
-    if (variant == KROPE_FP32_ANGLE)                                                                               \
-        rope_kernel<TYPE, KROPE_FP32_ANGLE, BACKWARD><<<blocks, 256>>>((TYPE *)y->data, (const TYPE *)x->data,    \
-                                                                       tab->cos_t, tab->sin_t, tab->inv_freq, N, H, D, tab->T, bug); \
-    else rope_kernel<TYPE, KROPE_TABLE, BACKWARD><<<blocks, 256>>>((TYPE *)y->data, (const TYPE *)x->data, tab->cos_t, \
-                                                                    tab->sin_t, tab->inv_freq, N, H, D, tab->T, bug);
+#define ROPE(TYPE)                                                                                           \
+    if (variant == KROPE_FP32_ANGLE)                                                                         \
+        launch<TYPE, KROPE_FP32_ANGLE, BACKWARD>((TYPE *)y->data, (const TYPE *)x->data, tab, N, H, D, bug); \
+    else launch<TYPE, KROPE_TABLE, BACKWARD>((TYPE *)y->data, (const TYPE *)x->data, tab, N, H, D, bug);
     case PREC_FP32: ROPE(float) break;
     case PREC_BF16: ROPE(__nv_bfloat16) break;
     case PREC_FP16: ROPE(__half) break;
