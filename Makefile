@@ -20,8 +20,12 @@ CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null || ech
 NVCC       ?= $(CUDA_HOME)/bin/nvcc
 PYTHON     ?= python3
 
-GIT_REV    := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-CPPFLAGS   += -I. -D_GNU_SOURCE -DULPSCOPE_GIT_REV=\"$(GIT_REV)\"
+# The revision stamped into every result header; output.o is rebuilt whenever
+# it changes (the stamp file is rewritten only then).
+GIT_REV    := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+GIT_STAMP  := $(BUILD)/.git-rev
+$(shell mkdir -p $(BUILD); [ "$$(cat $(GIT_STAMP) 2>/dev/null)" = "$(GIT_REV)" ] || echo "$(GIT_REV)" > $(GIT_STAMP))
+CPPFLAGS   += -I. -D_GNU_SOURCE
 CFLAGS     ?= -O2 -g
 CFLAGS     += -std=c11 -Wall -Wextra -Wno-unused-parameter -MMD -MP
 NVCC_ARCH  ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90
@@ -54,6 +58,9 @@ $(DEPS_OK): tests/deps.sh
 	@mkdir -p $(@D) && touch $@
 
 # ---- build --------------------------------------------------------------------
+$(BUILD)/obj/cli/output.o: CPPFLAGS += -DULPSCOPE_GIT_REV=\"$(GIT_REV)\"
+$(BUILD)/obj/cli/output.o: $(GIT_STAMP)
+
 $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
