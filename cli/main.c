@@ -25,10 +25,14 @@ static void usage(FILE *fp)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-        strcmp(argv[1], "help") == 0) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? CLI_EXIT_USAGE : 0;
+    if (argc < 2) {
+        fprintf(stderr, "ulpscope: error: no command given; usage: ulpscope <command> [options] "
+                        "(ulpscope --help lists the commands)\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
     }
     if (strcmp(argv[1], "--version") == 0) {
         printf("ulpscope %s\n", ULPSCOPE_VERSION);
