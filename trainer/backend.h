@@ -116,9 +116,11 @@ struct tbackend {
     /* rotary on [B,T,H,D]: pairs (i, i + D/2), angle t * theta^(-2i/D) */
     int (*rope_fwd)(tbackend *be, tslot slot, ktensor *y, const ktensor *x, int B, int T, int H, double theta);
     int (*rope_bwd)(tbackend *be, tslot slot, ktensor *dx, const ktensor *dy, int B, int T, int H, double theta);
-    /* gelu (tanh form) or relu^2, by the slot's op */
-    int (*activation_fwd)(tbackend *be, tslot slot, ktensor *y, const ktensor *x);
-    int (*activation_bwd)(tbackend *be, tslot slot, ktensor *dx, const ktensor *dy, const ktensor *x);
+    /* gelu_tanh or relu2, by the slot's op.  g: relu2's store_grad variant
+     * keeps f'(x) from the forward for the backward (else NULL). */
+    int (*activation_fwd)(tbackend *be, tslot slot, ktensor *y, ktensor *g, const ktensor *x);
+    int (*activation_bwd)(tbackend *be, tslot slot, ktensor *dx, const ktensor *dy, const ktensor *x,
+                          const ktensor *g);
     /* y = a + b (y may alias a) */
     int (*residual)(tbackend *be, tslot slot, ktensor *y, const ktensor *a, const ktensor *b);
     /* losses[i] = logsumexp(z_i) - z_i[target_i] with z = cap*tanh(logits/cap)

@@ -53,7 +53,7 @@ static inline float val(const ktensor *t, int64_t i)
  * the tensor already stores f (the common case, which costs nothing). */
 static inline float ld(const ktensor *t, int64_t i, prec_format f)
 {
-    return t->format == f && !t->scale ? fdata(t)[i] : ld(t, i, f);
+    return t->format == f && !t->scale ? fdata(t)[i] : rnd(val(t, i), f);
 }
 
 static int64_t numel(const ktensor *t) { return ktensor_numel(t); }
@@ -207,6 +207,12 @@ static int cpu_supports(tbackend *be, const tplan *plan, tslot s, char *why, siz
         return -1;
     } else if (strcmp(op->name, "matmul_block_fp8") == 0) {
         return 0;
+    } else if (strcmp(op->name, "relu2") == 0 && strcmp(name, "store_grad") == 0) {
+        return 0; /* f'(x) rounded to the activation format in the forward, dx = dy f' in the backward */
+    } else if (strcmp(op->name, "cross_entropy") == 0 && strcmp(name, "fp32_logits") == 0) {
+        return 0;
+    } else if (strcmp(op->name, "adamw") == 0) {
+        return 0; /* llmc and torch operation orders, both modelled */
     } else if (v == 0) {
         return 0;
     }
@@ -559,11 +565,11 @@ static int cpu_rope_bwd(tbackend *be, tslot slot, ktensor *dx, const ktensor *dy
 
 /* ---- activation, residual, transpose ---------------------------------------------------- */
 
-static int is_gelu(tbackend *be, tslot slot) { return strcmp(tslot_op(slot, be->plan->model), "gelu") == 0; }
+static int is_gelu(tbackend *be, tslot slot) { return strcmp(tslot_op(slot, be->plan->model), "gelu_tanh") == 0; }
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
-static int cpu_activation_fwd(tbackend *be, tslot slot, ktensor *y, const ktensor *x)
+static int cpu_activation_fwd(tbackend *be, tslot slot, ktensor *y, ktensor *g, const ktensor *x)
 {
     prec_format f = slot_fmt(be, slot);
     int gelu = is_gelu(be, slot);
@@ -572,23 +578,27 @@ static int cpu_activation_fwd(tbackend *be, tslot slot, ktensor *y, const ktenso
         if (gelu) r = 0.5f * z * (1.0f + tanhf(GELU_K * (z + 0.044715f * z * z * z)));
         else r = z > 0.0f ? z * z : 0.0f;
         fdata(y)[i] = rnd2(r, f, y->format);
+        if (g) fdata(g)[i] = rnd2(z > 0.0f ? 2.0f * z : 0.0f, f, g->format); /* relu2 store_grad: f'(x) */
     }
     return 0;
 }
 
-static int cpu_activation_bwd(tbackend *be, tslot slot, ktensor *dx, const ktensor *dy, const ktensor *x)
+static int cpu_activation_bwd(tbackend *be, tslot slot, ktensor *dx, const ktensor *dy, const ktensor *x,
+                              const ktensor *g)
 {
     prec_format f = slot_fmt(be, slot);
     int gelu = is_gelu(be, slot);
     for (int64_t i = 0; i < numel(x); i++) {
-        float z = ld(x, i, f), g = ld(dy, i, f), d;
-        if (gelu) {
+        float z = ld(x, i, f), gy = ld(dy, i, f), d;
+        if (g) {
+            d = ld(g, i, f);
+        } else if (gelu) {
             float u = GELU_K * (z + 0.044715f * z * z * z), th = tanhf(u);
             d = 0.5f * (1.0f + th) + 0.5f * z * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * z * z);
         } else {
             d = z > 0.0f ? 2.0f * z : 0.0f;
         }
-        fdata(dx)[i] = rnd2(g * d, f, dx->format);
+        fdata(dx)[i] = rnd2(gy * d, f, dx->format);
     }
     return 0;
 }
@@ -624,7 +634,8 @@ static int cpu_accumulate(tbackend *be, tslot slot, ktensor *dst, const ktensor 
 static int cpu_cross_entropy(tbackend *be, tslot slot, ktensor *losses, ktensor *dlogits, const ktensor *logits,
                              const int32_t *targets, double softcap, double dloss)
 {
-    prec_format f = slot_fmt(be, slot);
+    /* fp32_logits reads the lm_head's fp32 accumulator and writes fp32 dlogits */
+    prec_format f = strcmp(slot_variant(be, slot), "fp32_logits") == 0 ? PREC_FP32 : slot_fmt(be, slot);
     int64_t N = logits->shape[0], V = logits->shape[1];
     float *z = malloc((size_t)V * sizeof *z);
     if (!z) return tbackend_fail(be, "cpu: out of memory");
@@ -688,41 +699,59 @@ static float master_value(const tparam *p, int64_t i)
     return p->master.data ? fdata(&p->master)[i] : fdata(&p->w)[i];
 }
 
-/* Store the updated fp32 value according to the weights slot. */
-static void store_weight(tbackend *be, tparam *p, int64_t i, float x, uint64_t seed)
+/* Store the updated value according to the weights slot.  x is the new
+ * value p - step formed exactly (in double, from fp32 p and step): a master
+ * or fp32 weights get it rounded to fp32, stochastic rounding rounds it
+ * straight into the working format (as the kernels do from TwoSum). */
+static void store_weight(tbackend *be, tparam *p, int64_t i, double x, uint64_t seed)
 {
     if (p->lowbits) {
+        float f = (float)x;
         uint32_t bits;
-        memcpy(&bits, &x, sizeof bits);
+        memcpy(&bits, &f, sizeof bits);
         fdata(&p->w)[i] = (float)prec_decode(bits >> 16, PREC_BF16);
         ((uint16_t *)p->lowbits)[i] = (uint16_t)(bits & 0xFFFF);
     } else if (p->master.data) {
-        fdata(&p->master)[i] = x;
-        fdata(&p->w)[i] = rnd(x, p->w.format);
+        fdata(&p->master)[i] = (float)x;
+        fdata(&p->w)[i] = rnd((float)x, p->w.format);
     } else if (be->plan->slot[TSLOT_WEIGHTS].variant == TWEIGHTS_SR && p->w.format != PREC_FP32) {
         prec_rounding sr = {PREC_SR, PREC_OVF_IEEE, false};
         fdata(&p->w)[i] = (float)prec_round(x, p->w.format, sr, tbackend_sr_bits(seed, (uint64_t)i));
     } else {
-        fdata(&p->w)[i] = rnd(x, p->w.format);
+        fdata(&p->w)[i] = rnd((float)x, p->w.format);
     }
 }
 
 /* ---- AdamW -------------------------------------------------------------------------------------- */
 
+/* AdamW in the kernels' two operation orders (kernels/adamw.h): llmc and
+ * torch.  Gradients are scaled (loss scale, clipping) in their own format,
+ * then read in the slot's path format; the update is formed in fp32. */
 static int cpu_adamw(tbackend *be, tparam *p, const tadamw_args *a)
 {
+    prec_format f = slot_fmt(be, TSLOT_ADAMW);
+    int torch = strcmp(slot_variant(be, TSLOT_ADAMW), "torch") == 0;
     float b1 = (float)a->beta1, b2 = (float)a->beta2;
-    float c1 = 1.0f - (float)pow(a->beta1, (double)a->step), c2 = 1.0f - (float)pow(a->beta2, (double)a->step);
+    float c1 = (float)(1.0 - pow(a->beta1, (double)a->step)), c2 = (float)(1.0 - pow(a->beta2, (double)a->step));
     float lr = (float)a->lr, eps = (float)a->eps, wd = p->decay ? (float)a->weight_decay : 0.0f;
     for (int64_t i = 0; i < numel(&p->w); i++) {
-        float g = val(&p->grad, i) * (float)a->grad_scale;
-        float m = rnd(b1 * fdata(&p->m)[i] + (1.0f - b1) * g, p->m.format);
-        float v = rnd(b2 * fdata(&p->v)[i] + (1.0f - b2) * g * g, p->v.format);
+        float gs = a->grad_scale == 1.0 ? val(&p->grad, i) : rnd(val(&p->grad, i) * (float)a->grad_scale, p->grad.format);
+        float g = rnd(gs, f);
+        float m = fdata(&p->m)[i], v = fdata(&p->v)[i];
+        float w = master_value(p, i), step;
+        if (torch) {
+            w = w * (1.0f - lr * wd);
+            m = m + (1.0f - b1) * (g - m);
+            v = v + (1.0f - b2) * (g * g - v);
+            step = (lr / c1) * m / (sqrtf(v) / sqrtf(c2) + eps);
+        } else {
+            m = b1 * m + (1.0f - b1) * g;
+            v = b2 * v + (1.0f - b2) * g * g;
+            step = lr * ((m / c1) / (sqrtf(v / c2) + eps) + wd * w);
+        }
         fdata(&p->m)[i] = m;
         fdata(&p->v)[i] = v;
-        float w = master_value(p, i);
-        float upd = (m / c1) / (sqrtf(v / c2) + eps) + wd * w;
-        store_weight(be, p, i, w - lr * upd, a->seed);
+        store_weight(be, p, i, (double)w - (double)step, a->seed);
     }
     return 0;
 }
@@ -806,7 +835,7 @@ static int cpu_muon(tbackend *be, tparam *p, const tmuon_args *a)
                 int64_t e = off + (int64_t)i * Cn + j;
                 float w = master_value(p, e);
                 float o = U[wide ? i * Cn + j : j * R + i];
-                store_weight(be, p, e, w * (1.0f - lr * wd) - lr * scale * o, a->seed);
+                store_weight(be, p, e, (double)(w * (1.0f - lr * wd)) - (double)(lr * scale * o), a->seed);
             }
     }
     free(U);

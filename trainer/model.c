@@ -21,6 +21,7 @@ typedef struct {
     ktensor mid;                       /* residual after attention [BT,C] */
     ktensor ln2, ln2_mean, ln2_rstd;
     ktensor h, a;                      /* [BT,F] before and after the activation */
+    ktensor act_g;                     /* [BT,F] f'(h) when the activation stores it (relu2 store_grad) */
     ktensor out;                       /* residual after the MLP [BT,C] */
 } layer_acts;
 
@@ -164,12 +165,9 @@ static int add_param(tmodel *m, const char *name, int layer, int64_t rows, int64
         m->be->alloc_raw(m->be, &p->lowbits, (size_t)(rows * (cols ? cols : 1)) * sizeof(uint16_t)))
         return -1;
     if (alloc2(m, &p->grad, grad, rows, cols)) return -1;
-    if (muon) {
-        if (alloc2(m, &p->m, PREC_FP32, rows, cols)) return -1;
-    } else {
-        prec_format st = fmt_of(m, TSLOT_ADAMW);
-        if (alloc2(m, &p->m, st, rows, cols) || alloc2(m, &p->v, st, rows, cols)) return -1;
-    }
+    /* optimizer state is fp32 (the AdamW kernels keep m, v in fp32; Muon's momentum likewise) */
+    if (alloc2(m, &p->m, PREC_FP32, rows, cols)) return -1;
+    if (!muon && alloc2(m, &p->v, PREC_FP32, rows, cols)) return -1;
     return m->n_params++;
 }
 
@@ -268,13 +266,31 @@ static int create_params(tmodel *m, uint64_t seed)
 
 /* ---- activations ----------------------------------------------------------------------- */
 
+static const char *variant_name(const tmodel *m, tslot s)
+{
+    const kop *op = tplan_kop(m->plan, s);
+    return op ? op->variants[m->plan->slot[s].variant].name : "";
+}
+
+/* relu2's store_grad variant keeps f'(x) from the forward */
+static int stores_act_grad(const tmodel *m) { return strcmp(variant_name(m, TSLOT_ACTIVATION), "store_grad") == 0; }
+
+/* The cross-entropy's fp32_logits variant reads the lm_head's unrounded fp32
+ * accumulator (bf16/fp16 GEMMs can write it; fp8 ones cannot) and writes
+ * fp32 dlogits. */
+static int fp32_logits(const tmodel *m)
+{
+    kpath lm = m->plan->slot[TSLOT_LM_HEAD].path;
+    return strcmp(variant_name(m, TSLOT_CROSS_ENTROPY), "fp32_logits") == 0 && lm != KPATH_FP8;
+}
+
 static void free_acts(tmodel *m)
 {
     for (int l = 0; m->layers && l < m->cfg.n_layer; l++) {
         layer_acts *A = &m->layers[l];
         ktensor *ts[] = {&A->ln1, &A->ln1_mean, &A->ln1_rstd, &A->q, &A->k, &A->v, &A->qn, &A->kn, &A->qn_rstd,
                          &A->kn_rstd, &A->qr, &A->kr, &A->att, &A->lse, &A->mid, &A->ln2, &A->ln2_mean,
-                         &A->ln2_rstd, &A->h, &A->a, &A->out};
+                         &A->ln2_rstd, &A->h, &A->a, &A->act_g, &A->out};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) rel(m, ts[i]);
     }
     ktensor *ts[] = {&m->emb, &m->lnf, &m->lnf_mean, &m->lnf_rstd, &m->logits, &m->dlogits, &m->losses,
@@ -318,14 +334,20 @@ static int alloc_acts(tmodel *m)
         S1(&A->ln2_rstd, BT);
         A2(&A->h, TSLOT_MLP_UP, BT, F);
         A2(&A->a, TSLOT_ACTIVATION, BT, F);
+        if (stores_act_grad(m)) A2(&A->act_g, TSLOT_ACTIVATION, BT, F);
         A2(&A->out, TSLOT_RESIDUAL, BT, C);
     }
     A2(&m->emb, TSLOT_EMBEDDING, BT, C);
     A2(&m->lnf, TSLOT_NORM_FINAL, BT, C);
     if (gpt2) S1(&m->lnf_mean, BT);
     S1(&m->lnf_rstd, BT);
-    A2(&m->logits, TSLOT_LM_HEAD, BT, V);
-    A2(&m->dlogits, TSLOT_CROSS_ENTROPY, BT, V);
+    if (fp32_logits(m)) {
+        rc = rc ? rc : alloc2(m, &m->logits, f32, BT, V);
+        rc = rc ? rc : alloc2(m, &m->dlogits, f32, BT, V);
+    } else {
+        A2(&m->logits, TSLOT_LM_HEAD, BT, V);
+        A2(&m->dlogits, TSLOT_CROSS_ENTROPY, BT, V);
+    }
     S1(&m->losses, BT);
     A2(&m->attn_proj, TSLOT_ATTN_OUT, BT, C);
     A2(&m->mlp_out, TSLOT_MLP_DOWN, BT, C);
@@ -544,7 +566,7 @@ static int forward(tmodel *m, double dloss)
         OBS(TSLOT_NORM_MLP, l, "y", &A->ln2);
         TRY(be->matmul(be, TSLOT_MLP_UP, &A->h, &A->ln2, 0, pw(m, A->up), 1, 0));
         OBS(TSLOT_MLP_UP, l, "y", &A->h);
-        TRY(be->activation_fwd(be, TSLOT_ACTIVATION, &A->a, &A->h));
+        TRY(be->activation_fwd(be, TSLOT_ACTIVATION, &A->a, A->act_g.data ? &A->act_g : NULL, &A->h));
         OBS(TSLOT_ACTIVATION, l, "y", &A->a);
         TRY(be->matmul(be, TSLOT_MLP_DOWN, &m->mlp_out, &A->a, 0, pw(m, A->down), 1, 0));
         OBS(TSLOT_MLP_DOWN, l, "y", &m->mlp_out);
@@ -592,7 +614,7 @@ static int backward(tmodel *m)
         TRY(be->matmul(be, TSLOT_MLP_DOWN_DGRAD, &m->da, &m->dres, 0, pw(m, A->down), 0, 0)); /* [BT,C][C,F] */
         OBS(TSLOT_MLP_DOWN_DGRAD, l, "dx", &m->da);
         TRY(wgrad(m, TSLOT_MLP_DOWN_WGRAD, pg(m, A->down), &m->dres, 1, &A->a, 0));           /* [C,BT][BT,F] */
-        TRY(be->activation_bwd(be, TSLOT_ACTIVATION, &m->dh, &m->da, &A->h));
+        TRY(be->activation_bwd(be, TSLOT_ACTIVATION, &m->dh, &m->da, &A->h, A->act_g.data ? &A->act_g : NULL));
         OBS(TSLOT_ACTIVATION, l, "dx", &m->dh);
         TRY(be->matmul(be, TSLOT_MLP_UP_DGRAD, &m->dln2, &m->dh, 0, pw(m, A->up), 0, 0));      /* [BT,F][F,C] */
         OBS(TSLOT_MLP_UP_DGRAD, l, "dx", &m->dln2);

@@ -55,7 +55,7 @@ static const tslot_info slot_table[TSLOT_COUNT] = {
     [TSLOT_GRAD_ACCUM] = {"grad_accum", "format parameter gradients are accumulated and stored in"},
     [TSLOT_ALLREDUCE] = {"allreduce", "data parallel gradient all-reduce: wire format and NCCL algorithm"},
     [TSLOT_GRAD_NORM] = {"grad_norm", "global gradient 2-norm (clipping and logging)"},
-    [TSLOT_ADAMW] = {"optimizer.adamw", "AdamW update (state m, v in the path's format)"},
+    [TSLOT_ADAMW] = {"optimizer.adamw", "AdamW update; the path is the format it reads gradients and writes weights in"},
     [TSLOT_MUON] = {"optimizer.muon", "Muon: Nesterov momentum orthogonalised by polar express"},
     [TSLOT_WEIGHTS] = {"weights", "parameter storage"},
     [TSLOT_LOSS_SCALE] = {"loss_scale", "loss scaling: none, or dynamic (halve and skip on overflow)"},
@@ -87,7 +87,7 @@ const char *tslot_op(tslot s, tmodel_kind model)
     case TSLOT_ROPE: return modern ? "rope" : NULL;
     case TSLOT_ATTENTION: return "attention";
     case TSLOT_RESIDUAL: return "residual";
-    case TSLOT_ACTIVATION: return modern ? "relu2" : "gelu";
+    case TSLOT_ACTIVATION: return modern ? "relu2" : "gelu_tanh";
     case TSLOT_CROSS_ENTROPY: return "cross_entropy";
     case TSLOT_TRANSPOSE: return modern ? "transpose" : NULL;
     case TSLOT_GRAD_ACCUM: return "grad_accum";
@@ -154,7 +154,7 @@ static const kvariant pending_variants[] = {
 #define PENDING(name, paths) {name, "not in the kernel registry", paths, "no fp8 path", pending_variants, 1, NULL}
 static const kop pending_ops[] = {
     PENDING("embedding", KPATHS_NO_FP8), PENDING("attention", KPATHS_NO_FP8), PENDING("rope", KPATHS_NO_FP8),
-    PENDING("residual", KPATHS_NO_FP8), PENDING("gelu", KPATHS_NO_FP8), PENDING("relu2", KPATHS_NO_FP8),
+    PENDING("residual", KPATHS_NO_FP8), PENDING("gelu_tanh", KPATHS_NO_FP8), PENDING("relu2", KPATHS_NO_FP8),
     PENDING("cross_entropy", KPATHS_NO_FP8), PENDING("transpose", KPATHS_NO_FP8),
     PENDING("grad_norm", KPATHS_NO_FP8), PENDING("adamw", KPATHS_NO_FP8), PENDING("polar_express", KPATHS_NO_FP8),
     PENDING("layernorm", KPATHS_NO_FP8), PENDING("rmsnorm", KPATHS_NO_FP8), PENDING("matmul", KPATHS_ALL),
@@ -298,12 +298,30 @@ static int check_choice(const tplan *p, tslot s, tslot_choice c, char *err, size
             return fail(err, errlen, "slot weights: variant mantissa_buffer needs path bf16 (the 16 dropped bits of "
                                      "an fp32 master), not %s", kpath_name(c.path));
     }
+    if (c.path == KPATH_FP8 && !is_matmul_slot(s))
+        return fail(err, errlen, "slot %s: the trainer runs fp8 on GEMM slots only (activations between ops are "
+                    "stored in bf16 or wider); paths here: fp32, bf16, fp16", slot_table[s].name);
+    if (s == TSLOT_ADAMW) {
+        kpath w = p->slot[TSLOT_WEIGHTS].path;
+        int v = p->slot[TSLOT_WEIGHTS].variant;
+        if (w == KPATH_FP32 && c.path != KPATH_FP32)
+            return fail(err, errlen, "slot optimizer.adamw: fp32 weights are updated on the fp32 path, not %s",
+                        kpath_name(c.path));
+        if (v != TWEIGHTS_MASTER && c.path != w)
+            return fail(err, errlen, "slot optimizer.adamw: weights=%s:%s updates the %s weights in place: set "
+                        "optimizer.adamw=%s (gradients are rounded to %s for the update)", kpath_name(w),
+                        v == TWEIGHTS_SR ? "sr" : "mantissa_buffer", kpath_name(w), kpath_name(w), kpath_name(w));
+        if (v == TWEIGHTS_MASTER && c.path != KPATH_FP32 && c.path != w)
+            return fail(err, errlen, "slot optimizer.adamw: path %s must be fp32 (update the fp32 master) or the "
+                        "weights' %s (update them with the master beside)", kpath_name(c.path), kpath_name(w));
+    }
     if (s == TSLOT_GRAD_ACCUM && c.variant == TGRAD_ACCUM_GEMM_FP32 && c.path != KPATH_FP32)
         return fail(err, errlen, "slot grad_accum: variant gemm_fp32 needs path fp32, not %s", kpath_name(c.path));
     if (s == TSLOT_GRAD_NORM && c.path != p->slot[TSLOT_GRAD_ACCUM].path)
         return fail(err, errlen, "slot grad_norm: path %s must match grad_accum's %s (it reads those gradients); "
                     "set both, e.g. grad_accum=%s,grad_norm=%s", kpath_name(c.path),
-                    kpath_name(p->slot[TSLOT_GRAD_ACCUM].path), kpath_name(c.path), kpath_name(c.path));
+                    kpath_name(p->slot[TSLOT_GRAD_ACCUM].path), kpath_name(p->slot[TSLOT_GRAD_ACCUM].path),
+                    kpath_name(p->slot[TSLOT_GRAD_ACCUM].path));
     return 0;
 }
 
@@ -708,7 +726,15 @@ static void slot_formats(const tplan *p, tslot s, char *buf, size_t len)
     case TSLOT_GRAD_ACCUM: snprintf(buf, len, "parameter gradients %s", st); return;
     case TSLOT_ALLREDUCE: snprintf(buf, len, "gradients sent and summed as %s", st); return;
     case TSLOT_GRAD_NORM: snprintf(buf, len, "reads gradients (%s); sum of squares fp32", prec_format_name(tpath_storage(p->slot[TSLOT_GRAD_ACCUM].path))); return;
-    case TSLOT_ADAMW: snprintf(buf, len, "m, v %s; update computed fp32", st); return;
+    case TSLOT_ADAMW: {
+        tweights_variant v = (tweights_variant)p->slot[TSLOT_WEIGHTS].variant;
+        const char *kernel = v == TWEIGHTS_SR ? "adamw_sr" : v == TWEIGHTS_MANTISSA_BUFFER ? "adamw_split" : "adamw";
+        if (path == KPATH_FP32 && p->slot[TSLOT_WEIGHTS].path != KPATH_FP32)
+            snprintf(buf, len, "grads fp32; m, v fp32; updates the fp32 master, then working copy RNE (kernel %s)", kernel);
+        else
+            snprintf(buf, len, "grads read as %s; m, v fp32; update fp32, stored per weights slot (kernel %s)", st, kernel);
+        return;
+    }
     case TSLOT_MUON: snprintf(buf, len, "momentum fp32; polar express iterates %s, acc fp32", st); return;
     case TSLOT_LOSS_SCALE: snprintf(buf, len, "scale fp32"); return;
     case TSLOT_CROSS_ENTROPY: snprintf(buf, len, "logits read as stored; softmax fp32; loss fp32; dlogits %s", st); return;
@@ -756,7 +782,7 @@ void tplan_explain(const tplan *p, FILE *fp)
                                                                          : "parameters (master)",
                 "", p->slot[TSLOT_WEIGHTS].variant == TWEIGHTS_MANTISSA_BUFFER ? "u16" : "fp32", "weights");
     fprintf(fp, "%-38s %-14s %-6s %s\n", "parameter gradients", "", prec_format_name(grad), "grad_accum");
-    fprintf(fp, "%-38s %-14s %-6s %s\n", "AdamW m, v", "", prec_format_name(tpath_storage(p->slot[TSLOT_ADAMW].path)),
+    fprintf(fp, "%-38s %-14s %-6s %s\n", "AdamW m, v", "", "fp32",
             "optimizer.adamw");
     if (p->used[TSLOT_MUON]) fprintf(fp, "%-38s %-14s %-6s %s\n", "Muon momentum", "", "fp32", "optimizer.muon");
     fprintf(fp, "\n%s\n", json);

@@ -13,7 +13,6 @@
 #include "cli/output.h"
 #include "trainer/data.h"
 
-#define LOSS_SCALE_INIT 65536.0
 #define LOSS_SCALE_GROWTH_INTERVAL 2000
 
 void ttrain_config_defaults(ttrain_config *c)
@@ -38,6 +37,7 @@ void ttrain_config_defaults(ttrain_config *c)
     c->grad_clip = 1.0;
     c->muon_lr = 0.02;
     c->muon_momentum = 0.95;
+    c->loss_scale_init = 65536.0;
     c->seed = 1337;
     c->val_batches = 4;
     c->progress_every = 10;
@@ -392,7 +392,7 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
     int32_t *tok = NULL, *tgt = NULL;
     run_ctx c = {0};
     tplan plan = cfg->plan, next_plan;
-    tckpt_state st = {0, cfg->plan.slot[TSLOT_LOSS_SCALE].variant == TLOSS_SCALE_DYNAMIC ? LOSS_SCALE_INIT : 1.0, 0,
+    tckpt_state st = {0, cfg->plan.slot[TSLOT_LOSS_SCALE].variant == TLOSS_SCALE_DYNAMIC ? cfg->loss_scale_init : 1.0, 0,
                       cfg->seed};
     int dynamic = plan.slot[TSLOT_LOSS_SCALE].variant == TLOSS_SCALE_DYNAMIC;
 
@@ -454,6 +454,10 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
     }
     if (cfg->resume_path && tckpt_load(cfg->resume_path, m, err, sizeof err)) {
         status = run_fail(res, 2, "%s", err);
+        goto done;
+    }
+    if (cfg->after_init && cfg->after_init(m, cfg->after_init_ctx)) {
+        status = run_fail(res, 1, "after_init hook failed: %s", tbackend_error(be));
         goto done;
     }
     if (cfg->log_path && cfg->rank == 0) {
@@ -637,6 +641,7 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
         }
     }
     res->steps_done = st.steps_done;
+    res->final_loss_scale = st.loss_scale;
     if (timed_steps) {
         res->tokens_per_s = tokens_per_step / (time_sum / timed_steps * 1e-3);
         res->mfu = cfg->peak_flops > 0 ? flops_per_token * res->tokens_per_s / cfg->peak_flops : NAN;

@@ -53,6 +53,7 @@ typedef struct {
     tschedule schedule;
     double weight_decay, beta1, beta2, adam_eps, grad_clip;
     double muon_lr, muon_momentum;
+    double loss_scale_init; /* dynamic loss scaling starts here (65536) */
     uint64_t seed;
     long val_every;         /* 0: only at the end */
     int val_batches;
@@ -75,6 +76,10 @@ typedef struct {
     /* data parallel */
     int world, rank;
     const char *nccl_id_file;
+    /* called once the model is built (and loaded, when resuming): tests and
+     * experiments plant values through it.  Nonzero stops the run (status 1). */
+    int (*after_init)(tmodel *m, void *ctx);
+    void *after_init_ctx;
 } ttrain_config;
 
 /* Settings a fresh config starts from (gpt2 family, bf16, embedded corpus). */
@@ -96,6 +101,7 @@ typedef struct {
     double *val_loss;       /* [steps]: NaN where no validation ran */
     double final_val_loss;
     long skipped_steps;     /* dynamic loss scaling overflows */
+    double final_loss_scale;
     int nonfinite;          /* 1 when training stopped on a NaN/Inf */
     long nonfinite_step;
     char nonfinite_slot[48], nonfinite_tensor[48];

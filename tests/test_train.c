@@ -1,0 +1,407 @@
+/* tests/test_train.c — the trainer on the CPU backend: bit-identical
+ * determinism, learning on the embedded corpus, non-finite detection that
+ * names the first slot, hooks (hashes, dumps, switching slots), and
+ * `ulpscope train` on the command line.  GPU: CPU and CUDA agree over the
+ * first steps, same-seed CUDA runs are bit-identical. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test_util.h"
+#include "test_train_util.h"
+
+static void test_determinism(void **state)
+{
+    (void)state;
+    unsigned long long seed = test_seed("test_determinism");
+    for (int kind = 0; kind < TMODEL_COUNT; kind++) {
+        ttrain_config c;
+        tiny_config(&c, (tmodel_kind)kind, "bf16", seed);
+        c.steps = 4;
+        ttrain_result a, b, d;
+        run_ok(&c, &a);
+        run_ok(&c, &b);
+        for (long s = 0; s < c.steps; s++) {
+            assert_true(same_bits(a.loss[s], b.loss[s]));
+            assert_true(same_bits(a.grad_norm[s], b.grad_norm[s]));
+        }
+        assert_true(same_bits(a.final_val_loss, b.final_val_loss));
+        assert_true(a.param_hash == b.param_hash);
+        /* twin: another seed must change the trajectory */
+        c.seed = seed + 1;
+        run_ok(&c, &d);
+        assert_false(same_bits(a.loss[c.steps - 1], d.loss[c.steps - 1]));
+        assert_true(a.param_hash != d.param_hash);
+        ttrain_result_free(&a), ttrain_result_free(&b), ttrain_result_free(&d);
+    }
+}
+
+/* Mean of train losses over steps [from, to). */
+static double mean_loss(const ttrain_result *r, long from, long to)
+{
+    double s = 0;
+    for (long i = from; i < to; i++) s += r->loss[i];
+    return s / (double)(to - from);
+}
+
+/* Learning: the mean loss over the last 8 steps sits at least `drop` nats
+ * below the first 8 (uniform guessing over bytes is ln 256 = 5.55 nats).
+ * The twin trains with a zero learning rate and must fail the same check. */
+static void check_learns(tmodel_kind kind, const char *preset, const char *set, double lr, long steps, double drop,
+                         int expect)
+{
+    ttrain_config c;
+    tiny_config(&c, kind, preset, test_seed("test_loss_decreases"));
+    if (set) tiny_set(&c, set);
+    c.steps = steps;
+    c.warmup = 5;
+    c.lr = lr;
+    c.muon_lr = lr > 0 ? 0.02 : 0.0;
+    ttrain_result r;
+    run_ok(&c, &r);
+    double first = mean_loss(&r, 0, 8), last = mean_loss(&r, c.steps - 8, c.steps);
+    print_message("%s %s%s%s lr %g: loss %.3f -> %.3f, val %.3f\n", tmodel_kind_name(kind), preset, set ? " " : "",
+                  set ? set : "", lr, first, last, r.final_val_loss);
+    assert_int_equal(last < first - drop, expect);
+    ttrain_result_free(&r);
+}
+
+static void test_loss_decreases(void **state)
+{
+    (void)state;
+    check_learns(TMODEL_GPT2, "bf16", NULL, 3e-3, 40, 1.0, 1);
+    check_learns(TMODEL_GPT2, "bf16", NULL, 0.0, 40, 1.0, 0);
+    check_learns(TMODEL_MODERN, "bf16", NULL, 3e-3, 40, 1.0, 1);
+    check_learns(TMODEL_MODERN, "bf16", NULL, 0.0, 40, 1.0, 0);
+    /* other storage and GEMM formats learn too (shorter runs, smaller drop) */
+    check_learns(TMODEL_GPT2, "fp8", NULL, 3e-3, 20, 0.3, 1);
+    check_learns(TMODEL_GPT2, "bf16", "weights=bf16:sr,optimizer.adamw=bf16", 3e-3, 20, 0.3, 1);
+    check_learns(TMODEL_GPT2, "bf16", "weights=bf16:mantissa_buffer,optimizer.adamw=bf16", 3e-3, 20, 0.3, 1);
+}
+
+/* ---- non-finite detection ------------------------------------------------------------ */
+
+typedef struct {
+    const char *param;  /* parameter to plant into */
+    double value;       /* +-value in a checkerboard; NaN: that value everywhere */
+} plant;
+
+static int plant_values(tmodel *m, void *ctx)
+{
+    const plant *pl = ctx;
+    tbackend *be = tmodel_backend(m);
+    for (int i = 0; i < tmodel_n_params(m); i++) {
+        tparam *p = tmodel_param(m, i);
+        if (strcmp(p->name, pl->param) != 0) continue;
+        int64_t n = ktensor_numel(&p->w);
+        double *v = malloc((size_t)n * sizeof *v);
+        for (int64_t j = 0; j < n; j++) v[j] = isnan(pl->value) ? NAN : ((j + j / p->cols) % 2 ? -pl->value : pl->value);
+        int rc = be->upload(be, &p->w, v);
+        if (!rc && p->master.data) rc = be->upload(be, &p->master, v);
+        free(v);
+        return rc;
+    }
+    fail_msg("no parameter %s", pl->param);
+    return -1;
+}
+
+static void expect_nonfinite(const char *preset, plant *pl, long step, const char *slot, int layer, const char *tensor)
+{
+    ttrain_config c;
+    tiny_config(&c, TMODEL_GPT2, preset, test_seed("test_nonfinite"));
+    c.after_init = plant_values;
+    c.after_init_ctx = pl;
+    ttrain_result r;
+    int st = ttrain_run(&c, &r);
+    if (st != 3) fail_msg("expected a non-finite stop (status 3), got %d: %s", st, r.error);
+    print_message("%s\n", r.error);
+    assert_int_equal(r.nonfinite, 1);
+    assert_int_equal(r.nonfinite_step, step);
+    assert_string_equal(r.nonfinite_slot, slot);
+    assert_int_equal(r.nonfinite_layer, layer);
+    assert_string_equal(r.nonfinite_tensor, tensor);
+    assert_non_null(strstr(r.error, slot));
+    ttrain_result_free(&r);
+}
+
+static void test_nonfinite_names_slot(void **state)
+{
+    (void)state;
+    /* fp16 GEMM outputs overflow (max 65504) when weights of +-6e4 meet O(1) inputs */
+    /* or a gain of +-6e4 meets normalised values above 1.1 */
+    plant up0 = {"h0.mlp.up.w", 6e4}, gain1 = {"h1.norm.attn.g", 6e4}, nan_w = {"h1.mlp.down.w", NAN};
+    expect_nonfinite("fp16", &up0, 0, "mlp.up", 0, "y");
+    expect_nonfinite("fp16", &gain1, 0, "norm.attn", 1, "y");
+    expect_nonfinite("bf16", &nan_w, 0, "weights", 1, "h1.mlp.down.w");
+    /* twin: the same plant in a format wide enough to hold the products trains on */
+    ttrain_config c;
+    tiny_config(&c, TMODEL_GPT2, "fp32", test_seed("test_nonfinite"));
+    c.steps = 1;
+    c.after_init = plant_values;
+    c.after_init_ctx = &up0;
+    ttrain_result r;
+    int st = ttrain_run(&c, &r);
+    assert_int_equal(st, 0);
+    assert_int_equal(r.nonfinite, 0);
+    ttrain_result_free(&r);
+}
+
+/* fp16 with dynamic loss scaling: started at 2^30, the scaled loss gradient
+ * (2^30 / 64 tokens = 2^24 per token) overflows fp16 dlogits; each step that
+ * overflows
+ * is skipped and the scale halved until the gradients fit, and training then
+ * goes on.  Twin: started at 2^10 nothing overflows and nothing is skipped. */
+static void check_scaling(double init, int expect_skips)
+{
+    ttrain_config c;
+    tiny_config(&c, TMODEL_GPT2, "fp16", test_seed("test_loss_scaling"));
+    c.steps = 30;
+    c.loss_scale_init = init;
+    ttrain_result r;
+    run_ok(&c, &r);
+    print_message("start 2^%g: %ld steps skipped, final scale %g\n", log2(init), r.skipped_steps, r.final_loss_scale);
+    assert_int_equal(r.skipped_steps > 0, expect_skips);
+    assert_true(r.skipped_steps < c.steps);
+    assert_true(r.final_loss_scale == ldexp(init, -(int)r.skipped_steps));
+    for (long s = 0; s < c.steps; s++) assert_true(isfinite(r.loss[s]));
+    ttrain_result_free(&r);
+}
+
+static void test_loss_scaling(void **state)
+{
+    (void)state;
+    check_scaling(0x1p30, 1);
+    check_scaling(0x1p10, 0);
+}
+
+/* ---- hooks ----------------------------------------------------------------------------- */
+
+static const thash_record *find_hash(const ttrain_result *r, long step, tslot slot, int layer, const char *tensor)
+{
+    for (int i = 0; i < r->n_hashes; i++) {
+        const thash_record *h = &r->hashes[i];
+        if (h->step == step && h->slot == slot && h->layer == layer && strcmp(h->tensor, tensor) == 0) return h;
+    }
+    return NULL;
+}
+
+static void hooked(ttrain_config *c, unsigned long long seed)
+{
+    tiny_config(c, TMODEL_GPT2, "bf16", seed);
+    c->steps = 3;
+    for (int s = 0; s < TSLOT_COUNT; s++) c->hash_slot[s] = c->plan.used[s];
+    c->at_steps[0] = 0;
+    c->at_steps[1] = 2;
+    c->n_at_steps = 2;
+}
+
+static void test_hash_hooks(void **state)
+{
+    (void)state;
+    unsigned long long seed = test_seed("test_hash_hooks");
+    ttrain_config c;
+    hooked(&c, seed);
+    ttrain_result a, b;
+    run_ok(&c, &a);
+    run_ok(&c, &b);
+    assert_true(a.n_hashes > 40);
+    assert_int_equal(a.n_hashes, b.n_hashes);
+    for (int i = 0; i < a.n_hashes; i++) {
+        assert_true(a.hashes[i].step == 0 || a.hashes[i].step == 2); /* only at the chosen steps */
+        assert_true(a.hashes[i].hash == b.hashes[i].hash);
+    }
+    /* every forward slot of every layer reported at both steps */
+    const tslot per_layer[] = {TSLOT_NORM_ATTN, TSLOT_ATTN_QKV, TSLOT_ATTENTION, TSLOT_ATTN_OUT, TSLOT_NORM_MLP,
+                               TSLOT_MLP_UP, TSLOT_ACTIVATION, TSLOT_MLP_DOWN};
+    for (int l = 0; l < 2; l++)
+        for (size_t k = 0; k < sizeof per_layer / sizeof per_layer[0]; k++)
+            for (long s = 0; s <= 2; s += 2) {
+                const char *t = per_layer[k] == TSLOT_ATTN_QKV ? "q" : "y";
+                if (!find_hash(&a, s, per_layer[k], l, t)) fail_msg("no hash for %s L%d step %ld", tslot_get(per_layer[k])->name, l, s);
+            }
+    assert_non_null(find_hash(&a, 0, TSLOT_MLP_UP_DGRAD, 1, "dx"));
+    /* the forward at step 0 and step 2 differ (the weights moved) */
+    assert_true(find_hash(&a, 0, TSLOT_LM_HEAD, -1, "logits")->hash != find_hash(&a, 2, TSLOT_LM_HEAD, -1, "logits")->hash);
+
+    /* switching one slot changes the hashes downstream of it only */
+    ttrain_config c2;
+    hooked(&c2, seed);
+    tiny_set(&c2, "mlp.up=fp8"); /* e4m3 operands: values change from there on */
+    ttrain_result s2;
+    run_ok(&c2, &s2);
+    int first_up = -1;
+    for (int i = 0; i < a.n_hashes && first_up < 0; i++)
+        if (a.hashes[i].slot == TSLOT_MLP_UP) first_up = i;
+    assert_true(first_up > 5);
+    for (int i = 0; i < first_up; i++) {
+        assert_true(a.hashes[i].slot == s2.hashes[i].slot && a.hashes[i].layer == s2.hashes[i].layer);
+        if (a.hashes[i].hash != s2.hashes[i].hash)
+            fail_msg("upstream slot %s L%d %s changed", tslot_get(a.hashes[i].slot)->name, a.hashes[i].layer, a.hashes[i].tensor);
+    }
+    const tslot downstream[] = {TSLOT_MLP_UP, TSLOT_ACTIVATION, TSLOT_MLP_DOWN};
+    for (size_t k = 0; k < 3; k++)
+        assert_true(find_hash(&a, 0, downstream[k], 0, "y")->hash != find_hash(&s2, 0, downstream[k], 0, "y")->hash);
+    assert_true(find_hash(&a, 0, TSLOT_LM_HEAD, -1, "logits")->hash != find_hash(&s2, 0, TSLOT_LM_HEAD, -1, "logits")->hash);
+    ttrain_result_free(&a), ttrain_result_free(&b), ttrain_result_free(&s2);
+}
+
+static void test_switch_at(void **state)
+{
+    (void)state;
+    unsigned long long seed = test_seed("test_switch_at");
+    ttrain_config c;
+    tiny_config(&c, TMODEL_GPT2, "bf16", seed);
+    c.steps = 4;
+    ttrain_result base, sw;
+    run_ok(&c, &base);
+    c.switches[0].step = 2;
+    snprintf(c.switches[0].overrides, sizeof c.switches[0].overrides, "mlp.*=fp32,lm_head=fp8");
+    c.n_switches = 1;
+    run_ok(&c, &sw);
+    assert_true(same_bits(base.loss[0], sw.loss[0]) && same_bits(base.loss[1], sw.loss[1]));
+    assert_false(same_bits(base.loss[2], sw.loss[2]));
+    /* a slot that holds state cannot switch mid-run */
+    snprintf(c.switches[0].overrides, sizeof c.switches[0].overrides, "weights=bf16:mantissa_buffer");
+    ttrain_result bad;
+    assert_int_equal(ttrain_run(&c, &bad), 2);
+    assert_non_null(strstr(bad.error, "weights"));
+    ttrain_result_free(&base), ttrain_result_free(&sw), ttrain_result_free(&bad);
+}
+
+static void test_dump_hook(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/ulpscope_test_dump_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    ttrain_config c;
+    tiny_config(&c, TMODEL_GPT2, "bf16", test_seed("test_dump_hook"));
+    c.steps = 2;
+    c.dump_slot[TSLOT_ATTN_QKV] = 1;
+    c.hash_slot[TSLOT_ATTN_QKV] = 1;
+    c.at_steps[0] = 1;
+    c.n_at_steps = 1;
+    c.dump_dir = dir;
+    ttrain_result r;
+    run_ok(&c, &r);
+    char path[512];
+    snprintf(path, sizeof path, "%s/step1.micro0.attn.qkv.L1.k.bin", dir);
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    unsigned char buf[2 * 32 * 32 * 2 + 16];
+    size_t n = fread(buf, 1, sizeof buf, fp);
+    fclose(fp);
+    assert_int_equal(n, 2 * 32 * 32 * 2); /* B*T x C bf16 */
+    const thash_record *h = find_hash(&r, 1, TSLOT_ATTN_QKV, 1, "k");
+    assert_non_null(h);
+    assert_true(ttrain_fnv1a(TTRAIN_FNV_OFFSET, buf, n) == h->hash); /* the dump is the hashed tensor */
+    buf[7] ^= 1; /* twin: one flipped bit gives another hash */
+    assert_true(ttrain_fnv1a(TTRAIN_FNV_OFFSET, buf, n) != h->hash);
+    snprintf(path, sizeof path, "rm -rf %s", dir);
+    assert_int_equal(system(path), 0);
+    ttrain_result_free(&r);
+}
+
+/* ---- the command line ------------------------------------------------------------------- */
+
+static int run_train_cli(const char *args, char *out, size_t len)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s train %s 2>&1", getenv("ULPSCOPE_BIN"), args);
+    FILE *fp = popen(cmd, "r");
+    size_t n = fread(out, 1, len - 1, fp);
+    out[n] = '\0';
+    int st = pclose(fp);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_cli(void **state)
+{
+    (void)state;
+    if (!getenv("ULPSCOPE_BIN")) {
+        print_message("skipping CLI test: ULPSCOPE_BIN not set (make test sets it)\n");
+        skip();
+    }
+    static char out[65536];
+    char log[] = "/tmp/ulpscope_test_train_XXXXXX";
+    int fd = mkstemp(log);
+    close(fd);
+    unlink(log);
+    char args[1024];
+    snprintf(args, sizeof args, "--steps 3 --width 32 --heads 2 --seq 16 --batch 2 --log %s --quiet", log);
+    assert_int_equal(run_train_cli(args, out, sizeof out), 0);
+    FILE *fp = fopen(log, "r");
+    assert_non_null(fp);
+    char line[16384];
+    int steps = 0, header = 0, final = 0;
+    while (fgets(line, sizeof line, fp)) {
+        header += strstr(line, "\"record\":\"header\"") && strstr(line, "\"plan\":{\"preset\":\"bf16\"");
+        if (strstr(line, "\"record\":\"step\"")) {
+            steps++;
+            assert_non_null(strstr(line, "\"loss\":"));
+            assert_non_null(strstr(line, "\"val_loss\":"));
+            assert_non_null(strstr(line, "\"grad_norm\":"));
+            assert_non_null(strstr(line, "\"tokens_per_s\":"));
+            assert_non_null(strstr(line, "\"ms\":"));
+        }
+        final += strstr(line, "\"record\":\"final\"") != NULL;
+    }
+    fclose(fp);
+    unlink(log);
+    assert_int_equal(header, 1);
+    assert_int_equal(steps, 3);
+    assert_int_equal(final, 1);
+    /* bad input: status 2, one line naming the value, no log file left */
+    const char *bad[][2] = {{"--plan fp9", "fp9"},         {"--set lm_head=fp7", "fp7"},
+                            {"--model gpt3", "gpt3"},      {"--backend tpu", "tpu"},
+                            {"--steps 0", "--steps"},      {"--width 30 --heads 4", "30"},
+                            {"--data /nonexistent/x", "/nonexistent/x"}, {"--hash-slots nope --at-steps 0", "nope"},
+                            {"--switch-at 3:weights=fp9", "fp9"},        {"--lr abc", "abc"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "%s --log %s --quiet", bad[i][0], log);
+        int st = run_train_cli(args, out, sizeof out);
+        if (st != 2 || !strstr(out, bad[i][1])) fail_msg("'%s': status %d, output: %s", bad[i][0], st, out);
+        assert_null(strchr(strchr(out, '\n') + 1, '\n'));
+        struct stat sb;
+        assert_int_equal(stat(log, &sb), -1);
+    }
+}
+
+/* ---- GPU ------------------------------------------------------------------------------- */
+
+/* Same seed, same GPU: bit-identical. */
+static void test_gpu_determinism(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    ttrain_config c;
+    tiny_config(&c, TMODEL_GPT2, "bf16", test_seed("test_gpu_determinism"));
+    c.backend = "cuda";
+    c.steps = 4;
+    ttrain_result a, b;
+    run_ok(&c, &a);
+    run_ok(&c, &b);
+    for (long s = 0; s < c.steps; s++) assert_true(same_bits(a.loss[s], b.loss[s]));
+    assert_true(a.param_hash == b.param_hash);
+    ttrain_result_free(&a), ttrain_result_free(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_determinism),   cmocka_unit_test(test_loss_decreases),
+        cmocka_unit_test(test_nonfinite_names_slot), cmocka_unit_test(test_loss_scaling),
+        cmocka_unit_test(test_hash_hooks),    cmocka_unit_test(test_switch_at),
+        cmocka_unit_test(test_dump_hook),     cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_gpu_determinism),
+    };
+    cmocka_set_test_filter(getenv("ULPSCOPE_TEST_FILTER"));
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
