@@ -240,6 +240,7 @@ int main(void)
         {"softmax", "exp", KSOFTMAX_EXP, PREC_BF16, run_softmax, {2}, {2}, {{R, C}}, {{R, C}}, 0, 2 * b2},
         {"logsumexp", "exp", KLSE_EXP, PREC_BF16, run_lse, {2}, {0}, {{R, C}}, {{0}}, (int)R, b2},
         {"gelu_tanh", "tanhf", KGELU_TANH_TANHF, PREC_BF16, run_gelu, {1}, {1}, {{n}}, {{n}}, 0, 2 * b2},
+        {"gelu_tanh", "tanh_approx", KGELU_TANH_APPROX, PREC_BF16, run_gelu, {1}, {1}, {{n}}, {{n}}, 0, 2 * b2},
         {"relu2", "store_preact", KRELU2_STORE_PREACT, PREC_BF16, run_relu2, {1}, {1}, {{n}}, {{n}}, 0, 2 * b2},
         {"transpose", "smem_tile", KTRANSPOSE_SMEM_TILE, PREC_BF16, run_transpose, {2}, {2}, {{8192, 8192}}, {{8192, 8192}}, 0, 2.0 * 2 * 8192 * 8192},
         {"transpose", "direct", KTRANSPOSE_DIRECT, PREC_BF16, run_transpose, {2}, {2}, {{8192, 8192}}, {{8192, 8192}}, 0, 2.0 * 2 * 8192 * 8192},

@@ -26,10 +26,22 @@ __global__ void block_chunks_kernel(float *__restrict__ partial, const T *__rest
     __shared__ float scratch[32];
     const int64_t start = (int64_t)blockIdx.x * kBlockChunk, end = start + kBlockChunk < n ? start + kBlockChunk : n;
     float acc = 0.0f;
-    for (int64_t i = start + threadIdx.x; i < end; i += kBlock) {
-        if (bug == KBUG_DROP_TERM && i == n - 1) continue;
-        float v = kto_float(g[i]);
-        acc = fmaf(v, v, acc);
+    if (end - start == kBlockChunk) {
+        // Full chunk: all of the thread's loads in flight at once, then the
+        // same in-order accumulation as the loop below.
+        constexpr int PER_THREAD = kBlockChunk / kBlock;
+        float v[PER_THREAD];
+#pragma unroll
+        for (int k = 0; k < PER_THREAD; k++) v[k] = kto_float(g[start + threadIdx.x + (int64_t)k * kBlock]);
+#pragma unroll
+        for (int k = 0; k < PER_THREAD; k++)
+            if (!(bug == KBUG_DROP_TERM && start + threadIdx.x + (int64_t)k * kBlock == n - 1)) acc = fmaf(v[k], v[k], acc);
+    } else {
+        for (int64_t i = start + threadIdx.x; i < end; i += kBlock) {
+            if (bug == KBUG_DROP_TERM && i == n - 1) continue;
+            float v = kto_float(g[i]);
+            acc = fmaf(v, v, acc);
+        }
     }
     acc = kblock_sum(acc, scratch);
     if (threadIdx.x == 0) partial[blockIdx.x] = acc;

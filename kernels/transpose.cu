@@ -1,12 +1,19 @@
 // kernels/transpose.cu — transpose-copy and transpose-add (see transpose.h).
-// Shapes: x (M, N) -> y (N, M).  smem_tile: blocks of 32 x 8 threads move a
-// 32 x 32 tile (each thread 4 rows) through a padded shared tile; direct:
-// one thread per element.  Planted bugs: drop-term leaves y's last element
+// Shapes: x (M, N) -> y (N, M).  smem_tile: when M and N are multiples of
+// V = 16 bytes / element (and the tensors 16-byte aligned), 256 threads move
+// a 64 x 64 tile with 16-byte loads and stores through a shared tile padded
+// by 4 bytes a row (so the column gathers hit distinct banks); otherwise
+// blocks of 32 x 8 threads move a 32 x 32 tile (each thread 4 rows) through a
+// padded shared tile.  direct: one thread per element.  Every variant moves
+// the same values (ADD: one fp32 add and one rounding per element).  Planted bugs: drop-term leaves y's last element
 // alone (unwritten for copy, x not added for add); truncate-output rounds
 // the stores toward zero.
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "kernels/kelem.cuh"
+#include "kernels/kreduce.cuh"
 #include "kernels/transpose.h"
 
 namespace {
@@ -35,6 +42,49 @@ __global__ void transpose_tile_kernel(T *__restrict__ y, const T *__restrict__ x
     }
 }
 
+constexpr int kVecTile = 64, kVecThreads = 256;
+
+template <typename T, bool ADD>
+__global__ void transpose_vec_kernel(T *__restrict__ y, const T *__restrict__ x, int64_t M, int64_t N, int bug)
+{
+    constexpr int V = 16 / (int)sizeof(T), PER_ROW = kVecTile / V, VECS = kVecTile * PER_ROW;
+    constexpr int STRIDE = kVecTile + 4 / (int)sizeof(T);
+    __shared__ T tile[kVecTile][STRIDE];
+    const int64_t c0 = (int64_t)blockIdx.x * kVecTile, r0 = (int64_t)blockIdx.y * kVecTile;
+    // All of a thread's loads are issued before the shared stores.
+    alignas(16) T in[VECS / kVecThreads][V];
+#pragma unroll
+    for (int k = 0; k < VECS / kVecThreads; k++) {
+        const int idx = threadIdx.x + k * kVecThreads, r = idx / PER_ROW, c = (idx % PER_ROW) * V;
+        if (r0 + r < M && c0 + c < N)
+            *reinterpret_cast<uint4 *>(in[k]) = *reinterpret_cast<const uint4 *>(x + (r0 + r) * N + c0 + c);
+    }
+#pragma unroll
+    for (int k = 0; k < VECS / kVecThreads; k++) {
+        const int idx = threadIdx.x + k * kVecThreads, r = idx / PER_ROW, c = (idx % PER_ROW) * V;
+#pragma unroll
+        for (int j = 0; j < V; j++) tile[r][c + j] = in[k][j];
+    }
+    __syncthreads();
+    // y row c0 + c (x column), V consecutive y columns r0 + r .. (x rows).
+#pragma unroll
+    for (int k = 0; k < VECS / kVecThreads; k++) {
+        const int idx = threadIdx.x + k * kVecThreads, c = idx / PER_ROW, r = (idx % PER_ROW) * V;
+        const int64_t yr = c0 + c, yc = r0 + r;
+        if (yr >= N || yc >= M) continue;
+        T *at = y + yr * M + yc;
+        float old[V], out[V];
+        if (ADD) kvec_io<T, V>::load(at, old);
+#pragma unroll
+        for (int j = 0; j < V; j++) out[j] = ADD ? old[j] + kto_float(tile[r + j][c]) : kto_float(tile[r + j][c]);
+        if (bug == KBUG_DROP_TERM && yr == N - 1 && yc + V == M) {
+            for (int j = 0; j < V - 1; j++) at[j] = kfrom_float<T>(out[j], bug); // last element left alone
+        } else {
+            kvec_io<T, V>::store(at, out, bug);
+        }
+    }
+}
+
 template <typename T, bool ADD>
 __global__ void transpose_direct_kernel(T *__restrict__ y, const T *__restrict__ x, int64_t M, int64_t N, int bug)
 {
@@ -49,6 +99,10 @@ template <typename T, bool ADD> int launch(int variant, ktensor *y, const ktenso
     if (variant == KTRANSPOSE_DIRECT) {
         int64_t n = M * N;
         transpose_direct_kernel<T, ADD><<<(unsigned)((n + 255) / 256), 256>>>((T *)y->data, (const T *)x->data, M, N, bug);
+    } else if (M % kvec_width<T>() == 0 && N % kvec_width<T>() == 0 &&
+               (((uintptr_t)x->data | (uintptr_t)y->data) & 15) == 0) {
+        dim3 grid((unsigned)((N + kVecTile - 1) / kVecTile), (unsigned)((M + kVecTile - 1) / kVecTile));
+        transpose_vec_kernel<T, ADD><<<grid, kVecThreads>>>((T *)y->data, (const T *)x->data, M, N, bug);
     } else {
         dim3 grid((unsigned)((N + kTile - 1) / kTile), (unsigned)((M + kTile - 1) / kTile)), block(kTile, kRows);
         transpose_tile_kernel<T, ADD><<<grid, block>>>((T *)y->data, (const T *)x->data, M, N, bug);
