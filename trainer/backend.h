@@ -131,8 +131,8 @@ struct tbackend {
     int (*transpose)(tbackend *be, tslot slot, ktensor *out, const ktensor *in, int accumulate);
     /* dst += src (gradient accumulation when a GEMM's output format differs) */
     int (*accumulate)(tbackend *be, tslot slot, ktensor *dst, const ktensor *src);
-    /* sum of squares of every gradient, in double on the host */
-    int (*grad_sumsq)(tbackend *be, tslot slot, tparam *const *params, int n, double *sumsq);
+    /* the global gradient norm sqrt(sum of g^2) over every parameter's gradient (fp32 result) */
+    int (*grad_norm)(tbackend *be, tslot slot, tparam *const *params, int n, double *norm);
     int (*adamw)(tbackend *be, tparam *p, const tadamw_args *a);
     int (*muon)(tbackend *be, tparam *p, const tmuon_args *a);
     /* Data parallel: join `world` processes (this one is `rank`) through the

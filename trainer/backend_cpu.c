@@ -18,8 +18,9 @@
 #include <string.h>
 
 #include "kernels/matmul.h"
+#include "kernels/polar_express.h"
+#include "kernels/rope.h"
 
-#define PE_ITERS 5
 
 /* ---- rounding -------------------------------------------------------------------- */
 
@@ -186,39 +187,51 @@ static int cpu_sync(tbackend *be) { return 0; }
 
 /* ---- what the CPU models ----------------------------------------------------------- */
 
+/* (op, variant) pairs the CPU models; "*" = every variant of the op.
+ * Defaults run in the CPU's sequential order; the other variants listed
+ * change what is rounded or how (and are modelled as the kernels document
+ * them), or are bit-identical reorganisations of memory access. */
+static const struct {
+    const char *op, *variant;
+} cpu_models[] = {
+    {"matmul", "*"},              /* no epilogue here: split_epilogue rounds as fused; split_k in 4 fp32 slices */
+    {"matmul_block_fp8", "*"},    /* 1x128 / 128x128 scales, fp32 promotion every 128 */
+    {"layernorm", "two_pass"},    {"layernorm", "sequential"}, {"layernorm", "one_pass"},
+    {"rmsnorm", "block_tree"},    {"rmsnorm", "sequential"},   {"rmsnorm", "llama"}, {"rmsnorm", "none"},
+    {"embedding", "*"},           /* both variants sum in token order: the same bits */
+    {"attention", "naive"},       {"attention", "flash"},
+    {"rope", "*"},                {"residual", "*"},           {"transpose", "*"},
+    {"gelu_tanh", "tanhf"},       {"relu2", "*"},
+    {"cross_entropy", "two_pass"}, {"cross_entropy", "fp32_logits"},
+    {"grad_norm", "block_tree"},  {"grad_norm", "sequential"},
+    {"adamw", "*"},               {"polar_express", "*"},      {"muon_newton_schulz", "*"},
+};
+
 static int cpu_supports(tbackend *be, const tplan *plan, tslot s, char *why, size_t len)
 {
     const kop *op = tplan_kop(plan, s);
     kpath path = plan->slot[s].path;
-    int v = plan->slot[s].variant;
     if (!op) {
         snprintf(why, len, "op %s is not registered", tslot_op(s, plan->model));
         return -1;
     }
     if (!tslot_is_kernel(s)) return 0;
-    const char *name = op->variants[v].name;
-    if (strcmp(op->name, "matmul") == 0) {
-        /* the trainer's GEMMs have no epilogue, so split_epilogue rounds as fused does */
-        if (strcmp(name, "split_k") == 0 || strcmp(name, "split_epilogue") == 0 || v == 0) return 0;
-    } else if (strcmp(op->name, "matmul_fast") == 0) {
+    const char *name = op->variants[plan->slot[s].variant].name;
+    if (strcmp(op->name, "matmul_fast") == 0) {
         if (path == KPATH_FP32 && strcmp(name, "split_k") != 0) return 0; /* tf32 inputs, fp32 sums */
         snprintf(why, len, "the CPU backend models matmul_fast only on the fp32 path (tf32 inputs) without split_k; "
                            "fp8 fast accumulation needs a tensor-core model: run it with --backend cuda");
         return -1;
-    } else if (strcmp(op->name, "matmul_block_fp8") == 0) {
-        return 0;
-    } else if (strcmp(op->name, "relu2") == 0 && strcmp(name, "store_grad") == 0) {
-        return 0; /* f'(x) rounded to the activation format in the forward, dx = dy f' in the backward */
-    } else if (strcmp(op->name, "cross_entropy") == 0 && strcmp(name, "fp32_logits") == 0) {
-        return 0;
-    } else if (strcmp(op->name, "adamw") == 0) {
-        return 0; /* llmc and torch operation orders, both modelled */
-    } else if (v == 0) {
-        return 0;
     }
-    snprintf(why, len, "the CPU backend does not model variant %s of op %s (it models each op's default, %s%s); "
-                       "run it with --backend cuda", name, op->name, op->variants[0].name,
-             strcmp(op->name, "matmul") == 0 ? ", split_epilogue and split_k" : "");
+    char list[512] = "";
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof cpu_models / sizeof cpu_models[0]; i++) {
+        if (strcmp(cpu_models[i].op, op->name) != 0) continue;
+        if (strcmp(cpu_models[i].variant, "*") == 0 || strcmp(cpu_models[i].variant, name) == 0) return 0;
+        n += (size_t)snprintf(list + n, n < sizeof list ? sizeof list - n : 0, "%s%s", n ? ", " : "", cpu_models[i].variant);
+    }
+    snprintf(why, len, "the CPU backend does not model variant %s of op %s (it models: %s); run it with --backend cuda",
+             name, op->name, n ? list : "none");
     return -1;
 }
 
@@ -243,52 +256,92 @@ static int cpu_embedding_fwd(tbackend *be, ktensor *x, const int32_t *tokens, co
     return 0;
 }
 
+/* As kernels/embedding.h: each table row's gradient is the fp32 sum, in
+ * token order, of the rows of dx that looked it up, then one addition to
+ * the stored gradient (rounded into its format). */
+static int scatter_rows(ktensor *dtable, const ktensor *dx, const int32_t *rows_of, int64_t n, int64_t C)
+{
+    int64_t V = dtable->shape[0];
+    float *acc = calloc((size_t)(V * C), sizeof *acc);
+    unsigned char *hit = calloc((size_t)V, 1);
+    if (!acc || !hit) {
+        free(acc), free(hit);
+        return -1;
+    }
+    for (int64_t t = 0; t < n; t++) {
+        int64_t v = rows_of[t];
+        hit[v] = 1;
+        for (int64_t c = 0; c < C; c++) acc[v * C + c] += val(dx, t * C + c);
+    }
+    for (int64_t v = 0; v < V; v++)
+        if (hit[v])
+            for (int64_t c = 0; c < C; c++)
+                fdata(dtable)[v * C + c] = rnd((double)fdata(dtable)[v * C + c] + acc[v * C + c], dtable->format);
+    free(acc), free(hit);
+    return 0;
+}
+
 static int cpu_embedding_bwd(tbackend *be, ktensor *dwte, ktensor *dwpe, const ktensor *dx, const int32_t *tokens,
                              int B, int T)
 {
-    int64_t C = dwte->shape[1];
-    for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
-        int32_t tok = tokens[bt];
-        for (int64_t c = 0; c < C; c++) {
-            float g = val(dx, bt * C + c);
-            float *dst = &fdata(dwte)[tok * C + c];
-            *dst = rnd((double)*dst + g, dwte->format);
-            if (dwpe) {
-                float *dp = &fdata(dwpe)[(bt % T) * C + c];
-                *dp = rnd((double)*dp + g, dwpe->format);
-            }
-        }
-    }
-    return 0;
+    int64_t n = (int64_t)B * T, C = dwte->shape[1];
+    int32_t *pos = malloc((size_t)n * sizeof *pos);
+    if (!pos) return tbackend_fail(be, "cpu: out of memory");
+    for (int64_t t = 0; t < n; t++) pos[t] = (int32_t)(t % T);
+    int rc = scatter_rows(dwte, dx, tokens, n, C);
+    if (!rc && dwpe) rc = scatter_rows(dwpe, dx, pos, n, C);
+    free(pos);
+    return rc ? tbackend_fail(be, "cpu: out of memory") : 0;
 }
 
 /* ---- norms -------------------------------------------------------------------------- */
 
 static int norm_is_layer(tbackend *be, tslot s) { return strcmp(tslot_op(s, be->plan->model), "layernorm") == 0; }
 
+/* Forward of layernorm (two_pass, sequential: two passes in fp32;
+ * one_pass: var = E[x^2] - mean^2, clamped at 0) and rmsnorm (block_tree,
+ * sequential: fp32 throughout, one rounding of y; llama: x * rstd rounded
+ * to the storage format, then times the gain and rounded again; none: every
+ * elementwise step rounded, only the sum of squares in fp32). */
 static int cpu_norm_fwd(tbackend *be, tslot slot, ktensor *y, ktensor *mean, ktensor *rstd, const ktensor *x,
                         const ktensor *gain, const ktensor *bias, double eps)
 {
     prec_format f = slot_fmt(be, slot);
     int64_t N = x->shape[0], C = x->shape[1];
     int layer = norm_is_layer(be, slot);
+    const char *v = slot_variant(be, slot);
+    int one_pass = strcmp(v, "one_pass") == 0, llama = strcmp(v, "llama") == 0, none = strcmp(v, "none") == 0;
     float *xin = operand(x, f);
     if (!xin) return tbackend_fail(be, "cpu: out of memory");
     for (int64_t r = 0; r < N; r++) {
         const float *xr = xin + r * C;
-        float mu = 0.0f;
-        if (layer) {
-            float s = 0.0f;
-            for (int64_t c = 0; c < C; c++) s += xr[c];
-            mu = s / (float)C;
+        float mu = 0.0f, rs;
+        if (layer && one_pass) {
+            float s1 = 0.0f, s2 = 0.0f;
+            for (int64_t c = 0; c < C; c++) s1 += xr[c], s2 = fmaf(xr[c], xr[c], s2);
+            mu = s1 / (float)C;
+            float var = fmaxf(s2 / (float)C - mu * mu, 0.0f);
+            rs = 1.0f / sqrtf(var + (float)eps);
+        } else if (none) {
+            float ss = 0.0f;
+            for (int64_t c = 0; c < C; c++) ss += rnd(xr[c] * xr[c], f);
+            float ms = rnd(ss / (float)C, f);
+            rs = rnd(1.0f / sqrtf(rnd(ms + (float)eps, f)), f);
+        } else {
+            if (layer) {
+                float s1 = 0.0f;
+                for (int64_t c = 0; c < C; c++) s1 += xr[c];
+                mu = s1 / (float)C;
+            }
+            float ss = 0.0f;
+            for (int64_t c = 0; c < C; c++) ss = fmaf(xr[c] - mu, xr[c] - mu, ss);
+            rs = 1.0f / sqrtf(ss / (float)C + (float)eps);
         }
-        float ss = 0.0f;
-        for (int64_t c = 0; c < C; c++) ss += (xr[c] - mu) * (xr[c] - mu);
-        float rs = 1.0f / sqrtf(ss / (float)C + (float)eps);
         if (mean) fdata(mean)[r] = mu;
         fdata(rstd)[r] = rs;
         for (int64_t c = 0; c < C; c++) {
             float n = (xr[c] - mu) * rs;
+            if (llama || none) n = rnd(n, f);
             if (gain) n = n * ld(gain, c, f);
             if (bias) n = n + ld(bias, c, f);
             fdata(y)[r * C + c] = rnd2(n, f, y->format);
@@ -328,9 +381,10 @@ static int cpu_norm_bwd(tbackend *be, tslot slot, ktensor *dx, ktensor *dgain, k
             fdata(dx)[r * C + c] = rnd2((dn - mean_dn - xhat * mean_dn_xhat) * rs, f, dx->format);
         }
     }
+    /* the kernels write dgain, dbias in the path's format; the model adds them to its gradients */
     for (int64_t c = 0; c < C; c++) {
-        if (dgain) fdata(dgain)[c] = rnd((double)fdata(dgain)[c] + dg[c], dgain->format);
-        if (dbias) fdata(dbias)[c] = rnd((double)fdata(dbias)[c] + db[c], dbias->format);
+        if (dgain) fdata(dgain)[c] = rnd((double)fdata(dgain)[c] + rnd(dg[c], f), dgain->format);
+        if (dbias) fdata(dbias)[c] = rnd((double)fdata(dbias)[c] + rnd(db[c], f), dbias->format);
     }
     free(xin), free(dyin), free(dg), free(db);
     return 0;
@@ -441,10 +495,15 @@ static int cpu_matmul(tbackend *be, tslot slot, ktensor *y, const ktensor *a, in
 
 /* ---- attention ------------------------------------------------------------------------ */
 
+/* q, k, v, y: [B,T,H,D]; per (b, h) and query t, keys j <= t.
+ * naive (kernels/attention.h): scores S and probabilities P rounded to the
+ * path's format, as that kernel materialises them; flash: S and P stay fp32
+ * (two passes here where the kernel rescales online; same precision class). */
 static int cpu_attention_fwd(tbackend *be, tslot slot, ktensor *y, ktensor *lse, const ktensor *q, const ktensor *k,
                              const ktensor *v, int B, int T, int H)
 {
     prec_format f = slot_fmt(be, slot);
+    int naive = strcmp(slot_variant(be, slot), "naive") == 0;
     int64_t C = q->shape[1], D = C / H;
     float *Q = operand(q, f), *Kt = operand(k, f), *V = operand(v, f);
     float *p = malloc((size_t)T * sizeof *p), *acc = malloc((size_t)D * sizeof *acc);
@@ -461,8 +520,8 @@ static int cpu_attention_fwd(tbackend *be, tslot slot, ktensor *y, ktensor *lse,
                 for (int j = 0; j <= t; j++) {
                     const float *kj = Kt + ((int64_t)b * T + j) * C + h * D;
                     float s = 0.0f;
-                    for (int64_t d = 0; d < D; d++) s += qt[d] * kj[d];
-                    p[j] = s * scale;
+                    for (int64_t d = 0; d < D; d++) s = fmaf(qt[d], kj[d], s);
+                    p[j] = naive ? rnd(scale * s, f) : scale * s;
                     mx = fmaxf(mx, p[j]);
                 }
                 float sum = 0.0f;
@@ -470,30 +529,35 @@ static int cpu_attention_fwd(tbackend *be, tslot slot, ktensor *y, ktensor *lse,
                     p[j] = expf(p[j] - mx);
                     sum += p[j];
                 }
+                float L = mx + logf(sum);
+                for (int j = 0; j <= t; j++) p[j] = naive ? rnd(p[j] / sum, f) : p[j] / sum;
                 for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
                 for (int j = 0; j <= t; j++) {
                     const float *vj = V + ((int64_t)b * T + j) * C + h * D;
-                    for (int64_t d = 0; d < D; d++) acc[d] += p[j] * vj[d];
+                    for (int64_t d = 0; d < D; d++) acc[d] = fmaf(p[j], vj[d], acc[d]);
                 }
-                for (int64_t d = 0; d < D; d++)
-                    fdata(y)[((int64_t)b * T + t) * C + h * D + d] = rnd2(acc[d] / sum, f, y->format);
-                fdata(lse)[((int64_t)b * H + h) * T + t] = mx + logf(sum);
+                for (int64_t d = 0; d < D; d++) fdata(y)[((int64_t)b * T + t) * C + h * D + d] = rnd2(acc[d], f, y->format);
+                fdata(lse)[((int64_t)b * H + h) * T + t] = L;
             }
     free(Q), free(Kt), free(V), free(p), free(acc);
     return 0;
 }
 
+/* Backward from lse: P = exp(S - lse); naive rounds P, dP and dS to the
+ * path's format and uses rowsum(P dP); flash keeps them fp32 and uses
+ * rowsum(dout o) with the stored (rounded) o. */
 static int cpu_attention_bwd(tbackend *be, tslot slot, ktensor *dq, ktensor *dk, ktensor *dv, const ktensor *dy,
                              const ktensor *q, const ktensor *k, const ktensor *v, const ktensor *y,
                              const ktensor *lse, int B, int T, int H)
 {
     prec_format f = slot_fmt(be, slot);
+    int naive = strcmp(slot_variant(be, slot), "naive") == 0;
     int64_t C = q->shape[1], D = C / H, n = (int64_t)B * T * C;
     float *Q = operand(q, f), *Kt = operand(k, f), *V = operand(v, f), *Y = operand(y, f), *dY = operand(dy, f);
     float *gq = calloc((size_t)n, sizeof *gq), *gk = calloc((size_t)n, sizeof *gk), *gv = calloc((size_t)n, sizeof *gv);
-    float *p = malloc((size_t)T * sizeof *p);
-    if (!Q || !Kt || !V || !Y || !dY || !gq || !gk || !gv || !p) {
-        free(Q), free(Kt), free(V), free(Y), free(dY), free(gq), free(gk), free(gv), free(p);
+    float *P = malloc((size_t)T * sizeof *P), *dP = malloc((size_t)T * sizeof *dP);
+    if (!Q || !Kt || !V || !Y || !dY || !gq || !gk || !gv || !P || !dP) {
+        free(Q), free(Kt), free(V), free(Y), free(dY), free(gq), free(gk), free(gv), free(P), free(dP);
         return tbackend_fail(be, "cpu: out of memory");
     }
     float scale = 1.0f / sqrtf((float)D);
@@ -502,65 +566,88 @@ static int cpu_attention_bwd(tbackend *be, tslot slot, ktensor *dq, ktensor *dk,
             for (int t = 0; t < T; t++) {
                 int64_t rt = ((int64_t)b * T + t) * C + h * D;
                 float L = fdata(lse)[((int64_t)b * H + h) * T + t];
-                float Dt = 0.0f; /* rowsum(dy * y) */
-                for (int64_t d = 0; d < D; d++) Dt += dY[rt + d] * Y[rt + d];
+                float Dt = 0.0f;
                 for (int j = 0; j <= t; j++) {
                     int64_t rj = ((int64_t)b * T + j) * C + h * D;
                     float s = 0.0f, dp = 0.0f;
-                    for (int64_t d = 0; d < D; d++) s += Q[rt + d] * Kt[rj + d];
-                    float pj = expf(s * scale - L);
-                    for (int64_t d = 0; d < D; d++) dp += dY[rt + d] * V[rj + d];
-                    float ds = pj * (dp - Dt) * scale;
+                    for (int64_t d = 0; d < D; d++) s = fmaf(Q[rt + d], Kt[rj + d], s);
+                    for (int64_t d = 0; d < D; d++) dp = fmaf(dY[rt + d], V[rj + d], dp);
+                    P[j] = naive ? rnd(expf(rnd(scale * s, f) - L), f) : expf(scale * s - L);
+                    dP[j] = naive ? rnd(dp, f) : dp;
+                    if (naive) Dt = fmaf(P[j], dP[j], Dt);
+                }
+                if (!naive)
+                    for (int64_t d = 0; d < D; d++) Dt = fmaf(dY[rt + d], Y[rt + d], Dt);
+                for (int j = 0; j <= t; j++) {
+                    int64_t rj = ((int64_t)b * T + j) * C + h * D;
+                    float ds = P[j] * (dP[j] - Dt);
+                    if (naive) ds = rnd(ds, f);
                     for (int64_t d = 0; d < D; d++) {
-                        gq[rt + d] += ds * Kt[rj + d];
-                        gk[rj + d] += ds * Q[rt + d];
-                        gv[rj + d] += pj * dY[rt + d];
+                        gq[rt + d] = fmaf(ds, Kt[rj + d], gq[rt + d]);
+                        gk[rj + d] = fmaf(ds, Q[rt + d], gk[rj + d]);
+                        gv[rj + d] = fmaf(P[j], dY[rt + d], gv[rj + d]);
                     }
                 }
             }
     for (int64_t i = 0; i < n; i++) {
-        fdata(dq)[i] = rnd2(gq[i], f, dq->format);
-        fdata(dk)[i] = rnd2(gk[i], f, dk->format);
+        fdata(dq)[i] = rnd2(scale * gq[i], f, dq->format);
+        fdata(dk)[i] = rnd2(scale * gk[i], f, dk->format);
         fdata(dv)[i] = rnd2(gv[i], f, dv->format);
     }
-    free(Q), free(Kt), free(V), free(Y), free(dY), free(gq), free(gk), free(gv), free(p);
+    free(Q), free(Kt), free(V), free(Y), free(dY), free(gq), free(gk), free(gv), free(P), free(dP);
     return 0;
 }
 
 /* ---- rope ---------------------------------------------------------------------------- */
 
+/* kernels/rope.h: table = cos, sin of p base^(-2i/D) computed in double,
+ * rounded to fp32 (krope_tables_host, the kernels' own table);
+ * fp32_angle = sincosf of the angle formed in fp32 from an fp32 frequency. */
 static int rope_apply(tbackend *be, tslot slot, ktensor *y, const ktensor *x, int B, int T, int H, double theta,
-                      double sign)
+                      float sign)
 {
     prec_format f = slot_fmt(be, slot);
+    int table = strcmp(slot_variant(be, slot), "fp32_angle") != 0;
     int64_t C = x->shape[1], D = C / H, half = D / 2;
-    float *X = operand(x, f);
-    if (!X) return tbackend_fail(be, "cpu: out of memory");
+    float *X = operand(x, f), *cs = malloc((size_t)(T * half) * sizeof *cs), *sn = malloc((size_t)(T * half) * sizeof *sn);
+    float *inv = malloc((size_t)half * sizeof *inv);
+    if (!X || !cs || !sn || !inv) {
+        free(X), free(cs), free(sn), free(inv);
+        return tbackend_fail(be, "cpu: out of memory");
+    }
+    krope_tables_host(cs, sn, inv, T, D, theta);
     for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
         int t = (int)(bt % T);
         for (int h = 0; h < H; h++)
             for (int64_t i = 0; i < half; i++) {
-                float freq = (float)pow(theta, -2.0 * (double)i / (double)D);
-                float ang = (float)t * freq;
-                float c = cosf(ang), s = (float)sign * sinf(ang);
+                float c, s;
+                if (table) {
+                    c = cs[t * half + i];
+                    s = sn[t * half + i];
+                } else {
+                    float ang = (float)t * inv[i];
+                    c = cosf(ang);
+                    s = sinf(ang);
+                }
+                s *= sign;
                 int64_t o = bt * C + h * D;
                 float x1 = X[o + i], x2 = X[o + i + half];
                 fdata(y)[o + i] = rnd2(x1 * c - x2 * s, f, y->format);
                 fdata(y)[o + i + half] = rnd2(x1 * s + x2 * c, f, y->format);
             }
     }
-    free(X);
+    free(X), free(cs), free(sn), free(inv);
     return 0;
 }
 
 static int cpu_rope_fwd(tbackend *be, tslot slot, ktensor *y, const ktensor *x, int B, int T, int H, double theta)
 {
-    return rope_apply(be, slot, y, x, B, T, H, theta, 1.0);
+    return rope_apply(be, slot, y, x, B, T, H, theta, 1.0f);
 }
 
 static int cpu_rope_bwd(tbackend *be, tslot slot, ktensor *dx, const ktensor *dy, int B, int T, int H, double theta)
 {
-    return rope_apply(be, slot, dx, dy, B, T, H, theta, -1.0);
+    return rope_apply(be, slot, dx, dy, B, T, H, theta, -1.0f);
 }
 
 /* ---- activation, residual, transpose ---------------------------------------------------- */
@@ -672,14 +759,18 @@ static int cpu_cross_entropy(tbackend *be, tslot slot, ktensor *losses, ktensor 
 
 /* ---- gradient norm ------------------------------------------------------------------------- */
 
-static int cpu_grad_sumsq(tbackend *be, tslot slot, tparam *const *params, int n, double *sumsq)
+/* The sequential order of kernels/grad_norm.h: each tensor summed left to
+ * right with fp32 fma, the per-tensor sums added in order, fp32 sqrt. */
+static int cpu_grad_norm(tbackend *be, tslot slot, tparam *const *params, int n, double *norm)
 {
-    double s = 0.0;
+    float total = 0.0f;
     for (int i = 0; i < n; i++) {
         const ktensor *g = &params[i]->grad;
-        for (int64_t j = 0; j < numel(g); j++) s += (double)val(g, j) * val(g, j);
+        float s = 0.0f;
+        for (int64_t j = 0; j < numel(g); j++) s = fmaf(val(g, j), val(g, j), s);
+        total += s;
     }
-    *sumsq = s;
+    *norm = sqrtf(total);
     return 0;
 }
 
@@ -758,56 +849,79 @@ static int cpu_adamw(tbackend *be, tparam *p, const tadamw_args *a)
 
 /* ---- Muon / polar express -------------------------------------------------------------------------- */
 
-/* Polar Express coefficients for 5 iterations (Amsel, Persson, Musco, Gower,
- * "The Polar Express: Optimal Matrix Sign Methods and Their Application to
- * the Muon Algorithm", arXiv:2505.16932, 2025). */
-static const double pe_coeffs[PE_ITERS][3] = {
-    {8.156554524902461, -22.48329292557795, 15.878769915207462},
-    {4.042929935166739, -2.808917465908714, 0.5000178451051316},
-    {3.8916678022926607, -2.772484153217685, 0.5060648178503393},
-    {3.285753657755655, -2.3681294933425376, 0.46449024233003106},
-    {2.3465413258596377, -1.7097828382687081, 0.42323551169305323},
-};
-
-/* C[r, c] = A[r, k] B[k, c] (B given as [k, c] or transposed), fp32 sums, rounded into f */
-static void small_gemm(const float *A, const float *B, int b_trans, float *Cm, int r, int k, int c, prec_format f)
+/* C[r, c] = alpha A[r, k] B[k, c] + beta D[r, c] (B given as [k, c] or
+ * transposed; D may be NULL), fp32 fma sums, one rounding into f: the
+ * kmatmul GEMM the polar-express kernels issue. */
+static void small_gemm(const float *A, const float *B, int b_trans, const float *Dm, float alpha, float beta, float *Cm,
+                       int r, int k, int c, prec_format f)
 {
     for (int i = 0; i < r; i++)
         for (int j = 0; j < c; j++) {
             float s = 0.0f;
-            for (int l = 0; l < k; l++) s += A[i * k + l] * (b_trans ? B[j * k + l] : B[l * c + j]);
-            Cm[i * c + j] = rnd(s, f);
+            for (int l = 0; l < k; l++) s = fmaf(A[i * k + l], b_trans ? B[j * k + l] : B[l * c + j], s);
+            float out = alpha * s;
+            if (Dm) out = fmaf(beta, Dm[i * c + j], out);
+            Cm[i * c + j] = rnd(out, f);
         }
 }
 
-/* X [r, c] with r <= c, in place: the polar factor's approximation. */
-static int polar_express(float *X, int r, int c, prec_format f)
+/* kernels/polar_express.h on X [r, c] in place: X0 = G / (1.02 |G|_F + 1e-6),
+ * then 5 steps with the kernels' own coefficients (kpe_coefficients):
+ *   wide: A = X X^T, B = c A A + b A, X' = B X + a X
+ *   tall: A = X^T X, B = c A A + b A, X' = X B + a X
+ * fused forms X' in one GEMM (beta = a); split rounds B X first and adds a X
+ * elementwise. */
+static int polar_express(float *X, int r, int c, prec_format f, kpe_coeffs which, int tall, int split)
 {
-    float *A = malloc((size_t)r * r * sizeof *A), *A2 = malloc((size_t)r * r * sizeof *A2);
-    float *Bm = malloc((size_t)r * r * sizeof *Bm), *BX = malloc((size_t)r * c * sizeof *BX);
-    if (!A || !A2 || !Bm || !BX) {
-        free(A), free(A2), free(Bm), free(BX);
+    int g = tall ? c : r; /* Gram size */
+    float *A = malloc((size_t)g * g * sizeof *A), *Bm = malloc((size_t)g * g * sizeof *Bm);
+    float *T = malloc((size_t)r * c * sizeof *T), *Xn = malloc((size_t)r * c * sizeof *Xn);
+    if (!A || !Bm || !T || !Xn) {
+        free(A), free(Bm), free(T), free(Xn);
         return -1;
     }
-    double ss = 0.0;
-    for (int i = 0; i < r * c; i++) ss += (double)X[i] * X[i];
-    float inv = (float)(1.0 / (sqrt(ss) * 1.02 + 1e-6));
-    for (int i = 0; i < r * c; i++) X[i] = rnd(X[i] * inv, f);
-    for (int it = 0; it < PE_ITERS; it++) {
-        float a = (float)pe_coeffs[it][0], b = (float)pe_coeffs[it][1], cc = (float)pe_coeffs[it][2];
-        small_gemm(X, X, 1, A, r, c, r, f);          /* A = X X^T */
-        small_gemm(A, A, 0, A2, r, r, r, f);         /* A2 = A A */
-        for (int i = 0; i < r * r; i++) Bm[i] = rnd(b * A[i] + cc * A2[i], f);
-        small_gemm(Bm, X, 0, BX, r, r, c, f);        /* BX = B X */
-        for (int i = 0; i < r * c; i++) X[i] = rnd(a * X[i] + BX[i], f);
+    float abc[KPE_STEPS][3];
+    kpe_coefficients(which, abc);
+    float ss = 0.0f;
+    for (int i = 0; i < r * c; i++) ss = fmaf(X[i], X[i], ss);
+    float den = KPE_NORM_SAFETY * sqrtf(ss) + KPE_NORM_EPS;
+    for (int i = 0; i < r * c; i++) X[i] = rnd(X[i] / den, f);
+    for (int it = 0; it < KPE_STEPS; it++) {
+        float a = abc[it][0], b = abc[it][1], cc = abc[it][2];
+        float *Xt = T; /* X^T for the tall form */
+        if (tall) {
+            for (int i = 0; i < r; i++)
+                for (int j = 0; j < c; j++) Xt[j * r + i] = X[i * c + j];
+            small_gemm(Xt, Xt, 1, NULL, 1.0f, 0.0f, A, c, r, c, f);       /* A = X^T X [c,c] */
+        } else {
+            small_gemm(X, X, 1, NULL, 1.0f, 0.0f, A, r, c, r, f);         /* A = X X^T [r,r] */
+        }
+        small_gemm(A, A, 0, A, cc, b, Bm, g, g, g, f);                    /* B = c A A + b A */
+        if (!split) {
+            if (tall) small_gemm(X, Bm, 0, X, 1.0f, a, Xn, r, c, c, f);   /* X B + a X */
+            else small_gemm(Bm, X, 0, X, 1.0f, a, Xn, r, r, c, f);        /* B X + a X */
+        } else {
+            if (tall) small_gemm(X, Bm, 0, NULL, 1.0f, 0.0f, Xn, r, c, c, f);
+            else small_gemm(Bm, X, 0, NULL, 1.0f, 0.0f, Xn, r, r, c, f);
+            for (int i = 0; i < r * c; i++) Xn[i] = rnd(fmaf(a, X[i], Xn[i]), f);
+        }
+        memcpy(X, Xn, (size_t)r * c * sizeof *X);
     }
-    free(A), free(A2), free(Bm), free(BX);
+    free(A), free(Bm), free(T), free(Xn);
     return 0;
 }
 
+/* Muon (Jordan et al. 2024; modded-nanogpt): momentum buf = mu buf + (1-mu) g
+ * in fp32, Nesterov u = (1-mu) g + mu buf rounded into the slot's path,
+ * orthogonalised per [rows, cols] block, W <- W (1 - lr wd) - lr
+ * sqrt(max(1, rows/cols)) O stored as the weights slot says. */
 static int cpu_muon(tbackend *be, tparam *p, const tmuon_args *a)
 {
     prec_format f = slot_fmt(be, TSLOT_MUON);
+    const char *v = slot_variant(be, TSLOT_MUON);
+    kpe_coeffs which = strcmp(slot_op(be, TSLOT_MUON)->name, "muon_newton_schulz") == 0 ? KPE_MUON_QUINTIC
+                                                                                         : KPE_POLAR_EXPRESS;
+    int tall = strncmp(v, "tall", 4) == 0, split = strstr(v, "split") != NULL;
     int R = p->rows, Cn = p->cols;
     float mu = (float)a->momentum;
     float *U = malloc((size_t)R * Cn * sizeof *U);
@@ -815,28 +929,22 @@ static int cpu_muon(tbackend *be, tparam *p, const tmuon_args *a)
     float scale = sqrtf(fmaxf(1.0f, (float)R / (float)Cn));
     for (int blk = 0; blk < p->blocks; blk++) {
         int64_t off = (int64_t)blk * R * Cn;
-        int wide = R <= Cn;
-        for (int i = 0; i < R; i++)
-            for (int j = 0; j < Cn; j++) {
-                int64_t e = off + (int64_t)i * Cn + j;
-                float g = val(&p->grad, e) * (float)a->grad_scale;
-                float m = mu * fdata(&p->m)[e] + (1.0f - mu) * g;
-                fdata(&p->m)[e] = m;
-                float u = (1.0f - mu) * g + mu * m; /* Nesterov */
-                U[wide ? i * Cn + j : j * R + i] = rnd(u, f);
-            }
-        if (polar_express(U, wide ? R : Cn, wide ? Cn : R, f)) {
+        for (int64_t i = 0; i < (int64_t)R * Cn; i++) {
+            float g = a->grad_scale == 1.0 ? val(&p->grad, off + i)
+                                           : rnd(val(&p->grad, off + i) * (float)a->grad_scale, p->grad.format);
+            float m = mu * fdata(&p->m)[off + i] + (1.0f - mu) * g;
+            fdata(&p->m)[off + i] = m;
+            U[i] = rnd((1.0f - mu) * g + mu * m, f);
+        }
+        if (polar_express(U, R, Cn, f, which, tall, split)) {
             free(U);
             return tbackend_fail(be, "cpu: out of memory");
         }
         float lr = (float)a->lr, wd = p->decay ? (float)a->weight_decay : 0.0f;
-        for (int i = 0; i < R; i++)
-            for (int j = 0; j < Cn; j++) {
-                int64_t e = off + (int64_t)i * Cn + j;
-                float w = master_value(p, e);
-                float o = U[wide ? i * Cn + j : j * R + i];
-                store_weight(be, p, e, (double)(w * (1.0f - lr * wd)) - (double)(lr * scale * o), a->seed);
-            }
+        for (int64_t i = 0; i < (int64_t)R * Cn; i++) {
+            float w = master_value(p, off + i);
+            store_weight(be, p, off + i, (double)(w * (1.0f - lr * wd)) - (double)(lr * scale * U[i]), a->seed);
+        }
     }
     free(U);
     return 0;
@@ -886,7 +994,7 @@ tbackend *tbackend_cpu_create(void)
     be->cross_entropy = cpu_cross_entropy;
     be->transpose = cpu_transpose;
     be->accumulate = cpu_accumulate;
-    be->grad_sumsq = cpu_grad_sumsq;
+    be->grad_norm = cpu_grad_norm;
     be->adamw = cpu_adamw;
     be->muon = cpu_muon;
     be->dp_init = cpu_dp_init;

@@ -4,9 +4,11 @@
 // Inputs stored in another format than the slot's path are converted into a
 // scratch buffer first (tglue_cast, RNE, as the CPU backend rounds them);
 // outputs whose tensor is stored differently are written to a scratch in the
-// path's format and converted.  A slot whose op has no kernel here is
-// refused when the plan is bound (tbackend_bind_plan), naming the slot and
-// the op: nothing falls back to another path or to the CPU.
+// path's format and converted.  A (path, variant) a kernel does not offer is
+// refused when the plan is bound (tbackend_bind_plan), naming the slot;
+// nothing falls back to another path or to the CPU.  Attention's kernels use
+// [B,H,T,D]: q, k, v and the outputs are permuted around them (exactly, or
+// with the RNE conversion into the path's format).
 //
 // Data parallel: libnccl.so.2 is opened at run time (dlopen), so the binary
 // needs NCCL only when --world > 1.  The all-reduce slot's path is the wire
@@ -21,14 +23,24 @@
 #include <cstring>
 #include <unistd.h>
 
+#include "kernels/activations.h"
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/embedding.h"
+#include "kernels/grad_norm.h"
 #include "kernels/ktensor_io.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/polar_express.h"
+#include "kernels/residual.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/transpose.h"
 #include "trainer/backend.h"
 #include "trainer/glue.h"
 
-#define N_SCRATCH 8
+#define N_SCRATCH 12
 
 // The subset of NCCL's C ABI the trainer uses (nccl.h, NCCL 2.x).
 typedef struct {
@@ -49,6 +61,12 @@ struct nccl_api {
 struct cuda_impl {
     void *scratch[N_SCRATCH];
     size_t scratch_bytes[N_SCRATCH];
+    int32_t *positions;          // t mod T for the position embedding, [n_positions]
+    int64_t n_positions;
+    float *rope_cos, *rope_sin, *rope_inv; // rotary tables for (rope_T, rope_D, rope_base)
+    int64_t rope_T, rope_D;
+    double rope_base;
+    float *norm_out;             // one device float (gradient norm)
     nccl_api nccl;
     nccl_comm_t comm;
     int world;
@@ -135,6 +153,15 @@ static kmatmul_accum accum_of(const kop *op)
 
 static int matmul_variant(const kop *op, int v) { return strcmp(op->name, "matmul_block_fp8") == 0 ? KMATMUL_FUSED : v; }
 
+static kadamw_storage adamw_storage(const tplan *plan)
+{
+    switch ((tweights_variant)plan->slot[TSLOT_WEIGHTS].variant) {
+    case TWEIGHTS_SR: return KADAMW_STOCHASTIC;
+    case TWEIGHTS_MANTISSA_BUFFER: return KADAMW_SPLIT_MASTER;
+    default: return KADAMW_MASTER_FP32;
+    }
+}
+
 static int cuda_supports(tbackend *be, const tplan *plan, tslot s, char *why, size_t len)
 {
     const kop *op = tplan_kop(plan, s);
@@ -144,23 +171,11 @@ static int cuda_supports(tbackend *be, const tplan *plan, tslot s, char *why, si
         snprintf(why, len, "op %s is not registered", tslot_op(s, plan->model));
         return -1;
     }
-    if (!tslot_is_kernel(s)) {
-        if (s == TSLOT_WEIGHTS && v != TWEIGHTS_MASTER) {
-            snprintf(why, len, "weights variant %s needs an optimizer kernel that stores it; none is registered yet",
-                     op->variants[v].name);
-            return -1;
-        }
-        return 0;
-    }
-    if (tslot_pending(s, plan->model)) {
-        snprintf(why, len, "no GPU kernel is registered for op %s yet (kernels/registry.c)", op->name);
-        return -1;
-    }
+    if (!tslot_is_kernel(s)) return 0;
     if (strncmp(op->name, "matmul", 6) == 0)
         return kmatmul_supports(path, accum_of(op), matmul_variant(op, v), why, len) ? 0 : -1;
-    if (strcmp(op->name, "layernorm") == 0 || strcmp(op->name, "rmsnorm") == 0) return 0;
-    snprintf(why, len, "the CUDA backend does not call op %s yet", op->name);
-    return -1;
+    if (s == TSLOT_ADAMW) return kadamw_supports(path, adamw_storage(plan), why, len) ? 0 : -1;
+    return 0; // the registry's paths and variants, which tplan_validate checked
 }
 
 // ---- memory -----------------------------------------------------------------------------------
@@ -347,6 +362,345 @@ static int cuda_norm_bwd(tbackend *be, tslot slot, ktensor *dx, ktensor *dgain, 
     return 0;
 }
 
+// ---- embedding --------------------------------------------------------------------------------
+
+static int positions_for(tbackend *be, int B, int T)
+{
+    cuda_impl *im = impl_of(be);
+    int64_t n = (int64_t)B * T;
+    if (im->n_positions == n && im->positions) return 0;
+    kdevice_free(im->positions);
+    im->positions = nullptr;
+    int32_t *host = (int32_t *)malloc((size_t)n * sizeof *host);
+    if (!host) return tbackend_fail(be, "out of memory");
+    for (int64_t i = 0; i < n; i++) host[i] = (int32_t)(i % T);
+    int rc = kdevice_alloc((void **)&im->positions, (size_t)n * sizeof *host, "positions") ||
+             kdevice_upload(im->positions, host, (size_t)n * sizeof *host, "positions");
+    free(host);
+    if (rc) return tbackend_fail(be, "%s", kernels_last_error());
+    im->n_positions = n;
+    return 0;
+}
+
+static int cuda_embedding_fwd(tbackend *be, ktensor *x, const int32_t *tokens, const ktensor *wte, const ktensor *wpe,
+                              int B, int T)
+{
+    tslot slot = TSLOT_EMBEDDING;
+    prec_format f = path_fmt(be, slot);
+    int v = variant_of(be, slot);
+    ktensor W, X, P, WP;
+    if (as_format(be, 0, wte, f, &W) || out_begin(be, 1, x, f, &X)) return -1;
+    if (kembedding_forward(&X, &W, tokens, v)) return kfail(be, slot, "token lookup");
+    if (wpe) {
+        // + the learned position rows, one fp32 add rounded into the path's format
+        void *buf = nullptr;
+        if (positions_for(be, B, T) || as_format(be, 2, wpe, f, &WP) ||
+            scratch(be, 3, (size_t)ktensor_numel(x) * kformat_bytes(f), &buf))
+            return -1;
+        P = X, P.data = buf;
+        if (kembedding_forward(&P, &WP, impl_of(be)->positions, v)) return kfail(be, slot, "position lookup");
+        if (kresidual_forward(&X, &X, &P, KRESIDUAL_VECTOR)) return kfail(be, slot, "position add");
+    }
+    return out_end(be, x, &X);
+}
+
+// The backward runs in the gradients' format: per-row fp32 sums added into them.
+static int cuda_embedding_bwd(tbackend *be, ktensor *dwte, ktensor *dwpe, const ktensor *dx, const int32_t *tokens,
+                              int B, int T)
+{
+    tslot slot = TSLOT_EMBEDDING;
+    int v = variant_of(be, slot);
+    ktensor DX;
+    if (as_format(be, 0, dx, dwte->format, &DX)) return -1;
+    int64_t n = (int64_t)B * T;
+    size_t ws = kembedding_backward_workspace(n, dwte->shape[0], v);
+    void *buf = nullptr;
+    if (ws && scratch(be, 1, ws, &buf)) return -1;
+    if (kembedding_backward(dwte, &DX, tokens, buf, ws, v)) return kfail(be, slot, "token scatter");
+    if (dwpe) {
+        ws = kembedding_backward_workspace(n, dwpe->shape[0], v);
+        if ((ws && scratch(be, 1, ws, &buf)) || positions_for(be, B, T)) return -1;
+        if (kembedding_backward(dwpe, &DX, impl_of(be)->positions, buf, ws, v)) return kfail(be, slot, "position scatter");
+    }
+    return 0;
+}
+
+// ---- attention ---------------------------------------------------------------------------------
+
+// [B,T,H,D] tensor t into scratch idx as [B,H,T,D] in format f.
+static int to_bhtd(tbackend *be, int idx, const ktensor *t, prec_format f, int B, int T, int H, void **out)
+{
+    int64_t D = t->shape[1] / H;
+    if (scratch(be, idx, (size_t)ktensor_numel(t) * kformat_bytes(f), out)) return -1;
+    if (tglue_permute_heads(*out, f, t->data, t->format, B, T, H, D, 1)) return tbackend_fail(be, "%s", kernels_last_error());
+    return 0;
+}
+
+static int from_bhtd(tbackend *be, ktensor *t, const void *src, prec_format f, int B, int T, int H)
+{
+    int64_t D = t->shape[1] / H;
+    if (tglue_permute_heads(t->data, t->format, src, f, B, T, H, D, 0)) return tbackend_fail(be, "%s", kernels_last_error());
+    return 0;
+}
+
+static int attention_shape(tbackend *be, const ktensor *q, int H)
+{
+    int64_t D = q->shape[1] / H;
+    if (D > KATT_MAX_D) return tbackend_fail(be, "slot attention: head dimension %lld exceeds the kernel's %d",
+                                             (long long)D, KATT_MAX_D);
+    return 0;
+}
+
+static int cuda_attention_fwd(tbackend *be, tslot slot, ktensor *y, ktensor *lse, const ktensor *q, const ktensor *k,
+                              const ktensor *v, int B, int T, int H)
+{
+    prec_format f = path_fmt(be, slot);
+    kpath path = be->plan->slot[slot].path;
+    int64_t D = q->shape[1] / H;
+    void *Q = nullptr, *K = nullptr, *V = nullptr, *O = nullptr;
+    if (attention_shape(be, q, H) || to_bhtd(be, 0, q, f, B, T, H, &Q) || to_bhtd(be, 1, k, f, B, T, H, &K) ||
+        to_bhtd(be, 2, v, f, B, T, H, &V) || scratch(be, 3, (size_t)ktensor_numel(y) * kformat_bytes(f), &O))
+        return -1;
+    if (kattention_forward(path, variant_of(be, slot), (int64_t)B * H, T, D, 1.0f / sqrtf((float)D), Q, K, V, O,
+                           (float *)lse->data))
+        return kfail(be, slot, "attention forward");
+    return from_bhtd(be, y, O, f, B, T, H);
+}
+
+static int cuda_attention_bwd(tbackend *be, tslot slot, ktensor *dq, ktensor *dk, ktensor *dv, const ktensor *dy,
+                              const ktensor *q, const ktensor *k, const ktensor *v, const ktensor *y,
+                              const ktensor *lse, int B, int T, int H)
+{
+    prec_format f = path_fmt(be, slot);
+    kpath path = be->plan->slot[slot].path;
+    int64_t D = q->shape[1] / H;
+    size_t bytes = (size_t)ktensor_numel(q) * kformat_bytes(f);
+    void *Q = nullptr, *K = nullptr, *V = nullptr, *O = nullptr, *dO = nullptr, *dQ = nullptr, *dK = nullptr, *dV = nullptr;
+    if (attention_shape(be, q, H) || to_bhtd(be, 0, q, f, B, T, H, &Q) || to_bhtd(be, 1, k, f, B, T, H, &K) ||
+        to_bhtd(be, 2, v, f, B, T, H, &V) || to_bhtd(be, 3, y, f, B, T, H, &O) || to_bhtd(be, 4, dy, f, B, T, H, &dO) ||
+        scratch(be, 5, bytes, &dQ) || scratch(be, 6, bytes, &dK) || scratch(be, 7, bytes, &dV))
+        return -1;
+    if (kattention_backward(path, variant_of(be, slot), (int64_t)B * H, T, D, 1.0f / sqrtf((float)D), Q, K, V, O, dO,
+                            (const float *)lse->data, dQ, dK, dV))
+        return kfail(be, slot, "attention backward");
+    if (from_bhtd(be, dq, dQ, f, B, T, H) || from_bhtd(be, dk, dK, f, B, T, H) || from_bhtd(be, dv, dV, f, B, T, H))
+        return -1;
+    return 0;
+}
+
+// ---- rope ----------------------------------------------------------------------------------------
+
+static int rope_tables(tbackend *be, int64_t T, int64_t D, double base, krope_tables *tab)
+{
+    cuda_impl *im = impl_of(be);
+    if (!(im->rope_cos && im->rope_T == T && im->rope_D == D && im->rope_base == base)) {
+        kdevice_free(im->rope_cos), kdevice_free(im->rope_sin), kdevice_free(im->rope_inv);
+        im->rope_cos = im->rope_sin = im->rope_inv = nullptr;
+        int64_t half = D / 2;
+        float *c = (float *)malloc((size_t)(T * half) * sizeof(float)), *sn = (float *)malloc((size_t)(T * half) * sizeof(float));
+        float *inv = (float *)malloc((size_t)half * sizeof(float));
+        int rc = !c || !sn || !inv;
+        if (!rc) {
+            krope_tables_host(c, sn, inv, T, D, base);
+            rc = kdevice_alloc((void **)&im->rope_cos, (size_t)(T * half) * sizeof(float), "rope") ||
+                 kdevice_alloc((void **)&im->rope_sin, (size_t)(T * half) * sizeof(float), "rope") ||
+                 kdevice_alloc((void **)&im->rope_inv, (size_t)half * sizeof(float), "rope") ||
+                 kdevice_upload(im->rope_cos, c, (size_t)(T * half) * sizeof(float), "rope") ||
+                 kdevice_upload(im->rope_sin, sn, (size_t)(T * half) * sizeof(float), "rope") ||
+                 kdevice_upload(im->rope_inv, inv, (size_t)half * sizeof(float), "rope");
+        }
+        free(c), free(sn), free(inv);
+        if (rc) return tbackend_fail(be, "slot rope: tables: %s", kernels_last_error());
+        im->rope_T = T, im->rope_D = D, im->rope_base = base;
+    }
+    tab->cos_t = im->rope_cos, tab->sin_t = im->rope_sin, tab->inv_freq = im->rope_inv, tab->T = T;
+    return 0;
+}
+
+// x [B*T, H*D] viewed as the kernel's (N, H, D)
+static ktensor heads_view(const ktensor *t, int H)
+{
+    ktensor v = *t;
+    v.ndim = 3;
+    v.shape[2] = t->shape[1] / H;
+    v.shape[1] = H;
+    return v;
+}
+
+static int rope_apply(tbackend *be, tslot slot, ktensor *y, const ktensor *x, int T, int H, double theta, int backward)
+{
+    prec_format f = path_fmt(be, slot);
+    krope_tables tab;
+    ktensor X, Y;
+    if (rope_tables(be, T, x->shape[1] / H, theta, &tab) || as_format(be, 0, x, f, &X) || out_begin(be, 1, y, f, &Y))
+        return -1;
+    ktensor X3 = heads_view(&X, H), Y3 = heads_view(&Y, H);
+    int rc = backward ? krope_backward(&Y3, &X3, &tab, variant_of(be, slot)) : krope_forward(&Y3, &X3, &tab, variant_of(be, slot));
+    if (rc) return kfail(be, slot, backward ? "rope backward" : "rope forward");
+    return out_end(be, y, &Y);
+}
+
+static int cuda_rope_fwd(tbackend *be, tslot slot, ktensor *y, const ktensor *x, int B, int T, int H, double theta)
+{
+    return rope_apply(be, slot, y, x, T, H, theta, 0);
+}
+
+static int cuda_rope_bwd(tbackend *be, tslot slot, ktensor *dx, const ktensor *dy, int B, int T, int H, double theta)
+{
+    return rope_apply(be, slot, dx, dy, T, H, theta, 1);
+}
+
+// ---- activation, residual, transpose ------------------------------------------------------------
+
+static int is_gelu(tbackend *be, tslot s) { return strcmp(tplan_kop(be->plan, s)->name, "gelu_tanh") == 0; }
+
+static int cuda_activation_fwd(tbackend *be, tslot slot, ktensor *y, ktensor *g, const ktensor *x)
+{
+    prec_format f = path_fmt(be, slot);
+    ktensor X, Y, G;
+    if (as_format(be, 0, x, f, &X) || out_begin(be, 1, y, f, &Y) || (g && out_begin(be, 2, g, f, &G))) return -1;
+    int v = variant_of(be, slot);
+    int rc = is_gelu(be, slot) ? kgelu_tanh_forward(&Y, &X, v) : krelu2_forward(&Y, g ? &G : nullptr, &X, v);
+    if (rc) return kfail(be, slot, "activation forward");
+    if (out_end(be, y, &Y) || (g && out_end(be, g, &G))) return -1;
+    return 0;
+}
+
+static int cuda_activation_bwd(tbackend *be, tslot slot, ktensor *dx, const ktensor *dy, const ktensor *x,
+                               const ktensor *g)
+{
+    prec_format f = path_fmt(be, slot);
+    ktensor DY, S, DX;
+    if (as_format(be, 0, dy, f, &DY) || as_format(be, 1, g ? g : x, f, &S) || out_begin(be, 2, dx, f, &DX)) return -1;
+    int v = variant_of(be, slot);
+    int rc = is_gelu(be, slot) ? kgelu_tanh_backward(&DX, &DY, &S, v) : krelu2_backward(&DX, &DY, &S, v);
+    if (rc) return kfail(be, slot, "activation backward");
+    return out_end(be, dx, &DX);
+}
+
+static int cuda_residual(tbackend *be, tslot slot, ktensor *y, const ktensor *a, const ktensor *b)
+{
+    prec_format f = path_fmt(be, slot);
+    ktensor A, B, Y;
+    if (as_format(be, 0, a, f, &A) || as_format(be, 1, b, f, &B) || out_begin(be, 2, y, f, &Y)) return -1;
+    if (kresidual_forward(&Y, &A, &B, variant_of(be, slot))) return kfail(be, slot, "residual add");
+    return out_end(be, y, &Y);
+}
+
+static int cuda_transpose(tbackend *be, tslot slot, ktensor *out, const ktensor *in, int accumulate)
+{
+    int v = variant_of(be, slot);
+    if (!accumulate) {
+        // an exact copy, in the destination's (the working weights') format
+        ktensor I;
+        if (as_format(be, 0, in, out->format, &I)) return -1;
+        if (ktranspose_copy(out, &I, v)) return kfail(be, slot, "transpose copy");
+        return 0;
+    }
+    prec_format f = path_fmt(be, slot);
+    ktensor I, O;
+    if (as_format(be, 0, in, f, &I) || as_format(be, 1, out, f, &O)) return -1; // O starts from out's values
+    if (ktranspose_add(&O, &I, v)) return kfail(be, slot, "transpose add");
+    return out_end(be, out, &O);
+}
+
+// ---- cross-entropy, gradient norm -----------------------------------------------------------------
+
+static int cuda_cross_entropy(tbackend *be, tslot slot, ktensor *losses, ktensor *dlogits, const ktensor *logits,
+                              const int32_t *targets, double softcap, double dloss)
+{
+    if (softcap > 0)
+        return tbackend_fail(be, "slot cross_entropy: the registry's kernel has no logit soft-cap (cap %g); train with "
+                                 "--softcap 0 on cuda, or on the cpu backend", softcap);
+    kpath path = be->plan->slot[slot].path;
+    int v = variant_of(be, slot);
+    prec_format lf = kce_logits_format(path, v);
+    ktensor L, DL;
+    if (as_format(be, 0, logits, lf, &L) || (dlogits && out_begin(be, 1, dlogits, lf, &DL))) return -1;
+    if (kce_forward_backward(path, v, logits->shape[0], logits->shape[1], L.data, targets, (float *)losses->data,
+                             dlogits ? DL.data : nullptr, (float)dloss))
+        return kfail(be, slot, "cross-entropy");
+    return dlogits ? out_end(be, dlogits, &DL) : 0;
+}
+
+static int cuda_grad_norm(tbackend *be, tslot slot, tparam *const *params, int n, double *norm)
+{
+    cuda_impl *im = impl_of(be);
+    int v = variant_of(be, slot);
+    ktensor *grads = (ktensor *)malloc((size_t)n * sizeof *grads);
+    if (!grads) return tbackend_fail(be, "out of memory");
+    for (int i = 0; i < n; i++) grads[i] = params[i]->grad;
+    size_t ws = kgrad_norm_workspace(grads, n, v);
+    void *buf = nullptr;
+    int rc = (ws && scratch(be, 0, ws, &buf)) ? -1 : 0;
+    if (!rc && !im->norm_out && kdevice_alloc((void **)&im->norm_out, sizeof(float), "grad norm"))
+        rc = tbackend_fail(be, "%s", kernels_last_error());
+    if (!rc && kgrad_norm(im->norm_out, grads, n, buf, ws, v)) rc = kfail(be, slot, "gradient norm");
+    free(grads);
+    float h = 0.0f;
+    if (!rc && cuda_raw_download(be, &h, im->norm_out, sizeof h)) rc = -1;
+    *norm = h;
+    return rc;
+}
+
+// ---- optimizers -------------------------------------------------------------------------------------
+
+static int cuda_adamw(tbackend *be, tparam *p, const tadamw_args *a)
+{
+    tslot slot = TSLOT_ADAMW;
+    const tplan *plan = be->plan;
+    kpath path = plan->slot[slot].path;
+    kadamw_storage storage = adamw_storage(plan);
+    int64_t n = ktensor_numel(&p->w);
+    if (a->grad_scale != 1.0 && tglue_scale(p->grad.data, p->grad.format, n, (float)a->grad_scale))
+        return kfail(be, slot, "gradient scale");
+    ktensor G;
+    if (as_format(be, 0, &p->grad, tpath_storage(path), &G)) return -1;
+    kadamw_hparams h = {(float)a->lr, (float)a->beta1, (float)a->beta2, (float)a->eps,
+                        p->decay ? (float)a->weight_decay : 0.0f, a->step, a->seed};
+    int v = plan->slot[slot].variant;
+    int rc;
+    if (path == KPATH_FP32 && p->master.data) {
+        // update the fp32 master from fp32 gradients, then its RNE image
+        rc = kadamw_step(KPATH_FP32, KADAMW_MASTER_FP32, v, n, p->master.data, nullptr, nullptr, (float *)p->m.data,
+                         (float *)p->v.data, G.data, &h);
+        if (!rc && tglue_cast(p->w.data, p->w.format, p->master.data, PREC_FP32, nullptr, n)) rc = -1;
+    } else {
+        rc = kadamw_step(path, storage, v, n, p->w.data, (float *)p->master.data, (uint16_t *)p->lowbits,
+                         (float *)p->m.data, (float *)p->v.data, G.data, &h);
+    }
+    return rc ? kfail(be, slot, "adamw") : 0;
+}
+
+static int cuda_muon(tbackend *be, tparam *p, const tmuon_args *a)
+{
+    tslot slot = TSLOT_MUON;
+    const tplan *plan = be->plan;
+    kpath path = plan->slot[slot].path;
+    prec_format f = tpath_storage(path);
+    kpe_coeffs which = strcmp(tplan_kop(plan, slot)->name, "muon_newton_schulz") == 0 ? KPE_MUON_QUINTIC : KPE_POLAR_EXPRESS;
+    int64_t block = (int64_t)p->rows * p->cols;
+    float scale = sqrtf(fmaxf(1.0f, (float)p->rows / (float)p->cols));
+    int sr = plan->slot[TSLOT_WEIGHTS].variant == TWEIGHTS_SR && p->w.format != PREC_FP32;
+    void *U = nullptr;
+    if (scratch(be, 0, (size_t)block * kformat_bytes(f), &U)) return -1;
+    size_t we = kformat_bytes(p->w.format), ge = kformat_bytes(p->grad.format);
+    for (int b = 0; b < p->blocks; b++) {
+        int64_t off = (int64_t)b * block;
+        if (tglue_muon_momentum((float *)p->m.data + off, (const char *)p->grad.data + off * ge, p->grad.format, block,
+                                (float)a->momentum, (float)a->grad_scale, U, f))
+            return kfail(be, slot, "momentum");
+        if (kpolar_express(path, plan->slot[slot].variant, which, p->rows, p->cols, U, U))
+            return kfail(be, slot, "polar express");
+        if (tglue_weight_update((char *)p->w.data + off * we, p->w.format,
+                                p->master.data ? (float *)p->master.data + off : nullptr,
+                                p->lowbits ? (uint16_t *)p->lowbits + off : nullptr, sr, a->seed, U, f, block,
+                                (float)a->lr, p->decay ? (float)a->weight_decay : 0.0f, scale))
+            return kfail(be, slot, "weight update");
+    }
+    return 0;
+}
+
 // ---- gradient accumulation -------------------------------------------------------------------
 
 static int cuda_accumulate(tbackend *be, tslot slot, ktensor *dst, const ktensor *src)
@@ -433,6 +787,11 @@ static void cuda_destroy(tbackend *be)
 {
     cuda_impl *im = impl_of(be);
     for (int i = 0; i < N_SCRATCH; i++) kdevice_free(im->scratch[i]);
+    kdevice_free(im->positions);
+    kdevice_free(im->rope_cos), kdevice_free(im->rope_sin), kdevice_free(im->rope_inv);
+    kdevice_free(im->norm_out);
+    kattention_release();
+    kpolar_express_release();
     if (im->comm) im->nccl.comm_destroy(im->comm);
     if (im->nccl.lib) dlclose(im->nccl.lib);
     kmatmul_release();
@@ -468,10 +827,24 @@ extern "C" tbackend *tbackend_cuda_create(char *why, size_t why_len)
     be->zero = cuda_zero;
     be->count_nonfinite = cuda_count_nonfinite;
     be->sync = cuda_sync;
+    be->embedding_fwd = cuda_embedding_fwd;
+    be->embedding_bwd = cuda_embedding_bwd;
     be->norm_fwd = cuda_norm_fwd;
     be->norm_bwd = cuda_norm_bwd;
     be->matmul = cuda_matmul;
+    be->attention_fwd = cuda_attention_fwd;
+    be->attention_bwd = cuda_attention_bwd;
+    be->rope_fwd = cuda_rope_fwd;
+    be->rope_bwd = cuda_rope_bwd;
+    be->activation_fwd = cuda_activation_fwd;
+    be->activation_bwd = cuda_activation_bwd;
+    be->residual = cuda_residual;
+    be->cross_entropy = cuda_cross_entropy;
+    be->transpose = cuda_transpose;
     be->accumulate = cuda_accumulate;
+    be->grad_norm = cuda_grad_norm;
+    be->adamw = cuda_adamw;
+    be->muon = cuda_muon;
     be->dp_init = cuda_dp_init;
     be->allreduce = cuda_allreduce;
     be->destroy = cuda_destroy;

@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/kelem.cuh"
+#include "precision/format.h"
 #include "trainer/glue.h"
 
 #define GLUE_THREADS 256
@@ -75,6 +76,136 @@ extern "C" int tglue_add(void *dst, prec_format dst_format, const void *src, pre
         add_kernel<D, S><<<blocks_for(n), GLUE_THREADS>>>((D *)dst, (const S *)src, n);
     }));
     return launch_check("tglue_add", n);
+}
+
+template <typename D, typename S>
+__global__ void permute_kernel(D *dst, const S *src, int64_t B, int64_t T, int64_t H, int64_t Dh, int to_bhtd)
+{
+    int64_t n = B * T * H * Dh;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        // i indexes the destination
+        int64_t d = i % Dh, r = i / Dh, a1, a2, b;
+        if (to_bhtd) { // dst [B,H,T,D]
+            int64_t t = r % T, h = (r / T) % H;
+            b = r / (T * H), a1 = t, a2 = h;
+            dst[i] = kfrom_float<D>(kto_float(src[((b * T + a1) * H + a2) * Dh + d]), KBUG_NONE);
+        } else {       // dst [B,T,H,D]
+            int64_t h = r % H, t = (r / H) % T;
+            b = r / (T * H), a1 = t, a2 = h;
+            dst[i] = kfrom_float<D>(kto_float(src[((b * H + a2) * T + a1) * Dh + d]), KBUG_NONE);
+        }
+    }
+}
+
+template <typename T>
+__global__ void scale_kernel(T *x, int64_t n, float s)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = kfrom_float<T>(__fmul_rn(kto_float(x[i]), s), KBUG_NONE);
+}
+
+template <typename G, typename U>
+__global__ void muon_momentum_kernel(float *buf, const G *grad, int64_t n, float mu, float gs, U *u)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float g = kto_float(grad[i]);
+        if (gs != 1.0f) g = kto_float(kfrom_float<G>(__fmul_rn(g, gs), KBUG_NONE));
+        float m = __fadd_rn(__fmul_rn(mu, buf[i]), __fmul_rn(1.0f - mu, g));
+        buf[i] = m;
+        u[i] = kfrom_float<U>(__fadd_rn(__fmul_rn(1.0f - mu, g), __fmul_rn(mu, m)), KBUG_NONE);
+    }
+}
+
+// The counter-based hash of trainer/backend.h (tbackend_sr_bits).
+__device__ __forceinline__ uint64_t sr_bits(uint64_t seed, uint64_t i)
+{
+    uint64_t z = seed ^ (i * 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// Stochastic rounding of x into a format of p significand bits and minimum
+// normal exponent emin: up (away from zero) with probability equal to the
+// fraction of the quantum, decided as precision/format.c does.
+__device__ double sr_round(double x, int p, int emin, uint64_t bits)
+{
+    double mag = fabs(x);
+    if (mag == 0.0 || !isfinite(mag)) return x;
+    int e = ilogb(mag);
+    if (e < emin) e = emin;
+    double q = ldexp(1.0, e - p + 1);
+    double y = mag / q, n = floor(y), frac = y - n;
+    bool up = frac > 0.0 && bits < (unsigned long long)(frac * 18446744073709551616.0);
+    double r = (n + (up ? 1.0 : 0.0)) * q;
+    return x < 0 ? -r : r;
+}
+
+template <typename W, typename O>
+__global__ void weight_update_kernel(W *w, float *master, uint16_t *low, int sr, uint64_t seed, const O *o, int64_t n,
+                                     float lr, float wd, float scale, int p, int emin)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float old;
+        if (master) old = master[i];
+        else if (low) old = __uint_as_float(((uint32_t)__bfloat16_as_ushort(*(const __nv_bfloat16 *)&w[i]) << 16) | low[i]);
+        else old = kto_float(w[i]);
+        double x = (double)__fmul_rn(old, 1.0f - __fmul_rn(lr, wd)) - (double)__fmul_rn(__fmul_rn(lr, scale), kto_float(o[i]));
+        if (master) {
+            master[i] = (float)x;
+            w[i] = kfrom_float<W>((float)x, KBUG_NONE);
+        } else if (low) {
+            uint32_t b = __float_as_uint((float)x);
+            *(__nv_bfloat16 *)&w[i] = __ushort_as_bfloat16((unsigned short)(b >> 16));
+            low[i] = (uint16_t)(b & 0xFFFF);
+        } else if (sr) {
+            w[i] = kfrom_float<W>((float)sr_round(x, p, emin, sr_bits(seed, (uint64_t)i)), KBUG_NONE);
+        } else {
+            w[i] = kfrom_float<W>((float)x, KBUG_NONE);
+        }
+    }
+}
+
+extern "C" int tglue_permute_heads(void *dst, prec_format dst_format, const void *src, prec_format src_format, int64_t B,
+                                   int64_t T, int64_t H, int64_t D, int to_bhtd)
+{
+    int64_t n = B * T * H * D;
+    if (!plain(dst_format) || !plain(src_format)) return kernels_fail("tglue_permute_heads: formats (fp32, bf16, fp16)");
+    FORMAT_DISPATCH(dst_format, Dt, FORMAT_DISPATCH(src_format, S, {
+        permute_kernel<Dt, S><<<blocks_for(n), GLUE_THREADS>>>((Dt *)dst, (const S *)src, B, T, H, D, to_bhtd);
+    }));
+    return launch_check("tglue_permute_heads", n);
+}
+
+extern "C" int tglue_scale(void *x, prec_format format, int64_t n, float s)
+{
+    if (!plain(format)) return kernels_fail("tglue_scale: format %s", prec_format_name(format));
+    FORMAT_DISPATCH(format, T, { scale_kernel<T><<<blocks_for(n), GLUE_THREADS>>>((T *)x, n, s); });
+    return launch_check("tglue_scale", n);
+}
+
+extern "C" int tglue_muon_momentum(float *buf, const void *grad, prec_format grad_format, int64_t n, float mu,
+                                   float grad_scale, void *u, prec_format u_format)
+{
+    if (!plain(grad_format) || !plain(u_format)) return kernels_fail("tglue_muon_momentum: formats");
+    FORMAT_DISPATCH(grad_format, G, FORMAT_DISPATCH(u_format, U, {
+        muon_momentum_kernel<G, U><<<blocks_for(n), GLUE_THREADS>>>(buf, (const G *)grad, n, mu, grad_scale, (U *)u);
+    }));
+    return launch_check("tglue_muon_momentum", n);
+}
+
+extern "C" int tglue_weight_update(void *w, prec_format w_format, float *master, uint16_t *low_bits, int sr,
+                                   uint64_t seed, const void *o, prec_format o_format, int64_t n, float lr, float wd,
+                                   float scale)
+{
+    if (!plain(w_format) || !plain(o_format)) return kernels_fail("tglue_weight_update: formats");
+    if (low_bits && w_format != PREC_BF16) return kernels_fail("tglue_weight_update: the mantissa buffer needs bf16 weights");
+    const prec_format_info *fi = prec_format_get(w_format);
+    FORMAT_DISPATCH(w_format, W, FORMAT_DISPATCH(o_format, O, {
+        weight_update_kernel<W, O><<<blocks_for(n), GLUE_THREADS>>>((W *)w, master, low_bits, sr, seed, (const O *)o, n,
+                                                                    lr, wd, scale, fi->precision, fi->emin);
+    }));
+    return launch_check("tglue_weight_update", n);
 }
 
 extern "C" int tglue_count_nonfinite(const void *x, prec_format format, int64_t n, int64_t *count)

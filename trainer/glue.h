@@ -22,6 +22,25 @@ int tglue_cast(void *dst, prec_format dst_format, const void *src, prec_format s
                int64_t n);
 /* dst[i] = RNE(dst[i] + src[i]) in dst's format, the sum formed in fp32. */
 int tglue_add(void *dst, prec_format dst_format, const void *src, prec_format src_format, int64_t n);
+/* [B,T,H,D] <-> [B,H,T,D] (to_bhtd = 1: the first into the second), with a
+ * format conversion (RNE) when the formats differ. */
+int tglue_permute_heads(void *dst, prec_format dst_format, const void *src, prec_format src_format, int64_t B,
+                        int64_t T, int64_t H, int64_t D, int to_bhtd);
+/* x[i] = RNE(x[i] * s) in x's format. */
+int tglue_scale(void *x, prec_format format, int64_t n, float s);
+/* Muon's momentum and Nesterov step on n elements: g = grad (times
+ * grad_scale, rounded into grad's format, when grad_scale != 1);
+ * buf = mu buf + (1 - mu) g (fp32); u = RNE((1 - mu) g + mu buf) in u's format. */
+int tglue_muon_momentum(float *buf, const void *grad, prec_format grad_format, int64_t n, float mu, float grad_scale,
+                        void *u, prec_format u_format);
+/* W <- W (1 - lr wd) - lr scale O, the new value formed exactly (double)
+ * from the fp32 old value and fp32 step, then stored as the weights slot
+ * says: into the fp32 master and its RNE image w (master != NULL), split
+ * into the bf16 w (high half) and low_bits (low_bits != NULL), rounded
+ * stochastically into w (sr; bits from tbackend_sr_bits(seed, i)), or
+ * rounded to nearest into w. */
+int tglue_weight_update(void *w, prec_format w_format, float *master, uint16_t *low_bits, int sr, uint64_t seed,
+                        const void *o, prec_format o_format, int64_t n, float lr, float wd, float scale);
 /* Number of NaN/Inf elements (host result; synchronises). */
 int tglue_count_nonfinite(const void *x, prec_format format, int64_t n, int64_t *count);
 

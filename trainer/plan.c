@@ -145,29 +145,6 @@ static const kop loss_scale_op = {
     "loss_scale", "loss scaling for narrow-exponent gradients",
     PATH_BIT(KPATH_FP32), "the scale is an fp32 number", loss_scale_variants, 2, NULL};
 
-/* Ops the model needs that the kernel registry does not list (yet): the
- * plan accepts their default only, the CPU backend emulates it and the CUDA
- * backend refuses the slot.  explain marks them. */
-static const kvariant pending_variants[] = {
-    {"default", "no GPU kernel registered: the CPU backend's sequential fp32 emulation"},
-};
-#define PENDING(name, paths) {name, "not in the kernel registry", paths, "no fp8 path", pending_variants, 1, NULL}
-static const kop pending_ops[] = {
-    PENDING("embedding", KPATHS_NO_FP8), PENDING("attention", KPATHS_NO_FP8), PENDING("rope", KPATHS_NO_FP8),
-    PENDING("residual", KPATHS_NO_FP8), PENDING("gelu_tanh", KPATHS_NO_FP8), PENDING("relu2", KPATHS_NO_FP8),
-    PENDING("cross_entropy", KPATHS_NO_FP8), PENDING("transpose", KPATHS_NO_FP8),
-    PENDING("grad_norm", KPATHS_NO_FP8), PENDING("adamw", KPATHS_NO_FP8), PENDING("polar_express", KPATHS_NO_FP8),
-    PENDING("layernorm", KPATHS_NO_FP8), PENDING("rmsnorm", KPATHS_NO_FP8), PENDING("matmul", KPATHS_ALL),
-};
-
-static const kop *find_op(const char *name)
-{
-    const kop *found = kregistry_find(name);
-    for (size_t i = 0; !found && i < sizeof pending_ops / sizeof pending_ops[0]; i++)
-        if (strcmp(pending_ops[i].name, name) == 0) found = &pending_ops[i];
-    return found;
-}
-
 const kop *tslot_kop(tslot s, tmodel_kind model)
 {
     switch (s) {
@@ -178,16 +155,19 @@ const kop *tslot_kop(tslot s, tmodel_kind model)
     default: break;
     }
     const char *op = tslot_op(s, model);
-    return op ? find_op(op) : NULL;
+    return op ? kregistry_find(op) : NULL;
 }
 
 static const char *const matmul_family[] = {"matmul", "matmul_fast", "matmul_block_fp8"};
+static const char *const muon_family[] = {"polar_express", "muon_newton_schulz"};
 
 const char *tslot_family_op(tslot s, tmodel_kind model, int k)
 {
     if (k == 0) return tslot_op(s, model);
-    if (!is_matmul_slot(s) || k < 0 || k >= (int)(sizeof matmul_family / sizeof matmul_family[0])) return NULL;
-    return matmul_family[k];
+    if (k < 0) return NULL;
+    if (is_matmul_slot(s)) return k < 3 ? matmul_family[k] : NULL;
+    if (s == TSLOT_MUON && model == TMODEL_MODERN) return k < 2 ? muon_family[k] : NULL;
+    return NULL;
 }
 
 /* Op k of the family; siblings must be registered (no stand-ins for them). */
@@ -200,11 +180,6 @@ static const kop *family_kop(tslot s, tmodel_kind model, int k)
 
 const kop *tplan_kop(const tplan *p, tslot s) { return family_kop(s, p->model, p->slot[s].op); }
 
-int tslot_pending(tslot s, tmodel_kind model)
-{
-    const char *op = tslot_op(s, model);
-    return tslot_is_kernel(s) && op && !kregistry_find(op);
-}
 
 int tslot_is_kernel(tslot s)
 {
@@ -368,6 +343,14 @@ int tplan_init(tplan *p, const char *preset, tmodel_kind model, char *err, size_
     p->slot[TSLOT_LOSS_SCALE].path = KPATH_FP32;
     p->slot[TSLOT_LOSS_SCALE].variant = which == 2 ? TLOSS_SCALE_DYNAMIC : TLOSS_SCALE_NONE;
     p->slot[TSLOT_WEIGHTS].variant = TWEIGHTS_MASTER;
+    /* the transpose slot's path is that of its add (the gradient fold); its
+     * copy of the weights is exact in any format */
+    p->slot[TSLOT_TRANSPOSE].path = KPATH_FP32;
+    /* attention: the flash kernel where the registry offers it (the naive one
+     * materialises T x T scores, rounded to the path's format) */
+    const kop *att = tslot_kop(TSLOT_ATTENTION, model);
+    int flash = att ? kregistry_variant(att, "flash") : -1;
+    if (flash >= 0) p->slot[TSLOT_ATTENTION].variant = flash;
     return tplan_validate(p, err, errlen);
 }
 
@@ -738,10 +721,22 @@ static void slot_formats(const tplan *p, tslot s, char *buf, size_t len)
     case TSLOT_MUON: snprintf(buf, len, "momentum fp32; polar express iterates %s, acc fp32", st); return;
     case TSLOT_LOSS_SCALE: snprintf(buf, len, "scale fp32"); return;
     case TSLOT_CROSS_ENTROPY: snprintf(buf, len, "logits read as stored; softmax fp32; loss fp32; dlogits %s", st); return;
-    case TSLOT_ATTENTION: snprintf(buf, len, "q, k, v %s; scores, softmax, acc fp32; out %s", st, st); return;
+    case TSLOT_ATTENTION: {
+        const kop *op = tplan_kop(p, s);
+        int naive = op && strcmp(op->variants[p->slot[s].variant].name, "naive") == 0;
+        if (naive) snprintf(buf, len, "q, k, v %s; scores and probabilities stored %s (T x T); acc fp32; out %s", st, st, st);
+        else snprintf(buf, len, "q, k, v %s; scores, online softmax, acc fp32; out %s; lse fp32", st, st);
+        return;
+    }
     case TSLOT_RESIDUAL: snprintf(buf, len, "stream and its gradient %s; add in fp32, rounded once", st); return;
-    case TSLOT_EMBEDDING: snprintf(buf, len, "table (weights); out %s; backward scatter-add into grad_accum", st); return;
-    case TSLOT_TRANSPOSE: snprintf(buf, len, "copy/add in the destination's format"); return;
+    case TSLOT_EMBEDDING:
+        snprintf(buf, len, "lookup exact%s%s; backward: per-row fp32 sums added into the %s grads",
+                 p->model == TMODEL_GPT2 ? ", + positions in " : "", p->model == TMODEL_GPT2 ? st : "",
+                 prec_format_name(tpath_storage(p->slot[TSLOT_GRAD_ACCUM].path)));
+        return;
+    case TSLOT_TRANSPOSE:
+        snprintf(buf, len, "W_lm = E^T copied exactly (working format); dW_lm^T added into dE in %s", st);
+        return;
     default: snprintf(buf, len, "in %s; compute fp32; out %s", st, st); return;
     }
 }
@@ -759,9 +754,8 @@ void tplan_explain(const tplan *p, FILE *fp)
         char variant[128];
         tplan_variant_string(p, (tslot)s, variant, sizeof variant);
         const kop *op = tplan_kop(p, (tslot)s);
-        fprintf(fp, "%-16s %-16s %-5s %-16s %s%s\n", slot_table[s].name, op ? op->name : "?",
-                kpath_name(p->slot[s].path), p->slot[s].op ? strchr(variant, '.') + 1 : variant, formats,
-                tslot_pending((tslot)s, p->model) ? "  [no GPU kernel registered: CPU only]" : "");
+        fprintf(fp, "%-16s %-16s %-5s %-16s %s\n", slot_table[s].name, op ? op->name : "?",
+                kpath_name(p->slot[s].path), p->slot[s].op ? strchr(variant, '.') + 1 : variant, formats);
     }
     fprintf(fp, "\n%-38s %-14s %-6s %s\n", "tensor", "shape", "dtype", "written by");
     for (size_t i = 0; i < sizeof tensor_rows / sizeof tensor_rows[0]; i++) {

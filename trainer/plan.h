@@ -83,14 +83,13 @@ const char *tslot_op(tslot s, tmodel_kind model);
 /* 1 for slots that run a registry op (validated against kernels/registry.h),
  * 0 for the trainer's own slots (weights, grad_accum, allreduce, loss_scale). */
 int tslot_is_kernel(tslot s);
-/* The op description: the registry's entry, the trainer's own, or for an
- * op the registry does not list yet a stand-in with one variant, "default"
- * (tslot_pending: CPU emulation only, the CUDA backend refuses it). */
+/* The op description: the registry's entry or the trainer's own; NULL
+ * when the registry lacks it. */
 const kop *tslot_kop(tslot s, tmodel_kind model);
-int tslot_pending(tslot s, tmodel_kind model);
 /* A slot's op family: op k (0: tslot_op) or NULL past the end.  GEMM slots
  * may run matmul, matmul_fast (tf32 / fp8 fast accumulation) or
- * matmul_block_fp8 (block-scaled fp8); a plan names a sibling op in the
+ * matmul_block_fp8 (block-scaled fp8), the Muon slot polar_express or
+ * muon_newton_schulz (Muon's quintic); a plan names a sibling op in the
  * variant: "fp8:matmul_fast" or "fp8:matmul_fast.split_k". */
 const char *tslot_family_op(tslot s, tmodel_kind model, int k);
 

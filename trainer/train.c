@@ -510,18 +510,18 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
         c.step = s;
         c.hooks_now = at_hook_step(cfg, s);
         double dloss = st.loss_scale / tokens_per_step;
-        double loss, sumsq = 0.0;
+        double loss, norm = 0.0;
         int rc = tmodel_zero_grads(m);
         if (!rc) rc = run_micro_batches(&c, &data, tok, tgt, dloss, &loss);
         c.hooks_now = 0;
         if (!rc) rc = tmodel_finish_grads(m);
         if (!rc) rc = be->allreduce(be, tmodel_params(m), tmodel_n_params(m));
-        if (!rc) rc = be->grad_sumsq(be, TSLOT_GRAD_NORM, tmodel_params(m), tmodel_n_params(m), &sumsq);
+        if (!rc) rc = be->grad_norm(be, TSLOT_GRAD_NORM, tmodel_params(m), tmodel_n_params(m), &norm);
         if (rc) {
             status = run_fail(res, c.failed ? 2 : 1, "step %ld: %s", s, tbackend_error(be));
             goto done;
         }
-        double gnorm = sqrt(sumsq) / st.loss_scale;
+        double gnorm = norm / st.loss_scale;
         res->loss[s] = loss;
         res->grad_norm[s] = gnorm;
         int skip = 0;
