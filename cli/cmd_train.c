@@ -31,6 +31,7 @@ static void usage(FILE *fp)
         "run:     --seed S (1337)  --val-every N (0: end only)  --val-batches N (4)  --log FILE.jsonl\n"
         "         --progress-every N (10)  --quiet  --peak-tflops X (MFU denominator; cuda on H100/H200: 989.4)\n"
         "ckpt:    --ckpt FILE  --ckpt-every N  --resume FILE (model and plan come from it)  --stop-after K\n"
+        "         --max-seconds S (stop after S seconds of training; the schedule still assumes --steps)\n"
         "hooks:   --hash-slots S1,S2|all  --dump-slots S1,S2|all  --at-steps 0,10,...  --dump-dir DIR\n"
         "         --switch-at STEP:SLOT=PATH[:VARIANT],...  (repeatable: change slots before that step)\n"
         "dp:      --world N --rank R --nccl-id FILE  (one process per GPU, --backend cuda)\n");
@@ -193,6 +194,7 @@ int cmd_train(int argc, char **argv)
         DOUBLE_OPT("--muon-lr", c.muon_lr, 0)
         DOUBLE_OPT("--muon-momentum", c.muon_momentum, 0)
         DOUBLE_OPT("--peak-tflops", peak_tflops, 0)
+        DOUBLE_OPT("--max-seconds", c.max_seconds, 0)
         if (strcmp(a, "--seed") == 0) {
             if (!v || cli_parse_long(v, &lv)) return cli_error("train", "--seed needs an integer, got '%s'", v ? v : "");
             c.seed = (uint64_t)lv;

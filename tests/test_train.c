@@ -376,21 +376,74 @@ static void test_cli(void **state)
 
 /* ---- GPU ------------------------------------------------------------------------------- */
 
-/* Same seed, same GPU: bit-identical. */
+/* Same seed, same GPU: bit-identical, for both families. */
 static void test_gpu_determinism(void **state)
 {
     (void)state;
     TEST_REQUIRE_GPU();
+    unsigned long long seed = test_seed("test_gpu_determinism");
+    for (int kind = 0; kind < TMODEL_COUNT; kind++) {
+        ttrain_config c;
+        tiny_config(&c, (tmodel_kind)kind, "bf16", seed);
+        c.backend = "cuda";
+        c.steps = 4;
+        ttrain_result a, b, d;
+        run_ok(&c, &a);
+        run_ok(&c, &b);
+        for (long s = 0; s < c.steps; s++) assert_true(same_bits(a.loss[s], b.loss[s]));
+        assert_true(a.param_hash == b.param_hash);
+        c.seed = seed + 1; /* twin: another seed, other bits */
+        run_ok(&c, &d);
+        assert_true(a.param_hash != d.param_hash);
+        ttrain_result_free(&a), ttrain_result_free(&b), ttrain_result_free(&d);
+    }
+}
+
+/* CPU and CUDA run the same plan on the same weights and batches.  Their
+ * losses may differ only by where each rounds: the bound at step s is twice
+ * the plan's own rounding effect on these inputs, measured on the CPU as
+ * |L(plan) - L(fp32 plan)| (largest over steps 0..s): two implementations of
+ * the plan each sit about that far from the unrounded computation.  Twin:
+ * CUDA kernels with a planted dropped term must exceed it. */
+static int agree(tmodel_kind kind, unsigned long long seed, int planted)
+{
     ttrain_config c;
-    tiny_config(&c, TMODEL_GPT2, "bf16", test_seed("test_gpu_determinism"));
+    tiny_config(&c, kind, "bf16", seed);
+    c.steps = 3;
+    ttrain_result cpu, ref, gpu;
+    run_ok(&c, &cpu);
+    ttrain_config c32 = c;
+    char err[512];
+    if (tplan_init(&c32.plan, "fp32", kind, err, sizeof err)) fail_msg("%s", err);
+    run_ok(&c32, &ref);
     c.backend = "cuda";
-    c.steps = 4;
-    ttrain_result a, b;
-    run_ok(&c, &a);
-    run_ok(&c, &b);
-    for (long s = 0; s < c.steps; s++) assert_true(same_bits(a.loss[s], b.loss[s]));
-    assert_true(a.param_hash == b.param_hash);
-    ttrain_result_free(&a), ttrain_result_free(&b);
+    kernels_set_planted_bug(planted ? KBUG_DROP_TERM : KBUG_NONE);
+    int st = ttrain_run(&c, &gpu);
+    kernels_set_planted_bug(KBUG_NONE);
+    if (st) fail_msg("cuda run failed: %s", gpu.error);
+    int within = 1;
+    double delta = 0.0;
+    for (long s = 0; s < c.steps; s++) {
+        delta = fmax(delta, fabs(cpu.loss[s] - ref.loss[s]));
+        double diff = fabs(gpu.loss[s] - cpu.loss[s]);
+        print_message("%s%s step %ld: cpu %.9f cuda %.9f fp32 %.9f |cuda-cpu| %.3g bound %.3g\n",
+                      tmodel_kind_name(kind), planted ? " (planted drop-term)" : "", s, cpu.loss[s], gpu.loss[s],
+                      ref.loss[s], diff, 2 * delta);
+        within &= diff <= 2 * delta;
+    }
+    ttrain_result_free(&cpu), ttrain_result_free(&ref), ttrain_result_free(&gpu);
+    return within;
+}
+
+static void test_gpu_cpu_agree(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    unsigned long long seed = test_seed("test_gpu_cpu_agree");
+    for (int kind = 0; kind < TMODEL_COUNT; kind++) {
+        assert_true(agree((tmodel_kind)kind, seed, 0));
+        assert_false(agree((tmodel_kind)kind, seed, 1));
+    }
 }
 
 int main(void)
@@ -400,7 +453,7 @@ int main(void)
         cmocka_unit_test(test_nonfinite_names_slot), cmocka_unit_test(test_loss_scaling),
         cmocka_unit_test(test_hash_hooks),    cmocka_unit_test(test_switch_at),
         cmocka_unit_test(test_dump_hook),     cmocka_unit_test(test_cli),
-        cmocka_unit_test(test_gpu_determinism),
+        cmocka_unit_test(test_gpu_determinism), cmocka_unit_test(test_gpu_cpu_agree),
     };
     cmocka_set_test_filter(getenv("ULPSCOPE_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);

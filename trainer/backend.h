@@ -88,6 +88,8 @@ struct tbackend {
     int (*zero)(tbackend *be, ktensor *t);
     int (*count_nonfinite)(tbackend *be, const ktensor *t, int64_t *count);
     int (*sync)(tbackend *be);
+    /* device memory in use now, everything the process holds (0 on the CPU) */
+    int (*mem_used)(tbackend *be, size_t *bytes);
 
     /* x[B*T,C] = wte[tok] (+ wpe[t]); wpe may be NULL */
     int (*embedding_fwd)(tbackend *be, ktensor *x, const int32_t *tokens, const ktensor *wte, const ktensor *wpe,

@@ -185,6 +185,12 @@ static int cpu_count_nonfinite(tbackend *be, const ktensor *t, int64_t *count)
 
 static int cpu_sync(tbackend *be) { return 0; }
 
+static int cpu_mem_used(tbackend *be, size_t *bytes)
+{
+    *bytes = 0;
+    return 0;
+}
+
 /* ---- what the CPU models ----------------------------------------------------------- */
 
 /* (op, variant) pairs the CPU models; "*" = every variant of the op.
@@ -979,6 +985,7 @@ tbackend *tbackend_cpu_create(void)
     be->zero = cpu_zero;
     be->count_nonfinite = cpu_count_nonfinite;
     be->sync = cpu_sync;
+    be->mem_used = cpu_mem_used;
     be->embedding_fwd = cpu_embedding_fwd;
     be->embedding_bwd = cpu_embedding_bwd;
     be->norm_fwd = cpu_norm_fwd;

@@ -258,6 +258,14 @@ static int cuda_sync(tbackend *be)
     return kernels_sync("trainer step") ? tbackend_fail(be, "%s", kernels_last_error()) : 0;
 }
 
+static int cuda_mem_used(tbackend *be, size_t *bytes)
+{
+    size_t free_b = 0, total = 0;
+    if (cuda_check(be, cudaMemGetInfo(&free_b, &total), "cudaMemGetInfo")) return -1;
+    *bytes = total - free_b;
+    return 0;
+}
+
 // ---- matmul -----------------------------------------------------------------------------------
 
 static int is_grad_operand(tslot s)
@@ -827,6 +835,7 @@ extern "C" tbackend *tbackend_cuda_create(char *why, size_t why_len)
     be->zero = cuda_zero;
     be->count_nonfinite = cuda_count_nonfinite;
     be->sync = cuda_sync;
+    be->mem_used = cuda_mem_used;
     be->embedding_fwd = cuda_embedding_fwd;
     be->embedding_bwd = cuda_embedding_bwd;
     be->norm_fwd = cuda_norm_fwd;

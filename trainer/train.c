@@ -49,6 +49,7 @@ void ttrain_result_free(ttrain_result *res)
     free(res->loss);
     free(res->grad_norm);
     free(res->val_loss);
+    free(res->step_ms);
     free(res->hashes);
     memset(res, 0, sizeof *res);
 }
@@ -377,8 +378,9 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
     res->loss = malloc((size_t)cfg->steps * sizeof *res->loss);
     res->grad_norm = malloc((size_t)cfg->steps * sizeof *res->grad_norm);
     res->val_loss = malloc((size_t)cfg->steps * sizeof *res->val_loss);
-    if (!res->loss || !res->grad_norm || !res->val_loss) return run_fail(res, 1, "out of memory");
-    for (long s = 0; s < cfg->steps; s++) res->loss[s] = res->grad_norm[s] = res->val_loss[s] = NAN;
+    res->step_ms = malloc((size_t)cfg->steps * sizeof *res->step_ms);
+    if (!res->loss || !res->grad_norm || !res->val_loss || !res->step_ms) return run_fail(res, 1, "out of memory");
+    for (long s = 0; s < cfg->steps; s++) res->loss[s] = res->grad_norm[s] = res->val_loss[s] = res->step_ms[s] = NAN;
     res->final_val_loss = NAN;
 
     tdata data;
@@ -437,6 +439,11 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
     }
     if (!be) {
         status = run_fail(res, 1, "out of memory");
+        goto done;
+    }
+    size_t mem_before = 0, mem_after = 0;
+    if (be->mem_used(be, &mem_before)) {
+        status = run_fail(res, 1, "%s", tbackend_error(be));
         goto done;
     }
     if (tbackend_bind_plan(be, &plan)) {
@@ -588,13 +595,16 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
             goto done;
         }
         double ms = 1e3 * (now_s() - t0);
+        res->step_ms[s] = ms;
+        res->train_seconds += ms * 1e-3;
+        int out_of_time = cfg->max_seconds > 0 && res->train_seconds >= cfg->max_seconds;
         if (s > st.steps_done || last - st.steps_done == 1) { /* the first step warms caches up */
             time_sum += ms;
             timed_steps++;
         }
         st.steps_done = s + 1;
         double val = NAN;
-        if ((cfg->val_every > 0 && (s + 1) % cfg->val_every == 0) || s + 1 == cfg->steps) {
+        if ((cfg->val_every > 0 && (s + 1) % cfg->val_every == 0) || s + 1 == cfg->steps || out_of_time) {
             rc = validate(&c, &data, tok, tgt, &val);
             if (rc) {
                 status = run_fail(res, 1, "step %ld validation: %s", s, tbackend_error(be));
@@ -633,12 +643,13 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
             fflush(cfg->progress);
         }
         if (cfg->ckpt_path && cfg->rank == 0 &&
-            ((cfg->ckpt_every > 0 && (s + 1) % cfg->ckpt_every == 0) || s + 1 == last)) {
+            ((cfg->ckpt_every > 0 && (s + 1) % cfg->ckpt_every == 0) || s + 1 == last || out_of_time)) {
             if (tckpt_save(cfg->ckpt_path, m, &cfg->model, &plan, &st, err, sizeof err)) {
                 status = run_fail(res, 1, "%s", err);
                 goto done;
             }
         }
+        if (out_of_time) break;
     }
     res->steps_done = st.steps_done;
     res->final_loss_scale = st.loss_scale;
@@ -648,6 +659,7 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
     }
     res->param_hash = state_hash(&c);
     res->peak_bytes = be->peak_bytes;
+    if (be->mem_used(be, &mem_after) == 0 && mem_after > mem_before) res->device_bytes = mem_after - mem_before;
     if (log) {
         fprintf(log, "{\"record\":\"final\",\"steps_done\":%ld,\"val_loss\":", res->steps_done);
         json_num_or_null(log, res->final_val_loss);

@@ -65,6 +65,8 @@ typedef struct {
     long ckpt_every;
     const char *resume_path;
     long stop_after;        /* stop (checkpointing) once this many steps are done; 0: run to `steps` */
+    double max_seconds;     /* stop after the step that passes this much training time (0: no limit);
+                               the schedule still assumes `steps`; the last step run is validated */
     /* hooks */
     unsigned char hash_slot[TSLOT_COUNT];
     unsigned char dump_slot[TSLOT_COUNT];
@@ -99,6 +101,8 @@ typedef struct {
     double *loss;           /* [steps]: training loss of each step run (NaN for steps not run) */
     double *grad_norm;
     double *val_loss;       /* [steps]: NaN where no validation ran */
+    double *step_ms;        /* [steps]: wall time of each step run (update included, validation not) */
+    double train_seconds;   /* sum of step_ms, in seconds */
     double final_val_loss;
     long skipped_steps;     /* dynamic loss scaling overflows */
     double final_loss_scale;
@@ -110,7 +114,8 @@ typedef struct {
     int n_hashes;
     uint64_t param_hash;    /* FNV-1a of every parameter's and optimizer state's bytes at the end */
     double tokens_per_s, mfu;
-    size_t peak_bytes;
+    size_t peak_bytes;      /* the trainer's own tensors and scratch at their peak */
+    size_t device_bytes;    /* device memory the run added, measured at its end (kernels' workspaces included) */
     char error[1024];
 } ttrain_result;
 

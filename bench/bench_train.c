@@ -1,0 +1,175 @@
+/* bench/bench_train.c — the trainer on the GPU (skips without one):
+ *   gpt2    gpt2 depth 12, width 768, 12 heads, vocabulary 50304, sequence
+ *           1024 (124M parameters, llm.c's shape), bf16 plan: tokens/s, MFU
+ *   fp8     the same model and batches under the fp8 plan against bf16:
+ *           tokens/s and validation loss after the same steps
+ *   modern  the 1-minute recipe: modern, about 5M parameters, on
+ *           tinyshakespeare bytes, for 60 s of training: final validation loss
+ *   memory  peak memory per preset (fp32, bf16, fp16, fp8) on gpt2 d12
+ * Times are the median step (the first, which warms cuBLASLt up, excluded).
+ * MFU: model FLOPs (6 N + 12 L T C per token, lm_head in N) over 989.4 TFLOP/s
+ * (dense bf16 of an H100/H200 SXM).  The text's bytes are the tokens (ids <
+ * 256 in the 50304-entry vocabulary): speed does not depend on token values.
+ *
+ * usage: bench_train [gpt2|fp8|modern|memory|all] [--steps N] [--batch B] [--seconds S] */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/kernels.h"
+#include "trainer/train.h"
+
+#define PEAK_FLOPS 989.4e12
+
+static const char *text_path(void)
+{
+    static const char *const candidates[] = {"data/tinyshakespeare.txt", "../shared/data/tinyshakespeare.txt"};
+    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++)
+        if (access(candidates[i], R_OK) == 0) return candidates[i];
+    return NULL; /* the embedded corpus */
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_ms(const ttrain_result *r)
+{
+    long n = r->steps_done - 1;
+    if (n < 1) return r->step_ms[0];
+    double *v = malloc((size_t)n * sizeof *v);
+    memcpy(v, r->step_ms + 1, (size_t)n * sizeof *v);
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    double m = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    free(v);
+    return m;
+}
+
+static int gpt2_config(ttrain_config *c, const char *preset, int batch, long steps)
+{
+    char err[512];
+    ttrain_config_defaults(c);
+    if (tmodel_config_init(&c->model, TMODEL_GPT2, 12, 768, 12, 50304, 1024, err, sizeof err) ||
+        tplan_init(&c->plan, preset, TMODEL_GPT2, err, sizeof err)) {
+        fprintf(stderr, "bench_train: %s\n", err);
+        return -1;
+    }
+    c->backend = "cuda";
+    c->data_path = text_path();
+    c->batch = batch;
+    c->seq = 1024;
+    c->steps = steps;
+    c->warmup = 2;
+    c->lr = 6e-4;
+    c->val_batches = 2;
+    c->peak_flops = PEAK_FLOPS;
+    c->seed = 1337;
+    return 0;
+}
+
+static int run(const ttrain_config *c, ttrain_result *r, const char *what)
+{
+    int st = ttrain_run(c, r);
+    if (st) fprintf(stderr, "bench_train %s: %s\n", what, r->error);
+    return st;
+}
+
+static void report(const char *name, const ttrain_config *c, const ttrain_result *r)
+{
+    double ms = median_ms(r), tokens = (double)c->batch * c->seq * c->accum;
+    double tps = tokens / (ms * 1e-3), mfu = tmodel_flops_per_token(&c->model) * tps / PEAK_FLOPS;
+    printf("%-26s %6ld steps  median %8.2f ms  %10.0f tok/s  MFU %5.1f%%  val %.4f  peak tensors %7.0f MiB  "
+           "device %7.0f MiB\n", name, r->steps_done, ms, tps, 100 * mfu, r->final_val_loss,
+           (double)r->peak_bytes / 1048576.0, (double)r->device_bytes / 1048576.0);
+    fflush(stdout);
+}
+
+static int bench_gpt2(const char *preset, int batch, long steps)
+{
+    ttrain_config c;
+    ttrain_result r;
+    if (gpt2_config(&c, preset, batch, steps)) return 1;
+    if (strcmp(preset, "bf16") != 0 && strcmp(preset, "fp8") != 0) c.steps = 3; /* memory only */
+    tplan_set(&c.plan, "attention=bf16:flash", NULL, 0);
+    if (strcmp(preset, "fp32") == 0) tplan_set(&c.plan, "attention=fp32:flash", NULL, 0);
+    if (strcmp(preset, "fp16") == 0) tplan_set(&c.plan, "attention=fp16:flash", NULL, 0);
+    if (run(&c, &r, preset)) return 1;
+    char name[64];
+    snprintf(name, sizeof name, "gpt2 d12 B%d T1024 %s", batch, preset);
+    report(name, &c, &r);
+    ttrain_result_free(&r);
+    return 0;
+}
+
+static int bench_modern(double seconds, long steps)
+{
+    char err[512];
+    ttrain_config c;
+    ttrain_config_defaults(&c);
+    /* 6 layers of width 256: 12 L C^2 + V C = 4.79M parameters */
+    if (tmodel_config_init(&c.model, TMODEL_MODERN, 6, 256, 4, 256, 256, err, sizeof err) ||
+        tplan_init(&c.plan, "bf16", TMODEL_MODERN, err, sizeof err)) {
+        fprintf(stderr, "bench_train: %s\n", err);
+        return 1;
+    }
+    c.backend = "cuda";
+    c.data_path = text_path();
+    c.batch = 32;
+    c.seq = 256;
+    c.steps = steps;
+    c.warmup = 50;
+    c.lr = 3e-3;
+    c.muon_lr = 0.02;
+    c.weight_decay = 0.0;
+    c.grad_clip = 0.0;
+    c.cooldown_frac = 0.5;
+    c.val_every = steps / 10 > 0 ? steps / 10 : 1;
+    c.val_batches = 8;
+    c.max_seconds = seconds;
+    c.seed = 1337;
+    ttrain_result r;
+    if (run(&c, &r, "modern")) return 1;
+    printf("modern 4.8M on %s: %ld steps in %.1f s of training\n", c.data_path ? c.data_path : "the embedded corpus",
+           r.steps_done, r.train_seconds);
+    double t = 0.0;
+    for (long s = 0; s < r.steps_done; s++) {
+        t += r.step_ms[s] * 1e-3;
+        if (!isnan(r.val_loss[s])) printf("  step %5ld  %6.1f s  val %.4f\n", s + 1, t, r.val_loss[s]);
+    }
+    report("modern 4.8M B32 T256 bf16", &c, &r);
+    ttrain_result_free(&r);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *what = "all";
+    long steps = 20, modern_steps = 3000;
+    int batch = 8;
+    double seconds = 60.0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = atol(argv[++i]);
+        else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) batch = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) seconds = atof(argv[++i]);
+        else if (strcmp(argv[i], "--modern-steps") == 0 && i + 1 < argc) modern_steps = atol(argv[++i]);
+        else what = argv[i];
+    }
+    char why[256];
+    if (!kernels_gpu_available(why, sizeof why)) {
+        printf("bench_train: skipped (%s)\n", why);
+        return 0;
+    }
+    int all = strcmp(what, "all") == 0, rc = 0;
+    if (all || strcmp(what, "gpt2") == 0 || strcmp(what, "fp8") == 0) rc |= bench_gpt2("bf16", batch, steps);
+    if (all || strcmp(what, "fp8") == 0) rc |= bench_gpt2("fp8", batch, steps);
+    if (all || strcmp(what, "memory") == 0) {
+        rc |= bench_gpt2("fp32", batch, 3);
+        rc |= bench_gpt2("fp16", batch, 3);
+    }
+    if (all || strcmp(what, "modern") == 0) rc |= bench_modern(seconds, modern_steps);
+    return rc;
+}
