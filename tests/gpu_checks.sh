@@ -18,3 +18,13 @@ command -v compute-sanitizer >/dev/null 2>&1 && sanitizer=$(command -v compute-s
 "$sanitizer" --tool racecheck --error-exitcode 1 --print-limit 20 "$build/ulpscope" check --quick --path fp32
 # matrix units (H6): 10^5 random dot products per instruction, hardware against the H100 model
 "$build/ulpscope" probe --validate 100000 >/dev/null
+# trainer (H7): every preset and family trains a few steps on the CUDA backend,
+# then one step under compute-sanitizer memcheck
+for model in gpt2 modern; do
+    for plan in fp32 bf16 fp16 fp8; do
+        "$build/ulpscope" train --backend cuda --model "$model" --plan "$plan" --steps 5 --width 64 --heads 4 \
+            --seq 64 --batch 4 --quiet
+    done
+done
+"$sanitizer" --tool memcheck --error-exitcode 1 --print-limit 20 "$build/ulpscope" train --backend cuda \
+    --model modern --steps 1 --width 32 --heads 2 --seq 32 --batch 2 --quiet
