@@ -266,8 +266,9 @@ static void test_planted_bugs_fail(void **state)
     double x[64], y[64];
     int dropped_caught = 0, mode_caught = 0, trials = 40;
     for (int t = 0; t < trials; t++) {
-        size_t n = make_case(&r, 1, x, y, 64);
-        if (n < 2) n = 2;
+        size_t n;
+        do n = make_case(&r, 1, x, y, 64); /* two terms at least, all of them drawn */
+        while (n < 2);
         if (check_dot(x, NULL, n, 1, 0, t & 1) > 0) dropped_caught++;
         if (check_dot(x, y, n, 0, 1, 0) > 0) mode_caught++;
     }
