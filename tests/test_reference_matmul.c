@@ -48,7 +48,7 @@ static long integer_mismatches(ref_bug bug, uint64_t seed)
     for (int i = 0; i < K * N; i++) Bi[i] = (int64_t)(prec_rng_next(&rng) % 2001) - 1000;
     for (int i = 0; i < M * K; i++) A[i] = (double)Ai[i];
     for (int i = 0; i < K * N; i++) B[i] = (double)Bi[i];
-    for (int i = 0; i < M * N; i++) C[i] = NAN;
+    poison(C, M * N);
     ref_ctx ctx = REF_CTX_DEFAULT;
     ctx.bug = bug;
     ref_matmul(&ctx, M, N, K, A, K, 1, B, N, 1, C, N);
@@ -81,6 +81,7 @@ static long rounding_mismatches(ref_bug bug, uint64_t seed)
     for (int i = 0; i < M * K; i++)
         A[i] = ldexp(prec_rng_normal(&rng), (int)(prec_rng_next(&rng) % 80) - 40);
     for (int i = 0; i < K * N; i++) B[i] = prec_rng_normal(&rng);
+    poison(C, M * N);
     ref_ctx ctx = REF_CTX_DEFAULT;
     ctx.bug = bug;
     ref_matmul(&ctx, M, N, K, A, K, 1, B, N, 1, C, N);
@@ -129,6 +130,7 @@ static void test_strides(void **state)
         for (int k = 0; k < K; k++) A[m * K + k] = At[k * M + m];
     for (int k = 0; k < K; k++)
         for (int n = 0; n < N; n++) B[k * N + n] = Bt[n * K + k];
+    poison(C1, M * N), poison(C2, M * 4);
     ref_ctx ctx = REF_CTX_DEFAULT;
     ref_matmul(&ctx, M, N, K, A, K, 1, B, N, 1, C1, N);
     ref_matmul(&ctx, M, N, K, At, 1, M, Bt, 1, K, C2, 4); /* ldc 4 > N */

@@ -84,7 +84,7 @@ static long mismatches_vs_plain(ref_bug bug, uint64_t seed)
     random_row(&rng, x, rows * cols, 4.0);
     ref_ctx ctx = REF_CTX_DEFAULT;
     ctx.bug = bug;
-    for (long k = 0; k < rows * cols; k++) y[k] = NAN; /* poison */
+    poison(y, rows * cols);
     ref_softmax_forward(&ctx, rows, cols, x, y);
     long bad = 0;
     for (long r = 0; r < rows; r++) {
@@ -150,6 +150,7 @@ static bool backward_identity_holds(ref_bug bug, uint64_t seed)
     double x[n], y[n], dy[n], dx[n], absdx[n];
     random_row(&rng, x, n, 2.0);
     random_row(&rng, dy, n, 1.0);
+    poison(y, n), poison(dx, n);
     ref_ctx ctx = REF_CTX_DEFAULT;
     ref_softmax_forward(&ctx, 1, n, x, y);
     ctx.bug = bug;

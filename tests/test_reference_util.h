@@ -37,6 +37,30 @@ static inline void random_normal(prec_rng *rng, double *x, long n, double mean, 
     for (long j = 0; j < n; j++) x[j] = mean + scale * prec_rng_normal(rng);
 }
 
+/* Outputs start as NaN, so an element the reference leaves unwritten
+ * cannot pass as a value that happened to be in memory. */
+static inline void poison(double *v, long n)
+{
+    for (long j = 0; j < n; j++) v[j] = NAN;
+}
+
+/* Four identical rows of n values (mean 96, std 3: the large-mean case
+ * where statistics are shared after rounding), a gain near 1 and dy whose
+ * rows cancel per column (a, -a, b, -b with a, b multiples of 2^-8), so the
+ * exact dgamma of every column is 0.  x and dy hold 4 n values. */
+static inline void cancelling_rows(prec_rng *rng, long n, double *x, double *g, double *dy)
+{
+    random_normal(rng, x, n, 96.0, 3.0);
+    random_normal(rng, g, n, 1.0, 0.3);
+    for (long r = 1; r < 4; r++)
+        for (long j = 0; j < n; j++) x[r * n + j] = x[j];
+    for (long j = 0; j < n; j++) {
+        double a = ldexp(round(ldexp(prec_rng_normal(rng), 8)), -8);
+        double b = ldexp(round(ldexp(prec_rng_normal(rng), 8)), -8);
+        dy[j] = a, dy[n + j] = -a, dy[2 * n + j] = b, dy[3 * n + j] = -b;
+    }
+}
+
 /* A correctly rounded double got against a value hi computed to far more
  * than 53 bits: true when got is the double nearest hi.  Bits near a
  * midpoint need hi's own error to be tiny, which 1024+ bits assure. */
