@@ -39,8 +39,10 @@ static void endpoint(mpfr_ptr out, const ref_ball *b, int side)
     else mpfr_sub(out, b->mid, b->rad, MPFR_RNDN);
 }
 
-/* Is f(every corner) inside r?  lipschitz: the constant given to tanh. */
-static bool contained(op o, ref_ball *a, ref_ball *b, ref_ball *c, double lipschitz)
+/* Is f(every corner) inside r?  lipschitz: the constant given to tanh;
+ * rad_scale multiplies the result's radius (1: as computed; below 1: the
+ * planted bug of a propagation that loses part of the input radii). */
+static bool contained(op o, ref_ball *a, ref_ball *b, ref_ball *c, double lipschitz, double rad_scale)
 {
     ref_ball r;
     ref_ball_init(&r, P);
@@ -59,6 +61,7 @@ static bool contained(op o, ref_ball *a, ref_ball *b, ref_ball *c, double lipsch
         ref_ball_sum(&r, terms, 3);
         break;
     }
+    if (rad_scale != 1.0) mpfr_mul_d(r.rad, r.rad, rad_scale, MPFR_RNDD);
     mpfr_t x, y, z, f, d;
     mpfr_inits2(HI, x, y, z, f, d, (mpfr_ptr)0);
     bool ok = true;
@@ -105,17 +108,26 @@ static void test_containment(void **state)
             random_ball(&rng, &a, positive);
             random_ball(&rng, &b, o == OP_DIV); /* a divisor ball away from 0 */
             random_ball(&rng, &c, false);
-            bad += !contained((op)o, &a, &b, &c, 1.0);
+            bad += !contained((op)o, &a, &b, &c, 1.0, 1.0);
         }
         if (bad) print_message("%s: %ld balls do not contain the exact result\n", op_names[o], bad);
         assert_int_equal(bad, 0);
+        /* twin: the same balls with half the radius must miss a corner */
+        long missed = 0;
+        for (int trial = 0; trial < 50; trial++) {
+            random_ball(&rng, &a, o == OP_SQRT || o == OP_LOG);
+            random_ball(&rng, &b, o == OP_DIV);
+            random_ball(&rng, &c, false);
+            missed += !contained((op)o, &a, &b, &c, 1.0, 0.5);
+        }
+        if (!missed) fail_msg("%s: a half-radius ball still passed the containment check", op_names[o]);
     }
     /* twin: tanh propagated with a Lipschitz constant 100x too small */
     long bad = 0;
     for (int trial = 0; trial < 200; trial++) {
         random_ball(&rng, &a, false);
         mpfr_set_d(a.mid, 0.25, MPFR_RNDN); /* tanh' = 0.94 there */
-        bad += !contained(OP_TANH, &a, &b, &c, 0.01);
+        bad += !contained(OP_TANH, &a, &b, &c, 0.01, 1.0);
     }
     assert_true(bad > 0);
     ref_ball_clear(&a);
