@@ -23,7 +23,7 @@ static void print_help(void)
            "  --n LIST             values of n (each 1 .. %d)\n"
            "  --n-min N --n-max N  log-spaced sweep instead (default 10 .. 100000)\n"
            "  --points K           points of the sweep (default 9)\n"
-           "  --data LIST          %s (default constant)\n"
+           "  --data LIST|all      %s (default constant)\n"
            "  --x X                the constant, or the scale of random data (default 0.01 for\n"
            "                       constant data, 1 otherwise)\n"
            "  --algo LIST|all      %s (default recursive)\n"

@@ -147,23 +147,28 @@ int accum_log_spaced(size_t lo, size_t hi, int points, size_t *out, int cap)
         return -1;                                  \
     } while (0)
 
-/* Splits a comma list in place; returns the count or -1 when over cap. */
+/* Splits a comma list in place; returns the count, -1 when over cap, -2
+ * when an item is empty ("10,,20", "fp32,"): a typo, not a shorter list. */
 static int split_list(char *s, char **items, int cap)
 {
     int n = 0;
-    for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
+    for (char *item = s;; item++) {
+        char *comma = strchr(item, ',');
+        if (comma) *comma = 0;
+        if (!*item) return -2;
         if (n == cap) return -1;
-        items[n++] = tok;
+        items[n++] = item;
+        if (!comma) return n;
+        item = comma;
     }
-    return n;
 }
 
 static int parse_n(const char *s, size_t *out, char *err, size_t err_len, const char *opt)
 {
     long v;
     if (cli_parse_long(s, &v)) FAIL("%s: malformed number '%s' (expected a positive integer)", opt, s);
-    if (v <= 0) FAIL("%s: n must be positive, got '%s'", opt, s);
-    if (v > ACCUM_N_LIMIT) FAIL("%s: n = %s is above the limit %d", opt, s, ACCUM_N_LIMIT);
+    if (v <= 0) FAIL("%s: must be a positive integer, got '%s'", opt, s);
+    if (v > ACCUM_N_LIMIT) FAIL("%s: %s is above the limit %d", opt, s, ACCUM_N_LIMIT);
     *out = (size_t)v;
     return 0;
 }
@@ -184,7 +189,9 @@ int accum_parse_args(int argc, char **argv, accum_options *o, char *err, size_t 
     o->fail_prob = 1e-6;
     size_t n_min = 0, n_max = 0;
     long points = 0;
-    const char *acc_list = NULL, *addend_list = NULL;
+    prec_format accs[ACCUM_MAX_LIST], adds[ACCUM_MAX_LIST];
+    int n_acc = 0, n_add = 0;
+    unsigned seen = 0; /* options given so far, by their index in known[] */
     char buf[4096];
 
     for (int i = 1; i < argc; i++) {
@@ -204,12 +211,16 @@ int accum_parse_args(int argc, char **argv, accum_options *o, char *err, size_t 
         static const char *const known[] = {"--n", "--n-min", "--n-max", "--points", "--data", "--x",
                                             "--algo", "--round", "--acc", "--addend", "--pairs",
                                             "--block", "--seed", "--fail-prob", "--json"};
-        int is_known = 0;
-        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) is_known |= strcmp(name, known[k]) == 0;
-        if (!is_known)
+        int option = -1;
+        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+            if (strcmp(name, known[k]) == 0) option = (int)k;
+        if (option < 0)
             FAIL("unknown option '%s' (options: --n --n-min --n-max --points --data --x --algo --round --acc "
                  "--addend --pairs --block --seed --fail-prob --json --help)", name);
-        const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (seen & (1u << option)) FAIL("%s given twice (give it once, with a comma-separated list)", name);
+        seen |= 1u << option;
+        /* a following option is not a value: "--n --json f" forgot the n */
+        const char *val = eq ? eq + 1 : (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 ? argv[++i] : NULL);
         if (!val) FAIL("%s needs a value", name);
         if (strlen(val) >= sizeof buf) FAIL("%s: value too long", name);
         strcpy(buf, val);
@@ -217,8 +228,8 @@ int accum_parse_args(int argc, char **argv, accum_options *o, char *err, size_t 
         int count = 0;
         if (strcmp(name, "--json") != 0 && strcmp(name, "--x") != 0) {
             count = split_list(buf, items, ACCUM_MAX_LIST);
-            if (count < 0) FAIL("%s: more than %d values", name, ACCUM_MAX_LIST);
-            if (count == 0) FAIL("%s: empty value", name);
+            if (count == -1) FAIL("%s: more than %d values", name, ACCUM_MAX_LIST);
+            if (count < 0) FAIL(*val ? "%s: empty item in '%s'" : "%s: empty value%s", name, val);
         }
         if (strcmp(name, "--json") == 0) {
             if (!*val) FAIL("--json: empty file name");
@@ -246,10 +257,15 @@ int accum_parse_args(int argc, char **argv, accum_options *o, char *err, size_t 
             if (points < 1 || points > ACCUM_MAX_LIST)
                 FAIL("--points: %s is out of range (accepted: 1 to %d)", val, ACCUM_MAX_LIST);
         } else if (strcmp(name, "--data") == 0) {
+            if (count == 1 && strcasecmp(items[0], "all") == 0) {
+                for (int k = 0; k < ACCUM_NDATA; k++) o->data[k] = (accum_data)k;
+                o->n_data = ACCUM_NDATA;
+                continue;
+            }
             if (count > ACCUM_NDATA) FAIL("--data: too many values");
             for (int k = 0; k < count; k++)
                 if (accum_data_parse(items[k], &o->data[k]))
-                    FAIL("--data: unknown data '%s' (accepted: %s)", items[k], accum_data_names());
+                    FAIL("--data: unknown data '%s' (accepted: all, %s)", items[k], accum_data_names());
             o->n_data = count;
         } else if (strcmp(name, "--x") == 0) {
             if (cli_parse_double(val, &o->x) || !isfinite(o->x))
@@ -278,11 +294,10 @@ int accum_parse_args(int argc, char **argv, accum_options *o, char *err, size_t 
                 o->n_rounds = count;
             }
         } else if (strcmp(name, "--acc") == 0 || strcmp(name, "--addend") == 0) {
-            prec_format f;
+            bool is_acc = strcmp(name, "--acc") == 0;
             for (int k = 0; k < count; k++)
-                if (parse_format(items[k], &f, err, err_len, name)) return -1;
-            if (strcmp(name, "--acc") == 0) acc_list = val;
-            else addend_list = val;
+                if (parse_format(items[k], is_acc ? &accs[k] : &adds[k], err, err_len, name)) return -1;
+            *(is_acc ? &n_acc : &n_add) = count;
         } else if (strcmp(name, "--pairs") == 0) {
             for (int k = 0; k < count; k++) {
                 char *slash = strchr(items[k], '/');
@@ -305,38 +320,19 @@ int accum_parse_args(int argc, char **argv, accum_options *o, char *err, size_t 
 
     /* formats: --pairs, or --acc x --addend (one list alone pairs with itself,
      * an addend list alone accumulates in fp32), or the classic pairs */
-    if (acc_list || addend_list) {
+    if (n_acc || n_add) {
         if (o->n_pairs) FAIL("--pairs cannot be combined with --acc/--addend");
-        char acc_buf[1024], add_buf[1024];
-        char *accs[ACCUM_MAX_LIST], *adds[ACCUM_MAX_LIST];
-        int n_acc = 0, n_add = 0;
-        if (acc_list) {
-            snprintf(acc_buf, sizeof acc_buf, "%s", acc_list);
-            n_acc = split_list(acc_buf, accs, ACCUM_MAX_LIST);
-        }
-        if (addend_list) {
-            snprintf(add_buf, sizeof add_buf, "%s", addend_list);
-            n_add = split_list(add_buf, adds, ACCUM_MAX_LIST);
-        }
         int total = 0;
-        if (acc_list && addend_list) {
+        if (n_acc && n_add) {
             for (int a = 0; a < n_acc; a++)
                 for (int b = 0; b < n_add; b++) {
                     if (total == ACCUM_MAX_LIST) FAIL("--acc x --addend: more than %d pairs", ACCUM_MAX_LIST);
-                    prec_format_parse(accs[a], &o->pairs[total].acc);
-                    prec_format_parse(adds[b], &o->pairs[total].addend);
-                    total++;
+                    o->pairs[total++] = (accum_pair){accs[a], adds[b]};
                 }
-        } else if (acc_list) {
-            for (int a = 0; a < n_acc; a++, total++) {
-                prec_format_parse(accs[a], &o->pairs[total].acc);
-                o->pairs[total].addend = o->pairs[total].acc;
-            }
+        } else if (n_acc) {
+            for (int a = 0; a < n_acc; a++) o->pairs[total++] = (accum_pair){accs[a], accs[a]};
         } else {
-            for (int b = 0; b < n_add; b++, total++) {
-                o->pairs[total].acc = PREC_FP32;
-                prec_format_parse(adds[b], &o->pairs[total].addend);
-            }
+            for (int b = 0; b < n_add; b++) o->pairs[total++] = (accum_pair){PREC_FP32, adds[b]};
         }
         o->n_pairs = total;
     }
