@@ -82,9 +82,17 @@ int cmd_check(int argc, char **argv)
     o.path = -1;
     const char *json_path = NULL;
     int list = 0, have_seed = 0;
+    static const char *const with_value[] = {"--path", "--variant", "--bug", "--seed", "--json"};
+    unsigned seen = 0; /* options with a value given so far, by their index in with_value[] */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int has_value = i + 1 < argc;
+        /* a following option is not a value: "--json --quick" forgot the file */
+        int has_value = i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0;
+        for (unsigned k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+            if (strcmp(a, with_value[k]) == 0) {
+                if (seen & (1u << k)) return cli_error("check", "%s given twice", a);
+                seen |= 1u << k;
+            }
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
             return 0;
@@ -117,7 +125,7 @@ int cmd_check(int argc, char **argv)
                 return cli_error("check", "bad seed '%s' (a non-negative integer, decimal or 0x hex)", argv[i]);
             have_seed = 1;
         } else if (strcmp(a, "--json") == 0) {
-            if (!has_value) return cli_error("check", "--json needs a file name (or - for stdout)");
+            if (!has_value || !*argv[i + 1]) return cli_error("check", "--json needs a file name (or - for stdout)");
             json_path = argv[++i];
         } else if (a[0] == '-' && a[1]) {
             return cli_error("check", "unknown option '%s' (options: --path --variant --bug --seed --quick --json --list --help)", a);

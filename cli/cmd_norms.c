@@ -13,6 +13,7 @@
 #define CMD "norms"
 #define MAX_LIST 32
 #define MAX_WIDTH (1L << 20)
+#define MAX_ELEMENTS (1L << 22) /* rows x width of one case */
 #define FULL_TABLE_MAX 240 /* more records than this: the table summarises */
 
 static void usage(FILE *fp)
@@ -40,7 +41,8 @@ static void usage(FILE *fp)
         "  --ratio LIST      mean/std of the rows, >= 0\n"
         "  --data LIST       normal, outliers (every 64th column at +-100 std),\n"
         "                    large (x ~ 512: x^2 overflows fp16)\n"
-        "  --rows N          rows per case (default 4; dgamma/dbeta sum over them)\n"
+        "  --rows N          rows per case (default 4; dgamma/dbeta sum over them;\n"
+        "                    rows x width at most %ld)\n"
         "  --eps E           epsilon inside the square root (default 1e-5 as an fp32)\n"
         "  --seed S          input seed (default 1)\n"
         "  --quick           a smaller default grid (for tests and notebooks)\n"
@@ -51,18 +53,23 @@ static void usage(FILE *fp)
         "mean/std 1; outliers and large data at width 4096 (--quick: smaller widths).  Any of\n"
         "--width, --ratio, --data replaces it with the product of the lists given (others:\n"
         "width 1024, ratio 0, data normal).\n",
-        MAX_WIDTH);
+        MAX_WIDTH, MAX_ELEMENTS);
 }
 
-/* "a,b,c" -> items (in place); returns the count, or -1 when empty/too long. */
+/* "a,b,c" -> items (in place); returns the count, or -1 when the list or
+ * one of its items is empty ("64,,128" is a typo, not a shorter list) or
+ * it has more than MAX_LIST items. */
 static int split_list(char *s, char **items)
 {
     int n = 0;
-    for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
-        if (n == MAX_LIST) return -1;
-        items[n++] = tok;
+    for (char *item = s;; item++) {
+        char *comma = strchr(item, ',');
+        if (comma) *comma = 0;
+        if (!*item || n == MAX_LIST) return -1;
+        items[n++] = item;
+        if (!comma) return n;
+        item = comma;
     }
-    return n > 0 ? n : -1;
 }
 
 typedef int (*name_parser)(const char *, int *);
@@ -75,7 +82,7 @@ static int parse_flags(const char *opt, const char *value, bool *flags, int nfla
     if (strlen(value) >= sizeof buf) return cli_error(CMD, "%s: list too long", opt);
     strcpy(buf, value);
     int n = split_list(buf, items);
-    if (n < 0) return cli_error(CMD, "%s: empty or too long list '%s'", opt, value);
+    if (n < 0) return cli_error(CMD, "%s: empty item or more than %d in '%s'", opt, MAX_LIST, value);
     for (int i = 0; i < nflags; i++) flags[i] = false;
     for (int i = 0; i < n; i++) {
         int k;
@@ -259,6 +266,7 @@ int cmd_norms(int argc, char **argv)
     int nratios = 0;
     bool datas[NORMS_NDATA] = {false}, data_given = false, quick = false;
     const char *json_path = NULL;
+    unsigned seen = 0; /* options given so far, by their index in with_value[] */
 
     for (int i = 1; i < argc; i++) {
         const char *opt = argv[i];
@@ -273,12 +281,18 @@ int cmd_norms(int argc, char **argv)
         static const char *const with_value[] = {"--norm", "--pass", "--format", "--variance", "--acc",
                                                  "--upcast", "--width", "--ratio", "--data", "--rows",
                                                  "--eps", "--seed", "--json"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= strcmp(opt, with_value[k]) == 0;
-        if (!known)
+        int option = -1;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+            if (strcmp(opt, with_value[k]) == 0) option = (int)k;
+        if (option < 0)
             return cli_error(CMD, "unknown option '%s' (options: --norm --pass --format --variance --acc "
                                   "--upcast --width --ratio --data --rows --eps --seed --quick --json --help)", opt);
-        if (i + 1 >= argc) return cli_error(CMD, "%s needs a value", opt);
+        if (seen & (1u << option)) return cli_error(CMD, "%s given twice (give it once, with a comma-separated list)", opt);
+        seen |= 1u << option;
+        /* a following option is not a value: "--json --quick" forgot the file */
+        if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)
+            return cli_error(CMD, "%s needs a value%s%s", opt, i + 1 < argc ? ", got the option " : "",
+                             i + 1 < argc ? argv[i + 1] : "");
         const char *val = argv[++i];
         int rc = 0;
         if (strcmp(opt, "--norm") == 0) {
@@ -302,7 +316,7 @@ int cmd_norms(int argc, char **argv)
             if (strlen(val) >= sizeof buf) return cli_error(CMD, "%s: list too long", opt);
             strcpy(buf, val);
             int n = split_list(buf, items);
-            if (n < 0) return cli_error(CMD, "%s: empty list or more than %d values: '%s'", opt, MAX_LIST, val);
+            if (n < 0) return cli_error(CMD, "%s: empty item or more than %d values in '%s'", opt, MAX_LIST, val);
             for (int k = 0; k < n; k++) {
                 if (is_width) {
                     long w;
@@ -328,6 +342,7 @@ int cmd_norms(int argc, char **argv)
             if (cli_parse_long(val, &seed) || seed < 0)
                 return cli_error(CMD, "bad --seed '%s' (an integer >= 0)", val);
         } else {
+            if (!*val) return cli_error(CMD, "--json: empty file name (a path, or - for stdout)");
             json_path = val;
         }
         if (rc) return rc;
@@ -357,6 +372,11 @@ int cmd_norms(int argc, char **argv)
         cases[ncases++] = (norms_case){rows, data_width, 0.0, NORMS_DATA_OUTLIERS, (uint64_t)seed, eps};
         cases[ncases++] = (norms_case){rows, data_width, 0.0, NORMS_DATA_LARGE, (uint64_t)seed, eps};
     }
+    for (long c = 0; c < ncases; c++)
+        if (rows * cases[c].width > MAX_ELEMENTS)
+            return cli_error(CMD, "--rows %ld at width %ld is %ld elements per case, above the limit %ld "
+                                  "(the MPFR reference is computed for every element)",
+                             rows, cases[c].width, rows * cases[c].width, MAX_ELEMENTS);
     plan.cases = cases;
     plan.ncases = ncases;
 
@@ -381,7 +401,7 @@ int cmd_norms(int argc, char **argv)
         free(s.recs);
         return 1;
     }
-    print_table(&s);
+    if (!json_path || strcmp(json_path, "-") != 0) print_table(&s); /* stdout holds the JSON otherwise */
     free(s.recs);
     return 0;
 }

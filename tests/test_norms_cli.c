@@ -84,6 +84,9 @@ static void test_bad_input(void **state)
     assert_true(rejected_cleanly("--eps abc", "abc"));
     assert_true(rejected_cleanly("--frobnicate", "--frobnicate"));
     assert_true(rejected_cleanly("--width", "--json")); /* --width swallowed "--json" as its value */
+    assert_true(rejected_cleanly("--width 64,,128", "64,,128"));
+    assert_true(rejected_cleanly("--width 64 --width 128", "--width given twice"));
+    assert_true(rejected_cleanly("--rows 4096 --width 4096", "4096"));
     /* twin: a valid command is not "rejected cleanly" */
     assert_false(rejected_cleanly("--norm rmsnorm --format bf16 --width 32 --pass fwd", "bf16"));
 }
