@@ -61,6 +61,35 @@ __device__ __forceinline__ float kblock_max(float v, float *scratch)
     return scratch[0];
 }
 
+// The threads that share one row, RT of them: a whole block (RT > 32, launched
+// with blockDim.x == RT), one warp (RT == 32) or one thread (RT == 1).  row is
+// the row this thread works on, t its index among the row's threads.
+template <int RT> struct krow_group {
+    int64_t row;
+    int t;
+    __device__ krow_group()
+    {
+        if (RT > 32) {
+            row = blockIdx.x;
+            t = threadIdx.x;
+        } else if (RT == 32) {
+            row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+            t = threadIdx.x & 31;
+        } else {
+            row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+            t = 0;
+        }
+    }
+};
+
+// Sum over a row's RT threads (kblock_sum, kwarp_sum, or the value itself).
+template <int RT> __device__ __forceinline__ float krow_group_sum(float v, float *scratch)
+{
+    if constexpr (RT > 32) return kblock_sum(v, scratch);
+    else if constexpr (RT == 32) return kwarp_sum(v);
+    else return v;
+}
+
 // Elements per vector access for storage type T when a row of C elements
 // allows it (C a multiple of the vector, rows 16-byte aligned with it).
 template <typename T> __host__ __device__ constexpr int kvec_width() { return 16 / (int)sizeof(T); }

@@ -13,31 +13,6 @@ namespace {
 constexpr int kBlock = 256;
 enum Stats { TWO_PASS = 0, ONE_PASS = 1, WELFORD = 2 };
 
-template <int RT> struct row_group {
-    int64_t row;
-    int t;
-    __device__ row_group()
-    {
-        if (RT == kBlock) {
-            row = blockIdx.x;
-            t = threadIdx.x;
-        } else if (RT == 32) {
-            row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-            t = threadIdx.x & 31;
-        } else {
-            row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-            t = 0;
-        }
-    }
-};
-
-template <int RT> __device__ __forceinline__ float group_sum(float v, float *scratch)
-{
-    if constexpr (RT == kBlock) return kblock_sum(v, scratch);
-    else if constexpr (RT == 32) return kwarp_sum(v);
-    else return v;
-}
-
 // Welford state: count, mean, sum of squared deviations.
 struct welford {
     float n, m, m2;
@@ -105,7 +80,7 @@ __global__ void layernorm_forward_kernel(T *__restrict__ y, float *__restrict__ 
 {
     __shared__ float scratch[32];
     __shared__ welford wscratch[32];
-    row_group<RT> g;
+    krow_group<RT> g;
     if (RT != kBlock && g.row >= N) return;
     const T *xr = x + g.row * C;
     const float inv_c_num = (float)C;
@@ -134,9 +109,9 @@ __global__ void layernorm_forward_kernel(T *__restrict__ y, float *__restrict__ 
                 if (STATS == ONE_PASS) sq = fmaf(v[j], v[j], sq);
             }
         }
-        mean = __fdiv_rn(group_sum<RT>(s, scratch), inv_c_num);
+        mean = __fdiv_rn(krow_group_sum<RT>(s, scratch), inv_c_num);
         if (STATS == ONE_PASS) {
-            float ms = __fdiv_rn(group_sum<RT>(sq, scratch), inv_c_num);
+            float ms = __fdiv_rn(krow_group_sum<RT>(sq, scratch), inv_c_num);
             var = fmaxf(ms - mean * mean, 0.0f);
         } else {
             float d2 = 0.0f;
@@ -150,7 +125,7 @@ __global__ void layernorm_forward_kernel(T *__restrict__ y, float *__restrict__ 
                     d2 = fmaf(d, d, d2);
                 }
             }
-            var = __fdiv_rn(group_sum<RT>(d2, scratch), inv_c_num);
+            var = __fdiv_rn(krow_group_sum<RT>(d2, scratch), inv_c_num);
         }
     }
     float r = rsqrtf(var + eps);
@@ -176,7 +151,7 @@ __global__ void layernorm_backward_kernel(T *__restrict__ dx, const T *__restric
                                           const float *__restrict__ rstd_in, int64_t N, int64_t C, int bug)
 {
     __shared__ float scratch[32];
-    row_group<RT> g;
+    krow_group<RT> g;
     if (RT != kBlock && g.row >= N) return;
     const T *xr = x + g.row * C, *dyr = dy + g.row * C;
     const float mean = mean_in[g.row], r = rstd_in[g.row];
@@ -195,8 +170,8 @@ __global__ void layernorm_backward_kernel(T *__restrict__ dx, const T *__restric
             sgx = fmaf(gd, xhat, sgx);
         }
     }
-    const float a = __fdiv_rn(group_sum<RT>(sg, scratch), (float)C);
-    const float b = __fdiv_rn(group_sum<RT>(sgx, scratch), (float)C);
+    const float a = __fdiv_rn(krow_group_sum<RT>(sg, scratch), (float)C);
+    const float b = __fdiv_rn(krow_group_sum<RT>(sgx, scratch), (float)C);
     T *dxr = dx + g.row * C;
     for (int64_t base = (int64_t)g.t * V; base < C; base += (int64_t)RT * V) {
         float v[V], d[V], gv[V], out[V];

@@ -16,31 +16,6 @@ enum Placement { GEMMA = 0, LLAMA = 1, NO_UPCAST = 2 };
 
 constexpr int kBlock = 256;
 
-template <int RT> struct row_group {
-    int64_t row;
-    int t;
-    __device__ row_group()
-    {
-        if (RT == kBlock) {
-            row = blockIdx.x;
-            t = threadIdx.x;
-        } else if (RT == 32) {
-            row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-            t = threadIdx.x & 31;
-        } else {
-            row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-            t = 0;
-        }
-    }
-};
-
-template <int RT> __device__ __forceinline__ float group_sum(float v, float *scratch)
-{
-    if constexpr (RT == kBlock) return kblock_sum(v, scratch);
-    else if constexpr (RT == 32) return kwarp_sum(v);
-    else return v;
-}
-
 // Round to the storage format and back: the "no upcast" steps.  They are
 // conversions into the storage format like the final store, so the planted
 // truncation applies to them too.
@@ -51,7 +26,7 @@ __global__ void rmsnorm_forward_kernel(T *__restrict__ y, float *__restrict__ rs
                                        const T *__restrict__ gain, int64_t N, int64_t C, float eps, int bug)
 {
     __shared__ float scratch[32];
-    row_group<RT> g;
+    krow_group<RT> g;
     if (RT != kBlock && g.row >= N) return; // whole warps / threads only: no block barrier follows
     const T *xr = x + g.row * C;
     float acc = 0.0f;
@@ -65,7 +40,7 @@ __global__ void rmsnorm_forward_kernel(T *__restrict__ y, float *__restrict__ rs
             else acc = fmaf(v[j], v[j], acc);
         }
     }
-    float ss = group_sum<RT>(acc, scratch);
+    float ss = krow_group_sum<RT>(acc, scratch);
     float ms = __fdiv_rn(ss, (float)C);
     float r;
     if (PLACE == NO_UPCAST) {
@@ -97,7 +72,7 @@ __global__ void rmsnorm_backward_kernel(T *__restrict__ dx, const T *__restrict_
                                         int64_t C, int bug)
 {
     __shared__ float scratch[32];
-    row_group<RT> g;
+    krow_group<RT> g;
     if (RT != kBlock && g.row >= N) return;
     const T *xr = x + g.row * C, *dyr = dy + g.row * C;
     float acc = 0.0f;
@@ -113,7 +88,7 @@ __global__ void rmsnorm_backward_kernel(T *__restrict__ dx, const T *__restrict_
             acc = fmaf(gd, v[j], acc);
         }
     }
-    float dot = group_sum<RT>(acc, scratch);
+    float dot = krow_group_sum<RT>(acc, scratch);
     float r = rstd[g.row];
     float c = __fdiv_rn(dot * r * r * r, (float)C);
     T *dxr = dx + g.row * C;
