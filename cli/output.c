@@ -24,9 +24,19 @@ int cli_error(const char *cmd, const char *fmt, ...)
     return CLI_EXIT_USAGE;
 }
 
+/* Plain decimal only: digits, sign, point, exponent.  strtod alone would
+ * also take leading blanks, hex ("0x10"), "inf" and "nan". */
+static int plain_decimal(const char *s)
+{
+    if (!s || !*s) return 0;
+    for (const char *c = s; *c; c++)
+        if (!strchr("0123456789+-.eE", *c)) return 0;
+    return 1;
+}
+
 int cli_parse_long(const char *s, long *out)
 {
-    if (!s || !*s) return -1;
+    if (!plain_decimal(s)) return -1;
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
@@ -42,7 +52,7 @@ int cli_parse_long(const char *s, long *out)
 
 int cli_parse_double(const char *s, double *out)
 {
-    if (!s || !*s) return -1;
+    if (!plain_decimal(s)) return -1;
     char *end;
     errno = 0;
     double v = strtod(s, &end);
@@ -66,7 +76,7 @@ int cli_outfile_open(cli_outfile *o, const char *cmd, const char *path)
     snprintf(o->tmp_path, sizeof o->tmp_path, "%s.tmp.%ld", path, (long)getpid());
     o->fp = fopen(o->tmp_path, "w");
     if (!o->fp) {
-        cli_error(cmd, "cannot write %s: %s", o->tmp_path, strerror(errno));
+        cli_error(cmd, "cannot write %s: %s", path, strerror(errno));
         return -1;
     }
     return 0;
