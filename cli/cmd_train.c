@@ -30,6 +30,7 @@ static void usage(FILE *fp)
         "         --muon-lr X (0.02)  --muon-momentum X (0.95)\n"
         "run:     --seed S (1337)  --val-every N (0: end only)  --val-batches N (4)  --log FILE.jsonl\n"
         "         --progress-every N (10)  --quiet  --peak-tflops X (MFU denominator; cuda on H100/H200: 989.4)\n"
+        "         --profile (synchronise after every slot; print where the time goes)\n"
         "ckpt:    --ckpt FILE  --ckpt-every N  --resume FILE (model and plan come from it)  --stop-after K\n"
         "         --max-seconds S (stop after S seconds of training; the schedule still assumes --steps)\n"
         "hooks:   --hash-slots S1,S2|all  --dump-slots S1,S2|all  --at-steps 0,10,...  --dump-dir DIR\n"
@@ -118,6 +119,10 @@ int cmd_train(int argc, char **argv)
         }
         if (strcmp(a, "--quiet") == 0) {
             quiet = 1;
+            continue;
+        }
+        if (strcmp(a, "--profile") == 0) {
+            c.profile = 1;
             continue;
         }
         if (strcmp(a, "--set") == 0) {

@@ -34,3 +34,11 @@ echo "== ulpscope probe --model a100 vs --model h100 (differing properties)"
 "$ulpscope" probe --model a100 --json "$dir/fp_a100.jsonl" >/dev/null
 "$ulpscope" probe --model h100 --json "$dir/fp_h100.jsonl" >/dev/null
 "$ulpscope" probe --diff "$dir/fp_a100.jsonl" "$dir/fp_h100.jsonl" | grep -E 'differs|compared'
+# trainer (H7): a tiny GPT on the embedded corpus on the CPU backend (seconds), every slot per the bf16 plan
+echo "== ulpscope train (gpt2, 2 layers, width 32, bf16 plan, embedded corpus, CPU backend)"
+"$ulpscope" train --steps 60 --width 32 --heads 2 --seq 32 --batch 4 --lr 3e-3 --warmup 5 --val-every 30 \
+    --progress-every 30 --log "$dir/train.jsonl"
+awk -F'[:,]' '/"record":"step"/ { for (i = 1; i < NF; i++) if ($i == "\"loss\"") l = $(i+1); if (!n++) first = l; last = l }
+    /"record":"final"/ { for (i = 1; i < NF; i++) if ($i == "\"val_loss\"") v = $(i+1) }
+    END { printf "train: %d steps in %s, loss %.3f -> %.3f, final val loss %.3f (uniform over bytes: 5.545)\n", n, FILENAME, first, last, v }' \
+    "$dir/train.jsonl"

@@ -216,6 +216,33 @@ static void test_corrupt_shards(void **state)
     free(t);
 }
 
+/* tinyshakespeare when it is there (../shared/data here, data/ on the GPU
+ * machine): every byte a token, the last tenth held out. */
+static void test_tinyshakespeare(void **state)
+{
+    (void)state;
+    const char *paths[] = {"../shared/data/tinyshakespeare.txt", "data/tinyshakespeare.txt"};
+    const char *path = NULL;
+    for (int i = 0; i < 2 && !path; i++)
+        if (access(paths[i], R_OK) == 0) path = paths[i];
+    if (!path) {
+        print_message("skipping: no tinyshakespeare.txt in ../shared/data or data\n");
+        skip();
+    }
+    FILE *fp = fopen(path, "rb");
+    fseek(fp, 0, SEEK_END);
+    long size = ftell(fp);
+    fclose(fp);
+    tdata d;
+    char err[512];
+    assert_int_equal(tdata_open(&d, path, 0.1, 0, err, sizeof err), 0);
+    assert_int_equal(d.vocab, 256);
+    assert_int_equal(d.train_tokens + d.val_tokens, size);
+    assert_int_equal(d.val_tokens, (int64_t)(0.1 * (double)size));
+    assert_int_equal(tdata_check_windows(&d, 1024, err, sizeof err), 0);
+    tdata_close(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -223,6 +250,7 @@ int main(void)
         cmocka_unit_test(test_batches_deterministic),
         cmocka_unit_test(test_shards),
         cmocka_unit_test(test_corrupt_shards),
+        cmocka_unit_test(test_tinyshakespeare),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

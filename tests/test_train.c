@@ -399,12 +399,14 @@ static void test_gpu_determinism(void **state)
     }
 }
 
-/* CPU and CUDA run the same plan on the same weights and batches.  Their
- * losses may differ only by where each rounds: the bound at step s is twice
- * the plan's own rounding effect on these inputs, measured on the CPU as
- * |L(plan) - L(fp32 plan)| (largest over steps 0..s): two implementations of
- * the plan each sit about that far from the unrounded computation.  Twin:
- * CUDA kernels with a planted dropped term must exceed it. */
+/* CPU and CUDA run the same plan on the same weights and batch.  Before any
+ * update (step 0: the loss and the gradient norm) they may differ only by
+ * where each rounds.  Each sits about as far from the unrounded computation
+ * as the plan's own rounding takes it, which the CPU measures on these very
+ * inputs as |X(plan) - X(fp32 plan)|; so the bound on |X(cuda) - X(cpu)| is
+ * twice that.  Later steps start from weights that already differ (a
+ * trajectory, not a bound): printed, not checked.  Twin: CUDA kernels with a
+ * planted dropped term must exceed the bound. */
 static int agree(tmodel_kind kind, unsigned long long seed, int planted)
 {
     ttrain_config c;
@@ -420,19 +422,24 @@ static int agree(tmodel_kind kind, unsigned long long seed, int planted)
     kernels_set_planted_bug(planted ? KBUG_DROP_TERM : KBUG_NONE);
     int st = ttrain_run(&c, &gpu);
     kernels_set_planted_bug(KBUG_NONE);
-    if (st) fail_msg("cuda run failed: %s", gpu.error);
-    int within = 1;
-    double delta = 0.0;
-    for (long s = 0; s < c.steps; s++) {
-        delta = fmax(delta, fabs(cpu.loss[s] - ref.loss[s]));
-        double diff = fabs(gpu.loss[s] - cpu.loss[s]);
-        print_message("%s%s step %ld: cpu %.9f cuda %.9f fp32 %.9f |cuda-cpu| %.3g bound %.3g\n",
-                      tmodel_kind_name(kind), planted ? " (planted drop-term)" : "", s, cpu.loss[s], gpu.loss[s],
-                      ref.loss[s], diff, 2 * delta);
-        within &= diff <= 2 * delta;
+    if (st == 3 && planted) {
+        /* the planted bug left an output unwritten (NaN): as far from agreeing as it gets */
+        print_message("%s (planted drop-term): %s\n", tmodel_kind_name(kind), gpu.error);
+        ttrain_result_free(&cpu), ttrain_result_free(&ref), ttrain_result_free(&gpu);
+        return 0;
     }
+    if (st) fail_msg("cuda run failed: %s", gpu.error);
+    const char *tag = planted ? " (planted drop-term)" : "";
+    for (long s = 0; s < c.steps; s++)
+        print_message("%s%s step %ld: loss cpu %.9f cuda %.9f fp32 %.9f; grad norm cpu %.7g cuda %.7g fp32 %.7g\n",
+                      tmodel_kind_name(kind), tag, s, cpu.loss[s], gpu.loss[s], ref.loss[s], cpu.grad_norm[s],
+                      gpu.grad_norm[s], ref.grad_norm[s]);
+    double dl = fabs(gpu.loss[0] - cpu.loss[0]), bl = 2 * fabs(cpu.loss[0] - ref.loss[0]);
+    double dg = fabs(gpu.grad_norm[0] - cpu.grad_norm[0]), bg = 2 * fabs(cpu.grad_norm[0] - ref.grad_norm[0]);
+    print_message("%s%s step 0: |loss cuda-cpu| %.3g (bound %.3g), |grad norm cuda-cpu| %.3g (bound %.3g)\n",
+                  tmodel_kind_name(kind), tag, dl, bl, dg, bg);
     ttrain_result_free(&cpu), ttrain_result_free(&ref), ttrain_result_free(&gpu);
-    return within;
+    return dl <= bl && dg <= bg;
 }
 
 static void test_gpu_cpu_agree(void **state)

@@ -505,7 +505,11 @@ static int wgrad(tmodel *m, tslot slot, ktensor *grad, const ktensor *a, int a_t
     kpath path = m->plan->slot[slot].path;
     int direct = m->plan->slot[TSLOT_GRAD_ACCUM].variant == TGRAD_ACCUM_GEMM_FP32 && grad->format == PREC_FP32 &&
                  (path == KPATH_BF16 || path == KPATH_FP16);
-    if (f == grad->format || direct) return be->matmul(be, slot, grad, a, a_trans, b, b_trans, 1);
+    if (f == grad->format || direct) {
+        TRY(be->matmul(be, slot, grad, a, a_trans, b, b_trans, 1));
+        OBS(slot, -1, "dW", grad);
+        return 0;
+    }
     ktensor *tmp = NULL;
     for (int i = 0; i < N_WGRAD_TMP; i++)
         if (m->wgrad_tmp[i].data && m->wgrad_tmp[i].format == f) tmp = &m->wgrad_tmp[i];
@@ -513,7 +517,9 @@ static int wgrad(tmodel *m, tslot slot, ktensor *grad, const ktensor *a, int a_t
                                    prec_format_name(f));
     ktensor t = view(m, tmp, 0, grad->shape[0], grad->ndim > 1 ? grad->shape[1] : 1);
     TRY(be->matmul(be, slot, &t, a, a_trans, b, b_trans, 0));
-    return be->accumulate(be, TSLOT_GRAD_ACCUM, grad, &t);
+    TRY(be->accumulate(be, TSLOT_GRAD_ACCUM, grad, &t));
+    OBS(slot, -1, "dW", grad);
+    return 0;
 }
 
 static int forward(tmodel *m, double dloss)
@@ -596,12 +602,13 @@ static int backward(tmodel *m)
     int L = c->n_layer;
     if (gpt2) {
         TRY(be->matmul(be, TSLOT_LM_HEAD_DGRAD, &m->dlnf, &m->dlogits, 0, pw(m, m->p_wte), 0, 0)); /* [BT,V][V,C] */
+        OBS(TSLOT_LM_HEAD_DGRAD, -1, "dx", &m->dlnf);
         TRY(wgrad(m, TSLOT_LM_HEAD_WGRAD, pg(m, m->p_wte), &m->dlogits, 1, &m->lnf, 0));         /* [V,BT][BT,C] */
     } else {
         TRY(be->matmul(be, TSLOT_LM_HEAD_DGRAD, &m->dlnf, &m->dlogits, 0, &m->wlm, 1, 0));        /* [BT,V][C,V]^T */
+        OBS(TSLOT_LM_HEAD_DGRAD, -1, "dx", &m->dlnf);
         TRY(wgrad(m, TSLOT_LM_HEAD_WGRAD, &m->dwlm, &m->lnf, 1, &m->dlogits, 0));                 /* [C,BT][BT,V] */
     }
-    OBS(TSLOT_LM_HEAD_DGRAD, -1, "dx", &m->dlnf);
     const ktensor *xL = L ? &m->layers[L - 1].out : &m->emb;
     TRY(be->norm_bwd(be, TSLOT_NORM_FINAL, &m->dres, pg(m, m->p_lnf_g), pg(m, m->p_lnf_b), &m->dlnf, xL,
                      pw(m, m->p_lnf_g), gpt2 ? &m->lnf_mean : NULL, &m->lnf_rstd));

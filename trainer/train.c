@@ -69,6 +69,9 @@ typedef struct {
     int found;
     char where_slot[48], where_tensor[48];
     int where_layer;
+    double prof_ms[TSLOT_COUNT + 2]; /* per slot, then the optimizer and the rest of the step */
+    double prof_last;
+    int prof_on;            /* inside a training step (validation is not profiled) */
     unsigned char *buf;     /* host copy of a tensor image */
     size_t buf_len;
     int failed;             /* an observer hit an I/O error */
@@ -163,10 +166,24 @@ static int dump_tensor(run_ctx *c, tslot slot, int layer, const char *tensor, co
     return 0;
 }
 
-/* The model's observer: hooks and the non-finite audit. */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The model's observer: hooks, profiling and the non-finite audit. */
 static int observe(void *ctx, tslot slot, int layer, const char *tensor, const ktensor *t)
 {
     run_ctx *c = ctx;
+    if (c->prof_on) {
+        /* the time since the previous slot finished is this slot's */
+        if (c->be->sync(c->be)) return -1;
+        double t = now_s();
+        c->prof_ms[slot] += 1e3 * (t - c->prof_last);
+        c->prof_last = t;
+    }
     if (c->audit) {
         int64_t bad = 0;
         if (c->be->count_nonfinite(c->be, t, &bad)) return -1;
@@ -210,12 +227,6 @@ static double lr_factor(const ttrain_config *c, long s)
 
 /* ---- pieces of a step ------------------------------------------------------------------- */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int run_micro_batches(run_ctx *c, const tdata *d, int32_t *tok, int32_t *tgt, double dloss, double *loss)
 {
@@ -494,6 +505,7 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
     double time_sum = 0.0;
     long timed_steps = 0;
     long last = cfg->stop_after > 0 && cfg->stop_after < cfg->steps ? cfg->stop_after : cfg->steps;
+    long first_step = st.steps_done;
     for (long s = st.steps_done; s < last; s++) {
         /* plan switches scheduled for this step */
         for (int i = 0; i < cfg->n_switches; i++) {
@@ -514,6 +526,8 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
             }
         }
         double t0 = now_s();
+        c.prof_last = t0;
+        c.prof_on = cfg->profile;
         c.step = s;
         c.hooks_now = at_hook_step(cfg, s);
         double dloss = st.loss_scale / tokens_per_step;
@@ -567,6 +581,11 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
             }
         }
         double lrf = lr_factor(cfg, s), lr = cfg->lr * lrf;
+        if (cfg->profile && be->sync(be) == 0) {
+            double t = now_s();
+            c.prof_ms[TSLOT_COUNT + 1] += 1e3 * (t - c.prof_last); /* grad sync, all-reduce, norm */
+            c.prof_last = t;
+        }
         if (!skip) {
             double clip = cfg->grad_clip > 0 && gnorm > cfg->grad_clip ? cfg->grad_clip / gnorm : 1.0;
             double grad_scale = clip / st.loss_scale;
@@ -595,6 +614,8 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
             goto done;
         }
         double ms = 1e3 * (now_s() - t0);
+        if (cfg->profile) c.prof_ms[TSLOT_COUNT] += 1e3 * (now_s() - c.prof_last);
+        c.prof_on = 0;
         res->step_ms[s] = ms;
         res->train_seconds += ms * 1e-3;
         int out_of_time = cfg->max_seconds > 0 && res->train_seconds >= cfg->max_seconds;
@@ -632,7 +653,7 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
             fprintf(log, ",\"skipped\":%s}\n", skip ? "true" : "false");
         }
         if (cfg->progress && cfg->rank == 0 &&
-            (s == st.steps_done - 1 || (cfg->progress_every > 0 && (s + 1) % cfg->progress_every == 0) ||
+            (s == first_step || (cfg->progress_every > 0 && (s + 1) % cfg->progress_every == 0) ||
              s + 1 == last || !isnan(val))) {
             fprintf(cfg->progress, "step %5ld/%ld | loss %.4f", s + 1, cfg->steps, loss);
             if (!isnan(val)) fprintf(cfg->progress, " | val %.4f", val);
@@ -656,6 +677,18 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
     if (timed_steps) {
         res->tokens_per_s = tokens_per_step / (time_sum / timed_steps * 1e-3);
         res->mfu = cfg->peak_flops > 0 ? flops_per_token * res->tokens_per_s / cfg->peak_flops : NAN;
+    }
+    if (cfg->profile && cfg->progress) {
+        double total = 0;
+        for (int i = 0; i < TSLOT_COUNT + 2; i++) total += c.prof_ms[i];
+        fprintf(cfg->progress, "where the steps' time went (synchronised after every slot; a slot's time runs from "
+                               "the previous slot's end):\n");
+        for (int i = 0; i < TSLOT_COUNT + 2; i++) {
+            if (c.prof_ms[i] <= 0) continue;
+            const char *name = i < TSLOT_COUNT ? tslot_get((tslot)i)->name
+                               : i == TSLOT_COUNT ? "optimizer update" : "grad norm, all-reduce";
+            fprintf(cfg->progress, "  %-24s %10.2f ms  %5.1f%%\n", name, c.prof_ms[i], 100 * c.prof_ms[i] / total);
+        }
     }
     res->param_hash = state_hash(&c);
     res->peak_bytes = be->peak_bytes;

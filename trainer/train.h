@@ -59,6 +59,7 @@ typedef struct {
     int val_batches;
     const char *log_path;   /* JSON Lines; NULL: none */
     FILE *progress;         /* readable progress lines; NULL: none */
+    int profile;            /* synchronise after every slot and print where a step's time goes */
     long progress_every;
     double peak_flops;      /* for MFU; 0: not reported */
     const char *ckpt_path;  /* written atomically every ckpt_every steps and at the end */
