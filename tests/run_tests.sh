@@ -6,9 +6,12 @@ passed=0; failed=0; skipped=0; broken=""
 log=$(mktemp); trap 'rm -f "$log"' EXIT
 for bin in "$@"; do
     echo "== $bin"
+    t0=$(date +%s.%N)
     "$bin" >"$log" 2>&1
     rc=$?
+    t1=$(date +%s.%N)
     cat "$log"
+    awk -v a="$t0" -v b="$t1" -v n="$bin" 'BEGIN { printf "== %s: %.1f s\n", n, b - a }'
     p=$(sed -n 's/^\[  PASSED  \] \([0-9][0-9]*\) test(s)\..*/\1/p' "$log" | tail -n 1)
     f=$(sed -n 's/^\[  FAILED  \] \([0-9][0-9]*\) test(s).*/\1/p' "$log" | tail -n 1)
     s=$(sed -n 's/^\[  SKIPPED \] \([0-9][0-9]*\) test(s).*/\1/p' "$log" | tail -n 1)
