@@ -389,6 +389,11 @@ static int parse_choice(const tplan *p, tslot s, const char *value, tslot_choice
             snprintf(opname, sizeof opname, "%s", vs);
             vname = NULL;
         }
+        /* short names people use for the matmul siblings: lm_head=fp8:fast */
+        static const struct { const char *alias, *op; } family_aliases[] = {
+            {"fast", "matmul_fast"}, {"blockwise", "matmul_block_fp8"}};
+        for (size_t a = 0; a < sizeof family_aliases / sizeof family_aliases[0]; a++)
+            if (strcmp(opname, family_aliases[a].alias) == 0) snprintf(opname, sizeof opname, "%s", family_aliases[a].op);
         /* a sibling op named (with or without a variant), else a variant of the slot's op */
         opk = -1;
         for (int k = 0; tslot_family_op(s, p->model, k); k++)
