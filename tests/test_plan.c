@@ -61,7 +61,7 @@ static void test_override_errors(void **state)
     assert_int_equal(tplan_init(&p, "bf16", TMODEL_GPT2, err, sizeof err), 0);
     expect_error(&p, "lm_hed=fp8", "lm_hed", "lm_head");                       /* unknown slot: lists slots */
     expect_error(&p, "lm_head=fp7", "fp7", "fp32, bf16, fp16, fp8");             /* unknown path */
-    expect_error(&p, "lm_head=fp8:fast", "fast", "split_k");                     /* unknown variant */
+    expect_error(&p, "lm_head=fp8:fastest", "fastest", "split_k");               /* unknown variant */
     expect_error(&p, "lm_head", "lm_head", "SLOT=PATH");                        /* malformed */
     expect_error(&p, "rope=bf16", "rope", "norm.attn");                         /* not a gpt2 slot */
     expect_error(&p, "norm.mlp=bf16:nope", "nope", "two_pass");                 /* the registry's variants */
@@ -220,8 +220,11 @@ static void test_cli(void **state)
     assert_non_null(strstr(out, "fp9"));
     assert_non_null(strstr(out, "fp32, bf16, fp16, fp8"));
     assert_null(strchr(strchr(out, '\n') + 1, '\n')); /* one line */
-    assert_int_equal(run_cli("--set lm_head=fp8:fast", out, sizeof out), 2);
+    assert_int_equal(run_cli("--set lm_head=fp8:fastest", out, sizeof out), 2);
     assert_non_null(strstr(out, "matmul_fast"));
+    /* the issue's own example: 'fast' names the fast-accumulation sibling */
+    assert_int_equal(run_cli("--model modern --set lm_head=fp8:fast,rmsnorm=bf16:llama", out, sizeof out), 0);
+    assert_non_null(strstr(out, "\"lm_head\":\"fp8:matmul_fast.fused\""));
     assert_int_equal(run_cli("--model gpt3", out, sizeof out), 2);
 }
 
