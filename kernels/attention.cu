@@ -149,59 +149,215 @@ __global__ void dkv_naive_kernel(const T *dS, const T *P, const T *q, const T *d
 }
 
 // ---- flash -----------------------------------------------------------------------
+//
+// The arithmetic is that of one warp per row (each lane scoring one key of a
+// tile of 32, keys in increasing order); the blocking only changes who does
+// it and where the operands come from.  A block of FL_THREADS threads owns
+// FL_ROWS consecutive rows of one head (query rows for the forward and dq,
+// key rows for dk and dv) and walks the other side in tiles of KATT_TILE rows
+// staged in shared memory as fp32 (the conversions are exact), so K and V (Q
+// and dout) are read from global memory once per block instead of once per
+// row.  What stays fixed, per output element:
+//   - a score or dout . v is a sequential fma chain over d from +0;
+//   - the forward's online softmax handles a tile of 32 keys in one warp per
+//     query row, lane = key, with the same butterflies (warp_max, kwarp_sum)
+//     and the same update of m, l and the accumulator;
+//   - o's tile partials, dq, dk and dv are sequential fma chains over the keys
+//     (queries) in increasing order.
+// Thread roles (tid = 16 rg + cg):
+//   pair phase   rows rg + 16a (a < 4) against tile rows cg + 16b (b < 2)
+//   accumulate   rows rg + 16a, columns 4 cg + 64 h + c (h < DMAX / 64, c < 4)
+// Shared rows are fp32 with stride fl_ld(D) = round4(D) + 4: 16-byte aligned
+// for float4 reads, and 8 consecutive rows fall in 8 distinct groups of 4
+// banks.  The pair tiles have stride FL_PAIR_LD = 48, so the two rows a warp
+// writes in the pair phase use disjoint banks.
 
-// One warp per query row: keys in tiles of 32 (lane l scores key j0 + l), a
-// running max m, sum l and accumulator acc (lane owns d = lane + 32 r),
-// rescaled by exp(m_old - m_new) when a tile raises the max.
-template <class T, int EXP2>
-__global__ void __launch_bounds__(WARPS * 32)
+static const int FL_ROWS = 64, FL_THREADS = 256, FL_PAIR_LD = 48;
+
+__host__ __device__ __forceinline__ int fl_ld(int D) { return (D + 3) / 4 * 4 + 4; }
+
+// dst[r][c] = src[r][c] for r < valid, c < D; 0 up to rows x round4(D).
+// Consecutive threads read consecutive elements of the contiguous [rows, D] block.
+template <class T> __device__ __forceinline__ void fl_stage(float *dst, int ld, const T *src, int rows, int valid, int D)
+{
+    const int Dp = (D + 3) / 4 * 4;
+    for (int e = threadIdx.x; e < rows * Dp; e += FL_THREADS) {
+        const int r = e / Dp, c = e - r * Dp;
+        dst[r * ld + c] = r < valid && c < D ? kto_float(src[(int64_t)r * D + c]) : 0.0f;
+    }
+}
+
+// dot[a][b] = A[rg + 16a] . B[cg + 16b] over d < n: a sequential fma chain from +0.
+__device__ __forceinline__ void fl_dots(const float *A, const float *B, int ld, int n, int rg, int cg,
+                                        float (&dot)[4][2])
+{
+#pragma unroll
+    for (int a = 0; a < 4; a++) dot[a][0] = dot[a][1] = 0.0f;
+    int d = 0;
+    for (; d + 4 <= n; d += 4) {
+        float4 x[4], y[2];
+#pragma unroll
+        for (int a = 0; a < 4; a++) x[a] = *(const float4 *)(A + (rg + 16 * a) * ld + d);
+#pragma unroll
+        for (int b = 0; b < 2; b++) y[b] = *(const float4 *)(B + (cg + 16 * b) * ld + d);
+#pragma unroll
+        for (int a = 0; a < 4; a++)
+#pragma unroll
+            for (int b = 0; b < 2; b++) {
+                dot[a][b] = __fmaf_rn(x[a].x, y[b].x, dot[a][b]);
+                dot[a][b] = __fmaf_rn(x[a].y, y[b].y, dot[a][b]);
+                dot[a][b] = __fmaf_rn(x[a].z, y[b].z, dot[a][b]);
+                dot[a][b] = __fmaf_rn(x[a].w, y[b].w, dot[a][b]);
+            }
+    }
+    for (; d < n; d++)
+#pragma unroll
+        for (int a = 0; a < 4; a++)
+#pragma unroll
+            for (int b = 0; b < 2; b++) dot[a][b] = __fmaf_rn(A[(rg + 16 * a) * ld + d], B[(cg + 16 * b) * ld + d], dot[a][b]);
+}
+
+// acc[a][h][c] = fma(W[rg + 16a][t], X[t][4 cg + 64 h + c], acc[a][h][c]) for
+// t = 0 .. KATT_TILE-1 in order, where lo[a] <= t <= hi[a].  W: [FL_ROWS][FL_PAIR_LD].
+template <int NH>
+__device__ __forceinline__ void fl_accumulate(const float *W, const float *X, int ld, int D, const int (&lo)[4],
+                                              const int (&hi)[4], int rg, int cg, float (&acc)[4][NH][4])
+{
+    const int Dp = (D + 3) / 4 * 4;
+    for (int t4 = 0; t4 < KATT_TILE; t4 += 4) {
+        float4 w[4];
+#pragma unroll
+        for (int a = 0; a < 4; a++) w[a] = *(const float4 *)(W + (rg + 16 * a) * FL_PAIR_LD + t4);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int t = t4 + u;
+            float4 x[NH];
+#pragma unroll
+            for (int h = 0; h < NH; h++)
+                x[h] = 4 * cg + 64 * h < Dp ? *(const float4 *)(X + t * ld + 4 * cg + 64 * h)
+                                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int a = 0; a < 4; a++) {
+                const float wa = u == 0 ? w[a].x : u == 1 ? w[a].y : u == 2 ? w[a].z : w[a].w;
+                if (t < lo[a] || t > hi[a]) continue;
+#pragma unroll
+                for (int h = 0; h < NH; h++) {
+                    acc[a][h][0] = __fmaf_rn(wa, x[h].x, acc[a][h][0]);
+                    acc[a][h][1] = __fmaf_rn(wa, x[h].y, acc[a][h][1]);
+                    acc[a][h][2] = __fmaf_rn(wa, x[h].z, acc[a][h][2]);
+                    acc[a][h][3] = __fmaf_rn(wa, x[h].w, acc[a][h][3]);
+                }
+            }
+        }
+    }
+}
+
+// Stores rows rg + 16a (< rows) of a [rows, D] block: dst[r][col] = f(acc, r).
+template <class T, int NH, class F>
+__device__ __forceinline__ void fl_store(T *dst, int rows, int D, int rg, int cg, const float (&acc)[4][NH][4], F f)
+{
+#pragma unroll
+    for (int a = 0; a < 4; a++) {
+        const int r = rg + 16 * a;
+        if (r >= rows) continue;
+#pragma unroll
+        for (int h = 0; h < NH; h++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int col = 4 * cg + 64 * h + c;
+                if (col < D) dst[(int64_t)r * D + col] = f(acc[a][h][c], r);
+            }
+    }
+}
+
+// Forward: a block owns query rows [i_lo, i_lo + 64) of head bh, key tiles
+// j0 = 0, 32, ... up to its last row.  Per tile: scores (pair phase), the
+// softmax update (warp w owns rows 8w .. 8w+7, lane = key), then the tile's
+// partial pt = sum_t p_t v_t (keys j0 + t <= i, in order) and
+// acc = fma(acc, corr, pt).  o = acc / l, lse = m + log l.
+template <class T, int EXP2, int DMAX>
+__global__ void __launch_bounds__(FL_THREADS)
     flash_fwd_kernel(const T *q, const T *k, const T *v, int64_t BH, int Tn, int D, float scale, T *o, float *lse,
                      int bug)
 {
-    __shared__ float qs[WARPS][KATT_MAX_D];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t row = blockIdx.x * (int64_t)WARPS + warp;
-    if (row >= BH * Tn) return;
-    const int64_t bh = row / Tn;
-    const int i = (int)(row % Tn), Dd = bug == KBUG_DROP_TERM ? D - 1 : D;
+    constexpr int NH = DMAX / 64;
+    extern __shared__ float4 fl_smem[];
+    const int ld = fl_ld(D);
+    float *Qs = (float *)fl_smem, *Ks = Qs + FL_ROWS * ld, *Vs = Ks + KATT_TILE * ld, *Ps = Vs + KATT_TILE * ld;
+    float *corr_s = Ps + FL_ROWS * FL_PAIR_LD, *l_s = corr_s + FL_ROWS;
+    const int tiles = (Tn + FL_ROWS - 1) / FL_ROWS;
+    const int64_t bh = blockIdx.x % BH;
+    const int i_lo = (tiles - 1 - (int)(blockIdx.x / BH)) * FL_ROWS; // the longest rows first
+    const int rows = min(FL_ROWS, Tn - i_lo);
+    const int tid = threadIdx.x, rg = tid >> 4, cg = tid & 15, warp = tid >> 5, lane = tid & 31;
+    const int Dd = bug == KBUG_DROP_TERM ? D - 1 : D;
     const T *kb = k + bh * Tn * D, *vb = v + bh * Tn * D;
-    for (int d = lane; d < D; d += 32) qs[warp][d] = kto_float(q[row * D + d]);
-    __syncwarp();
+    fl_stage(Qs, ld, q + (bh * Tn + i_lo) * D, FL_ROWS, rows, D);
     const float sc = EXP2 ? __fmul_rn(scale, kLog2eF) : scale; // scores in log2 units for exp2
-    float m = -INFINITY, l = 0.0f, acc[KATT_MAX_D / 32] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int j0 = 0; j0 <= i; j0 += KATT_TILE) {
-        const int j = j0 + lane;
-        float s = -INFINITY;
-        if (j <= i) {
-            const T *kj = kb + (int64_t)j * D;
-            float dot = 0.0f;
-            for (int d = 0; d < Dd; d++) dot = __fmaf_rn(qs[warp][d], kto_float(kj[d]), dot);
-            s = __fmul_rn(dot, sc);
-        }
-        const float m_new = fmaxf(m, warp_max(s)); // finite: key j0 <= i is in every tile
-        const float p = j <= i ? kexp<EXP2>(__fsub_rn(s, m_new)) : 0.0f;
-        const float corr = kexp<EXP2>(__fsub_rn(m, m_new)); // 0 on the first tile
-        l = __fmaf_rn(l, corr, kwarp_sum(p));
-        float pt[KATT_MAX_D / 32] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int t = 0; t < KATT_TILE; t++) {
-            const float pl = __shfl_sync(0xffffffffu, p, t);
-            if (j0 + t > i) break;
-            const T *vj = vb + (int64_t)(j0 + t) * D;
+    float m[8], l[8], acc[4][NH][4];
 #pragma unroll
-            for (int r = 0; r < KATT_MAX_D / 32; r++)
-                if (lane + 32 * r < D) pt[r] = __fmaf_rn(pl, kto_float(vj[lane + 32 * r]), pt[r]);
-        }
+    for (int rr = 0; rr < 8; rr++) m[rr] = -INFINITY, l[rr] = 0.0f;
 #pragma unroll
-        for (int r = 0; r < KATT_MAX_D / 32; r++) acc[r] = __fmaf_rn(acc[r], corr, pt[r]);
-        m = m_new;
+    for (int a = 0; a < 4; a++)
+#pragma unroll
+        for (int h = 0; h < NH; h++) acc[a][h][0] = acc[a][h][1] = acc[a][h][2] = acc[a][h][3] = 0.0f;
+    for (int j0 = 0; j0 < i_lo + rows; j0 += KATT_TILE) {
+        __syncthreads(); // the previous tile's readers are done
+        fl_stage(Ks, ld, kb + (int64_t)j0 * D, KATT_TILE, min(KATT_TILE, Tn - j0), D);
+        fl_stage(Vs, ld, vb + (int64_t)j0 * D, KATT_TILE, min(KATT_TILE, Tn - j0), D);
+        __syncthreads();
+        float dot[4][2];
+        fl_dots(Qs, Ks, ld, Dd, rg, cg, dot);
+#pragma unroll
+        for (int a = 0; a < 4; a++)
+#pragma unroll
+            for (int b = 0; b < 2; b++) Ps[(rg + 16 * a) * FL_PAIR_LD + cg + 16 * b] = __fmul_rn(dot[a][b], sc);
+        __syncthreads();
+#pragma unroll
+        for (int rr = 0; rr < 8; rr++) {
+            const int r = 8 * warp + rr, i = i_lo + r, j = j0 + lane;
+            if (r >= rows || j0 > i) continue; // warp-uniform
+            const float s = j <= i ? Ps[r * FL_PAIR_LD + lane] : -INFINITY;
+            const float m_new = fmaxf(m[rr], warp_max(s)); // finite: key j0 <= i is in the tile
+            const float p = j <= i ? kexp<EXP2>(__fsub_rn(s, m_new)) : 0.0f;
+            const float corr = kexp<EXP2>(__fsub_rn(m[rr], m_new)); // 0 on the first tile
+            l[rr] = __fmaf_rn(l[rr], corr, kwarp_sum(p));
+            m[rr] = m_new;
+            Ps[r * FL_PAIR_LD + lane] = p;
+            if (lane == 0) corr_s[r] = corr;
+        }
+        __syncthreads();
+        int lo[4], hi[4];
+        float pt[4][NH][4];
+#pragma unroll
+        for (int a = 0; a < 4; a++) {
+            lo[a] = 0;
+            hi[a] = rg + 16 * a < rows ? i_lo + rg + 16 * a - j0 : -1;
+#pragma unroll
+            for (int h = 0; h < NH; h++) pt[a][h][0] = pt[a][h][1] = pt[a][h][2] = pt[a][h][3] = 0.0f;
+        }
+        fl_accumulate<NH>(Ps, Vs, ld, D, lo, hi, rg, cg, pt);
+#pragma unroll
+        for (int a = 0; a < 4; a++) {
+            if (hi[a] < 0) continue; // the row ended before this tile
+            const float corr = corr_s[rg + 16 * a];
+#pragma unroll
+            for (int h = 0; h < NH; h++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[a][h][c] = __fmaf_rn(acc[a][h][c], corr, pt[a][h][c]);
+        }
     }
 #pragma unroll
-    for (int r = 0; r < KATT_MAX_D / 32; r++)
-        if (lane + 32 * r < D) o[row * D + lane + 32 * r] = kfrom_float<T>(__fdiv_rn(acc[r], l), bug);
-    if (lane == 0) {
-        float L = EXP2 ? __fmul_rn(__fadd_rn(m, log2f(l)), kLn2F) : __fadd_rn(m, logf(l));
-        lse[row] = kfrom_float<float>(L, bug);
+    for (int rr = 0; rr < 8; rr++) {
+        const int r = 8 * warp + rr;
+        if (r >= rows || lane != 0) continue;
+        l_s[r] = l[rr];
+        const float L = EXP2 ? __fmul_rn(__fadd_rn(m[rr], log2f(l[rr])), kLn2F) : __fadd_rn(m[rr], logf(l[rr]));
+        lse[bh * Tn + i_lo + r] = kfrom_float<float>(L, bug);
     }
+    __syncthreads();
+    fl_store<T, NH>(o + (bh * Tn + i_lo) * D, rows, D, rg, cg, acc,
+                    [&](float x, int r) { return kfrom_float<T>(__fdiv_rn(x, l_s[r]), bug); });
 }
 
 // delta[row] = sum_d dout_d o_d (one warp per row: strided partials, butterfly)
@@ -216,112 +372,144 @@ template <class T> __global__ void delta_kernel(const T *dout, const T *o, int64
     if (lane == 0) delta[row] = s;
 }
 
-// The score, probability and dS of key row kj against query row (qrow, grow):
-// p = exp(s - lse), ds = p (dout . v - delta).
-template <class T, int EXP2>
-__device__ __forceinline__ void flash_p_ds(const float *qrow, const float *grow, const T *kj, const T *vj, int D,
-                                           int Dd, float sc, float lse_row, float delta, float &p, float &ds)
+// The probability of a (query, key) pair from its score's dot product:
+// p = exp(dot sc - lse), lse_row in the kernel's units (log2 for exp2).
+template <int EXP2> __device__ __forceinline__ float fl_p(float dot, float sc, float lse_row)
 {
-    float dot = 0.0f, dp = 0.0f;
-    for (int d = 0; d < Dd; d++) dot = __fmaf_rn(qrow[d], kto_float(kj[d]), dot);
-    for (int d = 0; d < D; d++) dp = __fmaf_rn(grow[d], kto_float(vj[d]), dp);
-    p = kexp<EXP2>(__fsub_rn(__fmul_rn(dot, sc), lse_row));
-    ds = __fmul_rn(p, __fsub_rn(dp, delta));
+    return kexp<EXP2>(__fsub_rn(__fmul_rn(dot, sc), lse_row));
 }
 
-// dq: one warp per query row, keys in tiles; dq = scale sum_j ds_ij k_j.
-template <class T, int EXP2>
-__global__ void __launch_bounds__(WARPS * 32)
+// lse (in log2 units for exp2) and delta of query rows [i0, i0 + n) into shared memory (0 past the end).
+template <int EXP2>
+__device__ __forceinline__ void fl_stage_rowstats(float *lse_s, float *delta_s, const float *lse, const float *delta,
+                                                  int64_t row0, int n, int valid)
+{
+    for (int r = threadIdx.x; r < n; r += FL_THREADS) {
+        lse_s[r] = r < valid ? (EXP2 ? __fmul_rn(lse[row0 + r], kLog2eF) : lse[row0 + r]) : 0.0f;
+        delta_s[r] = r < valid ? delta[row0 + r] : 0.0f;
+    }
+}
+
+// dq: a block owns query rows [i_lo, i_lo + 64), key tiles j0 = 0, 32, ...;
+// dq_i = scale sum_{j <= i} ds_ij k_j, one fma chain over j in order.
+template <class T, int EXP2, int DMAX>
+__global__ void __launch_bounds__(FL_THREADS)
     flash_dq_kernel(const T *q, const T *k, const T *v, const T *dout, const float *lse, const float *delta,
                     int64_t BH, int Tn, int D, float scale, T *dq, int bug)
 {
-    __shared__ float qs[WARPS][KATT_MAX_D], gs[WARPS][KATT_MAX_D];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t row = blockIdx.x * (int64_t)WARPS + warp;
-    if (row >= BH * Tn) return;
-    const int64_t bh = row / Tn;
-    const int i = (int)(row % Tn), Dd = bug == KBUG_DROP_TERM ? D - 1 : D;
+    constexpr int NH = DMAX / 64;
+    extern __shared__ float4 fl_smem[];
+    const int ld = fl_ld(D);
+    float *Qs = (float *)fl_smem, *Gs = Qs + FL_ROWS * ld, *Ks = Gs + FL_ROWS * ld, *Vs = Ks + KATT_TILE * ld;
+    float *DSs = Vs + KATT_TILE * ld, *lse_s = DSs + FL_ROWS * FL_PAIR_LD, *delta_s = lse_s + FL_ROWS;
+    const int tiles = (Tn + FL_ROWS - 1) / FL_ROWS;
+    const int64_t bh = blockIdx.x % BH;
+    const int i_lo = (tiles - 1 - (int)(blockIdx.x / BH)) * FL_ROWS; // the longest rows first
+    const int rows = min(FL_ROWS, Tn - i_lo);
+    const int tid = threadIdx.x, rg = tid >> 4, cg = tid & 15;
+    const int Dd = bug == KBUG_DROP_TERM ? D - 1 : D;
     const T *kb = k + bh * Tn * D, *vb = v + bh * Tn * D;
-    for (int d = lane; d < D; d += 32) {
-        qs[warp][d] = kto_float(q[row * D + d]);
-        gs[warp][d] = kto_float(dout[row * D + d]);
-    }
-    __syncwarp();
+    fl_stage(Qs, ld, q + (bh * Tn + i_lo) * D, FL_ROWS, rows, D);
+    fl_stage(Gs, ld, dout + (bh * Tn + i_lo) * D, FL_ROWS, rows, D);
+    fl_stage_rowstats<EXP2>(lse_s, delta_s, lse, delta, bh * Tn + i_lo, FL_ROWS, rows);
     const float sc = EXP2 ? __fmul_rn(scale, kLog2eF) : scale;
-    const float lse_row = EXP2 ? __fmul_rn(lse[row], kLog2eF) : lse[row], dl = delta[row];
-    float acc[KATT_MAX_D / 32] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int j0 = 0; j0 <= i; j0 += KATT_TILE) {
-        const int j = j0 + lane;
-        float p = 0.0f, ds = 0.0f;
-        if (j <= i)
-            flash_p_ds<T, EXP2>(qs[warp], gs[warp], kb + (int64_t)j * D, vb + (int64_t)j * D, D, Dd, sc, lse_row, dl,
-                                p, ds);
-        for (int t = 0; t < KATT_TILE; t++) {
-            const float dsl = __shfl_sync(0xffffffffu, ds, t);
-            if (j0 + t > i) break;
-            const T *kj = kb + (int64_t)(j0 + t) * D;
+    float acc[4][NH][4];
+    int lo[4], hi[4];
 #pragma unroll
-            for (int r = 0; r < KATT_MAX_D / 32; r++)
-                if (lane + 32 * r < D) acc[r] = __fmaf_rn(dsl, kto_float(kj[lane + 32 * r]), acc[r]);
+    for (int a = 0; a < 4; a++)
+#pragma unroll
+        for (int h = 0; h < NH; h++) acc[a][h][0] = acc[a][h][1] = acc[a][h][2] = acc[a][h][3] = 0.0f;
+    for (int j0 = 0; j0 < i_lo + rows; j0 += KATT_TILE) {
+        __syncthreads();
+        fl_stage(Ks, ld, kb + (int64_t)j0 * D, KATT_TILE, min(KATT_TILE, Tn - j0), D);
+        fl_stage(Vs, ld, vb + (int64_t)j0 * D, KATT_TILE, min(KATT_TILE, Tn - j0), D);
+        __syncthreads();
+        float dot[4][2], dp[4][2];
+        fl_dots(Qs, Ks, ld, Dd, rg, cg, dot);
+        fl_dots(Gs, Vs, ld, D, rg, cg, dp);
+#pragma unroll
+        for (int a = 0; a < 4; a++)
+#pragma unroll
+            for (int b = 0; b < 2; b++) {
+                const int r = rg + 16 * a;
+                const float p = fl_p<EXP2>(dot[a][b], sc, lse_s[r]);
+                DSs[r * FL_PAIR_LD + cg + 16 * b] = __fmul_rn(p, __fsub_rn(dp[a][b], delta_s[r]));
+            }
+        __syncthreads();
+#pragma unroll
+        for (int a = 0; a < 4; a++) {
+            lo[a] = 0;
+            hi[a] = rg + 16 * a < rows ? i_lo + rg + 16 * a - j0 : -1;
         }
+        fl_accumulate<NH>(DSs, Ks, ld, D, lo, hi, rg, cg, acc);
     }
-#pragma unroll
-    for (int r = 0; r < KATT_MAX_D / 32; r++)
-        if (lane + 32 * r < D) dq[row * D + lane + 32 * r] = kfrom_float<T>(__fmul_rn(acc[r], scale), bug);
+    fl_store<T, NH>(dq + (bh * Tn + i_lo) * D, rows, D, rg, cg, acc,
+                    [&](float x, int) { return kfrom_float<T>(__fmul_rn(x, scale), bug); });
 }
 
-// dk, dv: one warp per key row j, queries i >= j in tiles of 32.
-template <class T, int EXP2>
-__global__ void __launch_bounds__(WARPS * 32)
+// dk, dv: a block owns key rows [j_lo, j_lo + 64), query tiles i0 = j_lo,
+// j_lo + 32, ...; dk_j = scale sum_{i >= j} ds_ij q_i, dv_j = sum_{i >= j}
+// p_ij dout_i, each one fma chain over i in order.
+template <class T, int EXP2, int DMAX>
+__global__ void __launch_bounds__(FL_THREADS)
     flash_dkv_kernel(const T *q, const T *k, const T *v, const T *dout, const float *lse, const float *delta,
                      int64_t BH, int Tn, int D, float scale, T *dk, T *dv, int bug)
 {
-    __shared__ float ks[WARPS][KATT_MAX_D], vs[WARPS][KATT_MAX_D];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t row = blockIdx.x * (int64_t)WARPS + warp;
-    if (row >= BH * Tn) return;
-    const int64_t bh = row / Tn;
-    const int j = (int)(row % Tn), Dd = bug == KBUG_DROP_TERM ? D - 1 : D;
+    constexpr int NH = DMAX / 64;
+    extern __shared__ float4 fl_smem[];
+    const int ld = fl_ld(D);
+    float *Ks = (float *)fl_smem, *Vs = Ks + FL_ROWS * ld, *Qs = Vs + FL_ROWS * ld, *Gs = Qs + KATT_TILE * ld;
+    float *Pt = Gs + KATT_TILE * ld, *DSt = Pt + FL_ROWS * FL_PAIR_LD, *lse_s = DSt + FL_ROWS * FL_PAIR_LD,
+          *delta_s = lse_s + KATT_TILE;
+    const int64_t bh = blockIdx.x % BH;
+    const int j_lo = (int)(blockIdx.x / BH) * FL_ROWS; // the longest columns first
+    const int rows = min(FL_ROWS, Tn - j_lo);
+    const int tid = threadIdx.x, rg = tid >> 4, cg = tid & 15;
+    const int Dd = bug == KBUG_DROP_TERM ? D - 1 : D;
     const T *qb = q + bh * Tn * D, *gb = dout + bh * Tn * D;
-    for (int d = lane; d < D; d += 32) {
-        ks[warp][d] = kto_float(k[row * D + d]);
-        vs[warp][d] = kto_float(v[row * D + d]);
-    }
-    __syncwarp();
+    fl_stage(Ks, ld, k + (bh * Tn + j_lo) * D, FL_ROWS, rows, D);
+    fl_stage(Vs, ld, v + (bh * Tn + j_lo) * D, FL_ROWS, rows, D);
     const float sc = EXP2 ? __fmul_rn(scale, kLog2eF) : scale;
-    float ak[KATT_MAX_D / 32] = {0.0f, 0.0f, 0.0f, 0.0f}, av[KATT_MAX_D / 32] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int i0 = j; i0 < Tn; i0 += KATT_TILE) {
-        const int i = i0 + lane;
-        float p = 0.0f, ds = 0.0f;
-        if (i < Tn) {
-            const int64_t qi = bh * Tn + i;
-            const float lse_row = EXP2 ? __fmul_rn(lse[qi], kLog2eF) : lse[qi];
-            // the same arithmetic as flash_p_ds, with the roles of the rows swapped
-            const T *qr = qb + (int64_t)i * D, *gr = gb + (int64_t)i * D;
-            float dot = 0.0f, dp = 0.0f;
-            for (int d = 0; d < Dd; d++) dot = __fmaf_rn(kto_float(qr[d]), ks[warp][d], dot);
-            for (int d = 0; d < D; d++) dp = __fmaf_rn(kto_float(gr[d]), vs[warp][d], dp);
-            p = kexp<EXP2>(__fsub_rn(__fmul_rn(dot, sc), lse_row));
-            ds = __fmul_rn(p, __fsub_rn(dp, delta[qi]));
-        }
-        for (int t = 0; t < KATT_TILE; t++) {
-            const float pl = __shfl_sync(0xffffffffu, p, t), dsl = __shfl_sync(0xffffffffu, ds, t);
-            if (i0 + t >= Tn) break;
-            const T *qr = qb + (int64_t)(i0 + t) * D, *gr = gb + (int64_t)(i0 + t) * D;
+    float ak[4][NH][4], av[4][NH][4];
+    int lo[4], hi[4];
 #pragma unroll
-            for (int r = 0; r < KATT_MAX_D / 32; r++)
-                if (lane + 32 * r < D) {
-                    ak[r] = __fmaf_rn(dsl, kto_float(qr[lane + 32 * r]), ak[r]);
-                    av[r] = __fmaf_rn(pl, kto_float(gr[lane + 32 * r]), av[r]);
-                }
+    for (int a = 0; a < 4; a++)
+#pragma unroll
+        for (int h = 0; h < NH; h++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) ak[a][h][c] = av[a][h][c] = 0.0f;
+    for (int i0 = j_lo; i0 < Tn; i0 += KATT_TILE) {
+        const int valid = min(KATT_TILE, Tn - i0);
+        __syncthreads();
+        fl_stage(Qs, ld, qb + (int64_t)i0 * D, KATT_TILE, valid, D);
+        fl_stage(Gs, ld, gb + (int64_t)i0 * D, KATT_TILE, valid, D);
+        fl_stage_rowstats<EXP2>(lse_s, delta_s, lse, delta, bh * Tn + i0, KATT_TILE, valid);
+        __syncthreads();
+        float dot[4][2], dp[4][2];
+        fl_dots(Ks, Qs, ld, Dd, rg, cg, dot);
+        fl_dots(Vs, Gs, ld, D, rg, cg, dp);
+#pragma unroll
+        for (int a = 0; a < 4; a++)
+#pragma unroll
+            for (int b = 0; b < 2; b++) {
+                const int x = (rg + 16 * a) * FL_PAIR_LD + cg + 16 * b, t = cg + 16 * b;
+                const float p = fl_p<EXP2>(dot[a][b], sc, lse_s[t]);
+                Pt[x] = p;
+                DSt[x] = __fmul_rn(p, __fsub_rn(dp[a][b], delta_s[t]));
+            }
+        __syncthreads();
+#pragma unroll
+        for (int a = 0; a < 4; a++) {
+            lo[a] = j_lo + rg + 16 * a - i0; // queries i >= j
+            hi[a] = rg + 16 * a < rows ? valid - 1 : -1;
         }
+        fl_accumulate<NH>(DSt, Qs, ld, D, lo, hi, rg, cg, ak);
+        fl_accumulate<NH>(Pt, Gs, ld, D, lo, hi, rg, cg, av);
     }
-#pragma unroll
-    for (int r = 0; r < KATT_MAX_D / 32; r++)
-        if (lane + 32 * r < D) {
-            dk[row * D + lane + 32 * r] = kfrom_float<T>(__fmul_rn(ak[r], scale), bug);
-            dv[row * D + lane + 32 * r] = kfrom_float<T>(av[r], bug);
-        }
+    fl_store<T, NH>(dk + (bh * Tn + j_lo) * D, rows, D, rg, cg, ak,
+                    [&](float x, int) { return kfrom_float<T>(__fmul_rn(x, scale), bug); });
+    fl_store<T, NH>(dv + (bh * Tn + j_lo) * D, rows, D, rg, cg, av,
+                    [&](float x, int) { return kfrom_float<T>(x, bug); });
 }
 
 // ---- launchers ---------------------------------------------------------------------
@@ -370,6 +558,7 @@ static int validate(const char *ctx, kpath path, int variant, int64_t BH, int64_
     if (BH <= 0 || T <= 0 || D <= 0) return kernels_fail("%s: BH, T and D must be positive", ctx);
     if (D > KATT_MAX_D) return kernels_fail("%s: D = %lld above the kernels' %d", ctx, (long long)D, KATT_MAX_D);
     if (T > INT32_MAX / 2) return kernels_fail("%s: T too large", ctx);
+    if (BH * ((T + FL_ROWS - 1) / FL_ROWS) > INT32_MAX) return kernels_fail("%s: BH x T too large", ctx);
     return 0;
 }
 
@@ -380,13 +569,53 @@ static int launched(const char *ctx, const char *what)
     return 0;
 }
 
+// Raises the kernel's dynamic shared-memory limit to what this launch needs
+// (above 48 KB only on request), then launches FL_THREADS threads per block.
+template <class... P, class... A>
+static int fl_launch(const char *ctx, const char *what, void (*kernel)(P...), unsigned grid, size_t smem, A... args)
+{
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess)
+        return kernels_fail("%s: %s needs %zu bytes of shared memory: %s", ctx, what, smem, cudaGetErrorString(e));
+    kernel<<<grid, FL_THREADS, smem>>>(args...);
+    return launched(ctx, what);
+}
+
+template <class T, int EXP2, int DMAX>
+static int flash_backward_d(const char *ctx, int64_t BH, int Tn, int D, float scale, const T *q, const T *k,
+                            const T *v, const T *dout, const float *lse, const float *delta, T *dq, T *dk, T *dv,
+                            int bug)
+{
+    const unsigned grid = (unsigned)(BH * ((Tn + FL_ROWS - 1) / FL_ROWS));
+    const size_t ld = fl_ld(D);
+    const size_t smem_dq = ((2 * FL_ROWS + 2 * KATT_TILE) * ld + FL_ROWS * (FL_PAIR_LD + 2)) * sizeof(float);
+    const size_t smem_dkv = ((2 * FL_ROWS + 2 * KATT_TILE) * ld + 2 * FL_ROWS * FL_PAIR_LD + 2 * KATT_TILE) * sizeof(float);
+    if (fl_launch(ctx, "flash_dq_kernel", flash_dq_kernel<T, EXP2, DMAX>, grid, smem_dq, q, k, v, dout, lse, delta, BH,
+                  Tn, D, scale, dq, bug))
+        return -1;
+    return fl_launch(ctx, "flash_dkv_kernel", flash_dkv_kernel<T, EXP2, DMAX>, grid, smem_dkv, q, k, v, dout, lse,
+                     delta, BH, Tn, D, scale, dk, dv, bug);
+}
+
+template <class T, int EXP2>
+static int flash_backward(const char *ctx, int64_t BH, int Tn, int D, float scale, const void *q, const void *k,
+                          const void *v, const void *dout, const float *lse, const void *delta, void *dq, void *dk,
+                          void *dv, int bug)
+{
+    if (D <= 64)
+        return flash_backward_d<T, EXP2, 64>(ctx, BH, Tn, D, scale, (const T *)q, (const T *)k, (const T *)v,
+                                             (const T *)dout, lse, (const float *)delta, (T *)dq, (T *)dk, (T *)dv, bug);
+    return flash_backward_d<T, EXP2, 128>(ctx, BH, Tn, D, scale, (const T *)q, (const T *)k, (const T *)v,
+                                          (const T *)dout, lse, (const float *)delta, (T *)dq, (T *)dk, (T *)dv, bug);
+}
+
 template <class T>
 static int naive_probabilities(const char *ctx, const T *q, const T *k, int64_t BH, int Tn, int D, float scale, T *SP,
                                float *lse, int bug)
 {
     scores_kernel<T><<<grid_of(BH * Tn * (int64_t)Tn, 256), 256>>>(q, k, BH, Tn, D, scale, SP, bug);
     if (launched(ctx, "scores_kernel")) return -1;
-    softmax_rows_kernel<T><<<grid_of(BH * Tn, WARPS), WARPS * 32>>>(SP, BH, Tn, lse, bug);
+    softmax_rows_kernel<T><<<(unsigned)((BH * Tn + WARPS - 1) / WARPS), WARPS * 32>>>(SP, BH, Tn, lse, bug);
     return launched(ctx, "softmax_rows_kernel");
 }
 
@@ -402,14 +631,17 @@ static int forward_t(const char *ctx, int variant, int64_t BH, int Tn, int D, fl
         pv_kernel<T><<<grid_of(BH * Tn * (int64_t)D, 256), 256>>>((const T *)S, (const T *)v, BH, Tn, D, (T *)o, bug);
         return launched(ctx, "pv_kernel");
     }
-    unsigned grid = grid_of(BH * Tn, WARPS);
+    const unsigned grid = (unsigned)(BH * ((Tn + FL_ROWS - 1) / FL_ROWS));
+    const size_t smem = ((size_t)(FL_ROWS + 2 * KATT_TILE) * fl_ld(D) + FL_ROWS * (FL_PAIR_LD + 2)) * sizeof(float);
     if (variant == KATT_FLASH_EXP2)
-        flash_fwd_kernel<T, 1><<<grid, WARPS * 32>>>((const T *)q, (const T *)k, (const T *)v, BH, Tn, D, scale,
-                                                     (T *)o, lse, bug);
-    else
-        flash_fwd_kernel<T, 0><<<grid, WARPS * 32>>>((const T *)q, (const T *)k, (const T *)v, BH, Tn, D, scale,
-                                                     (T *)o, lse, bug);
-    return launched(ctx, "flash_fwd_kernel");
+        return D <= 64 ? fl_launch(ctx, "flash_fwd_kernel", flash_fwd_kernel<T, 1, 64>, grid, smem, (const T *)q,
+                                   (const T *)k, (const T *)v, BH, Tn, D, scale, (T *)o, lse, bug)
+                       : fl_launch(ctx, "flash_fwd_kernel", flash_fwd_kernel<T, 1, 128>, grid, smem, (const T *)q,
+                                   (const T *)k, (const T *)v, BH, Tn, D, scale, (T *)o, lse, bug);
+    return D <= 64 ? fl_launch(ctx, "flash_fwd_kernel", flash_fwd_kernel<T, 0, 64>, grid, smem, (const T *)q,
+                               (const T *)k, (const T *)v, BH, Tn, D, scale, (T *)o, lse, bug)
+                   : fl_launch(ctx, "flash_fwd_kernel", flash_fwd_kernel<T, 0, 128>, grid, smem, (const T *)q,
+                               (const T *)k, (const T *)v, BH, Tn, D, scale, (T *)o, lse, bug);
 }
 
 template <class T>
@@ -430,7 +662,7 @@ static int backward_t(const char *ctx, int variant, int64_t BH, int Tn, int D, f
         dp_kernel<T><<<grid_of(BH * Tn * (int64_t)Tn, 256), 256>>>((const T *)dout, (const T *)v, BH, Tn, D, (T *)DP,
                                                                    bug);
         if (launched(ctx, "dp_kernel")) return -1;
-        ds_rows_kernel<T><<<grid_of(rows, WARPS), WARPS * 32>>>((const T *)SP, (T *)DP, BH, Tn, bug);
+        ds_rows_kernel<T><<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32>>>((const T *)SP, (T *)DP, BH, Tn, bug);
         if (launched(ctx, "ds_rows_kernel")) return -1;
         dq_naive_kernel<T><<<grid_of(rows * D, 256), 256>>>((const T *)DP, (const T *)k, BH, Tn, D, scale, (T *)dq,
                                                            bug);
@@ -441,23 +673,10 @@ static int backward_t(const char *ctx, int variant, int64_t BH, int Tn, int D, f
     }
     void *delta;
     if (att_get(ctx, WS_DELTA, (size_t)rows * sizeof(float), &delta)) return -1;
-    delta_kernel<T><<<grid_of(rows, WARPS), WARPS * 32>>>((const T *)dout, (const T *)o, rows, D, (float *)delta);
+    delta_kernel<T><<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32>>>((const T *)dout, (const T *)o, rows, D, (float *)delta);
     if (launched(ctx, "delta_kernel")) return -1;
-    unsigned grid = grid_of(rows, WARPS);
-    if (variant == KATT_FLASH_EXP2) {
-        flash_dq_kernel<T, 1><<<grid, WARPS * 32>>>((const T *)q, (const T *)k, (const T *)v, (const T *)dout, lse,
-                                                    (const float *)delta, BH, Tn, D, scale, (T *)dq, bug);
-        if (launched(ctx, "flash_dq_kernel")) return -1;
-        flash_dkv_kernel<T, 1><<<grid, WARPS * 32>>>((const T *)q, (const T *)k, (const T *)v, (const T *)dout, lse,
-                                                     (const float *)delta, BH, Tn, D, scale, (T *)dk, (T *)dv, bug);
-    } else {
-        flash_dq_kernel<T, 0><<<grid, WARPS * 32>>>((const T *)q, (const T *)k, (const T *)v, (const T *)dout, lse,
-                                                    (const float *)delta, BH, Tn, D, scale, (T *)dq, bug);
-        if (launched(ctx, "flash_dq_kernel")) return -1;
-        flash_dkv_kernel<T, 0><<<grid, WARPS * 32>>>((const T *)q, (const T *)k, (const T *)v, (const T *)dout, lse,
-                                                     (const float *)delta, BH, Tn, D, scale, (T *)dk, (T *)dv, bug);
-    }
-    return launched(ctx, "flash_dkv_kernel");
+    return variant == KATT_FLASH_EXP2 ? flash_backward<T, 1>(ctx, BH, Tn, D, scale, q, k, v, dout, lse, delta, dq, dk, dv, bug)
+                                      : flash_backward<T, 0>(ctx, BH, Tn, D, scale, q, k, v, dout, lse, delta, dq, dk, dv, bug);
 }
 
 extern "C" int kattention_forward(kpath path, int variant, int64_t BH, int64_t T, int64_t D, float scale,
