@@ -10,6 +10,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/kelem.cuh"
+#include "kernels/klaunch.cuh"
 #include "kernels/kreduce.cuh"
 
 extern "C" const kvariant katt_variants[KATT_NVARIANTS] = {
@@ -562,13 +563,6 @@ static int validate(const char *ctx, kpath path, int variant, int64_t BH, int64_
     return 0;
 }
 
-static int launched(const char *ctx, const char *what)
-{
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return kernels_fail("%s: launch of %s failed: %s", ctx, what, cudaGetErrorString(e));
-    return 0;
-}
-
 // Raises the kernel's dynamic shared-memory limit to what this launch needs
 // (above 48 KB only on request), then launches FL_THREADS threads per block.
 template <class... P, class... A>
@@ -578,7 +572,7 @@ static int fl_launch(const char *ctx, const char *what, void (*kernel)(P...), un
     if (e != cudaSuccess)
         return kernels_fail("%s: %s needs %zu bytes of shared memory: %s", ctx, what, smem, cudaGetErrorString(e));
     kernel<<<grid, FL_THREADS, smem>>>(args...);
-    return launched(ctx, what);
+    return klaunched(ctx, what);
 }
 
 template <class T, int EXP2, int DMAX>
@@ -614,9 +608,9 @@ static int naive_probabilities(const char *ctx, const T *q, const T *k, int64_t 
                                float *lse, int bug)
 {
     scores_kernel<T><<<grid_of(BH * Tn * (int64_t)Tn, 256), 256>>>(q, k, BH, Tn, D, scale, SP, bug);
-    if (launched(ctx, "scores_kernel")) return -1;
+    if (klaunched(ctx, "scores_kernel")) return -1;
     softmax_rows_kernel<T><<<(unsigned)((BH * Tn + WARPS - 1) / WARPS), WARPS * 32>>>(SP, BH, Tn, lse, bug);
-    return launched(ctx, "softmax_rows_kernel");
+    return klaunched(ctx, "softmax_rows_kernel");
 }
 
 template <class T>
@@ -629,7 +623,7 @@ static int forward_t(const char *ctx, int variant, int64_t BH, int Tn, int D, fl
         if (att_get(ctx, WS_S, (size_t)BH * Tn * Tn * sizeof(T), &S)) return -1;
         if (naive_probabilities<T>(ctx, (const T *)q, (const T *)k, BH, Tn, D, scale, (T *)S, lse, bug)) return -1;
         pv_kernel<T><<<grid_of(BH * Tn * (int64_t)D, 256), 256>>>((const T *)S, (const T *)v, BH, Tn, D, (T *)o, bug);
-        return launched(ctx, "pv_kernel");
+        return klaunched(ctx, "pv_kernel");
     }
     const unsigned grid = (unsigned)(BH * ((Tn + FL_ROWS - 1) / FL_ROWS));
     const size_t smem = ((size_t)(FL_ROWS + 2 * KATT_TILE) * fl_ld(D) + FL_ROWS * (FL_PAIR_LD + 2)) * sizeof(float);
@@ -661,20 +655,20 @@ static int backward_t(const char *ctx, int variant, int64_t BH, int Tn, int D, f
             return -1;
         dp_kernel<T><<<grid_of(BH * Tn * (int64_t)Tn, 256), 256>>>((const T *)dout, (const T *)v, BH, Tn, D, (T *)DP,
                                                                    bug);
-        if (launched(ctx, "dp_kernel")) return -1;
+        if (klaunched(ctx, "dp_kernel")) return -1;
         ds_rows_kernel<T><<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32>>>((const T *)SP, (T *)DP, BH, Tn, bug);
-        if (launched(ctx, "ds_rows_kernel")) return -1;
+        if (klaunched(ctx, "ds_rows_kernel")) return -1;
         dq_naive_kernel<T><<<grid_of(rows * D, 256), 256>>>((const T *)DP, (const T *)k, BH, Tn, D, scale, (T *)dq,
                                                            bug);
-        if (launched(ctx, "dq_naive_kernel")) return -1;
+        if (klaunched(ctx, "dq_naive_kernel")) return -1;
         dkv_naive_kernel<T><<<grid_of(rows * D, 256), 256>>>((const T *)DP, (const T *)SP, (const T *)q,
                                                             (const T *)dout, BH, Tn, D, scale, (T *)dk, (T *)dv, bug);
-        return launched(ctx, "dkv_naive_kernel");
+        return klaunched(ctx, "dkv_naive_kernel");
     }
     void *delta;
     if (att_get(ctx, WS_DELTA, (size_t)rows * sizeof(float), &delta)) return -1;
     delta_kernel<T><<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32>>>((const T *)dout, (const T *)o, rows, D, (float *)delta);
-    if (launched(ctx, "delta_kernel")) return -1;
+    if (klaunched(ctx, "delta_kernel")) return -1;
     return variant == KATT_FLASH_EXP2 ? flash_backward<T, 1>(ctx, BH, Tn, D, scale, q, k, v, dout, lse, delta, dq, dk, dv, bug)
                                       : flash_backward<T, 0>(ctx, BH, Tn, D, scale, q, k, v, dout, lse, delta, dq, dk, dv, bug);
 }

@@ -98,6 +98,28 @@ template <typename T> __host__ __device__ inline int krow_vec(int64_t C)
     return C % kvec_width<T>() == 0 ? kvec_width<T>() : 1;
 }
 
+// The same for a storage format chosen at run time (host side).
+inline int krow_vec_of(int64_t C, prec_format f)
+{
+    int w = 16 / (int)kformat_bytes(f);
+    return C % w == 0 ? w : 1;
+}
+
+// krow_depth: the longest chain of roundings in a row of C elements of format
+// f reduced by RT threads (the partition above): a thread's v * ceil(C / (RT v))
+// terms (at most C), each rounded into its zero-initialised partial, plus the
+// levels of the tree over the threads that hold any.
+inline int64_t krow_depth(int64_t C, prec_format f, int rt)
+{
+    int v = krow_vec_of(C, f);
+    int64_t span = (int64_t)rt * v, per_thread = (int64_t)v * ((C + span - 1) / span);
+    if (per_thread > C) per_thread = C;
+    int64_t groups = (C + v - 1) / v, active = groups < rt ? groups : rt;
+    int levels = 0;
+    while ((1ll << levels) < active) levels++;
+    return per_thread + levels;
+}
+
 // Loads V consecutive elements as floats (one 16-byte access when V > 1).
 template <typename T, int V> struct kvec_io {
     static __device__ __forceinline__ void load(const T *p, float *out)

@@ -5,6 +5,7 @@
 // warp tree, 1: sequential) owns a row, with the partition of kreduce.cuh.
 #include <cuda_runtime.h>
 
+#include "kernels/klaunch.cuh"
 #include "kernels/kreduce.cuh"
 #include "kernels/layernorm.h"
 
@@ -290,34 +291,15 @@ void backward_t(int variant, T *dx, const T *dy, const T *x, const T *gain, cons
     else layernorm_backward_kernel<T, kBlock, V><<<grid, block>>>(dx, dy, x, gain, mean, rstd, N, C, bug);
 }
 
-int launched(const char *what, int64_t N, int64_t C)
-{
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess)
-        return kernels_fail("layernorm %s (N=%lld C=%lld): launch failed: %s", what, (long long)N, (long long)C,
-                            cudaGetErrorString(err));
-    return 0;
-}
-
 } // namespace
 
 extern "C" int klayernorm_row_threads(int variant) { return rows_threads(variant); }
 
-extern "C" int klayernorm_row_vec(int64_t C, prec_format f)
-{
-    int w = 16 / (int)kformat_bytes(f);
-    return C % w == 0 ? w : 1;
-}
+extern "C" int klayernorm_row_vec(int64_t C, prec_format f) { return krow_vec_of(C, f); }
 
 extern "C" int64_t klayernorm_row_depth(int64_t C, prec_format f, int variant)
 {
-    int rt = rows_threads(variant), v = klayernorm_row_vec(C, f);
-    int64_t span = (int64_t)rt * v, per_thread = (int64_t)v * ((C + span - 1) / span);
-    if (per_thread > C) per_thread = C;
-    int64_t groups = (C + v - 1) / v, active = groups < rt ? groups : rt;
-    int levels = 0;
-    while ((1ll << levels) < active) levels++;
-    return per_thread + levels;
+    return krow_depth(C, f, rows_threads(variant));
 }
 
 extern "C" int64_t klayernorm_col_depth(int64_t N)
@@ -348,7 +330,7 @@ extern "C" int klayernorm_forward(ktensor *y, float *mean, float *rstd, const kt
 #undef LN_FWD
     default: return kernels_fail("layernorm forward: no %s path", prec_format_name(x->format));
     }
-    return launched("forward", N, C);
+    return krow_launched("layernorm", "forward", N, C);
 }
 
 extern "C" int klayernorm_backward(ktensor *dx, ktensor *dgain, ktensor *dbias, const ktensor *dy, const ktensor *x,
@@ -379,5 +361,5 @@ extern "C" int klayernorm_backward(ktensor *dx, ktensor *dgain, ktensor *dbias, 
 #undef LN_BWD
     default: return kernels_fail("layernorm backward: no %s path", prec_format_name(x->format));
     }
-    return launched("backward", N, C);
+    return krow_launched("layernorm", "backward", N, C);
 }

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/kexp.cuh"
+#include "kernels/klaunch.cuh"
 #include "kernels/kreduce.cuh"
 #include "kernels/logsumexp.h"
 
@@ -24,26 +25,8 @@ template <typename T, int V, int E>
 __global__ void lse_forward_kernel(float *__restrict__ lse, const T *__restrict__ x, int64_t C, int bug)
 {
     __shared__ float scratch[32];
-    const T *xr = x + (int64_t)blockIdx.x * C;
-    float m = -INFINITY;
-    for (int64_t base = (int64_t)threadIdx.x * V; base < C; base += (int64_t)kBlock * V) {
-        float v[V];
-        kvec_io<T, V>::load(xr + base, v);
-#pragma unroll
-        for (int j = 0; j < V; j++) m = fmaxf(m, v[j]);
-    }
-    m = kblock_max(m, scratch);
-    const float m_log2e = m * kLog2e;
-    float s = 0.0f;
-    for (int64_t base = (int64_t)threadIdx.x * V; base < C; base += (int64_t)kBlock * V) {
-        float v[V];
-        kvec_io<T, V>::load(xr + base, v);
-#pragma unroll
-        for (int j = 0; j < V; j++)
-            if (!(bug == KBUG_DROP_TERM && base + j == C - 1)) s += kexp_shifted<E>(v[j], m, m_log2e);
-    }
-    s = kblock_sum(s, scratch);
-    if (threadIdx.x == 0) lse[blockIdx.x] = kfrom_float<float>(log_of_sum<E>(s, m), bug);
+    const krow_exp_sum r = kblock_row_exp_sum<kBlock, T, V, E>(x + (int64_t)blockIdx.x * C, C, bug, scratch);
+    if (threadIdx.x == 0) lse[blockIdx.x] = kfrom_float<float>(log_of_sum<E>(r.s, r.m), bug);
 }
 
 template <typename T, int E>
@@ -84,23 +67,10 @@ void backward_t(int variant, T *dx, const T *x, const float *lse, const float *d
     else lse_backward_kernel<T, KEXP_EXP><<<(unsigned)N, kBlock>>>(dx, x, lse, dlse, C, bug);
 }
 
-int launched(const char *what, int64_t N, int64_t C)
-{
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess)
-        return kernels_fail("logsumexp %s (N=%lld C=%lld): launch failed: %s", what, (long long)N, (long long)C,
-                            cudaGetErrorString(err));
-    return 0;
-}
-
 } // namespace
 
 extern "C" int klogsumexp_row_threads(void) { return kBlock; }
-extern "C" int klogsumexp_row_vec(int64_t C, prec_format f)
-{
-    int w = 16 / (int)kformat_bytes(f);
-    return C % w == 0 ? w : 1;
-}
+extern "C" int klogsumexp_row_vec(int64_t C, prec_format f) { return krow_vec_of(C, f); }
 
 extern "C" int klogsumexp_forward(float *lse, const ktensor *x, int variant)
 {
@@ -119,7 +89,7 @@ extern "C" int klogsumexp_forward(float *lse, const ktensor *x, int variant)
 #undef LSE_FWD
     default: return kernels_fail("logsumexp forward: no %s path", prec_format_name(x->format));
     }
-    return launched("forward", N, C);
+    return krow_launched("logsumexp", "forward", N, C);
 }
 
 extern "C" int klogsumexp_backward(ktensor *dx, const ktensor *x, const float *lse, const float *dlse, int variant)
@@ -137,5 +107,5 @@ extern "C" int klogsumexp_backward(ktensor *dx, const ktensor *x, const float *l
     case PREC_FP16: backward_t<__half>(variant, (__half *)dx->data, (const __half *)x->data, lse, dlse, N, C, bug); break;
     default: return kernels_fail("logsumexp backward: no %s path", prec_format_name(x->format));
     }
-    return launched("backward", N, C);
+    return krow_launched("logsumexp", "backward", N, C);
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kernels/kelem.cuh"
+#include "kernels/klaunch.cuh"
 #include "kernels/kreduce.cuh"
 #include "kernels/matmul.h"
 #include "kernels/polar_express.h"
@@ -134,13 +135,6 @@ static int check_path(const char *ctx, kpath path)
 
 static size_t elem_bytes(kpath path) { return path == KPATH_FP32 ? 4 : 2; }
 
-static int launched(const char *ctx, const char *what)
-{
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return kernels_fail("%s: launch of %s failed: %s", ctx, what, cudaGetErrorString(e));
-    return 0;
-}
-
 extern "C" int kpolar_express_normalize(kpath path, int64_t rows, int64_t cols, const void *G, void *X0)
 {
     char ctx[160];
@@ -163,9 +157,9 @@ extern "C" int kpolar_express_normalize(kpath path, int64_t rows, int64_t cols, 
         break;
     default: sumsq_kernel<__half><<<nb, NORM_THREADS>>>((const __half *)G, n, (float *)partials, bug); break;
     }
-    if (launched(ctx, "sumsq_kernel")) return -1;
+    if (klaunched(ctx, "sumsq_kernel")) return -1;
     norm_denominator_kernel<<<1, NORM_THREADS>>>((const float *)partials, nb, (float *)denom);
-    if (launched(ctx, "norm_denominator_kernel")) return -1;
+    if (klaunched(ctx, "norm_denominator_kernel")) return -1;
     switch (path) {
     case KPATH_FP32:
         divide_kernel<float><<<grid, 256>>>((const float *)G, n, (const float *)denom, (float *)X0, bug);
@@ -178,7 +172,7 @@ extern "C" int kpolar_express_normalize(kpath path, int64_t rows, int64_t cols, 
         divide_kernel<__half><<<grid, 256>>>((const __half *)G, n, (const float *)denom, (__half *)X0, bug);
         break;
     }
-    return launched(ctx, "divide_kernel");
+    return klaunched(ctx, "divide_kernel");
 }
 
 extern "C" int kpolar_express_step(kpath path, int variant, int64_t rows, int64_t cols, float a, float b, float c,
@@ -224,7 +218,7 @@ extern "C" int kpolar_express_step(kpath path, int variant, int64_t rows, int64_
         axpy_kernel<__half><<<grid, 256>>>(a, (const __half *)X, (const __half *)T, n, (__half *)Xn, bug);
         break;
     }
-    return launched(ctx, "axpy_kernel");
+    return klaunched(ctx, "axpy_kernel");
 }
 
 extern "C" int kpolar_express(kpath path, int variant, kpe_coeffs which, int64_t rows, int64_t cols, const void *G,

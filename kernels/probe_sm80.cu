@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "kernels/kernels.h"
+#include "kernels/klaunch.cuh"
 #include "kernels/probe_gpu.h"
 
 namespace {
@@ -125,14 +126,6 @@ __global__ void gemm_f32(int M, int N, int K, const void *A, const void *B, floa
     D[(long)(m0 + g + 8) * N + n0 + 2 * t + 1] = d[3];
 }
 
-int launched(const char *what)
-{
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) return kernels_fail("%s: %s", what, cudaGetErrorString(e));
-    return 0;
-}
-
 }  // namespace
 
 extern "C" int probe_sm80_tiles(prec_format in, prec_format out, int tiles, const void *dA, const void *dB,
@@ -144,7 +137,7 @@ extern "C" int probe_sm80_tiles(prec_format in, prec_format out, int tiles, cons
                                                  prec_format_name(in));
         tiles_f16f16<<<blocks, 32 * warps>>>(tiles, dA, dB, static_cast<const uint16_t *>(dC),
                                              static_cast<uint16_t *>(dD));
-        return launched("mma.sync m16n8k16 f16.f16 tiles");
+        return klaunched_synced("mma.sync m16n8k16 f16.f16 tiles");
     }
     const float *c = static_cast<const float *>(dC);
     float *d = static_cast<float *>(dD);
@@ -154,7 +147,7 @@ extern "C" int probe_sm80_tiles(prec_format in, prec_format out, int tiles, cons
     case PREC_TF32: tiles_f32<2><<<blocks, 32 * warps>>>(tiles, 8, dA, dB, c, d); break;
     default: return kernels_fail("mma.sync (sm_80 build): no %s instruction", prec_format_name(in));
     }
-    return launched("mma.sync tiles");
+    return klaunched_synced("mma.sync tiles");
 }
 
 extern "C" int probe_sm80_gemm(prec_format in, int M, int N, int K, const void *dA, const void *dB, float *dD)
@@ -168,5 +161,5 @@ extern "C" int probe_sm80_gemm(prec_format in, int M, int N, int K, const void *
     case PREC_TF32: gemm_f32<2><<<blocks, 32 * warps>>>(M, N, K, dA, dB, dD); break;
     default: return kernels_fail("mma.sync gemm: no %s instruction in the sm_80 build", prec_format_name(in));
     }
-    return launched("mma.sync gemm");
+    return klaunched_synced("mma.sync gemm");
 }

@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "kernels/klaunch.cuh"
 #include "kernels/probe_gpu.h"
 
 namespace {
@@ -166,14 +167,6 @@ __global__ void mma_fp8_tiles(int tiles, const void *A, const void *B, const voi
     }
 }
 
-int launched(const char *what)
-{
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) return kernels_fail("%s: %s", what, cudaGetErrorString(e));
-    return 0;
-}
-
 }  // namespace
 
 extern "C" int probe_sm90a_tiles(const char *route, prec_format in, prec_format out, int tiles, const void *dA,
@@ -188,7 +181,7 @@ extern "C" int probe_sm90a_tiles(const char *route, prec_format in, prec_format 
         else if (in == PREC_E5M2) mma_fp8_tiles<true, true><<<blocks, 128>>>(tiles, dA, dB, dC, dD);
         else return kernels_fail("mma.sync (sm_90a build): only the fp8 instructions live here, not %s",
                                  prec_format_name(in));
-        return launched("mma.sync m16n8k32 fp8 tiles");
+        return klaunched_synced("mma.sync m16n8k32 fp8 tiles");
     }
     if (strcmp(route, "wgmma") != 0) return kernels_fail("sm_90a probes: unknown route '%s'", route);
     switch (in) {
@@ -214,5 +207,5 @@ extern "C" int probe_sm90a_tiles(const char *route, prec_format in, prec_format 
         break;
     default: return kernels_fail("wgmma: no %s instruction", prec_format_name(in));
     }
-    return launched("wgmma tiles");
+    return klaunched_synced("wgmma tiles");
 }

@@ -7,6 +7,7 @@
 // (kreduce.cuh); the partition, and so the rounding order, is fixed.
 #include <cuda_runtime.h>
 
+#include "kernels/klaunch.cuh"
 #include "kernels/kreduce.cuh"
 #include "kernels/rmsnorm.h"
 
@@ -157,15 +158,6 @@ int check_vec(const char *what, const ktensor *v, const ktensor *x, int64_t C)
     return 0;
 }
 
-int launch_check(const char *what, int64_t N, int64_t C)
-{
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess)
-        return kernels_fail("rmsnorm %s (N=%lld C=%lld): launch failed: %s", what, (long long)N, (long long)C,
-                            cudaGetErrorString(err));
-    return 0;
-}
-
 template <typename T, int RT, int V, int PLACE>
 void launch_forward(T *y, float *rstd, const T *x, const T *gain, int64_t N, int64_t C, float eps, int bug)
 {
@@ -204,15 +196,7 @@ int rows_per_thread_group(int variant) { return variant == KRMSNORM_WARP_TREE ? 
 
 extern "C" int64_t krmsnorm_row_depth(int64_t C, prec_format f, int variant)
 {
-    int rt = rows_per_thread_group(variant);
-    int v = C % (16 / (int64_t)kformat_bytes(f)) == 0 ? 16 / (int)kformat_bytes(f) : 1;
-    // a thread holds at most v * ceil(C / (rt v)) terms; the first fma rounds too
-    int64_t per_thread = (int64_t)v * ((C + (int64_t)rt * v - 1) / ((int64_t)rt * v));
-    if (per_thread > C) per_thread = C;
-    int64_t groups = (C + v - 1) / v, active = groups < rt ? groups : rt;
-    int levels = 0;
-    while ((1ll << levels) < active) levels++;
-    return per_thread + levels;
+    return krow_depth(C, f, rows_per_thread_group(variant)); // the first fma rounds too
 }
 
 extern "C" int64_t krmsnorm_col_depth(int64_t N)
@@ -243,7 +227,7 @@ extern "C" int krmsnorm_forward(ktensor *y, float *rstd, const ktensor *x, const
 #undef RMS_FWD
     default: return kernels_fail("rmsnorm forward: no %s path", prec_format_name(x->format));
     }
-    return launch_check("forward", N, C);
+    return krow_launched("rmsnorm", "forward", N, C);
 }
 
 extern "C" int krmsnorm_backward(ktensor *dx, ktensor *dgain, const ktensor *dy, const ktensor *x, const ktensor *gain,
@@ -275,5 +259,5 @@ extern "C" int krmsnorm_backward(ktensor *dx, ktensor *dgain, const ktensor *dy,
 #undef RMS_BWD
     default: return kernels_fail("rmsnorm backward: no %s path", prec_format_name(x->format));
     }
-    return launch_check("backward", N, C);
+    return krow_launched("rmsnorm", "backward", N, C);
 }

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/kexp.cuh"
+#include "kernels/klaunch.cuh"
 #include "kernels/kreduce.cuh"
 #include "kernels/softmax.h"
 
@@ -18,30 +19,13 @@ __global__ void softmax_forward_kernel(T *__restrict__ y, const T *__restrict__ 
     __shared__ float scratch[32];
     const T *xr = x + (int64_t)blockIdx.x * C;
     T *yr = y + (int64_t)blockIdx.x * C;
-    float m = -INFINITY;
-    for (int64_t base = (int64_t)threadIdx.x * V; base < C; base += (int64_t)kBlock * V) {
-        float v[V];
-        kvec_io<T, V>::load(xr + base, v);
-#pragma unroll
-        for (int j = 0; j < V; j++) m = fmaxf(m, v[j]);
-    }
-    m = kblock_max(m, scratch);
-    const float m_log2e = m * kLog2e;
-    float s = 0.0f;
-    for (int64_t base = (int64_t)threadIdx.x * V; base < C; base += (int64_t)kBlock * V) {
-        float v[V];
-        kvec_io<T, V>::load(xr + base, v);
-#pragma unroll
-        for (int j = 0; j < V; j++)
-            if (!(bug == KBUG_DROP_TERM && base + j == C - 1)) s += kexp_shifted<E>(v[j], m, m_log2e);
-    }
-    s = kblock_sum(s, scratch);
-    const float inv = 1.0f / s;
+    const krow_exp_sum r = kblock_row_exp_sum<kBlock, T, V, E>(xr, C, bug, scratch);
+    const float inv = 1.0f / r.s;
     for (int64_t base = (int64_t)threadIdx.x * V; base < C; base += (int64_t)kBlock * V) {
         float v[V], out[V];
         kvec_io<T, V>::load(xr + base, v);
 #pragma unroll
-        for (int j = 0; j < V; j++) out[j] = kexp_shifted<E>(v[j], m, m_log2e) * inv;
+        for (int j = 0; j < V; j++) out[j] = kexp_shifted<E>(v[j], r.m, r.m_log2e) * inv;
         kvec_io<T, V>::store(yr + base, out, bug);
     }
 }
@@ -93,23 +77,10 @@ template <typename T, int V> void forward_t(int variant, T *y, const T *x, int64
     else softmax_forward_kernel<T, V, KEXP_EXP><<<(unsigned)N, kBlock>>>(y, x, C, bug);
 }
 
-int launched(const char *what, int64_t N, int64_t C)
-{
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess)
-        return kernels_fail("softmax %s (N=%lld C=%lld): launch failed: %s", what, (long long)N, (long long)C,
-                            cudaGetErrorString(err));
-    return 0;
-}
-
 } // namespace
 
 extern "C" int ksoftmax_row_threads(void) { return kBlock; }
-extern "C" int ksoftmax_row_vec(int64_t C, prec_format f)
-{
-    int w = 16 / (int)kformat_bytes(f);
-    return C % w == 0 ? w : 1;
-}
+extern "C" int ksoftmax_row_vec(int64_t C, prec_format f) { return krow_vec_of(C, f); }
 
 extern "C" int ksoftmax_forward(ktensor *y, const ktensor *x, int variant)
 {
@@ -127,7 +98,7 @@ extern "C" int ksoftmax_forward(ktensor *y, const ktensor *x, int variant)
 #undef SM_FWD
     default: return kernels_fail("softmax forward: no %s path", prec_format_name(x->format));
     }
-    return launched("forward", N, C);
+    return krow_launched("softmax", "forward", N, C);
 }
 
 extern "C" int ksoftmax_backward(ktensor *dx, const ktensor *y, const ktensor *dy, int variant)
@@ -151,5 +122,5 @@ extern "C" int ksoftmax_backward(ktensor *dx, const ktensor *y, const ktensor *d
 #undef SM_BWD
     default: return kernels_fail("softmax backward: no %s path", prec_format_name(y->format));
     }
-    return launched("backward", N, C);
+    return krow_launched("softmax", "backward", N, C);
 }
