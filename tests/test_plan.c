@@ -192,18 +192,6 @@ static void test_explain(void **state)
 }
 
 /* `ulpscope plan` itself: output, exit status 2 and one line on bad input. */
-static int run_cli(const char *args, char *out, size_t len)
-{
-    const char *bin = getenv("ULPSCOPE_BIN");
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s plan %s 2>&1", bin, args);
-    FILE *fp = popen(cmd, "r");
-    size_t n = fread(out, 1, len - 1, fp);
-    out[n] = '\0';
-    int st = pclose(fp);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static void test_cli(void **state)
 {
     (void)state;
@@ -212,20 +200,21 @@ static void test_cli(void **state)
         skip();
     }
     static char out[65536];
-    assert_int_equal(run_cli("--plan fp8 --model modern", out, sizeof out), 0);
+    assert_int_equal(test_run_cli("plan", "--plan fp8 --model modern", out, sizeof out), 0);
     assert_non_null(strstr(out, "\"mlp.up\":\"fp8:fused\""));
-    assert_int_equal(run_cli("--explain --set lm_head=fp32", out, sizeof out), 0);
+    assert_int_equal(test_run_cli("plan", "--explain --set lm_head=fp32", out, sizeof out), 0);
     assert_non_null(strstr(out, "lm_head "));
-    assert_int_equal(run_cli("--plan fp9", out, sizeof out), 2);
+    assert_int_equal(test_run_cli("plan", "--plan fp9", out, sizeof out), 2);
     assert_non_null(strstr(out, "fp9"));
     assert_non_null(strstr(out, "fp32, bf16, fp16, fp8"));
     assert_null(strchr(strchr(out, '\n') + 1, '\n')); /* one line */
-    assert_int_equal(run_cli("--set lm_head=fp8:fastest", out, sizeof out), 2);
+    assert_int_equal(test_run_cli("plan", "--set lm_head=fp8:fastest", out, sizeof out), 2);
     assert_non_null(strstr(out, "matmul_fast"));
     /* the issue's own example: 'fast' names the fast-accumulation sibling */
-    assert_int_equal(run_cli("--model modern --set lm_head=fp8:fast,rmsnorm=bf16:llama", out, sizeof out), 0);
+    assert_int_equal(
+        test_run_cli("plan", "--model modern --set lm_head=fp8:fast,rmsnorm=bf16:llama", out, sizeof out), 0);
     assert_non_null(strstr(out, "\"lm_head\":\"fp8:matmul_fast.fused\""));
-    assert_int_equal(run_cli("--model gpt3", out, sizeof out), 2);
+    assert_int_equal(test_run_cli("plan", "--model gpt3", out, sizeof out), 2);
 }
 
 int main(void)

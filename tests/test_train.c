@@ -311,17 +311,6 @@ static void test_dump_hook(void **state)
 
 /* ---- the command line ------------------------------------------------------------------- */
 
-static int run_train_cli(const char *args, char *out, size_t len)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s train %s 2>&1", getenv("ULPSCOPE_BIN"), args);
-    FILE *fp = popen(cmd, "r");
-    size_t n = fread(out, 1, len - 1, fp);
-    out[n] = '\0';
-    int st = pclose(fp);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static void test_cli(void **state)
 {
     (void)state;
@@ -336,7 +325,7 @@ static void test_cli(void **state)
     unlink(log);
     char args[1024];
     snprintf(args, sizeof args, "--steps 3 --width 32 --heads 2 --seq 16 --batch 2 --log %s --quiet", log);
-    assert_int_equal(run_train_cli(args, out, sizeof out), 0);
+    assert_int_equal(test_run_cli("train", args, out, sizeof out), 0);
     FILE *fp = fopen(log, "r");
     assert_non_null(fp);
     char line[16384];
@@ -366,7 +355,7 @@ static void test_cli(void **state)
                             {"--switch-at 3:weights=fp9", "fp9"},        {"--lr abc", "abc"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(args, sizeof args, "%s --log %s --quiet", bad[i][0], log);
-        int st = run_train_cli(args, out, sizeof out);
+        int st = test_run_cli("train", args, out, sizeof out);
         if (st != 2 || !strstr(out, bad[i][1])) fail_msg("'%s': status %d, output: %s", bad[i][0], st, out);
         assert_null(strchr(strchr(out, '\n') + 1, '\n'));
         struct stat sb;

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 
 #include "kernels/kernels.h"
 
@@ -35,6 +36,20 @@ static inline unsigned long long test_seed(const char *test_name)
     }
     printf("[ SEED     ] %s ULPSCOPE_SEED=0x%llx\n", test_name, seed);
     return seed;
+}
+
+/* Runs `$ULPSCOPE_BIN <command> <args>` (make test sets ULPSCOPE_BIN) with
+ * stdout and stderr together into out (at most len - 1 bytes, NUL-ended);
+ * returns the exit status, -1 when the command did not exit normally. */
+static inline int test_run_cli(const char *command, const char *args, char *out, size_t len)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s %s 2>&1", getenv("ULPSCOPE_BIN"), command, args);
+    FILE *fp = popen(cmd, "r");
+    size_t n = fread(out, 1, len - 1, fp);
+    out[n] = '\0';
+    int st = pclose(fp);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 #endif
