@@ -398,18 +398,6 @@ static int cpu_norm_bwd(tbackend *be, tslot slot, ktensor *dx, ktensor *dgain, k
 
 /* ---- matmul ------------------------------------------------------------------------- */
 
-static int is_grad_operand(tslot s)
-{
-    switch (s) {
-    case TSLOT_LM_HEAD_DGRAD: case TSLOT_LM_HEAD_WGRAD: case TSLOT_MLP_DOWN_DGRAD: case TSLOT_MLP_DOWN_WGRAD:
-    case TSLOT_MLP_UP_DGRAD: case TSLOT_MLP_UP_WGRAD: case TSLOT_ATTN_OUT_DGRAD: case TSLOT_ATTN_OUT_WGRAD:
-    case TSLOT_ATTN_QKV_DGRAD: case TSLOT_ATTN_QKV_WGRAD:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 /* An operand as real values [rows, K] (K contiguous), rounded into the path's
  * operand format.  fp8: per-tensor scale amax / max_finite, or with block =
  * (br, 128) one scale per br x 128 tile; scales[] gets them, q the stored values. */
@@ -453,7 +441,7 @@ static int cpu_matmul(tbackend *be, tslot slot, ktensor *y, const ktensor *a, in
                              slot_name(slot), (long long)a->shape[0], (long long)a->shape[1], a_trans ? "^T" : "",
                              (long long)b->shape[0], (long long)b->shape[1], b_trans ? "^T" : "",
                              (long long)y->shape[0], (long long)y->shape[1], prec_format_name(y->format));
-    int grad = is_grad_operand(slot);
+    int grad = tslot_is_gradient_gemm(slot);
     const char *opname = slot_op(be, slot)->name;
     prec_format fa = tpath_operand(path, grad), fb = tpath_operand(path, 0);
     if (strcmp(opname, "matmul_fast") == 0) fa = fb = PREC_TF32; /* supports(): fp32 path only */

@@ -268,18 +268,6 @@ static int cuda_mem_used(tbackend *be, size_t *bytes)
 
 // ---- matmul -----------------------------------------------------------------------------------
 
-static int is_grad_operand(tslot s)
-{
-    switch (s) {
-    case TSLOT_LM_HEAD_DGRAD: case TSLOT_LM_HEAD_WGRAD: case TSLOT_MLP_DOWN_DGRAD: case TSLOT_MLP_DOWN_WGRAD:
-    case TSLOT_MLP_UP_DGRAD: case TSLOT_MLP_UP_WGRAD: case TSLOT_ATTN_OUT_DGRAD: case TSLOT_ATTN_OUT_WGRAD:
-    case TSLOT_ATTN_QKV_DGRAD: case TSLOT_ATTN_QKV_WGRAD:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 static int cuda_matmul(tbackend *be, tslot slot, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
                        int b_trans, int accumulate)
 {
@@ -315,7 +303,7 @@ static int cuda_matmul(tbackend *be, tslot slot, ktensor *y, const ktensor *a, i
     prec_format x = a->format == PREC_FP32 && b->format == PREC_FP32 ? PREC_FP32 : PREC_BF16;
     if (as_format(be, 0, a, x, &A) || as_format(be, 1, b, x, &B)) return -1;
     args.a = A.data, args.b = B.data;
-    if (kmatmul_quantized(accum, variant, &args, x, tpath_operand(path, is_grad_operand(slot)), PREC_E4M3))
+    if (kmatmul_quantized(accum, variant, &args, x, tpath_operand(path, tslot_is_gradient_gemm(slot)), PREC_E4M3))
         return kfail(be, slot, "fp8 matmul");
     return 0;
 }

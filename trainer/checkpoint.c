@@ -9,25 +9,15 @@
  * kept), mantissa buffer (when kept), optimizer m, optimizer v (AdamW).
  * Last, the FNV-1a 64 of everything before it. */
 #include "trainer/train.h"
+#include "trainer/errbuf.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define CKPT_MAGIC "ULPSCKPT"
 #define CKPT_VERSION 1u
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 uint64_t ttrain_fnv1a(uint64_t h, const void *data, size_t n)
 {
@@ -98,7 +88,7 @@ int tckpt_save(const char *path, tmodel *m, const tmodel_config *cfg, const tpla
     char tmp[4160];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     writer w = {fopen(tmp, "wb"), TTRAIN_FNV_OFFSET, 0};
-    if (!w.fp) return fail(err, errlen, "cannot write checkpoint %s: %s", tmp, strerror(errno));
+    if (!w.fp) return tfail(err, errlen, "cannot write checkpoint %s: %s", tmp, strerror(errno));
     put(&w, CKPT_MAGIC, 8);
     put_u32(&w, CKPT_VERSION);
     put_i32(&w, cfg->kind), put_i32(&w, cfg->n_layer), put_i32(&w, cfg->n_embd), put_i32(&w, cfg->n_head);
@@ -112,7 +102,7 @@ int tckpt_save(const char *path, tmodel *m, const tmodel_config *cfg, const tpla
     int np = tmodel_n_params(m);
     put_u32(&w, (uint32_t)np);
     void *buf = malloc(biggest_blob(m));
-    int rc = buf ? 0 : fail(err, errlen, "out of memory writing checkpoint");
+    int rc = buf ? 0 : tfail(err, errlen, "out of memory writing checkpoint");
     for (int i = 0; i < np && !rc; i++) {
         tparam *p = tmodel_param(m, i);
         put_str(&w, p->name);
@@ -120,7 +110,7 @@ int tckpt_save(const char *path, tmodel *m, const tmodel_config *cfg, const tpla
         int nb = param_blobs(p, b);
         for (int j = 0; j < nb && !rc; j++) {
             rc = b[j].t ? be->read_bytes(be, b[j].t, buf) : be->raw_download(be, buf, p->lowbits, b[j].bytes);
-            if (rc) fail(err, errlen, "checkpoint: reading %s: %s", p->name, tbackend_error(be));
+            if (rc) tfail(err, errlen, "checkpoint: reading %s: %s", p->name, tbackend_error(be));
             put_i64(&w, (int64_t)b[j].bytes);
             put(&w, buf, b[j].bytes);
         }
@@ -129,9 +119,9 @@ int tckpt_save(const char *path, tmodel *m, const tmodel_config *cfg, const tpla
     uint64_t h = w.hash;
     put(&w, &h, sizeof h);
     if (!rc && (w.bad || fflush(w.fp) || fsync(fileno(w.fp))))
-        rc = fail(err, errlen, "cannot write checkpoint %s: %s", tmp, strerror(errno));
-    if (fclose(w.fp) && !rc) rc = fail(err, errlen, "cannot close checkpoint %s: %s", tmp, strerror(errno));
-    if (!rc && rename(tmp, path)) rc = fail(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        rc = tfail(err, errlen, "cannot write checkpoint %s: %s", tmp, strerror(errno));
+    if (fclose(w.fp) && !rc) rc = tfail(err, errlen, "cannot close checkpoint %s: %s", tmp, strerror(errno));
+    if (!rc && rename(tmp, path)) rc = tfail(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
     if (rc) unlink(tmp);
     return rc;
 }
@@ -176,14 +166,14 @@ static int open_checked(reader *r, const char *path, char *err, size_t errlen)
     memset(r, 0, sizeof *r);
     r->path = path;
     r->fp = fopen(path, "rb");
-    if (!r->fp) return fail(err, errlen, "cannot open checkpoint %s: %s", path, strerror(errno));
+    if (!r->fp) return tfail(err, errlen, "cannot open checkpoint %s: %s", path, strerror(errno));
     fseek(r->fp, 0, SEEK_END);
     long size = ftell(r->fp);
     fseek(r->fp, 0, SEEK_SET);
     char magic[8];
     if (size < 8 + 4 + 8 || fread(magic, 1, 8, r->fp) != 8 || memcmp(magic, CKPT_MAGIC, 8) != 0) {
         fclose(r->fp);
-        return fail(err, errlen, "%s is not a ulpscope checkpoint (bad magic or too short)", path);
+        return tfail(err, errlen, "%s is not a ulpscope checkpoint (bad magic or too short)", path);
     }
     /* checksum over everything before the last 8 bytes */
     fseek(r->fp, 0, SEEK_SET);
@@ -198,14 +188,14 @@ static int open_checked(reader *r, const char *path, char *err, size_t errlen)
     }
     if (left || fread(&stored, sizeof stored, 1, r->fp) != 1 || stored != h) {
         fclose(r->fp);
-        return fail(err, errlen, "checkpoint %s is corrupt (checksum mismatch or truncated)", path);
+        return tfail(err, errlen, "checkpoint %s is corrupt (checksum mismatch or truncated)", path);
     }
     fseek(r->fp, 8, SEEK_SET);
     r->remaining = size - 8 - 8;
     uint32_t version = get_u32(r);
     if (version != CKPT_VERSION) {
         fclose(r->fp);
-        return fail(err, errlen, "checkpoint %s has version %u, this build reads %u", path, version, CKPT_VERSION);
+        return tfail(err, errlen, "checkpoint %s has version %u, this build reads %u", path, version, CKPT_VERSION);
     }
     return 0;
 }
@@ -231,7 +221,7 @@ int tckpt_peek(const char *path, tmodel_config *cfg, char *plan_json, size_t pla
     if (open_checked(&r, path, err, errlen)) return -1;
     read_header(&r, cfg, plan_json, plan_len, st);
     fclose(r.fp);
-    if (r.bad) return fail(err, errlen, "checkpoint %s: malformed header", path);
+    if (r.bad) return tfail(err, errlen, "checkpoint %s: malformed header", path);
     return 0;
 }
 
@@ -246,15 +236,15 @@ int tckpt_load(const char *path, tmodel *m, char *err, size_t errlen)
     tbackend *be = tmodel_backend(m);
     int np = (int)get_u32(&r), rc = 0;
     if (r.bad || np != tmodel_n_params(m))
-        rc = fail(err, errlen, "checkpoint %s holds %d parameters, the model has %d", path, np, tmodel_n_params(m));
+        rc = tfail(err, errlen, "checkpoint %s holds %d parameters, the model has %d", path, np, tmodel_n_params(m));
     void *buf = rc ? NULL : malloc(biggest_blob(m));
-    if (!rc && !buf) rc = fail(err, errlen, "out of memory reading checkpoint");
+    if (!rc && !buf) rc = tfail(err, errlen, "out of memory reading checkpoint");
     for (int i = 0; i < np && !rc; i++) {
         tparam *p = tmodel_param(m, i);
         char name[64];
         get_str(&r, name, sizeof name);
         if (r.bad || strcmp(name, p->name) != 0) {
-            rc = fail(err, errlen, "checkpoint %s: parameter %d is '%s', the model expects '%s'", path, i, name, p->name);
+            rc = tfail(err, errlen, "checkpoint %s: parameter %d is '%s', the model expects '%s'", path, i, name, p->name);
             break;
         }
         blob b[5];
@@ -262,20 +252,20 @@ int tckpt_load(const char *path, tmodel *m, char *err, size_t errlen)
         for (int j = 0; j < nb && !rc; j++) {
             int64_t n = get_i64(&r);
             if (r.bad || n != (int64_t)b[j].bytes) {
-                rc = fail(err, errlen, "checkpoint %s: %s blob %d has %lld bytes, expected %zu (stored with another "
+                rc = tfail(err, errlen, "checkpoint %s: %s blob %d has %lld bytes, expected %zu (stored with another "
                           "plan?)", path, p->name, j, (long long)n, b[j].bytes);
                 break;
             }
             get(&r, buf, b[j].bytes);
-            if (r.bad) rc = fail(err, errlen, "checkpoint %s: truncated in %s", path, p->name);
+            if (r.bad) rc = tfail(err, errlen, "checkpoint %s: truncated in %s", path, p->name);
             else if (b[j].t ? be->write_bytes(be, (ktensor *)b[j].t, buf)
                             : be->raw_upload(be, p->lowbits, buf, b[j].bytes))
-                rc = fail(err, errlen, "checkpoint: writing %s: %s", p->name, tbackend_error(be));
+                rc = tfail(err, errlen, "checkpoint: writing %s: %s", p->name, tbackend_error(be));
         }
     }
-    if (!rc && r.remaining != 0) rc = fail(err, errlen, "checkpoint %s: %ld unexpected trailing bytes", path, r.remaining);
+    if (!rc && r.remaining != 0) rc = tfail(err, errlen, "checkpoint %s: %ld unexpected trailing bytes", path, r.remaining);
     free(buf);
     fclose(r.fp);
-    if (!rc) rc = tmodel_sync_weights(m) ? fail(err, errlen, "%s", tbackend_error(be)) : 0;
+    if (!rc) rc = tmodel_sync_weights(m) ? tfail(err, errlen, "%s", tbackend_error(be)) : 0;
     return rc;
 }

@@ -1,26 +1,16 @@
 /* trainer/data.c — see data.h. */
 #include "trainer/data.h"
+#include "trainer/errbuf.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 void tdata_close(tdata *d)
 {
@@ -48,15 +38,15 @@ static int push_segment(tsegment **list, int *n, const uint16_t *tok, int64_t co
 static int carve_val(tdata *d, double val_frac, char *err, size_t errlen)
 {
     if (val_frac <= 0.0 || val_frac >= 1.0)
-        return fail(err, errlen, "validation fraction %g must lie in (0, 1) when there is no validation split", val_frac);
+        return tfail(err, errlen, "validation fraction %g must lie in (0, 1) when there is no validation split", val_frac);
     tsegment *last = &d->train[d->n_train - 1];
     int64_t nval = (int64_t)(val_frac * (double)d->train_tokens);
     if (nval > last->n / 2) nval = last->n / 2;
-    if (nval < 2) return fail(err, errlen, "%s: too few tokens (%lld) to hold out a validation split", d->source,
+    if (nval < 2) return tfail(err, errlen, "%s: too few tokens (%lld) to hold out a validation split", d->source,
                               (long long)d->train_tokens);
     last->n -= nval;
     d->train_tokens -= nval;
-    if (push_segment(&d->val, &d->n_val, last->tok + last->n, nval)) return fail(err, errlen, "out of memory");
+    if (push_segment(&d->val, &d->n_val, last->tok + last->n, nval)) return tfail(err, errlen, "out of memory");
     d->val_tokens = nval;
     return 0;
 }
@@ -67,11 +57,11 @@ int tdata_open_bytes(tdata *d, const char *name, const unsigned char *bytes, siz
     memset(d, 0, sizeof *d);
     snprintf(d->source, sizeof d->source, "%s", name);
     d->vocab = 256;
-    if (n < 4) return fail(err, errlen, "%s: %zu bytes is too little text to train on", name, n);
+    if (n < 4) return tfail(err, errlen, "%s: %zu bytes is too little text to train on", name, n);
     d->text = malloc(n * sizeof *d->text);
-    if (!d->text) return fail(err, errlen, "out of memory reading %s", name);
+    if (!d->text) return tfail(err, errlen, "out of memory reading %s", name);
     for (size_t i = 0; i < n; i++) d->text[i] = bytes[i];
-    if (push_segment(&d->train, &d->n_train, d->text, (int64_t)n)) return fail(err, errlen, "out of memory");
+    if (push_segment(&d->train, &d->n_train, d->text, (int64_t)n)) return tfail(err, errlen, "out of memory");
     d->train_tokens = (int64_t)n;
     if (carve_val(d, val_frac, err, errlen)) {
         tdata_close(d);
@@ -83,7 +73,7 @@ int tdata_open_bytes(tdata *d, const char *name, const unsigned char *bytes, siz
 static int open_text(tdata *d, const char *path, double val_frac, char *err, size_t errlen)
 {
     FILE *fp = fopen(path, "rb");
-    if (!fp) return fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    if (!fp) return tfail(err, errlen, "cannot open %s: %s", path, strerror(errno));
     fseek(fp, 0, SEEK_END);
     long size = ftell(fp);
     fseek(fp, 0, SEEK_SET);
@@ -91,7 +81,7 @@ static int open_text(tdata *d, const char *path, double val_frac, char *err, siz
     if (size <= 0 || !buf || fread(buf, 1, (size_t)size, fp) != (size_t)size) {
         fclose(fp);
         free(buf);
-        return fail(err, errlen, "cannot read %s (%ld bytes)", path, size);
+        return tfail(err, errlen, "cannot read %s (%ld bytes)", path, size);
     }
     fclose(fp);
     int rc = tdata_open_bytes(d, path, buf, (size_t)size, val_frac, err, errlen);
@@ -103,49 +93,49 @@ static int open_text(tdata *d, const char *path, double val_frac, char *err, siz
 static int open_shard(tdata *d, const char *path, int is_val, int vocab, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY);
-    if (fd < 0) return fail(err, errlen, "cannot open shard %s: %s", path, strerror(errno));
+    if (fd < 0) return tfail(err, errlen, "cannot open shard %s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st)) {
         close(fd);
-        return fail(err, errlen, "cannot stat shard %s: %s", path, strerror(errno));
+        return tfail(err, errlen, "cannot stat shard %s: %s", path, strerror(errno));
     }
     size_t header = TSHARD_HEADER_INTS * sizeof(int32_t);
     if ((size_t)st.st_size < header) {
         close(fd);
-        return fail(err, errlen, "corrupt shard %s: %lld bytes, shorter than the %zu-byte header", path,
+        return tfail(err, errlen, "corrupt shard %s: %lld bytes, shorter than the %zu-byte header", path,
                     (long long)st.st_size, header);
     }
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    if (map == MAP_FAILED) return fail(err, errlen, "cannot map shard %s: %s", path, strerror(errno));
+    if (map == MAP_FAILED) return tfail(err, errlen, "cannot map shard %s: %s", path, strerror(errno));
     void **maps = realloc(d->maps, (size_t)(d->n_maps + 1) * sizeof *maps);
     size_t *lens = realloc(d->map_len, (size_t)(d->n_maps + 1) * sizeof *lens);
     if (maps) d->maps = maps;
     if (lens) d->map_len = lens;
     if (!maps || !lens) {
         munmap(map, (size_t)st.st_size);
-        return fail(err, errlen, "out of memory");
+        return tfail(err, errlen, "out of memory");
     }
     d->maps[d->n_maps] = map;
     d->map_len[d->n_maps++] = (size_t)st.st_size;
     const int32_t *h = map;
     if (h[0] != TSHARD_MAGIC)
-        return fail(err, errlen, "corrupt shard %s: magic %d, expected %d (llm.c / modded-nanogpt token shard)", path,
+        return tfail(err, errlen, "corrupt shard %s: magic %d, expected %d (llm.c / modded-nanogpt token shard)", path,
                     h[0], TSHARD_MAGIC);
     if (h[1] != TSHARD_VERSION)
-        return fail(err, errlen, "unsupported shard %s: version %d, expected %d (uint16 tokens)", path, h[1],
+        return tfail(err, errlen, "unsupported shard %s: version %d, expected %d (uint16 tokens)", path, h[1],
                     TSHARD_VERSION);
     int64_t ntok = h[2];
     if (ntok <= 0 || (int64_t)header + 2 * ntok != (int64_t)st.st_size)
-        return fail(err, errlen, "corrupt shard %s: header says %lld tokens (%lld bytes with the header), file has %lld "
+        return tfail(err, errlen, "corrupt shard %s: header says %lld tokens (%lld bytes with the header), file has %lld "
                     "bytes", path, (long long)ntok, (long long)(header + 2 * ntok), (long long)st.st_size);
     const uint16_t *tok = (const uint16_t *)((const char *)map + header);
     for (int64_t i = 0; i < ntok; i++)
         if (tok[i] >= vocab)
-            return fail(err, errlen, "corrupt shard %s: token %u at position %lld is outside the vocabulary of %d", path,
+            return tfail(err, errlen, "corrupt shard %s: token %u at position %lld is outside the vocabulary of %d", path,
                         tok[i], (long long)i, vocab);
     if (push_segment(is_val ? &d->val : &d->train, is_val ? &d->n_val : &d->n_train, tok, ntok))
-        return fail(err, errlen, "out of memory");
+        return tfail(err, errlen, "out of memory");
     if (is_val) d->val_tokens += ntok;
     else d->train_tokens += ntok;
     return 0;
@@ -156,7 +146,7 @@ static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const 
 static int open_dir(tdata *d, const char *dir, double val_frac, int vocab, char *err, size_t errlen)
 {
     DIR *dp = opendir(dir);
-    if (!dp) return fail(err, errlen, "cannot open directory %s: %s", dir, strerror(errno));
+    if (!dp) return tfail(err, errlen, "cannot open directory %s: %s", dir, strerror(errno));
     char **names = NULL;
     int n = 0, rc = 0;
     struct dirent *e;
@@ -165,7 +155,7 @@ static int open_dir(tdata *d, const char *dir, double val_frac, int vocab, char 
         if (len < 5 || strcmp(e->d_name + len - 4, ".bin") != 0) continue;
         char **next = realloc(names, (size_t)(n + 1) * sizeof *next);
         if (!next || !(next[n] = strdup(e->d_name))) {
-            rc = fail(err, errlen, "out of memory");
+            rc = tfail(err, errlen, "out of memory");
             if (next) names = next;
             break;
         }
@@ -173,7 +163,7 @@ static int open_dir(tdata *d, const char *dir, double val_frac, int vocab, char 
         n++;
     }
     closedir(dp);
-    if (!rc && n == 0) rc = fail(err, errlen, "no .bin token shards in %s", dir);
+    if (!rc && n == 0) rc = tfail(err, errlen, "no .bin token shards in %s", dir);
     if (!rc) qsort(names, (size_t)n, sizeof *names, name_cmp);
     for (int i = 0; i < n && !rc; i++) {
         char path[4096];
@@ -182,7 +172,7 @@ static int open_dir(tdata *d, const char *dir, double val_frac, int vocab, char 
     }
     for (int i = 0; i < n; i++) free(names[i]);
     free(names);
-    if (!rc && d->n_train == 0) rc = fail(err, errlen, "%s has validation shards only; no training shard", dir);
+    if (!rc && d->n_train == 0) rc = tfail(err, errlen, "%s has validation shards only; no training shard", dir);
     if (!rc && d->n_val == 0) rc = carve_val(d, val_frac, err, errlen);
     return rc;
 }
@@ -194,7 +184,7 @@ int tdata_open(tdata *d, const char *path, double val_frac, int shard_vocab, cha
         return tdata_open_bytes(d, "embedded default corpus", (const unsigned char *)tcorpus_default,
                                 tcorpus_default_len, val_frac, err, errlen);
     struct stat st;
-    if (stat(path, &st)) return fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    if (stat(path, &st)) return tfail(err, errlen, "cannot open %s: %s", path, strerror(errno));
     int vocab = shard_vocab > 0 ? shard_vocab : TSHARD_GPT2_VOCAB;
     int rc;
     snprintf(d->source, sizeof d->source, "%s", path);
@@ -221,7 +211,7 @@ int tdata_check_windows(const tdata *d, int T, char *err, size_t errlen)
     for (int i = 0; i < d->n_train; i++) ok_train |= d->train[i].n > T;
     for (int i = 0; i < d->n_val; i++) ok_val |= d->val[i].n > T;
     if (!ok_train || !ok_val)
-        return fail(err, errlen, "%s: the %s split has no segment of %d tokens (sequence length + 1); use a shorter "
+        return tfail(err, errlen, "%s: the %s split has no segment of %d tokens (sequence length + 1); use a shorter "
                     "--seq or more data", d->source, ok_train ? "validation" : "training", T + 1);
     return 0;
 }

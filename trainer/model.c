@@ -2,9 +2,9 @@
  * tokens (BT = B*T rows), width C, H heads of D = C/H, vocabulary V, MLP
  * width F = 4C, L layers. */
 #include "trainer/model.h"
+#include "trainer/errbuf.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,28 +54,18 @@ struct tmodel {
 
 /* ---- configuration --------------------------------------------------------------------- */
 
-static int cfg_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int cfg_fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 int tmodel_config_init(tmodel_config *c, tmodel_kind kind, int n_layer, int n_embd, int n_head, int vocab,
                        int seq_len, char *err, size_t errlen)
 {
     memset(c, 0, sizeof *c);
-    if ((unsigned)kind >= TMODEL_COUNT) return cfg_fail(err, errlen, "unknown model family (gpt2, modern)");
+    if ((unsigned)kind >= TMODEL_COUNT) return tfail(err, errlen, "unknown model family (gpt2, modern)");
     if (n_layer <= 0 || n_embd <= 0 || n_head <= 0 || vocab <= 0 || seq_len <= 0)
-        return cfg_fail(err, errlen, "model sizes must be positive: depth %d, width %d, heads %d, vocab %d, seq %d",
+        return tfail(err, errlen, "model sizes must be positive: depth %d, width %d, heads %d, vocab %d, seq %d",
                         n_layer, n_embd, n_head, vocab, seq_len);
     if (n_embd % n_head)
-        return cfg_fail(err, errlen, "width %d is not divisible by heads %d", n_embd, n_head);
+        return tfail(err, errlen, "width %d is not divisible by heads %d", n_embd, n_head);
     if (kind == TMODEL_MODERN && (n_embd / n_head) % 2)
-        return cfg_fail(err, errlen, "rope needs an even head dimension, got %d", n_embd / n_head);
+        return tfail(err, errlen, "rope needs an even head dimension, got %d", n_embd / n_head);
     c->kind = kind;
     c->n_layer = n_layer;
     c->n_embd = n_embd;
@@ -396,21 +386,21 @@ tmodel *tmodel_create(const tmodel_config *cfg, tbackend *be, const tplan *plan,
                       char *err, size_t errlen)
 {
     if (plan->model != cfg->kind) {
-        cfg_fail(err, errlen, "plan is for model %s, model is %s", tmodel_kind_name(plan->model),
+        tfail(err, errlen, "plan is for model %s, model is %s", tmodel_kind_name(plan->model),
                  tmodel_kind_name(cfg->kind));
         return NULL;
     }
     if (B <= 0 || T <= 0 || T > cfg->seq_len) {
-        cfg_fail(err, errlen, "micro-batch %d x %d: both must be positive and T <= context %d", B, T, cfg->seq_len);
+        tfail(err, errlen, "micro-batch %d x %d: both must be positive and T <= context %d", B, T, cfg->seq_len);
         return NULL;
     }
     if (tbackend_bind_plan(be, plan)) {
-        cfg_fail(err, errlen, "%s", tbackend_error(be));
+        tfail(err, errlen, "%s", tbackend_error(be));
         return NULL;
     }
     tmodel *m = calloc(1, sizeof *m);
     if (!m) {
-        cfg_fail(err, errlen, "out of memory");
+        tfail(err, errlen, "out of memory");
         return NULL;
     }
     m->cfg = *cfg;
@@ -427,7 +417,7 @@ tmodel *tmodel_create(const tmodel_config *cfg, tbackend *be, const tplan *plan,
     if (!rc) rc = alloc_acts(m);
     if (!rc) rc = tmodel_sync_weights(m);
     if (rc) {
-        cfg_fail(err, errlen, "%s", tbackend_error(be));
+        tfail(err, errlen, "%s", tbackend_error(be));
         tmodel_destroy(m);
         return NULL;
     }
@@ -457,19 +447,19 @@ int tmodel_rebind(tmodel *m, const tplan *plan, char *err, size_t errlen)
 {
     /* state, or (allreduce) the NCCL communicator, fixed when the run starts */
     static const tslot stateful[] = {TSLOT_WEIGHTS, TSLOT_GRAD_ACCUM, TSLOT_ADAMW, TSLOT_MUON, TSLOT_ALLREDUCE};
-    if (plan->model != m->plan->model) return cfg_fail(err, errlen, "plan is for another model family");
+    if (plan->model != m->plan->model) return tfail(err, errlen, "plan is for another model family");
     for (size_t i = 0; i < sizeof stateful / sizeof stateful[0]; i++) {
         tslot s = stateful[i];
         if (plan->used[s] && (plan->slot[s].path != m->plan->slot[s].path ||
                               ((s == TSLOT_WEIGHTS || s == TSLOT_ALLREDUCE) &&
                                plan->slot[s].variant != m->plan->slot[s].variant)))
-            return cfg_fail(err, errlen, "slot %s is fixed for the whole run (it holds training state or the NCCL "
+            return tfail(err, errlen, "slot %s is fixed for the whole run (it holds training state or the NCCL "
                                          "communicator); start a run with it instead", tslot_get(s)->name);
     }
-    if (tbackend_bind_plan(m->be, plan)) return cfg_fail(err, errlen, "%s", tbackend_error(m->be));
+    if (tbackend_bind_plan(m->be, plan)) return tfail(err, errlen, "%s", tbackend_error(m->be));
     free_acts(m);
     m->plan = plan;
-    if (alloc_acts(m)) return cfg_fail(err, errlen, "%s", tbackend_error(m->be));
+    if (alloc_acts(m)) return tfail(err, errlen, "%s", tbackend_error(m->be));
     return 0;
 }
 

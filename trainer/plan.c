@@ -1,8 +1,8 @@
 /* trainer/plan.c — see plan.h. */
 #include "trainer/plan.h"
+#include "trainer/errbuf.h"
 
 #include <fnmatch.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -67,6 +67,18 @@ static int is_matmul_slot(tslot s)
 {
     switch (s) {
     case TSLOT_ATTN_QKV: case TSLOT_ATTN_OUT: case TSLOT_MLP_UP: case TSLOT_MLP_DOWN: case TSLOT_LM_HEAD:
+    case TSLOT_LM_HEAD_DGRAD: case TSLOT_LM_HEAD_WGRAD: case TSLOT_MLP_DOWN_DGRAD: case TSLOT_MLP_DOWN_WGRAD:
+    case TSLOT_MLP_UP_DGRAD: case TSLOT_MLP_UP_WGRAD: case TSLOT_ATTN_OUT_DGRAD: case TSLOT_ATTN_OUT_WGRAD:
+    case TSLOT_ATTN_QKV_DGRAD: case TSLOT_ATTN_QKV_WGRAD:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int tslot_is_gradient_gemm(tslot s)
+{
+    switch (s) {
     case TSLOT_LM_HEAD_DGRAD: case TSLOT_LM_HEAD_WGRAD: case TSLOT_MLP_DOWN_DGRAD: case TSLOT_MLP_DOWN_WGRAD:
     case TSLOT_MLP_UP_DGRAD: case TSLOT_MLP_UP_WGRAD: case TSLOT_ATTN_OUT_DGRAD: case TSLOT_ATTN_OUT_WGRAD:
     case TSLOT_ATTN_QKV_DGRAD: case TSLOT_ATTN_QKV_WGRAD:
@@ -203,20 +215,6 @@ prec_format tpath_operand(kpath p, int is_gradient)
     return tpath_storage(p);
 }
 
-/* ---- errors ---------------------------------------------------------------------- */
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 static void path_names_of(const kop *op, char *buf, size_t len)
 {
     size_t n = 0;
@@ -253,47 +251,47 @@ static int check_choice(const tplan *p, tslot s, tslot_choice c, char *err, size
     char names[1024];
     if (!op) {
         kregistry_op_names(names, sizeof names);
-        return fail(err, errlen, "slot %s: op %s is not in the kernel registry (ops: %s)", slot_table[s].name,
+        return tfail(err, errlen, "slot %s: op %s is not in the kernel registry (ops: %s)", slot_table[s].name,
                     opname ? opname : "?", names[0] ? names : "none registered yet");
     }
     if ((unsigned)c.path >= KPATH_COUNT || !(op->paths & PATH_BIT(c.path))) {
         path_names_of(op, names, sizeof names);
-        return fail(err, errlen, "slot %s: op %s has no %s path (paths: %s)", slot_table[s].name, op->name,
+        return tfail(err, errlen, "slot %s: op %s has no %s path (paths: %s)", slot_table[s].name, op->name,
                     kpath_name(c.path), names);
     }
     if (c.variant < 0 || c.variant >= op->n_variants) {
         variant_names_of(op, names, sizeof names);
-        return fail(err, errlen, "slot %s: op %s has no variant #%d (variants: %s)", slot_table[s].name, op->name,
+        return tfail(err, errlen, "slot %s: op %s has no variant #%d (variants: %s)", slot_table[s].name, op->name,
                     c.variant, names);
     }
     if (s == TSLOT_WEIGHTS) {
         if (c.variant == TWEIGHTS_SR && c.path == KPATH_FP32)
-            return fail(err, errlen, "slot weights: variant sr needs a narrower path than fp32 (paths: bf16, fp16)");
+            return tfail(err, errlen, "slot weights: variant sr needs a narrower path than fp32 (paths: bf16, fp16)");
         if (c.variant == TWEIGHTS_MANTISSA_BUFFER && c.path != KPATH_BF16)
-            return fail(err, errlen, "slot weights: variant mantissa_buffer needs path bf16 (the 16 dropped bits of "
+            return tfail(err, errlen, "slot weights: variant mantissa_buffer needs path bf16 (the 16 dropped bits of "
                                      "an fp32 master), not %s", kpath_name(c.path));
     }
     if (c.path == KPATH_FP8 && !is_matmul_slot(s))
-        return fail(err, errlen, "slot %s: the trainer runs fp8 on GEMM slots only (activations between ops are "
+        return tfail(err, errlen, "slot %s: the trainer runs fp8 on GEMM slots only (activations between ops are "
                     "stored in bf16 or wider); paths here: fp32, bf16, fp16", slot_table[s].name);
     if (s == TSLOT_ADAMW) {
         kpath w = p->slot[TSLOT_WEIGHTS].path;
         int v = p->slot[TSLOT_WEIGHTS].variant;
         if (w == KPATH_FP32 && c.path != KPATH_FP32)
-            return fail(err, errlen, "slot optimizer.adamw: fp32 weights are updated on the fp32 path, not %s",
+            return tfail(err, errlen, "slot optimizer.adamw: fp32 weights are updated on the fp32 path, not %s",
                         kpath_name(c.path));
         if (v != TWEIGHTS_MASTER && c.path != w)
-            return fail(err, errlen, "slot optimizer.adamw: weights=%s:%s updates the %s weights in place: set "
+            return tfail(err, errlen, "slot optimizer.adamw: weights=%s:%s updates the %s weights in place: set "
                         "optimizer.adamw=%s (gradients are rounded to %s for the update)", kpath_name(w),
                         v == TWEIGHTS_SR ? "sr" : "mantissa_buffer", kpath_name(w), kpath_name(w), kpath_name(w));
         if (v == TWEIGHTS_MASTER && c.path != KPATH_FP32 && c.path != w)
-            return fail(err, errlen, "slot optimizer.adamw: path %s must be fp32 (update the fp32 master) or the "
+            return tfail(err, errlen, "slot optimizer.adamw: path %s must be fp32 (update the fp32 master) or the "
                         "weights' %s (update them with the master beside)", kpath_name(c.path), kpath_name(w));
     }
     if (s == TSLOT_GRAD_ACCUM && c.variant == TGRAD_ACCUM_GEMM_FP32 && c.path != KPATH_FP32)
-        return fail(err, errlen, "slot grad_accum: variant gemm_fp32 needs path fp32, not %s", kpath_name(c.path));
+        return tfail(err, errlen, "slot grad_accum: variant gemm_fp32 needs path fp32, not %s", kpath_name(c.path));
     if (s == TSLOT_GRAD_NORM && c.path != p->slot[TSLOT_GRAD_ACCUM].path)
-        return fail(err, errlen, "slot grad_norm: path %s must match grad_accum's %s (it reads those gradients); "
+        return tfail(err, errlen, "slot grad_norm: path %s must match grad_accum's %s (it reads those gradients); "
                     "set both, e.g. grad_accum=%s,grad_norm=%s", kpath_name(c.path),
                     kpath_name(p->slot[TSLOT_GRAD_ACCUM].path), kpath_name(p->slot[TSLOT_GRAD_ACCUM].path),
                     kpath_name(p->slot[TSLOT_GRAD_ACCUM].path));
@@ -302,7 +300,7 @@ static int check_choice(const tplan *p, tslot s, tslot_choice c, char *err, size
 
 int tplan_validate(const tplan *p, char *err, size_t errlen)
 {
-    if ((unsigned)p->model >= TMODEL_COUNT) return fail(err, errlen, "unknown model family #%d", (int)p->model);
+    if ((unsigned)p->model >= TMODEL_COUNT) return tfail(err, errlen, "unknown model family #%d", (int)p->model);
     for (int s = 0; s < TSLOT_COUNT; s++) {
         if (!p->used[s]) continue;
         if (check_choice(p, (tslot)s, p->slot[s], err, errlen)) return -1;
@@ -321,8 +319,8 @@ int tplan_init(tplan *p, const char *preset, tmodel_kind model, char *err, size_
     int which = -1;
     for (int i = 0; i < 4; i++)
         if (preset && strcmp(preset, preset_names[i]) == 0) which = i;
-    if (which < 0) return fail(err, errlen, "unknown plan preset '%s' (presets: %s)", preset ? preset : "", tplan_preset_names());
-    if ((unsigned)model >= TMODEL_COUNT) return fail(err, errlen, "unknown model family #%d (gpt2, modern)", (int)model);
+    if (which < 0) return tfail(err, errlen, "unknown plan preset '%s' (presets: %s)", preset ? preset : "", tplan_preset_names());
+    if ((unsigned)model >= TMODEL_COUNT) return tfail(err, errlen, "unknown model family #%d (gpt2, modern)", (int)model);
     memset(p, 0, sizeof *p);
     snprintf(p->preset, sizeof p->preset, "%s", preset);
     p->model = model;
@@ -367,14 +365,14 @@ static int parse_choice(const tplan *p, tslot s, const char *value, tslot_choice
     if (!op) return check_choice(p, s, p->slot[s], err, errlen);
     if (plen == 0 || plen >= sizeof path_str) {
         path_names_of(op, names, sizeof names);
-        return fail(err, errlen, "slot %s: missing or malformed path in '%s' (paths: %s)", slot_table[s].name, value, names);
+        return tfail(err, errlen, "slot %s: missing or malformed path in '%s' (paths: %s)", slot_table[s].name, value, names);
     }
     memcpy(path_str, value, plen);
     path_str[plen] = '\0';
     kpath path;
     if (kpath_parse(path_str, &path)) {
         path_names_of(op, names, sizeof names);
-        return fail(err, errlen, "slot %s: unknown path '%s' (paths: %s)", slot_table[s].name, path_str, names);
+        return tfail(err, errlen, "slot %s: unknown path '%s' (paths: %s)", slot_table[s].name, path_str, names);
     }
     int opk = 0, variant = 0;
     if (colon) {
@@ -418,7 +416,7 @@ static int parse_choice(const tplan *p, tslot s, const char *value, tslot_choice
                                           sib->variants[v].name);
                 n += (size_t)snprintf(names + n, n < sizeof names ? sizeof names - n : 0, "]");
             }
-            return fail(err, errlen, "slot %s: no variant '%s' (variants: %s)", slot_table[s].name, vs, names);
+            return tfail(err, errlen, "slot %s: no variant '%s' (variants: %s)", slot_table[s].name, vs, names);
         }
     }
     out->path = path;
@@ -442,14 +440,14 @@ int tplan_set(tplan *p, const char *overrides, char *err, size_t errlen)
     if (!overrides) return 0;
     tplan next = *p;
     char *copy = strdup(overrides);
-    if (!copy) return fail(err, errlen, "out of memory");
+    if (!copy) return tfail(err, errlen, "out of memory");
     int rc = 0;
     char *save = NULL;
     for (char *item = strtok_r(copy, ",", &save); item && !rc; item = strtok_r(NULL, ",", &save)) {
         while (*item == ' ') item++;
         char *eq = strchr(item, '=');
         if (!eq || eq == item) {
-            rc = fail(err, errlen, "malformed override '%s' (expected SLOT=PATH[:VARIANT], e.g. lm_head=fp8)", item);
+            rc = tfail(err, errlen, "malformed override '%s' (expected SLOT=PATH[:VARIANT], e.g. lm_head=fp8)", item);
             break;
         }
         *eq = '\0';
@@ -465,7 +463,7 @@ int tplan_set(tplan *p, const char *overrides, char *err, size_t errlen)
         if (!rc && !matched) {
             char names[2048];
             slot_names_of(&next, names, sizeof names);
-            rc = fail(err, errlen, "unknown slot '%s' for model %s (slots: %s; or an op name, or a glob such as "
+            rc = tfail(err, errlen, "unknown slot '%s' for model %s (slots: %s; or an op name, or a glob such as "
                                    "'attn.*')", key, tmodel_kind_name(next.model), names);
         }
     }
@@ -570,41 +568,41 @@ int tplan_from_json(tplan *p, const char *json, char *err, size_t errlen)
     size_t on = 0;
     int saw_slots = 0;
     overrides[0] = '\0';
-    if (jexpect(&r, '{')) return fail(err, errlen, "plan JSON: expected '{'");
+    if (jexpect(&r, '{')) return tfail(err, errlen, "plan JSON: expected '{'");
     for (;;) {
-        if (jstring(&r, key, sizeof key) || jexpect(&r, ':')) return fail(err, errlen, "plan JSON: malformed key");
+        if (jstring(&r, key, sizeof key) || jexpect(&r, ':')) return tfail(err, errlen, "plan JSON: malformed key");
         if (strcmp(key, "slots") == 0) {
             saw_slots = 1;
-            if (jexpect(&r, '{')) return fail(err, errlen, "plan JSON: \"slots\" is not an object");
+            if (jexpect(&r, '{')) return tfail(err, errlen, "plan JSON: \"slots\" is not an object");
             jskip(&r);
             if (*r.s == '}') r.s++;
             else for (;;) {
                 if (jstring(&r, key, sizeof key) || jexpect(&r, ':') || jstring(&r, value, sizeof value))
-                    return fail(err, errlen, "plan JSON: malformed slot entry");
+                    return tfail(err, errlen, "plan JSON: malformed slot entry");
                 on += (size_t)snprintf(overrides + on, on < sizeof overrides ? sizeof overrides - on : 0, "%s%s=%s",
                                        on ? "," : "", key, value);
                 jskip(&r);
                 if (*r.s == ',') { r.s++; continue; }
-                if (jexpect(&r, '}')) return fail(err, errlen, "plan JSON: unterminated \"slots\"");
+                if (jexpect(&r, '}')) return tfail(err, errlen, "plan JSON: unterminated \"slots\"");
                 break;
             }
         } else {
-            if (jstring(&r, value, sizeof value)) return fail(err, errlen, "plan JSON: \"%s\" is not a string", key);
+            if (jstring(&r, value, sizeof value)) return tfail(err, errlen, "plan JSON: \"%s\" is not a string", key);
             if (strcmp(key, "preset") == 0) snprintf(preset, sizeof preset, "%s", value);
             else if (strcmp(key, "model") == 0) snprintf(model, sizeof model, "%s", value);
-            else return fail(err, errlen, "plan JSON: unknown key \"%s\" (keys: preset, model, slots)", key);
+            else return tfail(err, errlen, "plan JSON: unknown key \"%s\" (keys: preset, model, slots)", key);
         }
         jskip(&r);
         if (*r.s == ',') { r.s++; continue; }
-        if (jexpect(&r, '}')) return fail(err, errlen, "plan JSON: expected ',' or '}'");
+        if (jexpect(&r, '}')) return tfail(err, errlen, "plan JSON: expected ',' or '}'");
         break;
     }
     jskip(&r);
-    if (*r.s) return fail(err, errlen, "plan JSON: trailing characters");
-    if (on >= sizeof overrides) return fail(err, errlen, "plan JSON: too many slots");
+    if (*r.s) return tfail(err, errlen, "plan JSON: trailing characters");
+    if (on >= sizeof overrides) return tfail(err, errlen, "plan JSON: too many slots");
     tmodel_kind kind;
-    if (tmodel_kind_parse(model, &kind)) return fail(err, errlen, "plan JSON: unknown model '%s' (gpt2, modern)", model);
-    if (!saw_slots) return fail(err, errlen, "plan JSON: no \"slots\"");
+    if (tmodel_kind_parse(model, &kind)) return tfail(err, errlen, "plan JSON: unknown model '%s' (gpt2, modern)", model);
+    if (!saw_slots) return tfail(err, errlen, "plan JSON: no \"slots\"");
     tplan next;
     if (tplan_init(&next, preset, kind, err, errlen)) return -1;
     if (tplan_set(&next, overrides, err, errlen)) return -1;
@@ -616,7 +614,7 @@ int tplan_from_json(tplan *p, const char *json, char *err, size_t errlen)
         int found = 0;
         for (const char *q = overrides; (q = strstr(q, needle)) != NULL; q++)
             if (q == overrides || q[-1] == ',') found = 1;
-        if (!found) return fail(err, errlen, "plan JSON: slot %s missing", slot_table[s].name);
+        if (!found) return tfail(err, errlen, "plan JSON: slot %s missing", slot_table[s].name);
     }
     *p = next;
     return 0;

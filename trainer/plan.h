@@ -80,6 +80,9 @@ const tslot_info *tslot_get(tslot s);
 /* The op a slot runs in a model family ("matmul", "rmsnorm", "weights", ...);
  * NULL when the slot does not exist in that family. */
 const char *tslot_op(tslot s, tmodel_kind model);
+/* Whether a matmul slot is a backward GEMM whose first operand is a gradient
+ * (the *_DGRAD and *_WGRAD slots): under fp8 that operand is e5m2. */
+int tslot_is_gradient_gemm(tslot s);
 /* 1 for slots that run a registry op (validated against kernels/registry.h),
  * 0 for the trainer's own slots (weights, grad_accum, allreduce, loss_scale). */
 int tslot_is_kernel(tslot s);
