@@ -34,7 +34,7 @@ NVCCFLAGS  += -std=c++17 -I. -I$(CUDA_HOME)/include -Xcompiler -Wall -MMD -MP
 LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
               -lcublasLt -lcublas -lcudart -lmpfr -lgmp -lstdc++ -lpthread -lm -ldl
 
-C_DIRS     := precision reference kernels trainer studies cli
+C_DIRS     := base precision reference kernels trainer studies cli
 LIB_C      := $(filter-out cli/main.c,$(wildcard $(addsuffix /*.c,$(C_DIRS))))
 LIB_CU     := $(wildcard kernels/*.cu trainer/*.cu)
 LIB_OBJS   := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.o)
