@@ -2,6 +2,7 @@
  * overrides, validate it against the kernel registry, and print it as JSON
  * or explained (every slot's path, variant and formats; every tensor's dtype). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
@@ -65,9 +66,10 @@ int cmd_plan(int argc, char **argv)
     if (explain) {
         tplan_explain(&p, stdout);
     } else {
-        char json[8192];
-        tplan_to_json(&p, json, sizeof json);
+        char *json = tplan_json_alloc(&p);
+        if (!json) return cli_error("plan", "out of memory");
         printf("%s\n", json);
+        free(json);
     }
     return 0;
 }

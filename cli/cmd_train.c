@@ -225,11 +225,12 @@ int cmd_train(int argc, char **argv)
         if (model_flags)
             return cli_error("train", "--resume takes the model and plan from the checkpoint; drop --model/--plan/"
                                       "--set/sizes (use --switch-at to change slots)");
-        char json[8192];
+        char *json = NULL;
         tckpt_state st;
-        if (tckpt_peek(c.resume_path, &c.model, json, sizeof json, &st, err, sizeof err) ||
-            tplan_from_json(&c.plan, json, err, sizeof err))
-            return cli_error("train", "%s", err);
+        int bad = tckpt_peek(c.resume_path, &c.model, &json, &st, err, sizeof err) ||
+                  tplan_from_json(&c.plan, json, err, sizeof err);
+        free(json);
+        if (bad) return cli_error("train", "%s", err);
         c.seed = st.seed;
     } else {
         tmodel_kind kind;

@@ -62,7 +62,7 @@ static void test_override_errors(void **state)
     expect_error(&p, "lm_hed=fp8", "lm_hed", "lm_head");                       /* unknown slot: lists slots */
     expect_error(&p, "lm_head=fp7", "fp7", "fp32, bf16, fp16, fp8");             /* unknown path */
     expect_error(&p, "lm_head=fp8:fastest", "fastest", "split_k");               /* unknown variant */
-    expect_error(&p, "lm_head", "lm_head", "SLOT=PATH");                        /* malformed */
+    expect_error(&p, "lm_head", "lm_head", "SLOT[@LAYERS]=PATH");              /* malformed */
     expect_error(&p, "rope=bf16", "rope", "norm.attn");                         /* not a gpt2 slot */
     expect_error(&p, "norm.mlp=bf16:nope", "nope", "two_pass");                 /* the registry's variants */
     expect_error(&p, "weights=fp32:sr", "sr", "bf16");                          /* trainer rule */

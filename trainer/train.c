@@ -244,20 +244,6 @@ static int run_micro_batches(run_ctx *c, const tdata *d, int32_t *tok, int32_t *
     return 0;
 }
 
-static tslot grad_writer(const tparam *p, tmodel_kind kind)
-{
-    const char *n = p->layer >= 0 && strchr(p->name, '.') ? strchr(p->name, '.') + 1 : p->name;
-    if (strcmp(n, "attn.qkv.w") == 0) return TSLOT_ATTN_QKV_WGRAD;
-    if (strcmp(n, "attn.out.w") == 0) return TSLOT_ATTN_OUT_WGRAD;
-    if (strcmp(n, "mlp.up.w") == 0) return TSLOT_MLP_UP_WGRAD;
-    if (strcmp(n, "mlp.down.w") == 0) return TSLOT_MLP_DOWN_WGRAD;
-    if (strncmp(n, "norm.attn", 9) == 0) return TSLOT_NORM_ATTN;
-    if (strncmp(n, "norm.mlp", 8) == 0) return TSLOT_NORM_MLP;
-    if (strncmp(n, "norm.final", 10) == 0) return TSLOT_NORM_FINAL;
-    if (strcmp(n, "wpe") == 0) return TSLOT_EMBEDDING;
-    return kind == TMODEL_MODERN ? TSLOT_TRANSPOSE : TSLOT_EMBEDDING; /* wte: last written by these */
-}
-
 /* Replay step c->step with every slot output checked; names the first
  * non-finite value in c->where_*. */
 static int audit_step(run_ctx *c, const tdata *d, int32_t *tok, int32_t *tgt, double dloss)
@@ -292,7 +278,7 @@ static int audit_step(run_ctx *c, const tdata *d, int32_t *tok, int32_t *tgt, do
         int64_t bad = 0;
         if (be->count_nonfinite(be, &p->grad, &bad)) return -1;
         if (bad) {
-            snprintf(c->where_slot, sizeof c->where_slot, "%s", tslot_get(grad_writer(p, c->cfg->model.kind))->name);
+            snprintf(c->where_slot, sizeof c->where_slot, "%s", tslot_get(p->grad_slot)->name);
             snprintf(c->where_tensor, sizeof c->where_tensor, "grad %s", p->name);
             c->where_layer = p->layer;
             c->found = 1;
@@ -347,9 +333,14 @@ static void write_header(run_ctx *c, const tdata *d, const tplan *plan, long sta
 {
     const ttrain_config *cfg = c->cfg;
     const tmodel_config *mc = &cfg->model;
-    char json[8192], extra[12288];
-    tplan_to_json(plan, json, sizeof json);
-    snprintf(extra, sizeof extra,
+    char *json = tplan_json_alloc(plan);
+    size_t extra_len = (json ? strlen(json) : 0) + 4096;
+    char *extra = malloc(extra_len);
+    if (!json || !extra) {
+        free(json), free(extra);
+        return;
+    }
+    snprintf(extra, extra_len,
              "\"backend\":\"%s\",\"plan\":%s,\"model\":{\"family\":\"%s\",\"layers\":%d,\"width\":%d,\"heads\":%d,"
              "\"vocab\":%d,\"context\":%d,\"norm_gain\":%d,\"softcap\":%g,\"params\":%lld},"
              "\"batch\":%d,\"seq\":%d,\"accum\":%d,\"world\":%d,\"steps\":%ld,\"start_step\":%ld,\"lr\":%g,"
@@ -362,6 +353,7 @@ static void write_header(run_ctx *c, const tdata *d, const tplan *plan, long sta
              cfg->weight_decay, cfg->grad_clip, cfg->muon_lr, (unsigned long long)cfg->seed,
              (long long)d->train_tokens, (long long)d->val_tokens);
     cli_json_header(c->log, "train", extra);
+    free(json), free(extra);
     fprintf(c->log, "{\"record\":\"data\",\"source\":");
     cli_json_string(c->log, d->source);
     fprintf(c->log, ",\"vocab\":%d}\n", d->vocab);
@@ -419,10 +411,12 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
     }
     if (cfg->resume_path) {
         tmodel_config mc;
-        char json[8192];
+        char *json = NULL;
         tplan saved;
-        if (tckpt_peek(cfg->resume_path, &mc, json, sizeof json, &st, err, sizeof err) ||
-            tplan_from_json(&saved, json, err, sizeof err)) {
+        int bad = tckpt_peek(cfg->resume_path, &mc, &json, &st, err, sizeof err) ||
+                  tplan_from_json(&saved, json, err, sizeof err);
+        free(json);
+        if (bad) {
             status = run_fail(res, 2, "%s", err);
             goto done;
         }
@@ -457,7 +451,7 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
         status = run_fail(res, 1, "%s", tbackend_error(be));
         goto done;
     }
-    if (tbackend_bind_plan(be, &plan)) {
+    if (tbackend_bind_plan(be, &plan, cfg->model.n_layer)) {
         status = run_fail(res, 2, "%s", tbackend_error(be));
         goto done;
     }
@@ -518,11 +512,11 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
             }
             plan = next_plan;
             if (log) {
-                char json[8192];
-                tplan_to_json(&plan, json, sizeof json);
+                char *json = tplan_json_alloc(&plan);
                 fprintf(log, "{\"record\":\"switch\",\"step\":%ld,\"set\":", s);
                 cli_json_string(log, cfg->switches[i].overrides);
-                fprintf(log, ",\"plan\":%s}\n", json);
+                fprintf(log, ",\"plan\":%s}\n", json ? json : "null");
+                free(json);
             }
         }
         double t0 = now_s();
@@ -537,7 +531,7 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
         c.hooks_now = 0;
         if (!rc) rc = tmodel_finish_grads(m);
         if (!rc) rc = be->allreduce(be, tmodel_params(m), tmodel_n_params(m));
-        if (!rc) rc = be->grad_norm(be, TSLOT_GRAD_NORM, tmodel_params(m), tmodel_n_params(m), &norm);
+        if (!rc) rc = be->grad_norm(be, tbackend_site(be, TSLOT_GRAD_NORM, -1), tmodel_params(m), tmodel_n_params(m), &norm);
         if (rc) {
             status = run_fail(res, c.failed ? 2 : 1, "step %ld: %s", s, tbackend_error(be));
             goto done;
