@@ -36,7 +36,7 @@ typedef enum { TSCHED_COSINE = 0, TSCHED_LINEAR } tschedule;
 
 typedef struct {
     long step;              /* the plan changes before this step runs */
-    char overrides[512];    /* "SLOT=PATH[:VARIANT],..." */
+    const char *overrides;  /* "SLOT[@LAYERS]=PATH[:VARIANT],..." (the caller keeps it alive) */
 } tswitch;
 
 typedef struct {
