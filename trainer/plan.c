@@ -986,14 +986,14 @@ static void slot_formats(const tplan *p, tslot s, const tslot_choice *c, char *b
     }
 }
 
-static void explain_row(const tplan *p, tslot s, const char *name, const tslot_choice *c, FILE *fp)
+static void explain_row(const tplan *p, tslot s, const char *name, int width, const tslot_choice *c, FILE *fp)
 {
     char formats[256], variant[128];
     slot_formats(p, s, c, formats, sizeof formats);
     tplan_choice_variant_string(p, s, c, variant, sizeof variant);
     const kop *op = top_lookup(c->op);
     int sibling = c->op != slot_table[s].family[p->model][0];
-    fprintf(fp, "%-16s %-16s %-5s %-16s %s\n", name, op ? op->name : "?", kpath_name(c->path),
+    fprintf(fp, "%-*s %-16s %-5s %-16s %s\n", width, name, op ? op->name : "?", kpath_name(c->path),
             sibling ? strchr(variant, '.') + 1 : variant, formats);
 }
 
@@ -1002,18 +1002,24 @@ void tplan_explain(const tplan *p, FILE *fp)
     fprintf(fp, "plan %s for model %s\n\n", p->preset, tmodel_kind_name(p->model));
     fprintf(fp, "%-16s %-16s %-5s %-16s %s\n", "slot", "op", "path", "variant", "formats (storage / compute)");
     for (int s = 0; s < TSLOT_COUNT; s++)
-        if (p->used[s]) explain_row(p, (tslot)s, slot_table[s].name, &p->slot[s], fp);
-    /* per-layer choices that differ from their slot's row, runs of layers merged */
-    int shown = 0;
-    for (int i = 0, j; i < p->n_layer_choices; i = j) {
-        j = layer_run_end(p, i);
-        const tlayer_choice *e = &p->layer_choice[i];
-        if (choice_equal(&e->choice, &p->slot[e->slot])) continue;
-        if (!shown++) fprintf(fp, "\nper-layer choices (where they differ from the slot's row above)\n");
-        char key[96];
-        layer_key(p, i, j, key, sizeof key);
-        explain_row(p, (tslot)e->slot, key, &e->choice, fp);
-    }
+        if (p->used[s]) explain_row(p, (tslot)s, slot_table[s].name, 16, &p->slot[s], fp);
+    /* per-layer choices that differ from their slot's row, runs of layers
+     * merged, in a column as wide as their longest name */
+    char key[96];
+    int width = 16, shown = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0, j; i < p->n_layer_choices; i = j) {
+            j = layer_run_end(p, i);
+            const tlayer_choice *e = &p->layer_choice[i];
+            if (choice_equal(&e->choice, &p->slot[e->slot])) continue;
+            layer_key(p, i, j, key, sizeof key);
+            if (pass == 0) {
+                if ((int)strlen(key) > width) width = (int)strlen(key);
+                continue;
+            }
+            if (!shown++) fprintf(fp, "\nper-layer choices (where they differ from the slot's row above)\n");
+            explain_row(p, (tslot)e->slot, key, width, &e->choice, fp);
+        }
     /* the tensors, in execution order */
     fprintf(fp, "\n%-38s %-14s %-6s %s\n", "tensor", "shape", "dtype", "written by");
     for (int row = 1;; row++) {
