@@ -210,13 +210,6 @@ top_id tslot_op(tslot s, tmodel_kind model)
     return (unsigned)s < TSLOT_COUNT && (unsigned)model < TMODEL_COUNT ? slot_table[s].family[model][0] : TOP_NONE;
 }
 
-int tslot_is_kernel(tslot s)
-{
-    for (int m = 0; m < TMODEL_COUNT; m++)
-        if (slot_table[s].family[m][0] != TOP_NONE) return top_is_kernel(slot_table[s].family[m][0]);
-    return 0;
-}
-
 /* Whether op belongs to slot s's family in this model. */
 static int in_family(tslot s, tmodel_kind model, top_id op)
 {
@@ -677,11 +670,6 @@ void tplan_choice_variant_string(const tplan *p, tslot s, const tslot_choice *c,
     const char *vn = op && v >= 0 && v < op->n_variants ? op->variants[v].name : "?";
     if (c->op != slot_table[s].family[p->model][0]) snprintf(buf, len, "%s.%s", op ? op->name : "?", vn);
     else snprintf(buf, len, "%s", vn);
-}
-
-void tplan_variant_string(const tplan *p, tslot s, char *buf, size_t len)
-{
-    tplan_choice_variant_string(p, s, &p->slot[s], buf, len);
 }
 
 static void choice_string(const tplan *p, tslot s, const tslot_choice *c, char *buf, size_t len)

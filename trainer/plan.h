@@ -162,15 +162,12 @@ typedef struct {
 const tslot_info *tslot_get(tslot s);
 /* The slot's own op in a model family; TOP_NONE where the slot is absent. */
 top_id tslot_op(tslot s, tmodel_kind model);
-static inline int tslot_is_gemm(tslot s) { return tslot_get(s)->gemm != TGEMM_NONE; }
 /* dgrad and wgrad GEMMs: their first operand is a gradient. */
 static inline int tslot_is_gradient_gemm(tslot s)
 {
     tgemm_role r = tslot_get(s)->gemm;
     return r == TGEMM_DGRAD || r == TGEMM_WGRAD;
 }
-/* 1 for slots that run a registry op, 0 for the trainer's own. */
-int tslot_is_kernel(tslot s);
 
 /* ---- plans ------------------------------------------------------------------------------- */
 
@@ -230,7 +227,6 @@ int tplan_check_layers(const tplan *p, int depth, char *err, size_t errlen);
 
 /* "two_pass", or "matmul_fast.fused" for a sibling op */
 void tplan_choice_variant_string(const tplan *p, tslot s, const tslot_choice *c, char *buf, size_t len);
-void tplan_variant_string(const tplan *p, tslot s, char *buf, size_t len);
 /* "bf16:two_pass" */
 void tplan_choice_string(const tplan *p, tslot s, char *buf, size_t len);
 /* Same model family and the same choice for every slot and every layer any
