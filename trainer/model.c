@@ -265,8 +265,10 @@ static int create_params(tmodel *m, uint64_t seed)
     prec_rng_seed(&rng, seed);
     /* wte's gradient is last written by the embedding backward (gpt2) or the
      * lm_head's transposed fold (modern) */
-    m->p_wte = add_param(m, "wte", -1, V, C, (param_role){PARAM_EMBEDDING, gpt2 ? TSLOT_EMBEDDING : TSLOT_TRANSPOSE}, 1, &rng);
-    m->p_wpe = gpt2 ? add_param(m, "wpe", -1, c->seq_len, C, (param_role){PARAM_EMBEDDING, TSLOT_EMBEDDING}, 1, &rng) : -1;
+    const param_role wte = {PARAM_EMBEDDING, gpt2 ? TSLOT_EMBEDDING : TSLOT_TRANSPOSE};
+    const param_role wpe = {PARAM_EMBEDDING, TSLOT_EMBEDDING};
+    m->p_wte = add_param(m, "wte", -1, V, C, wte, 1, &rng);
+    m->p_wpe = gpt2 ? add_param(m, "wpe", -1, c->seq_len, C, wpe, 1, &rng) : -1;
     if (m->p_wte < 0 || (gpt2 && m->p_wpe < 0)) return -1;
     int gains = gpt2 || c->norm_gain;
     const param_role ln1_g = {PARAM_GAIN, TSLOT_NORM_ATTN}, ln1_b = {PARAM_BIAS, TSLOT_NORM_ATTN};
@@ -283,8 +285,9 @@ static int create_params(tmodel *m, uint64_t seed)
         A->down = add_param(m, "mlp.down.w", l, C, F, (param_role){PARAM_OUT_PROJ, TSLOT_MLP_DOWN_WGRAD}, 1, &rng);
         if (A->qkv < 0 || A->proj < 0 || A->up < 0 || A->down < 0) return -1;
     }
-    m->p_lnf_g = gains ? add_param(m, "norm.final.g", -1, C, 0, (param_role){PARAM_GAIN, TSLOT_NORM_FINAL}, 1, &rng) : -1;
-    m->p_lnf_b = gpt2 ? add_param(m, "norm.final.b", -1, C, 0, (param_role){PARAM_BIAS, TSLOT_NORM_FINAL}, 1, &rng) : -1;
+    const param_role lnf_g = {PARAM_GAIN, TSLOT_NORM_FINAL}, lnf_b = {PARAM_BIAS, TSLOT_NORM_FINAL};
+    m->p_lnf_g = gains ? add_param(m, "norm.final.g", -1, C, 0, lnf_g, 1, &rng) : -1;
+    m->p_lnf_b = gpt2 ? add_param(m, "norm.final.b", -1, C, 0, lnf_b, 1, &rng) : -1;
     m->param_ptrs = malloc((size_t)m->n_params * sizeof *m->param_ptrs);
     if (!m->param_ptrs) return tbackend_fail(m->be, "out of memory");
     for (int i = 0; i < m->n_params; i++) m->param_ptrs[i] = &m->params[i];

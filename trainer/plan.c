@@ -126,8 +126,8 @@ const kop *top_lookup(top_id op)
 static const tslot_info slot_table[TSLOT_COUNT] = {
     [TSLOT_EMBEDDING] = {"embedding", "token (+ learned position) embedding lookup; backward scatters into the table",
                          .family = SAME(TOP_EMBEDDING)},
-    [TSLOT_NORM_ATTN] = {"norm.attn", "pre-attention norm of every layer", .family = BY_MODEL(TOP_LAYERNORM, TOP_RMSNORM),
-                         .per_layer = 1,
+    [TSLOT_NORM_ATTN] = {"norm.attn", "pre-attention norm of every layer",
+                         .family = BY_MODEL(TOP_LAYERNORM, TOP_RMSNORM), .per_layer = 1,
                          .tensors = {{"norm.attn out", "B*T x C", ACT, BOTH_MODELS, 2},
                                      {"norm mean", "B*T", STAT, GPT2_ONLY, 3},
                                      {"norm rstd", "B*T", STAT, BOTH_MODELS, 4},
@@ -157,7 +157,8 @@ static const tslot_info slot_table[TSLOT_COUNT] = {
                         .per_layer = 1, .tensors = {{"norm.mlp out", "B*T x C", ACT, BOTH_MODELS, 11}}},
     [TSLOT_MLP_UP] = {"mlp.up", "MLP up projection x Wup^T, C -> 4C", GEMM(TGEMM_FORWARD, TSLOT_MLP_UP), .per_layer = 1,
                       .tensors = {{"mlp.up out (pre-activation)", "B*T x 4C", ACT, BOTH_MODELS, 12}}},
-    [TSLOT_ACTIVATION] = {"activation", "MLP nonlinearity", .family = BY_MODEL(TOP_GELU_TANH, TOP_RELU2), .per_layer = 1,
+    [TSLOT_ACTIVATION] = {"activation", "MLP nonlinearity", .family = BY_MODEL(TOP_GELU_TANH, TOP_RELU2),
+                          .per_layer = 1,
                           .tensors = {{"activation out", "B*T x 4C", ACT, BOTH_MODELS, 13},
                                       {"d(mlp.up out)", "B*T x 4C", GRAD, BOTH_MODELS, 22}}},
     [TSLOT_MLP_DOWN] = {"mlp.down", "MLP down projection a Wdown^T, 4C -> C", GEMM(TGEMM_FORWARD, TSLOT_MLP_DOWN),
@@ -1080,7 +1081,8 @@ int tplan_apply_units(const tplan *base, const tplan *other, const tplan_unit *u
         tslot s = units[i].slot;
         int layer = units[i].layer;
         if ((unsigned)s >= TSLOT_COUNT || !base->used[s])
-            rc = tfail(err, errlen, "unit %d: slot #%d is not a slot of model %s", i, (int)s, tmodel_kind_name(base->model));
+            rc = tfail(err, errlen, "unit %d: slot #%d is not a slot of model %s", i, (int)s,
+                       tmodel_kind_name(base->model));
         else if (slot_table[s].per_layer != (layer >= 0) || layer >= TPLAN_MAX_LAYERS)
             rc = tfail(err, errlen, "unit %d: slot %s %s", i, slot_table[s].name,
                        slot_table[s].per_layer ? "is per-layer: the unit needs a layer" : "is global: it has no layers");
