@@ -46,6 +46,7 @@ static const copt train_opts[] = {
     {"--muon-lr", COPT_DOUBLE, F(cfg.muon_lr), 0, INFINITY, "optim", "X", "(0.02)", NULL, 0},
     {"--muon-momentum", COPT_DOUBLE, F(cfg.muon_momentum), 0, 1, "optim", "X", "(0.95)", NULL, COPT_MAX_OPEN},
     {"--seed", COPT_SEED, F(cfg.seed), 0, 0, "run", "S", "(1337; decimal or 0x hex)", NULL, 0},
+    {"--data-seed", COPT_SEED, F(cfg.data_seed), 0, 0, "run", "S", "(= --seed: the batch order; init uses --seed)", NULL, 0},
     {"--val-every", COPT_LONG, F(cfg.val_every), 0, STEPS_MAX, "run", "N", "(0: end only)", NULL, 0},
     {"--val-batches", COPT_INT, F(cfg.val_batches), 1, BIG, "run", "N", "(4)", NULL, 0},
     {"--log", COPT_STRING, F(cfg.log_path), 0, 0, "run", "FILE.jsonl", "", NULL, 0},
@@ -219,7 +220,7 @@ static int build_model_and_plan(train_options *t, const char *cmd)
 static int take_from_checkpoint(train_options *t, const char *cmd)
 {
     static const char *const fixed[] = {"--model", "--plan", "--set", "--depth", "--width", "--heads", "--context",
-                                        "--vocab", "--norm-gain", "--softcap", "--seed", NULL};
+                                        "--vocab", "--norm-gain", "--softcap", "--seed", "--data-seed", NULL};
     const char *given = copt_first_given(&t->seen, fixed);
     if (given)
         return cli_error(cmd, "--resume takes the model, plan and seed from the checkpoint; drop %s (use --switch-at "
@@ -233,6 +234,7 @@ static int take_from_checkpoint(train_options *t, const char *cmd)
     free(json);
     if (bad) return cli_error(cmd, "%s", err);
     c->seed = st.seed;
+    c->data_seed = st.data_seed;
     return 0;
 }
 
@@ -250,6 +252,7 @@ int train_options_finish(train_options *t, const char *cmd)
         return cli_error(cmd, "%s applies to data parallel runs only (--world N > 1)",
                          copt_given(&t->seen, "--rank") ? "--rank" : "--nccl-id");
     if (c->rank >= c->world) return cli_error(cmd, "--rank %d of --world %d: need rank < world", c->rank, c->world);
+    if (!copt_given(&t->seen, "--data-seed")) c->data_seed = c->seed;
     if (c->resume_path ? take_from_checkpoint(t, cmd) : build_model_and_plan(t, cmd)) return CLI_EXIT_USAGE;
     /* hooks: each must be able to fire */
     if (t->hash_list && parse_slots(cmd, "--hash-slots", t->hash_list, &c->plan, c->hash_slot)) return CLI_EXIT_USAGE;

@@ -3,7 +3,7 @@
  * Layout (little-endian): "ULPSCKPT", u32 version, the model configuration
  * (i32 kind, layers, width, heads, vocab, context, norm_gain; f64 softcap,
  * rope_theta, norm_eps), the plan as JSON (u32 length + bytes), i64 steps
- * done, f64 loss scale, i64 clean steps since the last rescale, u64 seed,
+ * done, f64 loss scale, i64 clean steps since the last rescale, u64 seed, u64 data seed,
  * u32 parameter count, then per parameter its name (u32 + bytes) and its
  * stored tensors as (u64 length + bytes): working copy, fp32 master (when
  * kept), mantissa buffer (when kept), optimizer m, optimizer v (AdamW).
@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #define CKPT_MAGIC "ULPSCKPT"
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 2u /* 2: the data seed after the seed */
 
 uint64_t ttrain_fnv1a(uint64_t h, const void *data, size_t n)
 {
@@ -104,6 +104,7 @@ int tckpt_save(const char *path, tmodel *m, const tmodel_config *cfg, const tpla
     free(json);
     put_i64(&w, st->steps_done), put_f64(&w, st->loss_scale), put_i64(&w, st->good_steps);
     put(&w, &st->seed, sizeof st->seed);
+    put(&w, &st->data_seed, sizeof st->data_seed);
     int np = tmodel_n_params(m);
     put_u32(&w, (uint32_t)np);
     void *buf = malloc(biggest_blob(m));
@@ -221,6 +222,7 @@ static void read_header(reader *r, tmodel_config *cfg, char **plan_json, tckpt_s
     st->loss_scale = get_f64(r);
     st->good_steps = (long)get_i64(r);
     get(r, &st->seed, sizeof st->seed);
+    get(r, &st->data_seed, sizeof st->data_seed);
 }
 
 int tckpt_peek(const char *path, tmodel_config *cfg, char **plan_json, tckpt_state *st, char *err, size_t errlen)

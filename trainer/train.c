@@ -32,6 +32,7 @@ void ttrain_config_defaults(ttrain_config *c)
     c->muon_momentum = 0.95;
     c->loss_scale_init = 65536.0;
     c->seed = 1337;
+    c->data_seed = 1337;
     c->val_batches = 4;
     c->progress_every = 10;
     c->world = 1;
@@ -83,7 +84,7 @@ static int setup_run(trun *r)
     r->data_open = 1;
     r->plan = cfg->plan;
     r->dynamic = cfg->plan.slot[TSLOT_LOSS_SCALE].variant == TLOSS_SCALE_DYNAMIC;
-    r->st = (tckpt_state){0, r->dynamic ? cfg->loss_scale_init : 1.0, 0, cfg->seed};
+    r->st = (tckpt_state){0, r->dynamic ? cfg->loss_scale_init : 1.0, 0, cfg->seed, cfg->data_seed};
     if (r->data.vocab > cfg->model.vocab)
         return trun_fail(r, 2, "%s has vocabulary %d but the model's is %d", r->data.source, r->data.vocab,
                          cfg->model.vocab);

@@ -54,7 +54,8 @@ typedef struct {
     double weight_decay, beta1, beta2, adam_eps, grad_clip;
     double muon_lr, muon_momentum;
     double loss_scale_init; /* dynamic loss scaling starts here (65536) */
-    uint64_t seed;
+    uint64_t seed;          /* initialisation and stochastic-rounding streams */
+    uint64_t data_seed;     /* the order of the training batches (train: = seed unless --data-seed) */
     long val_every;         /* 0: only at the end */
     int val_batches;
     const char *log_path;   /* JSON Lines; NULL: none */
@@ -139,6 +140,7 @@ typedef struct {
     double loss_scale;
     long good_steps;
     uint64_t seed;
+    uint64_t data_seed;
 } tckpt_state;
 
 int tckpt_save(const char *path, tmodel *m, const tmodel_config *cfg, const tplan *plan, const tckpt_state *st,

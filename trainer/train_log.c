@@ -116,13 +116,13 @@ void trun_log_header(trun *r, long start_step)
                  "\"vocab\":%d,\"context\":%d,\"norm_gain\":%d,\"softcap\":%g,\"params\":%lld},"
                  "\"batch\":%d,\"seq\":%d,\"accum\":%d,\"world\":%d,\"steps\":%ld,\"start_step\":%ld,\"lr\":%g,"
                  "\"warmup\":%ld,\"schedule\":\"%s\",\"cooldown_frac\":%g,\"min_lr_frac\":%g,\"weight_decay\":%g,"
-                 "\"grad_clip\":%g,\"muon_lr\":%g,\"seed\":%llu,\"train_tokens\":%lld,\"val_tokens\":%lld",
+                 "\"grad_clip\":%g,\"muon_lr\":%g,\"seed\":%llu,\"data_seed\":%llu,\"train_tokens\":%lld,\"val_tokens\":%lld",
                  cfg->backend, json, tmodel_kind_name(mc->kind), mc->n_layer, mc->n_embd, mc->n_head, mc->vocab,
                  mc->seq_len, mc->norm_gain, mc->softcap, (long long)tmodel_param_count(mc), cfg->batch, cfg->seq,
                  cfg->accum, cfg->world, cfg->steps, start_step, cfg->lr, cfg->warmup,
                  cfg->schedule == TSCHED_LINEAR ? "linear" : "cosine", cfg->cooldown_frac, cfg->min_lr_frac,
                  cfg->weight_decay, cfg->grad_clip, cfg->muon_lr, (unsigned long long)cfg->seed,
-                 (long long)r->data.train_tokens, (long long)r->data.val_tokens);
+                 (unsigned long long)cfg->data_seed, (long long)r->data.train_tokens, (long long)r->data.val_tokens);
     cli_json_header(r->log, "train", json && extra ? extra : "\"error\":\"out of memory\"");
     free(json), free(extra);
     trecord w;

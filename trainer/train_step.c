@@ -163,7 +163,7 @@ static int run_micro_batches(trun *r, double dloss, double *loss)
     double sum = 0.0;
     for (int mb = 0; mb < cfg->accum; mb++) {
         r->micro = mb;
-        tdata_train_batch(&r->data, cfg->seed, r->step, mb, cfg->rank, cfg->batch, cfg->seq, r->tok, r->tgt);
+        tdata_train_batch(&r->data, cfg->data_seed, r->step, mb, cfg->rank, cfg->batch, cfg->seq, r->tok, r->tgt);
         double l;
         int rc = tmodel_step_micro(r->m, r->tok, r->tgt, dloss, &l);
         if (rc) return rc;
