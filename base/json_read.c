@@ -409,3 +409,24 @@ int json_long(const json_value *v, long lo, long hi, long *out)
     *out = x;
     return 0;
 }
+
+int json_equal(const json_value *a, const json_value *b)
+{
+    if (!a || !b || a->type != b->type) return 0;
+    switch (a->type) {
+    case JSON_NUMBER:
+        return isfinite(a->number) && isfinite(b->number) ? a->number == b->number : strcmp(a->text, b->text) == 0;
+    case JSON_STRING: return a->text_len == b->text_len && memcmp(a->text, b->text, a->text_len) == 0;
+    case JSON_ARRAY:
+        if (a->n_items != b->n_items) return 0;
+        for (size_t i = 0; i < a->n_items; i++)
+            if (!json_equal(&a->items[i], &b->items[i])) return 0;
+        return 1;
+    case JSON_OBJECT:
+        if (a->n_items != b->n_items) return 0;
+        for (size_t i = 0; i < a->n_items; i++)
+            if (!json_equal(&a->items[i], json_get(b, a->keys[i]))) return 0;
+        return 1;
+    default: return 1;
+    }
+}

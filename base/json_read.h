@@ -50,6 +50,9 @@ int json_double(const json_value *v, double *out);
 /* A non-negative integer literal (decimal) or a string "0x..." (hex) as a
  * uint64, exactly; -1 for anything else or out of range. */
 int json_u64(const json_value *v, uint64_t *out);
+/* Deep equality: numbers by value (or, when their doubles are not finite,
+ * by text), strings by bytes, arrays in order, objects as key sets. */
+int json_equal(const json_value *a, const json_value *b);
 /* An integer literal within [lo, hi]; -1 otherwise. */
 int json_long(const json_value *v, long lo, long hi, long *out);
 
