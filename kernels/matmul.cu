@@ -1089,7 +1089,7 @@ extern "C" int kmatmul_batched(kpath path, kmatmul_accum accum, int variant, con
             return -1;
         for (int64_t r0 = 0; r0 < R; r0 += group) {
             const int64_t n = std::min(group, R - r0);
-            lt_batch sb = {n, b->stride_a, b->stride_b, 0, per_replica, 0, 0, 0};
+            lt_batch sb = {n, b->stride_a, b->stride_b, 0, per_replica, 0, b->stride_a_scale, b->stride_b_scale};
             for (int s = 0; s < n_slices; s++) {
                 int64_t k0 = s * chunk, kl = std::min(chunk, x->K - k0);
                 if (drop && s == n_slices - 1) kl -= k_step;
@@ -1098,6 +1098,8 @@ extern "C" int kmatmul_batched(kpath path, kmatmul_accum accum, int variant, con
                 gs.K = kl;
                 gs.a = (const char *)x->a + (r0 * b->stride_a + (x->a_trans ? k0 * x->M : k0)) * (int64_t)a_el;
                 gs.b = (const char *)x->b + (r0 * b->stride_b + (x->b_trans ? k0 : k0 * x->N)) * (int64_t)b_el;
+                if (g.a_scale) gs.a_scale = g.a_scale + r0 * b->stride_a_scale;
+                if (g.b_scale) gs.b_scale = g.b_scale + r0 * b->stride_b_scale;
                 gs.alpha = 1.0f;
                 gs.d = (float *)partials + (size_t)s * MN;
                 gs.cap_c = gs.cap_d = 0; // partials: every replica's at a multiple of 256 bytes
