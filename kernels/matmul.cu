@@ -328,36 +328,46 @@ static int lt_set_batch(const char *ctx, cublasLtMatrixLayout_t l, int64_t count
     return 0;
 }
 
-// The planted mistake of the replica tests' twin: the pinned algorithm with
-// cuBLASLt's split-K switched (2 slices, or none if it had some), which
-// changes every dot product's summation order.  The first of the batch-1
-// plan's candidates that supports split-K is used.
-static int lt_plant_algo_change(const char *ctx, const lt_plan *p1, cublasLtMatmulAlgo_t *algo)
+// The planted mistake of the replica tests' twin: an algorithm of the batch-1
+// plan's candidates with cuBLASLt's split-K switched (2 or 4 slices, or none
+// where it had some), which changes every dot product's summation order: the
+// first such configuration cublasLtMatmulAlgoCheck accepts for the batched
+// layouts.
+static int lt_plant_algo_change(const char *ctx, const lt_plan *p1, const lt_batched_plan *bp,
+                                cublasLtMatmulAlgo_t *algo)
 {
-    for (int i = 0; i < p1->n_algos; i++) {
-        cublasLtMatmulAlgo_t a = p1->algos[i].algo;
-        int32_t support = 0, splitk = 1;
-        uint32_t schemes = 0;
-        if (cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &support, sizeof support,
-                                              nullptr) != CUBLAS_STATUS_SUCCESS ||
-            !support)
-            continue;
-        cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes,
-                                          nullptr);
-        cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, nullptr);
-        int32_t want = splitk == 1 ? 2 : 1;
-        uint32_t scheme = want == 1                                           ? CUBLASLT_REDUCTION_SCHEME_NONE
-                          : (schemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
-                                                                               : CUBLASLT_REDUCTION_SCHEME_INPLACE;
-        if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &want, sizeof want) !=
-                CUBLAS_STATUS_SUCCESS ||
-            cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme) !=
-                CUBLAS_STATUS_SUCCESS)
-            continue;
-        *algo = a;
-        return 0;
-    }
-    return kernels_fail("%s: planted algorithm change: no candidate of the batch-1 plan supports split-K", ctx);
+    for (int i = 0; i < p1->n_algos; i++)
+        for (int32_t want : {2, 4, 1}) {
+            cublasLtMatmulAlgo_t a = p1->algos[i].algo;
+            int32_t support = 0, splitk = 1;
+            uint32_t schemes = 0;
+            if (cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &support, sizeof support,
+                                                  nullptr) != CUBLAS_STATUS_SUCCESS ||
+                !support)
+                break;
+            cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes,
+                                              nullptr);
+            cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, nullptr);
+            if (want == splitk) continue;
+            uint32_t scheme = want == 1 ? CUBLASLT_REDUCTION_SCHEME_NONE
+                              : (schemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
+                                  ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
+                                  : CUBLASLT_REDUCTION_SCHEME_INPLACE;
+            cublasLtMatmulHeuristicResult_t check;
+            memset(&check, 0, sizeof check);
+            if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &want, sizeof want) !=
+                    CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                                     sizeof scheme) != CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulAlgoCheck(lt_handle, bp->desc, bp->la, bp->lb, bp->lc, bp->ld, &a, &check) !=
+                    CUBLAS_STATUS_SUCCESS ||
+                check.workspaceSize > LT_WORKSPACE_BYTES)
+                continue;
+            *algo = a;
+            return 0;
+        }
+    return kernels_fail("%s: planted algorithm change: no split-K configuration of the batch-1 plan's candidates "
+                        "is accepted for the batched layouts", ctx);
 }
 
 static int lt_batched_plan_get(const char *ctx, const lt_gemm &g, const lt_batch &b, const lt_plan *p1,
@@ -385,7 +395,7 @@ static int lt_batched_plan_get(const char *ctx, const lt_gemm &g, const lt_batch
         KLT(ctx, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &b.bias,
                                                 sizeof b.bias));
     p.algo = p1->algos[0].algo;
-    if (planted_batched_algo_change && lt_plant_algo_change(ctx, p1, &p.algo)) return -1;
+    if (planted_batched_algo_change && lt_plant_algo_change(ctx, p1, &p, &p.algo)) return -1;
     cublasLtMatmulHeuristicResult_t check;
     memset(&check, 0, sizeof check);
     cublasStatus_t st = cublasLtMatmulAlgoCheck(lt_handle, p.desc, p.la, p.lb, p.lc, p.ld, &p.algo, &check);

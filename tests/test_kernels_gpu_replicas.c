@@ -404,18 +404,18 @@ static void test_matmul_replicas(void **state)
     assert_true(st.kernel > 0);
 }
 
-/* Batches whose outputs would overlap, or an in-place C at another stride, are
- * refused with a message. */
-static void test_matmul_batch_refused(void **state)
+/* Replica arguments that cannot work are refused with a message before any
+ * device work, so this runs without a GPU too (the pointers are never
+ * touched). */
+static void test_replica_arguments_refused(void **state)
 {
     (void)state;
-    TEST_REQUIRE_GPU();
-    void *A = device_buffer(4096), *B = device_buffer(4096), *Y = device_buffer(8192);
-    kmatmul_args x = {8, 8, 8, 0, 1, A, B, Y, NULL, 1.0f, 0.0f, NULL, 0, PREC_FP32, PREC_FP32, NULL, NULL, 0};
+    void *p = (void *)(uintptr_t)0x10000; /* never dereferenced: every call below fails its checks first */
+    kmatmul_args x = {8, 8, 8, 0, 1, p, p, p, NULL, 1.0f, 0.0f, NULL, 0, PREC_FP32, PREC_FP32, NULL, NULL, 0};
     kmatmul_batch b = {2, 64, 64, 0, 63, 0, 0, 0};
     assert_int_equal(kmatmul_batched(KPATH_FP32, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &x, &b), -1);
     assert_non_null(strstr(kernels_last_error(), "overlap"));
-    x.c = Y;
+    x.c = x.y;
     x.beta = 1.0f;
     b.stride_y = 64;
     b.stride_c = 128;
@@ -423,9 +423,43 @@ static void test_matmul_batch_refused(void **state)
     assert_non_null(strstr(kernels_last_error(), "in place"));
     b.count = 0;
     assert_int_equal(kmatmul_batched(KPATH_FP32, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &x, &b), -1);
-    kdevice_free(A);
-    kdevice_free(B);
-    kdevice_free(Y);
+    assert_non_null(strstr(kernels_last_error(), "batch count"));
+    b.count = 2;
+    b.stride_c = 64;
+    b.stride_a = 10; /* below M*K: the quantiser would overlap replicas */
+    assert_int_equal(kmatmul_quantized_batched(KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &x, &b, PREC_BF16, PREC_E4M3,
+                                               PREC_E4M3),
+                     -1);
+    assert_non_null(strstr(kernels_last_error(), "replica strides"));
+    float *scales = p;
+    assert_int_equal(kfp8_quantize_tensor_batched(2, p, 10, PREC_BF16, 4, 4, 0, PREC_E4M3, p, 16, scales), -1);
+    assert_non_null(strstr(kernels_last_error(), "replica strides"));
+
+    ktensor x10 = view(p, PREC_BF16, 10, 8), g = view(p, PREC_BF16, 3, 8);
+    float *stats = p;
+    assert_int_equal(klayernorm_forward_replicas(3, &x10, stats, stats, &x10, &g, &g, 1e-5f, 0), -1);
+    assert_non_null(strstr(kernels_last_error(), "replicas"));
+    assert_int_equal(krmsnorm_forward_replicas(3, &x10, stats, &x10, &g, 1e-5f, 0), -1);
+    assert_non_null(strstr(kernels_last_error(), "replicas"));
+    ktensor x12 = view(p, PREC_BF16, 12, 8), g2 = view(p, PREC_BF16, 2, 8); /* 3 replicas, gains for 2 */
+    assert_int_equal(klayernorm_forward_replicas(3, &x12, stats, stats, &x12, &g2, &g2, 1e-5f, 0), -1);
+    assert_non_null(strstr(kernels_last_error(), "gain"));
+    assert_int_equal(kembedding_forward_replicas(3, &x12, &x10, p, 0), -1); /* 10 table rows, not 3 tables */
+    assert_non_null(strstr(kernels_last_error(), "replicas"));
+    assert_int_equal(kgrad_norm_replicas(3, stats, &x10, 1, p, 1 << 20, 0), -1);
+    assert_non_null(strstr(kernels_last_error(), "replicas"));
+    const kadamw_hparams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 0};
+    assert_int_equal(kadamw_step_replicas(KPATH_BF16, KADAMW_STOCHASTIC, 0, 70000, 8, p, NULL, NULL, stats, stats, p,
+                                          &h, NULL),
+                     -1);
+    assert_non_null(strstr(kernels_last_error(), "replicas"));
+    assert_int_equal(kpolar_express_batched(KPATH_BF16, 0, KPE_POLAR_EXPRESS, 2, 8, 8, 63, p, p), -1);
+    assert_non_null(strstr(kernels_last_error(), "stride"));
+    ktensor y = view(p, PREC_BF16, 8, 10);
+    assert_int_equal(ktranspose_copy_replicas(3, &y, &x10, 0), -1);
+    assert_non_null(strstr(kernels_last_error(), "replicas"));
+    assert_int_equal(kgraph_capture_begin(NULL), -1);
+    assert_non_null(strstr(kernels_last_error(), "legacy"));
 }
 
 /* ---- layernorm, rmsnorm --------------------------------------------------------------- */
@@ -1225,7 +1259,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_replicas),
-        cmocka_unit_test(test_matmul_batch_refused),
+        cmocka_unit_test(test_replica_arguments_refused),
         cmocka_unit_test(test_norm_replicas),
         cmocka_unit_test(test_embedding_replicas),
         cmocka_unit_test(test_grad_norm_replicas),
