@@ -215,6 +215,8 @@ int cmd_compare(int argc, char **argv)
             c->arms[a].identity = s->ids[a];
         }
     }
+    if (!status && cmp_train_check_arms(&s->ctx, c->arms, c->n_arms, err, sizeof err))
+        status = cli_error("compare", "%s", err);
     if (!status && !s->o.until_decided &&
         experiment_parse_seeds(s->o.e.seeds, &s->seeds, &c->n_seeds, err, sizeof err))
         status = cli_error("compare", "%s", err);

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "kernels/ktensor_io.h"
+#include "trainer/backend.h"
 #include "trainer/data.h"
 #include "trainer/model.h"
 
@@ -106,6 +107,24 @@ void cmp_train_runner(cmp_runner *r, cmp_train_ctx *ctx)
     r->run = run_jobs;
     r->capacity = 1;
     r->ctx = ctx;
+}
+
+int cmp_train_check_arms(const cmp_train_ctx *ctx, const cmp_arm *arms, int n_arms, char *err, size_t errlen)
+{
+    char why[512] = "";
+    tbackend *be = strcmp(ctx->base.backend, "cuda") == 0 ? tbackend_cuda_create(why, sizeof why) : tbackend_cpu_create();
+    if (!be) {
+        snprintf(err, errlen, "no %s backend: %s", ctx->base.backend, why);
+        return -1;
+    }
+    int rc = 0;
+    for (int a = 0; a < n_arms && !rc; a++)
+        if (tbackend_bind_plan(be, &ctx->plans[a], ctx->base.model.n_layer)) {
+            snprintf(err, errlen, "arm %s: %.400s", arms[a].name, tbackend_error(be));
+            rc = -1;
+        }
+    be->destroy(be);
+    return rc;
 }
 
 /* A cheap identity of the tokens: counts and an FNV-1a over at most the

@@ -34,6 +34,11 @@ typedef struct {
 /* A runner over ctx (which must outlive it). */
 void cmp_train_runner(cmp_runner *r, cmp_train_ctx *ctx);
 
+/* Binds every arm's plan to the backend the runs will use, so that an arm
+ * the backend cannot run is refused before any run.  Returns 0, or -1 with
+ * err naming the arm and the slot. */
+int cmp_train_check_arms(const cmp_train_ctx *ctx, const cmp_arm *arms, int n_arms, char *err, size_t errlen);
+
 /* The recipe: everything the runs of one comparison share, as a JSON object
  * (model, data identity, batch, schedule, optimizer, validation windows,
  * backend and device, vary mode), without the plans and seeds.  malloc'd;
