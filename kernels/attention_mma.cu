@@ -59,6 +59,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/attention_mma.cuh"
+#include "kernels/attention_mma_layout.h"
 #include "kernels/kelem.cuh"
 #include "kernels/klaunch.cuh"
 
@@ -151,14 +152,15 @@ template <> struct am_type<__half> {
 };
 
 // The A fragment of keys (or queries) [16 kc, 16 kc + 16) from the fp32
-// accumulator fragments of n-tiles 2 kc and 2 kc + 1 (the d layout of two
-// adjacent m16n8 tiles is the a layout of one m16k16 tile).
+// accumulator fragments of n-tiles 2 kc (lo) and 2 kc + 1 (hi), rounded to
+// nearest into T (attention_mma_layout.h: aml_acc_tile, aml_acc_elem).
 template <class T> __device__ __forceinline__ void am_a_from_acc(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4])
 {
-    a[0] = am_type<T>::pack(lo[0], lo[1]);
-    a[1] = am_type<T>::pack(lo[2], lo[3]);
-    a[2] = am_type<T>::pack(hi[0], hi[1]);
-    a[3] = am_type<T>::pack(hi[2], hi[3]);
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        const float(&acc)[4] = aml_acc_tile(r) ? hi : lo;
+        a[r] = am_type<T>::pack(acc[aml_acc_elem(r, 0)], acc[aml_acc_elem(r, 1)]);
+    }
 }
 
 // Two stored values side by side (4 bytes; element d even, D a multiple of 8).
@@ -195,27 +197,10 @@ template <class T, int DMAX> __device__ __forceinline__ void am_drop_last_term(T
     for (int r = threadIdx.x; r < rows; r += AM_THREADS) tile[r * (DMAX + 8) + D - 1] = kfrom_float<T>(0.0f, 0);
 }
 
-// ldmatrix row addresses.  A operand, rows [r0, r0 + 16) x columns [c0, c0 + 16)
-// of a row-major tile: matrices (rows +0, cols +0), (+8, +0), (+0, +8), (+8, +8)
-// = a0..a3.
-template <int LDS> __device__ __forceinline__ int am_a_offset(int r0, int c0, int lane)
-{
-    return (r0 + (lane & 15)) * LDS + c0 + (lane >> 4) * 8;
-}
-// B operand of two n-tiles from a tile stored [n][k] (k contiguous, no
-// transpose): n [n0, n0 + 16), k [k0, k0 + 16); matrices (n +0, k +0), (n +0,
-// k +8), (n +8, k +0), (n +8, k +8) = b0, b1 of n-tile n0 and b0, b1 of n0 + 8.
-template <int LDS> __device__ __forceinline__ int am_bn_offset(int n0, int k0, int lane)
-{
-    return (n0 + (lane & 7) + ((lane >> 4) << 3)) * LDS + k0 + ((lane >> 3) & 1) * 8;
-}
-// B operand of two n-tiles from a tile stored [k][n] (n contiguous, ldmatrix
-// .trans): k [k0, k0 + 16), n [n0, n0 + 16); matrices (k +0, n +0), (k +8,
-// n +0), (k +0, n +8), (k +8, n +8) = b0, b1 of n-tile n0 and of n0 + 8.
-template <int LDS> __device__ __forceinline__ int am_bk_offset(int k0, int n0, int lane)
-{
-    return (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDS + n0 + (lane >> 4) * 8;
-}
+// ldmatrix row addresses: attention_mma_layout.h.
+template <int LDS> __device__ __forceinline__ int am_a_offset(int r0, int c0, int lane) { return aml_a_offset(LDS, r0, c0, lane); }
+template <int LDS> __device__ __forceinline__ int am_bn_offset(int n0, int k0, int lane) { return aml_bn_offset(LDS, n0, k0, lane); }
+template <int LDS> __device__ __forceinline__ int am_bk_offset(int k0, int n0, int lane) { return aml_bk_offset(LDS, k0, n0, lane); }
 
 // ---- forward -------------------------------------------------------------------------
 
