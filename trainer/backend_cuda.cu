@@ -175,6 +175,7 @@ static int cuda_supports(tbackend *be, const tplan *plan, tslot s, char *why, si
     if (strncmp(op->name, "matmul", 6) == 0)
         return kmatmul_supports(path, accum_of(op), matmul_variant(op, v), why, len) ? 0 : -1;
     if (s == TSLOT_ADAMW) return kadamw_supports(path, adamw_storage(plan), why, len) ? 0 : -1;
+    if (s == TSLOT_ATTENTION) return kattention_supports(path, v, 0, why, len) ? 0 : -1; // flash_mma: no fp32
     return 0; // the registry's paths and variants, which tplan_validate checked
 }
 
