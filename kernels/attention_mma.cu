@@ -51,6 +51,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+// ATT_MMA_HOST_EMULATION: tests/test_attention_mma_simt.cc compiles this file
+// on the host after tests/simt_emu.h, which supplies every device primitive
+// used below (shared memory, barriers, shuffles, cp.async, ldmatrix, mma)
+// for 128 host threads a block; the launchers are left out there.
 
 #include <cmath>
 #include <cstdint>
@@ -72,6 +76,12 @@ constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 static_assert(KATT_MMA_KEYS == AM_ROWS, "the forward's diagonal key tile is the block's own rows");
 
+#ifdef ATT_MMA_HOST_EMULATION
+#define AM_DYNAMIC_SMEM(name) unsigned char *name = am_emu_smem()
+#else
+#define AM_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+
 // Keys per tile in the dq kernel and queries per tile in the dk/dv kernel:
 // 32 at DMAX 128 keeps the accumulators (2 x 64 floats a thread in dk/dv) and
 // the tile's scores in registers without spilling.
@@ -81,6 +91,7 @@ template <int EXP2> __device__ __forceinline__ float am_exp(float x) { return EX
 
 // ---- the instructions ----------------------------------------------------------------
 
+#ifndef ATT_MMA_HOST_EMULATION
 __device__ __forceinline__ uint32_t am_smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 // 16 bytes global -> shared, asynchronously; bytes < 16 fills the rest with
@@ -112,6 +123,8 @@ __device__ __forceinline__ void am_ldsm_trans(uint32_t (&r)[4], const void *row)
                  : "memory");
 }
 
+#endif
+
 // d[16x8] += a[16x16] b[16x8].  Fragments (PTX ISA, mma.m16n8k16, g = lane / 4,
 // t = lane % 4): a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8,
 // 2t+8..); b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g); d0, d1 (g, 2t, 2t+1),
@@ -120,10 +133,14 @@ template <class T> struct am_type;
 template <> struct am_type<__nv_bfloat16> {
     static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
     {
+#ifdef ATT_MMA_HOST_EMULATION
+        am_emu_mma(PREC_BF16, d, a, b0, b1);
+#else
         asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                      "{%0,%1,%2,%3};\n"
                      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
     }
     // two floats rounded to nearest even, lo in the low half
     static __device__ __forceinline__ uint32_t pack(float lo, float hi)
@@ -137,10 +154,14 @@ template <> struct am_type<__nv_bfloat16> {
 template <> struct am_type<__half> {
     static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
     {
+#ifdef ATT_MMA_HOST_EMULATION
+        am_emu_mma(PREC_FP16, d, a, b0, b1);
+#else
         asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                      "{%0,%1,%2,%3};\n"
                      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
     }
     static __device__ __forceinline__ uint32_t pack(float lo, float hi)
     {
@@ -214,7 +235,7 @@ __global__ void __launch_bounds__(AM_THREADS, 2)
                    int bug)
 {
     constexpr int LDS = DMAX + 8, NK = DMAX / 16, ND = DMAX / 8, BN = KATT_MMA_KEYS, NS = BN / 8;
-    extern __shared__ __align__(16) unsigned char am_smem[];
+    AM_DYNAMIC_SMEM(am_smem);
     T *Qs = reinterpret_cast<T *>(am_smem), *Ks = Qs + AM_ROWS * LDS, *Vs = Ks + 2 * BN * LDS;
     const int row_blocks = (Tn + AM_ROWS - 1) / AM_ROWS;
     const int64_t bh = blockIdx.x % BH;
@@ -353,7 +374,7 @@ __global__ void __launch_bounds__(AM_THREADS)
                   int Tn, int D, float scale, T *dq, int bug)
 {
     constexpr int LDS = DMAX + 8, NK = DMAX / 16, ND = DMAX / 8, BN = am_side_tile<DMAX>(), NS = BN / 8;
-    extern __shared__ __align__(16) unsigned char am_smem[];
+    AM_DYNAMIC_SMEM(am_smem);
     T *Qs = reinterpret_cast<T *>(am_smem), *Gs = Qs + AM_ROWS * LDS, *Ks = Gs + AM_ROWS * LDS,
       *Vs = Ks + 2 * BN * LDS;
     const int row_blocks = (Tn + AM_ROWS - 1) / AM_ROWS;
@@ -479,7 +500,7 @@ __global__ void __launch_bounds__(AM_THREADS)
                    int64_t BH, int Tn, int D, float scale, T *dk, T *dv, int bug)
 {
     constexpr int LDS = DMAX + 8, NK = DMAX / 16, ND = DMAX / 8, BQ = am_side_tile<DMAX>(), NS = BQ / 8;
-    extern __shared__ __align__(16) unsigned char am_smem[];
+    AM_DYNAMIC_SMEM(am_smem);
     T *Ks = reinterpret_cast<T *>(am_smem), *Vs = Ks + AM_ROWS * LDS, *Qs = Vs + AM_ROWS * LDS,
       *Gs = Qs + 2 * BQ * LDS;
     float *lse_s = reinterpret_cast<float *>(Gs + 2 * BQ * LDS), *delta_s = lse_s + 2 * BQ;
@@ -605,6 +626,7 @@ template <class T, int DMAX> constexpr size_t am_smem_dkv()
     return (size_t)(2 * AM_ROWS + 4 * am_side_tile<DMAX>()) * (DMAX + 8) * sizeof(T) + 4 * am_side_tile<DMAX>() * sizeof(float);
 }
 
+#ifndef ATT_MMA_HOST_EMULATION
 // Raises the kernel's dynamic shared-memory limit (once per kernel), then
 // launches AM_THREADS threads per block.
 template <class... P, class... A>
@@ -657,7 +679,9 @@ static int am_aligned(const char *ctx, const void *const *in, int n_in, void *co
     return 0;
 }
 
+#endif // ATT_MMA_HOST_EMULATION
 } // namespace
+#ifndef ATT_MMA_HOST_EMULATION
 
 const char *katt_mma_refusal(kpath path, int64_t D)
 {
@@ -727,3 +751,4 @@ int katt_mma_backward(const char *ctx, kpath path, int exp2, int64_t BH, int Tn,
     return wide ? AM_BACKWARD(__half, 0, 128) : AM_BACKWARD(__half, 0, 64);
 #undef AM_BACKWARD
 }
+#endif // ATT_MMA_HOST_EMULATION

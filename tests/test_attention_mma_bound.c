@@ -33,132 +33,7 @@
 #include "reference/attention.h"
 #include "tests/test_util.h"
 
-typedef struct {
-    const mma_arith *p;
-    prec_format f;
-    int exp2, bug;
-    int64_t T, D;
-    float scale;
-} emu;
-
-static double store(const emu *e, double x)
-{
-    prec_rounding r = PREC_ROUNDING_RNE;
-    if (e->bug == KBUG_TRUNCATE_OUTPUT) r.mode = PREC_RZ;
-    return prec_round(x, e->f, r, 0);
-}
-
-static float fexp(const emu *e, float x) { return e->exp2 ? exp2f(x) : expf(x); }
-
-/* acc + sum_{t<n} a[t sa] b[t sb] through the model, one k16 instruction at a
- * time from position 0 (a, b values of the format; past n: zeros). */
-static float chain(const emu *e, float acc, int64_t lo, int64_t hi, const double *a, int64_t sa, const double *b,
-                   int64_t sb)
-{
-    uint16_t abuf[16], bbuf[16];
-    for (int64_t s = lo / 16 * 16; s < hi; s += 16) {
-        for (int t = 0; t < 16; t++) {
-            const int64_t i = s + t;
-            const int in = i >= lo && i < hi;
-            mma_store(e->f, abuf, t, in ? a[i * sa] : 0.0);
-            mma_store(e->f, bbuf, t, in ? b[i * sb] : 0.0);
-        }
-        uint32_t c;
-        memcpy(&c, &acc, 4);
-        c = mma_dot(e->p, 16, abuf, bbuf, c);
-        memcpy(&acc, &c, 4);
-    }
-    return acc;
-}
-
-/* q_i . k_j as the kernel forms it (drop-term: the last d left out). */
-static float score_dot(const emu *e, const double *qi, const double *kj)
-{
-    return chain(e, 0.0f, 0, e->bug == KBUG_DROP_TERM ? e->D - 1 : e->D, qi, 1, kj, 1);
-}
-
-static void forward(const emu *e, const double *q, const double *k, const double *v, double *o, double *lse)
-{
-    const int64_t T = e->T, D = e->D, BN = KATT_MMA_KEYS;
-    const float sc = e->exp2 ? e->scale * 1.4426950408889634f : e->scale;
-    float *x = malloc(T * sizeof(float)), *acc = malloc(D * sizeof(float));
-    double *pt = malloc(T * sizeof(double));
-    assert_true(x && acc && pt);
-    for (int64_t i = 0; i < T; i++) {
-        for (int64_t j = 0; j <= i; j++) x[j] = score_dot(e, q + i * D, k + j * D) * sc;
-        float m = -INFINITY, l = 0.0f;
-        for (int64_t d = 0; d < D; d++) acc[d] = 0.0f;
-        for (int64_t k0 = 0; k0 <= i; k0 += BN) {
-            float mx = m;
-            for (int64_t j = k0; j < k0 + BN && j <= i; j++) mx = fmaxf(mx, x[j]);
-            const float corr = fexp(e, m - mx);
-            m = mx;
-            float part[4] = {0, 0, 0, 0}; /* the quad's threads: keys 8n + 2t + c */
-            for (int t = 0; t < 4; t++)
-                for (int n = 0; n < 8; n++)
-                    for (int c = 0; c < 2; c++) {
-                        const int64_t j = k0 + 8 * n + 2 * t + c;
-                        const float p = j <= i ? fexp(e, x[j] - m) : 0.0f;
-                        part[t] += p;
-                        if (j <= i) pt[j] = prec_rne(p, e->f);
-                    }
-            const float rs = (part[0] + part[1]) + (part[2] + part[3]);
-            l = fmaf(l, corr, rs);
-            for (int64_t d = 0; d < D; d++) {
-                acc[d] = acc[d] * corr;
-                const int64_t hi = k0 + BN < i + 1 ? k0 + BN : i + 1;
-                acc[d] = chain(e, acc[d], k0, hi, pt, 1, v + d, D);
-            }
-        }
-        for (int64_t d = 0; d < D; d++) o[i * D + d] = store(e, acc[d] / l);
-        const float L = e->exp2 ? (m + log2f(l)) * 0.6931471805599453f : m + logf(l);
-        lse[i] = e->bug == KBUG_TRUNCATE_OUTPUT ? prec_round(L, PREC_BF16, (prec_rounding){PREC_RZ, PREC_OVF_IEEE, false}, 0) : L;
-    }
-    free(x); free(acc); free(pt);
-}
-
-/* dout . o as delta_kernel: 32 lanes of strided fma chains, butterfly 16 .. 1 (lane 0). */
-static float delta_of(const double *g, const double *o, int64_t D)
-{
-    float lane[32];
-    for (int l = 0; l < 32; l++) {
-        lane[l] = 0.0f;
-        for (int64_t d = l; d < D; d += 32) lane[l] = fmaf((float)g[d], (float)o[d], lane[l]);
-    }
-    for (int off = 16; off > 0; off >>= 1) {
-        float nxt[32];
-        for (int l = 0; l < 32; l++) nxt[l] = lane[l] + lane[l ^ off];
-        memcpy(lane, nxt, sizeof lane);
-    }
-    return lane[0];
-}
-
-static void backward(const emu *e, const double *q, const double *k, const double *v, const double *g, const double *o,
-                     const double *lse, double *dq, double *dk, double *dv)
-{
-    const int64_t T = e->T, D = e->D;
-    const float sc = e->exp2 ? e->scale * 1.4426950408889634f : e->scale;
-    double *P = calloc(T * T, sizeof(double)), *S = calloc(T * T, sizeof(double));
-    assert_true(P && S);
-    for (int64_t i = 0; i < T; i++) {
-        const float delta = delta_of(g + i * D, o + i * D, D);
-        const float L = e->exp2 ? (float)lse[i] * 1.4426950408889634f : (float)lse[i];
-        for (int64_t j = 0; j <= i; j++) {
-            const float p = fexp(e, score_dot(e, q + i * D, k + j * D) * sc - L);
-            const float dp = chain(e, 0.0f, 0, D, g + i * D, 1, v + j * D, 1);
-            P[i * T + j] = prec_rne(p, e->f);
-            S[i * T + j] = prec_rne(p * (dp - delta), e->f);
-        }
-    }
-    for (int64_t i = 0; i < T; i++)
-        for (int64_t d = 0; d < D; d++) dq[i * D + d] = store(e, chain(e, 0.0f, 0, i + 1, S + i * T, 1, k + d, D) * e->scale);
-    for (int64_t j = 0; j < T; j++)
-        for (int64_t d = 0; d < D; d++) {
-            dk[j * D + d] = store(e, chain(e, 0.0f, j, T, S + j, T, q + d, D) * e->scale);
-            dv[j * D + d] = store(e, chain(e, 0.0f, j, T, P + j, T, g + d, D));
-        }
-    free(P); free(S);
-}
+#include "tests/attention_mma_arith.h"
 
 typedef struct {
     int rows, failed;
@@ -176,7 +51,7 @@ static void sink(void *user, const kcheck_ctx *ctx, const kcheck_row *row)
 }
 
 /* One head: emulate, bound, compare; rows into v. */
-static void run_head(const emu *e, prec_rng *rng, verdicts *v)
+static void run_head(const arith_emu *e, prec_rng *rng, verdicts *v)
 {
     const int64_t T = e->T, D = e->D, n = T * D;
     double *q = malloc(n * 8), *k = malloc(n * 8), *vv = malloc(n * 8), *g = malloc(n * 8), *o = malloc(n * 8),
@@ -190,8 +65,8 @@ static void run_head(const emu *e, prec_rng *rng, verdicts *v)
     kcheck_fill_normal(rng, k, n, 0, 1, e->f);
     kcheck_fill_normal(rng, vv, n, 0, 1, e->f);
     kcheck_fill_normal(rng, g, n, 0, 1, e->f);
-    forward(e, q, k, vv, o, lse);
-    backward(e, q, k, vv, g, o, lse, dq, dk, dv);
+    arith_forward(e, q, k, vv, o, lse);
+    arith_backward(e, q, k, vv, g, o, lse, dq, dk, dv);
     ref_ctx rc = REF_CTX_DEFAULT;
     ref_attention_forward(&rc, 1, T, D, e->scale, q, k, vv, o_r, lse_r);
     ref_attention_backward(&rc, 1, T, D, e->scale, q, k, vv, g, dq_r, dk_r, dv_r);
@@ -277,7 +152,7 @@ static verdicts run_all(const config *cfg, int n_cfg, int bug, unsigned long lon
                       bug ? " (planted bug)" : "");
         const size_t n_shapes = cfg[c].long_shapes ? 4 : 3;
         for (size_t s = 0; s < n_shapes; s++) {
-            emu e = {&m->arith, cfg[c].f, cfg[c].exp2, bug, shapes[s][0], shapes[s][1],
+            arith_emu e = {&m->arith, cfg[c].f, cfg[c].exp2, bug, shapes[s][0], shapes[s][1],
                      (float)(1.0 / sqrt((double)shapes[s][1]))};
             verdicts v = {0, 0, ""};
             run_head(&e, &rng, &v);
