@@ -21,7 +21,14 @@
 //  - cp.async: each thread queues its copies; commit_group closes a group;
 //    wait_group N performs every committed group but the N newest, in order.
 //    A copy lands only at the wait that covers it, so a read of a buffer
-//    before its wait sees stale data (the test then fails).
+//    before its wait sees stale data (the test then fails).  With
+//    simt_eager_copies a copy lands when issued instead, so a copy issued
+//    into a buffer other warps still read corrupts what they read.
+// Hazard check (always on): every 16-byte chunk of shared memory records
+// which warps read it (ldmatrix) since the last __syncthreads; a cp.async
+// issued into a chunk another warp read in that interval is counted as a
+// write-after-read hazard (the hardware may land it at any time before the
+// wait), whatever the timing of the host threads.
 // Warp-collective calls must be reached by all 32 lanes in the same order,
 // as on the GPU (a divergent one deadlocks here).
 #ifndef ULPSCOPE_TESTS_SIMT_EMU_H
@@ -78,15 +85,39 @@ struct simt_block {
     std::vector<std::vector<std::vector<simt_copy>>> committed;
     std::vector<std::vector<simt_copy>> open;
     std::atomic<int> bad_reads{0}; // cp.async sources outside the tensors (simt_readable)
+    std::atomic<int> hazards{0};   // cp.async into a chunk another warp read since the last barrier
+    std::atomic<uint32_t> epoch{0}; // __syncthreads passed
+    std::vector<std::atomic<uint32_t>> chunk_reads; // (epoch << 8) | mask of the warps that read the chunk
 };
 
 extern thread_local simt_block *simt_cur;
 extern const mma_arith *simt_model_bf16, *simt_model_fp16; // set by the test
+extern bool simt_eager_copies;                              // set by the test
 
 inline int simt_tid() { return (int)threadIdx.x; }
 inline void simt_warp_sync() { pthread_barrier_wait(&simt_cur->warp_bar[simt_tid() / 32]); }
 
-inline void __syncthreads() { pthread_barrier_wait(&simt_cur->block_bar); }
+inline void __syncthreads()
+{
+    if (pthread_barrier_wait(&simt_cur->block_bar) == PTHREAD_BARRIER_SERIAL_THREAD) simt_cur->epoch++;
+    pthread_barrier_wait(&simt_cur->block_bar);
+}
+
+// A read of the 16-byte chunk holding smem offset off by this thread's warp.
+inline void simt_note_read(size_t off)
+{
+    std::atomic<uint32_t> &c = simt_cur->chunk_reads[off / 16];
+    const uint32_t e = simt_cur->epoch.load() << 8, bit = 1u << (simt_tid() / 32);
+    uint32_t old = c.load();
+    while (!c.compare_exchange_weak(old, (old >> 8 << 8) == e ? old | bit : e | bit)) {
+    }
+}
+// A write into that chunk by this thread: a hazard if another warp read it in this interval.
+inline void simt_note_write(size_t off)
+{
+    const uint32_t v = simt_cur->chunk_reads[off / 16].load(), e = simt_cur->epoch.load() << 8;
+    if ((v >> 8 << 8) == e && (v & 0xFFu & ~(1u << (simt_tid() / 32)))) simt_cur->hazards++;
+}
 
 inline float __shfl_xor_sync(unsigned, float v, int offset)
 {
@@ -127,6 +158,12 @@ inline void am_cp16(void *dst, const void *src, int bytes)
 {
     if (bytes > 0 && !simt_readable(src, bytes)) simt_cur->bad_reads++;
     const size_t off = (size_t)((unsigned char *)dst - simt_cur->smem.data());
+    simt_note_write(off);
+    if (simt_eager_copies) {
+        memset(dst, 0, 16);
+        if (bytes) memcpy(dst, src, (size_t)bytes);
+        return;
+    }
     simt_cur->open[simt_tid()].push_back({off, src, bytes});
 }
 inline void am_commit()
@@ -153,6 +190,7 @@ inline void simt_ldsm(uint32_t (&r)[4], const void *row, bool trans)
     auto &w = simt_cur->warp[simt_tid() / 32];
     const int lane = simt_tid() % 32;
     w.addr[lane] = row;
+    simt_note_read((size_t)((const unsigned char *)row - simt_cur->smem.data()));
     simt_warp_sync();
     for (int m = 0; m < 4; m++) {
         uint32_t halves[2];

@@ -12,8 +12,11 @@
 // against the check's bound and the MPFR reference), for bf16 and fp16,
 // flash_mma and flash_mma_exp2, the planted bugs included, on shapes with
 // ragged tiles (T = 150: three row blocks, the last partial; two heads at T = 70; D = 40: a
-// partial 16-wide chunk of d; D = 128: the 32-wide side tiles); every
-// output element is written (outputs start as NaN), nothing is written
+// partial 16-wide chunk of d; D = 128: the 32-wide side tiles), with
+// cp.async copies landing at their wait and, again, at their issue (see
+// tests/simt_emu.h: the two catch a missing wait and a refill too early); every
+// output element is written (outputs start as NaN), no cp.async is issued into
+// shared memory another warp read since the last barrier, nothing is written
 // outside the outputs (guard zones) and every cp.async reads inside its
 // tensor.  Twin: a kernel run with a different planted bug than the
 // emulation must differ.  Host expf/logf on both sides.  SIMT_DEBUG=1 lists
@@ -47,6 +50,7 @@ extern "C" {
 thread_local simt_index threadIdx, blockIdx;
 thread_local simt_block *simt_cur;
 const mma_arith *simt_model_bf16, *simt_model_fp16;
+bool simt_eager_copies = false;
 
 // ---- the host SIMT runtime --------------------------------------------------------------
 
@@ -73,7 +77,7 @@ struct range {
     const unsigned char *lo, *hi;
 };
 std::vector<range> readable;
-int bad_reads = 0;
+int bad_reads = 0, hazards = 0;
 } // namespace
 
 bool simt_readable(const void *src, int bytes)
@@ -89,6 +93,7 @@ void simt_launch(unsigned grid, size_t smem_bytes, const std::function<void()> &
     for (unsigned b = 0; b < grid; b++) {
         simt_block blk;
         blk.smem.assign(smem_bytes, 0xA5);
+        blk.chunk_reads = std::vector<std::atomic<uint32_t>>((smem_bytes + 15) / 16);
         blk.committed.resize(SIMT_THREADS);
         blk.open.resize(SIMT_THREADS);
         pthread_barrier_init(&blk.block_bar, nullptr, SIMT_THREADS);
@@ -107,6 +112,7 @@ void simt_launch(unsigned grid, size_t smem_bytes, const std::function<void()> &
         pthread_barrier_destroy(&blk.block_bar);
         for (int w = 0; w < SIMT_WARPS; w++) pthread_barrier_destroy(&blk.warp_bar[w]);
         bad_reads += blk.bad_reads.load();
+        hazards += blk.hazards.load();
     }
 }
 
@@ -175,7 +181,7 @@ outcome run(const mma_arith *model, int64_t BH, int Tn, int D, int kernel_bug, i
     }
     readable.clear();
     for (int i = 0; i < 4; i++) allow(dev[i]);
-    bad_reads = 0;
+    bad_reads = hazards = 0;
     guarded<T> o(n), dq(n), dk(n), dv(n);
     guarded<float> lse(BH * Tn);
     std::vector<float> delta(BH * Tn);
@@ -199,7 +205,9 @@ outcome run(const mma_arith *model, int64_t BH, int Tn, int D, int kernel_bug, i
 
     outcome r;
     r.guards = o.guards_intact() && dq.guards_intact() && dk.guards_intact() && dv.guards_intact() && lse.guards_intact();
-    if (bad_reads) snprintf(r.first, sizeof r.first, "%d cp.async reads outside the tensors", bad_reads);
+    if (bad_reads || hazards)
+        snprintf(r.first, sizeof r.first, "%d cp.async reads outside the tensors, %d write-after-read hazards", bad_reads,
+                 hazards);
     const arith_emu e = {model, f, EXP2, arith_bug, Tn, D, scale};
     const int64_t hn = (int64_t)Tn * D;
     std::vector<double> ao(hn), al(Tn), aq(hn), ak(hn), av(hn);
@@ -216,7 +224,7 @@ outcome run(const mma_arith *model, int64_t BH, int Tn, int D, int kernel_bug, i
         }
         for (int64_t i = 0; i < Tn; i++) compare(r, "lse", h * Tn + i, lse.data()[h * Tn + i], al[i]);
     }
-    if (bad_reads) r.mismatches++;
+    if (bad_reads || hazards) r.mismatches++;
     return r;
 }
 
@@ -268,6 +276,10 @@ static void test_kernels_equal_arithmetic(void **state)
     expect_bitwise("h100", PREC_FP16, 0, shapes[1], KBUG_NONE, &rng);
     expect_bitwise("a100", PREC_BF16, 0, shapes[1], KBUG_NONE, &rng);
     expect_bitwise("a100", PREC_FP16, 1, shapes[2], KBUG_NONE, &rng);
+    simt_eager_copies = true; // copies land at issue: a buffer refilled while still read would show
+    expect_bitwise("h100", PREC_BF16, 0, shapes[0], KBUG_NONE, &rng);
+    expect_bitwise("h100", PREC_FP16, 1, shapes[2], KBUG_NONE, &rng);
+    simt_eager_copies = false;
 }
 
 static void test_planted_bugs_as_emulated(void **state)
