@@ -87,6 +87,11 @@ static_assert(KATT_MMA_KEYS == AM_ROWS, "the forward's diagonal key tile is the 
 // the tile's scores in registers without spilling.
 template <int DMAX> __host__ __device__ constexpr int am_side_tile() { return DMAX > 64 ? 32 : 64; }
 
+// Blocks per SM the register allocation must allow: 3 at DMAX 64 (at most
+// 168 registers a thread), 2 at DMAX 128 (255).  Without a minimum ptxas
+// squeezed the DMAX 64 forward into 128 registers and spilled.
+#define AM_MIN_BLOCKS (DMAX > 64 ? 2 : 3)
+
 template <int EXP2> __device__ __forceinline__ float am_exp(float x) { return EXP2 ? exp2f(x) : expf(x); }
 
 // ---- the instructions ----------------------------------------------------------------
@@ -227,10 +232,8 @@ template <int LDS> __device__ __forceinline__ int am_bk_offset(int k0, int n0, i
 
 // Block: query rows [q0, q0 + 64) of head bh (the last row blocks first: they
 // have the most keys); warp w: rows q0 + 16 w + {g, g + 8}.
-// (minimum 2 blocks per SM: a bound of 255 registers, so ptxas does not
-// squeeze the D <= 64 instance into 128 and spill)
 template <class T, int EXP2, int DMAX>
-__global__ void __launch_bounds__(AM_THREADS, 2)
+__global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS)
     mma_fwd_kernel(const T *q, const T *k, const T *v, int64_t BH, int Tn, int D, float scale, T *o, float *lse,
                    int bug)
 {
@@ -369,7 +372,7 @@ __global__ void __launch_bounds__(AM_THREADS, 2)
 // Block: query rows [q0, q0 + 64) (the last first), key tiles of BN from 0 to
 // the diagonal; dq_i = scale sum_j dS~_ij k_j.
 template <class T, int EXP2, int DMAX>
-__global__ void __launch_bounds__(AM_THREADS)
+__global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS)
     mma_dq_kernel(const T *q, const T *k, const T *v, const T *dout, const float *lse, const float *delta, int64_t BH,
                   int Tn, int D, float scale, T *dq, int bug)
 {
@@ -495,7 +498,7 @@ __global__ void __launch_bounds__(AM_THREADS)
 // dv_j = sum_i P~_ij dout_i, dk_j = scale sum_i dS~_ij q_i: the A operands are
 // P^T and dS^T, straight from the accumulators of s^T = k q^T and dP^T = v dout^T.
 template <class T, int EXP2, int DMAX>
-__global__ void __launch_bounds__(AM_THREADS)
+__global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS)
     mma_dkv_kernel(const T *q, const T *k, const T *v, const T *dout, const float *lse, const float *delta,
                    int64_t BH, int Tn, int D, float scale, T *dk, T *dv, int bug)
 {
