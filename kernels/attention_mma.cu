@@ -89,8 +89,14 @@ template <int DMAX> __host__ __device__ constexpr int am_side_tile() { return DM
 
 // Blocks per SM the register allocation must allow: 3 at DMAX 64 (at most
 // 168 registers a thread), 2 at DMAX 128 (255).  Without a minimum ptxas
-// squeezed the DMAX 64 forward into 128 registers and spilled.
+// squeezed the DMAX 64 forward into 128 registers and spilled; for sm_80 the
+// DMAX 64 backward kernels spill under 168, so they get 2 there.
 #define AM_MIN_BLOCKS (DMAX > 64 ? 2 : 3)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define AM_MIN_BLOCKS_BWD 2
+#else
+#define AM_MIN_BLOCKS_BWD AM_MIN_BLOCKS
+#endif
 
 template <int EXP2> __device__ __forceinline__ float am_exp(float x) { return EXP2 ? exp2f(x) : expf(x); }
 
@@ -372,7 +378,7 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS)
 // Block: query rows [q0, q0 + 64) (the last first), key tiles of BN from 0 to
 // the diagonal; dq_i = scale sum_j dS~_ij k_j.
 template <class T, int EXP2, int DMAX>
-__global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS)
+__global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
     mma_dq_kernel(const T *q, const T *k, const T *v, const T *dout, const float *lse, const float *delta, int64_t BH,
                   int Tn, int D, float scale, T *dq, int bug)
 {
@@ -498,7 +504,7 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS)
 // dv_j = sum_i P~_ij dout_i, dk_j = scale sum_i dS~_ij q_i: the A operands are
 // P^T and dS^T, straight from the accumulators of s^T = k q^T and dP^T = v dout^T.
 template <class T, int EXP2, int DMAX>
-__global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS)
+__global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
     mma_dkv_kernel(const T *q, const T *k, const T *v, const T *dout, const float *lse, const float *delta,
                    int64_t BH, int Tn, int D, float scale, T *dk, T *dv, int bug)
 {
