@@ -106,16 +106,20 @@ if want bench; then
 fi
 
 if want train; then
+    # a byte corpus long enough for sequence 1024 (the embedded one is 6 KB): the repository's own text
+    corpus=/tmp/att-corpus.txt
+    cat README.md docs/*.md kernels/*.c kernels/*.cu >"$corpus"
     # gpt2 shape (D 64), a short run per variant: losses side by side
     for v in flash flash_exp2 flash_mma flash_mma_exp2; do
         run "train-$v" 300 "$U" train --backend cuda --model gpt2 --depth 2 --width 128 --heads 2 --seq 256 \
-            --batch 8 --steps 30 --set "attention=bf16:$v" --progress-every 10 --log "$out/train-$v.jsonl"
+            --batch 8 --steps 30 --data "$corpus" --set "attention=bf16:$v" --progress-every 10 \
+            --log "$out/train-$v.jsonl"
         note "  $v: $(grep -v '^$' "$out/train-$v.log" | tail -1)"
     done
     # where the time goes at gpt2 d12, batch 8, sequence 1024, before and after
     for v in flash flash_mma_exp2; do
         run "profile-$v" 300 "$U" train --backend cuda --model gpt2 --depth 12 --width 768 --heads 12 --seq 1024 \
-            --batch 8 --steps 6 --set "attention=bf16:$v" --profile
+            --batch 8 --steps 6 --data "$corpus" --set "attention=bf16:$v" --profile
         grep -iE "attention|ms/step|tok/s" "$out/profile-$v.log" | head -8 | sed "s/^/  $v: /" >>"$summary"
     done
 fi
