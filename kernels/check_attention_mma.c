@@ -32,7 +32,8 @@
  *  - w_j = exp(x_j - M) with argument error e_j + e_M + u |x_j - m_t| (the
  *    fp32 subtraction in frame t) and 2 ulps of expf/exp2f; P~_j = w_j
  *    rounded into the path's format (u_f relative, half a subnormal);
- *  - eta_t: exp(u |Delta|) (1 + 4u + 2 s / corr_lo) - 1 for the subtraction
+ *  - eta_t: exp(u |Delta|) (1 + 4u + 2 s / corr_lo) - 1 (u |Delta| ln 2 in log2
+ *    units) for the subtraction
  *    m_{t-1} - m_t (|Delta| <= |m_{t-1} - m_t| + 2 e_M) and expf's 2 ulps
  *    (s: the smallest fp32 subnormal, corr_lo = exp(-|Delta|));
  *  - l: each tile's row sum of the fp32 p (16 sequential terms a thread, a
