@@ -648,7 +648,7 @@ static int am_launch(const char *ctx, const char *what, bool &raised, void (*ker
             return kernels_fail("%s: %s needs %zu bytes of shared memory: %s", ctx, what, smem, cudaGetErrorString(e));
         raised = true;
     }
-    kernel<<<grid, AM_THREADS, smem>>>(args...);
+    kernel<<<grid, AM_THREADS, smem, kstream()>>>(args...);
     return klaunched(ctx, what);
 }
 
