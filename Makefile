@@ -25,15 +25,23 @@ PYTHON     ?= python3
 GIT_REV    := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 GIT_STAMP  := $(BUILD)/.git-rev
 $(shell mkdir -p $(BUILD); [ "$$(cat $(GIT_STAMP) 2>/dev/null)" = "$(GIT_REV)" ] || echo "$(GIT_REV)" > $(GIT_STAMP))
-CPPFLAGS   += -I. -D_GNU_SOURCE
+# CFLAGS, CXXFLAGS, NVCCFLAGS, CPPFLAGS, LDFLAGS and LDLIBS are the user's:
+# `make CFLAGS='-O1 -fsanitize=address'` replaces only the defaults here.
+# What the code needs (language standard, warnings, dependency files,
+# include path, libraries) is in the REQUIRED_* flags, which every rule adds
+# after the user's, so a command-line CFLAGS cannot drop them.
+CPPFLAGS   ?=
+REQUIRED_CPPFLAGS := -I. -D_GNU_SOURCE
 CFLAGS     ?= -O2 -g
-CFLAGS     += -std=c11 -Wall -Wextra -Wno-unused-parameter -MMD -MP
+REQUIRED_CFLAGS   := -std=c11 -Wall -Wextra -Wno-unused-parameter -MMD -MP
 CXXFLAGS   ?= -O2 -g
-CXXFLAGS   += -std=c++17 -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -MMD -MP
+REQUIRED_CXXFLAGS := -std=c++17 -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -MMD -MP
 NVCC_ARCH  ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90
 NVCCFLAGS  ?= -O3 -lineinfo
-NVCCFLAGS  += -std=c++17 -I. -I$(CUDA_HOME)/include -Xcompiler -Wall -MMD -MP
-LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+REQUIRED_NVCCFLAGS := -std=c++17 -I. -I$(CUDA_HOME)/include -Xcompiler -Wall -MMD -MP
+LDFLAGS    ?=
+LDLIBS     ?=
+REQUIRED_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
               -lcublasLt -lcublas -lcudart -lmpfr -lgmp -lstdc++ -lpthread -lm -ldl
 
 C_DIRS     := base precision reference kernels trainer studies cli
@@ -67,41 +75,41 @@ $(BUILD)/obj/cli/output.o: $(GIT_STAMP)
 
 $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(REQUIRED_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) $(REQUIRED_CFLAGS) -c $< -o $@
 
 # -O0: see the note in tests/test_attention_mma_simt.cc (a GCC 12 miscompilation at -O1 and above)
-$(BUILD)/obj/tests/test_attention_mma_simt.o: CXXFLAGS += -O0
+$(BUILD)/obj/tests/test_attention_mma_simt.o: REQUIRED_CXXFLAGS += -O0
 
 $(BUILD)/obj/%.o: %.cc | $(DEPS_OK)
 	@mkdir -p $(@D)
-	$(CXX) $(CPPFLAGS) -I$(CUDA_HOME)/include $(CXXFLAGS) -c $< -o $@
+	$(CXX) $(REQUIRED_CPPFLAGS) -I$(CUDA_HOME)/include $(CPPFLAGS) $(CXXFLAGS) $(REQUIRED_CXXFLAGS) -c $< -o $@
 
 $(BUILD)/obj/%_sm80.o: %_sm80.cu | $(DEPS_OK)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -gencode=arch=compute_80,code=[sm_80,compute_80] -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(REQUIRED_NVCCFLAGS) -gencode=arch=compute_80,code=[sm_80,compute_80] -c $< -o $@
 
 $(BUILD)/obj/%_sm90a.o: %_sm90a.cu | $(DEPS_OK)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -gencode=arch=compute_90a,code=sm_90a -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(REQUIRED_NVCCFLAGS) -gencode=arch=compute_90a,code=sm_90a -c $< -o $@
 
 $(BUILD)/obj/%.o: %.cu | $(DEPS_OK)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) $(NVCC_ARCH) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(REQUIRED_NVCCFLAGS) $(NVCC_ARCH) -c $< -o $@
 
 $(BUILD)/libulpscope.a: $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
 $(BUILD)/ulpscope: $(BUILD)/obj/cli/main.o $(BUILD)/libulpscope.a
-	$(CXX) -o $@ $< -Wl,--whole-archive $(BUILD)/libulpscope.a -Wl,--no-whole-archive $(LDLIBS)
+	$(CXX) $(LDFLAGS) -o $@ $< -Wl,--whole-archive $(BUILD)/libulpscope.a -Wl,--no-whole-archive $(LDLIBS) $(REQUIRED_LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libulpscope.a
 	@mkdir -p $(@D)
-	$(CXX) -o $@ $< -Wl,--whole-archive $(BUILD)/libulpscope.a -Wl,--no-whole-archive $(LDLIBS) -lcmocka
+	$(CXX) $(LDFLAGS) -o $@ $< -Wl,--whole-archive $(BUILD)/libulpscope.a -Wl,--no-whole-archive $(LDLIBS) -lcmocka $(REQUIRED_LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libulpscope.a
 	@mkdir -p $(@D)
-	$(CXX) -o $@ $< -Wl,--whole-archive $(BUILD)/libulpscope.a -Wl,--no-whole-archive $(LDLIBS)
+	$(CXX) $(LDFLAGS) -o $@ $< -Wl,--whole-archive $(BUILD)/libulpscope.a -Wl,--no-whole-archive $(LDLIBS) $(REQUIRED_LDLIBS)
 
 # ---- run ----------------------------------------------------------------------
 # Tests that drive the command line find it through ULPSCOPE_BIN.
