@@ -5,6 +5,7 @@
 #include <assert.h>
 #include <ctype.h>
 #include <fnmatch.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -238,13 +239,27 @@ prec_format tpath_operand(kpath p, int is_gradient)
     return tpath_storage(p);
 }
 
+/* snprintf at offset n of buf[0..len): returns the offset after the text,
+ * which passes len when the buffer is too small (the text is then cut, and
+ * no pointer past the buffer is formed: buf + n would be undefined there,
+ * and so is NULL + 0 when only the length is wanted). */
+static size_t append(char *buf, size_t len, size_t n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static size_t append(char *buf, size_t len, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const int r = n < len ? vsnprintf(buf + n, len - n, fmt, ap) : vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    return n + (r > 0 ? (size_t)r : 0);
+}
+
 static void path_names_of(const kop *op, char *buf, size_t len)
 {
     size_t n = 0;
     buf[0] = '\0';
     for (int p = 0; p < KPATH_COUNT; p++)
         if (op->paths & PATH_BIT(p))
-            n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%s", n ? ", " : "", kpath_name((kpath)p));
+            n = append(buf, len, n, "%s%s", n ? ", " : "", kpath_name((kpath)p));
 }
 
 static void variant_names_of(const kop *op, char *buf, size_t len)
@@ -252,7 +267,7 @@ static void variant_names_of(const kop *op, char *buf, size_t len)
     size_t n = 0;
     buf[0] = '\0';
     for (int v = 0; v < op->n_variants; v++)
-        n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%s", n ? ", " : "", op->variants[v].name);
+        n = append(buf, len, n, "%s%s", n ? ", " : "", op->variants[v].name);
 }
 
 /* The slots of the plan's family (only the per-layer ones when per_layer_only). */
@@ -262,7 +277,7 @@ static void slot_names_of(const tplan *p, int per_layer_only, char *buf, size_t 
     buf[0] = '\0';
     for (int s = 0; s < TSLOT_COUNT; s++)
         if (p->used[s] && (!per_layer_only || slot_table[s].per_layer))
-            n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%s", n ? ", " : "", slot_table[s].name);
+            n = append(buf, len, n, "%s%s", n ? ", " : "", slot_table[s].name);
 }
 
 /* ---- per-layer choices ------------------------------------------------------------ */
@@ -520,11 +535,10 @@ static int parse_choice(const tplan *p, tslot s, const char *value, tslot_choice
             for (int k = 1; k < TSLOT_FAMILY_MAX && family[k] != TOP_NONE; k++) {
                 const kop *sib = top_lookup(family[k]);
                 if (!sib) continue;
-                n += (size_t)snprintf(names + n, n < sizeof names ? sizeof names - n : 0, ", %s[.", sib->name);
+                n = append(names, sizeof names, n, ", %s[.", sib->name);
                 for (int v = 0; v < sib->n_variants; v++)
-                    n += (size_t)snprintf(names + n, n < sizeof names ? sizeof names - n : 0, "%s%s", v ? "|" : "",
-                                          sib->variants[v].name);
-                n += (size_t)snprintf(names + n, n < sizeof names ? sizeof names - n : 0, "]");
+                    n = append(names, sizeof names, n, "%s%s", v ? "|" : "", sib->variants[v].name);
+                n = append(names, sizeof names, n, "]");
             }
             return tfail(err, errlen, "slot %s: no variant '%s' (variants: %s)", slot_table[s].name, vs, names);
         }
@@ -726,7 +740,7 @@ static void layer_key(const tplan *p, int i, int j, char *buf, size_t len)
 int tplan_to_json(const tplan *p, char *buf, size_t len)
 {
     size_t n = 0;
-#define PUT(...) n += (size_t)snprintf(buf + (n < len ? n : len), n < len ? len - n : 0, __VA_ARGS__)
+#define PUT(...) n = append(buf, len, n, __VA_ARGS__)
     PUT("{\"preset\":\"%s\",\"model\":\"%s\",\"slots\":{", p->preset, tmodel_kind_name(p->model));
     int first = 1;
     char choice[160], key[96];
