@@ -342,6 +342,8 @@ static void clear_layer_choices(tplan *p, tslot s)
 /* ---- validation --------------------------------------------------------------------- */
 
 /* One slot's choice against its op and the trainer's rules. */
+/* The rules a choice for slot s obeys by itself: op, path and variant the
+ * slot can run. */
 static int check_choice(const tplan *p, tslot s, tslot_choice c, char *err, size_t errlen)
 {
     char names[1024];
@@ -374,6 +376,17 @@ static int check_choice(const tplan *p, tslot s, tslot_choice c, char *err, size
     if (c.path == KPATH_FP8 && slot_table[s].gemm == TGEMM_NONE)
         return tfail(err, errlen, "slot %s: the trainer runs fp8 on GEMM slots only (activations between ops are "
                     "stored in bf16 or wider); paths here: fp32, bf16, fp16", slot_table[s].name);
+    if (s == TSLOT_GRAD_ACCUM && c.variant == TGRAD_ACCUM_GEMM_FP32 && c.path != KPATH_FP32)
+        return tfail(err, errlen, "slot grad_accum: variant gemm_fp32 needs path fp32, not %s", kpath_name(c.path));
+    return 0;
+}
+
+/* The rules between slots: the optimizer's path against the weights', grad_norm's against grad_accum's.
+ * Checked on a whole plan only (tplan_validate, after every override of a tplan_set or a JSON): plan
+ * JSON lists the slots in table order, optimizer.adamw before weights, so checking an entry against the
+ * plan half-built would refuse plans that tplan_set accepts and writes. */
+static int check_between_slots(const tplan *p, tslot s, tslot_choice c, char *err, size_t errlen)
+{
     if (s == TSLOT_ADAMW) {
         kpath w = p->slot[TSLOT_WEIGHTS].path;
         int v = p->slot[TSLOT_WEIGHTS].variant;
@@ -388,8 +401,6 @@ static int check_choice(const tplan *p, tslot s, tslot_choice c, char *err, size
             return tfail(err, errlen, "slot optimizer.adamw: path %s must be fp32 (update the fp32 master) or the "
                         "weights' %s (update them with the master beside)", kpath_name(c.path), kpath_name(w));
     }
-    if (s == TSLOT_GRAD_ACCUM && c.variant == TGRAD_ACCUM_GEMM_FP32 && c.path != KPATH_FP32)
-        return tfail(err, errlen, "slot grad_accum: variant gemm_fp32 needs path fp32, not %s", kpath_name(c.path));
     if (s == TSLOT_GRAD_NORM && c.path != p->slot[TSLOT_GRAD_ACCUM].path)
         return tfail(err, errlen, "slot grad_norm: path %s must match grad_accum's %s (it reads those gradients); "
                     "set both, e.g. grad_accum=%s,grad_norm=%s", kpath_name(c.path),
@@ -403,7 +414,9 @@ int tplan_validate(const tplan *p, char *err, size_t errlen)
     if ((unsigned)p->model >= TMODEL_COUNT) return tfail(err, errlen, "unknown model family #%d", (int)p->model);
     for (int s = 0; s < TSLOT_COUNT; s++) {
         if (!p->used[s]) continue;
-        if (check_choice(p, (tslot)s, p->slot[s], err, errlen)) return -1;
+        if (check_choice(p, (tslot)s, p->slot[s], err, errlen) ||
+            check_between_slots(p, (tslot)s, p->slot[s], err, errlen))
+            return -1;
     }
     if (p->n_layer_choices < 0 || p->n_layer_choices > TPLAN_MAX_LAYER_CHOICES)
         return tfail(err, errlen, "plan holds %d per-layer choices (at most %d)", p->n_layer_choices,
@@ -414,7 +427,9 @@ int tplan_validate(const tplan *p, char *err, size_t errlen)
             e->layer < 0 || e->layer >= TPLAN_MAX_LAYERS)
             return tfail(err, errlen, "plan has a per-layer choice for slot #%d, layer %d, which does not exist",
                          e->slot, e->layer);
-        if (check_choice(p, (tslot)e->slot, e->choice, err, errlen)) return -1;
+        if (check_choice(p, (tslot)e->slot, e->choice, err, errlen) ||
+            check_between_slots(p, (tslot)e->slot, e->choice, err, errlen))
+            return -1;
     }
     return 0;
 }
