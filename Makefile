@@ -134,3 +134,81 @@ clean:
 	rm -rf $(BUILD) results/.tmp
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# ==== sanitizers and fuzzing =====================================================
+#
+#   make sanitize   ASan + UBSan build of the C code and tests in build-sanitize/,
+#                   then the whole test suite under it (GPU tests skip as usual);
+#                   fails on any sanitizer report, from a test or from a ulpscope
+#                   process a test started
+#   make fuzz       libFuzzer targets fuzz/fuzz_*.c (one per parser of outside input),
+#                   built with clang in build-fuzz/; each runs FUZZ_SECONDS on a
+#                   scratch copy of its seed corpus fuzz/corpus/TARGET/, then every
+#                   file of fuzz/regressions/TARGET/ goes through it once
+#
+# Both build the C code again with other flags; nvcc's output does not depend on
+# them, so they take the CUDA objects (and their dependency lists) from $(BUILD),
+# brought up to date first, instead of compiling them again (nvcc is most of a full
+# build's time).  Host code nvcc compiles is therefore not instrumented.
+SANITIZE_BUILD ?= build-sanitize
+FUZZ_BUILD     ?= build-fuzz
+FUZZ_SECONDS   ?= 60
+FUZZ_CC        ?= clang
+FUZZ_CXX       ?= clang++
+FUZZ_TARGETS   := $(patsubst fuzz/%.c,%,$(wildcard fuzz/fuzz_*.c))
+CUDA_OBJS      := $(patsubst %.cu,%.o,$(wildcard kernels/*.cu kernels/*/*.cu trainer/*.cu))
+# The library the sanitizer and fuzz binaries link whole, in the build they are made in.
+SAN_LIBS        = $(BUILD)/libulpscope.a
+
+# clang, for make sanitize too: with GCC's separate libubsan, UBSan reports of
+# an ASan+UBSan build ignore UBSAN_OPTIONS=log_path and go to stderr, where a
+# test that runs ulpscope with stderr to /dev/null would lose them
+# (tests/run_sanitized.sh collects the logs).  -fsanitize=undefined of clang
+# includes float-cast-overflow (a double out of an integer's range converted
+# to it); recover nothing: the first report ends the process.
+SANITIZE_CC    ?= clang
+SANITIZE_CXX   ?= clang++
+SANITIZE_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_FLAGS     := $(SANITIZE_FLAGS)
+
+.PHONY: sanitize fuzz fuzz-bins fuzz-deps clean-sanitize-fuzz
+
+# $(call share_cuda_objects,OTHER_BUILD)
+define share_cuda_objects
+	@for o in $(CUDA_OBJS); do \
+	    mkdir -p $(1)/obj/$$(dirname $$o) && \
+	    cp -p $(BUILD)/obj/$$o $(1)/obj/$$o && \
+	    sed 's|^$(BUILD)/obj/|$(1)/obj/|' $(BUILD)/obj/$${o%.o}.d > $(1)/obj/$${o%.o}.d || exit 1; \
+	done
+endef
+
+sanitize: $(addprefix $(BUILD)/obj/,$(CUDA_OBJS))
+	$(call share_cuda_objects,$(SANITIZE_BUILD))
+	@$(MAKE) --no-print-directory BUILD=$(SANITIZE_BUILD) CC=$(SANITIZE_CC) CXX=$(SANITIZE_CXX) \
+	    CFLAGS="-O1 -g $(SANITIZE_FLAGS)" \
+	    CXXFLAGS="-O1 -g $(SANITIZE_FLAGS)" LDFLAGS="$(SANITIZE_FLAGS)" \
+	    $(SANITIZE_BUILD)/ulpscope $(patsubst $(BUILD)/%,$(SANITIZE_BUILD)/%,$(TEST_BINS))
+	@sh tests/run_sanitized.sh $(SANITIZE_BUILD) $(patsubst $(BUILD)/%,$(SANITIZE_BUILD)/%,$(TEST_BINS))
+
+# The fuzz targets, in the build they are made in (make fuzz makes them in $(FUZZ_BUILD)).
+fuzz-bins: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%)
+
+$(BUILD)/fuzz/%: $(BUILD)/obj/fuzz/%.o $(SAN_LIBS)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) -o $@ $< -Wl,--whole-archive $(SAN_LIBS) -Wl,--no-whole-archive $(LDLIBS) $(REQUIRED_LDLIBS)
+
+fuzz: fuzz-deps $(addprefix $(BUILD)/obj/,$(CUDA_OBJS))
+	$(call share_cuda_objects,$(FUZZ_BUILD))
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) CXX=$(FUZZ_CXX) \
+	    CFLAGS="-O1 -g $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link" LDFLAGS="$(FUZZ_FLAGS) -fsanitize=fuzzer" fuzz-bins
+	@sh fuzz/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# clang and its libFuzzer runtime (Debian: clang, libclang-rt-dev); make deps installs them.
+FUZZ_APT_PKGS := clang libclang-rt-dev
+fuzz-deps:
+	@sh fuzz/deps.sh "$(FUZZ_CC)" "$(FUZZ_APT_PKGS)"
+deps: fuzz-deps
+
+clean: clean-sanitize-fuzz
+clean-sanitize-fuzz:
+	rm -rf $(SANITIZE_BUILD) $(FUZZ_BUILD)
