@@ -14,6 +14,7 @@ static const cli_command commands[] = {
     {"train", "train a GPT whose every kernel slot follows a numerics plan", cmd_train},
     {"compare", "do these plans give different final losses? paired seeds, a null arm, a verdict per arm", cmd_compare},
     {"noise", "a recipe's noise floor: seed and chaos spread, runs needed per shift", cmd_noise},
+    {"bisect", "which slots (per layer and GEMM role) of a bad plan move the loss: delta debugging", cmd_bisect},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
 

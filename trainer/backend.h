@@ -156,6 +156,11 @@ static inline size_t tensor_image_bytes(const ktensor *t)
 
 /* A CPU backend (always available). */
 tbackend *tbackend_cpu_create(void);
+/* Self-tests of the experiments (compare --plant-truncation, bisect's tests):
+ * while kernels_planted_bug() is KBUG_TRUNCATE_OUTPUT the CPU backend
+ * truncates the stores of one site only, slot `slot` at `layer` running
+ * `variant` (each -1: any; slot -1: every op, the default).  Process-wide. */
+void tbackend_cpu_plant_site(int slot, int layer, int variant);
 /* A CUDA backend, or NULL with the reason in why (no GPU, no kernels). */
 tbackend *tbackend_cuda_create(char *why, size_t why_len);
 
