@@ -20,7 +20,7 @@ CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null || ech
 NVCC       ?= $(CUDA_HOME)/bin/nvcc
 PYTHON     ?= python3
 
-# The revision stamped into every result header; output.o is rebuilt whenever
+# The revision stamped into every result header; base/jsonl.o is rebuilt whenever
 # it changes (the stamp file is rewritten only then).
 GIT_REV    := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 GIT_STAMP  := $(BUILD)/.git-rev
@@ -34,7 +34,7 @@ NVCCFLAGS  += -std=c++17 -I. -I$(CUDA_HOME)/include -Xcompiler -Wall -MMD -MP
 LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
               -lcublasLt -lcublas -lcudart -lmpfr -lgmp -lstdc++ -lpthread -lm -ldl
 
-C_DIRS     := precision reference kernels trainer cli
+C_DIRS     := base precision reference kernels trainer cli
 LIB_C      := $(filter-out cli/main.c,$(wildcard $(addsuffix /*.c,$(C_DIRS))))
 LIB_CU     := $(wildcard kernels/*.cu trainer/*.cu)
 LIB_OBJS   := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.o)
@@ -58,8 +58,8 @@ $(DEPS_OK): tests/deps.sh
 	@mkdir -p $(@D) && touch $@
 
 # ---- build --------------------------------------------------------------------
-$(BUILD)/obj/cli/output.o: CPPFLAGS += -DULPSCOPE_GIT_REV=\"$(GIT_REV)\"
-$(BUILD)/obj/cli/output.o: $(GIT_STAMP)
+$(BUILD)/obj/base/jsonl.o: CPPFLAGS += -DULPSCOPE_GIT_REV=\"$(GIT_REV)\"
+$(BUILD)/obj/base/jsonl.o: $(GIT_STAMP)
 
 $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(@D)

@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/error.h"
 #include "cli/commands.h"
-#include "cli/output.h"
 #include "trainer/plan.h"
 
 static void usage(FILE *fp)
@@ -47,21 +47,21 @@ int cmd_plan(int argc, char **argv)
         } else if (strcmp(a, "--from-json") == 0 && has_value) {
             from_json = argv[++i];
         } else if (strcmp(a, "--set") == 0 && has_value) {
-            if (n_sets == (int)(sizeof sets / sizeof sets[0])) return cli_error("plan", "too many --set options");
+            if (n_sets == (int)(sizeof sets / sizeof sets[0])) return base_error("plan", "too many --set options");
             sets[n_sets++] = argv[++i];
         } else {
-            return cli_error("plan", "unknown or incomplete option '%s' (options: --plan --model --set --from-json "
+            return base_error("plan", "unknown or incomplete option '%s' (options: --plan --model --set --from-json "
                                      "--explain --help)", a);
         }
     }
     tmodel_kind kind;
-    if (tmodel_kind_parse(model_name, &kind)) return cli_error("plan", "unknown model '%s' (models: gpt2, modern)", model_name);
+    if (tmodel_kind_parse(model_name, &kind)) return base_error("plan", "unknown model '%s' (models: gpt2, modern)", model_name);
     tplan p;
     char err[2048];
     if (from_json ? tplan_from_json(&p, from_json, err, sizeof err) : tplan_init(&p, preset, kind, err, sizeof err))
-        return cli_error("plan", "%s", err);
+        return base_error("plan", "%s", err);
     for (int i = 0; i < n_sets; i++)
-        if (tplan_set(&p, sets[i], err, sizeof err)) return cli_error("plan", "%s", err);
+        if (tplan_set(&p, sets[i], err, sizeof err)) return base_error("plan", "%s", err);
     if (explain) {
         tplan_explain(&p, stdout);
     } else {

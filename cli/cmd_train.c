@@ -6,8 +6,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/error.h"
+#include "base/parse.h"
 #include "cli/commands.h"
-#include "cli/output.h"
 #include "kernels/kernels.h"
 #include "trainer/train.h"
 
@@ -69,7 +70,7 @@ static int parse_steps(const char *list, ttrain_config *c)
     int rc = 0;
     for (char *tok = strtok_r(copy, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save)) {
         long v;
-        if (c->n_at_steps == TTRAIN_MAX_AT_STEPS || cli_parse_long(tok, &v) || v < 0) rc = -1;
+        if (c->n_at_steps == TTRAIN_MAX_AT_STEPS || base_parse_long(tok, &v) || v < 0) rc = -1;
         else c->at_steps[c->n_at_steps++] = v;
     }
     free(copy);
@@ -92,23 +93,23 @@ int cmd_train(int argc, char **argv)
         double dv = 0;
 #define LONG_OPT(name, dst, min)                                                                            \
     if (strcmp(a, name) == 0) {                                                                             \
-        if (!v || cli_parse_long(v, &lv) || lv < (min))                                                     \
-            return cli_error("train", "%s needs an integer >= %ld, got '%s'", name, (long)(min), v ? v : ""); \
+        if (!v || base_parse_long(v, &lv) || lv < (min))                                                     \
+            return base_error("train", "%s needs an integer >= %ld, got '%s'", name, (long)(min), v ? v : ""); \
         dst = lv;                                                                                           \
         i++;                                                                                                \
         continue;                                                                                           \
     }
 #define DOUBLE_OPT(name, dst, min)                                                                    \
     if (strcmp(a, name) == 0) {                                                                       \
-        if (!v || cli_parse_double(v, &dv) || dv < (min) || !isfinite(dv))                            \
-            return cli_error("train", "%s needs a number >= %g, got '%s'", name, (double)(min), v ? v : ""); \
+        if (!v || base_parse_double(v, &dv) || dv < (min) || !isfinite(dv))                            \
+            return base_error("train", "%s needs a number >= %g, got '%s'", name, (double)(min), v ? v : ""); \
         dst = dv;                                                                                     \
         i++;                                                                                          \
         continue;                                                                                     \
     }
 #define STR_OPT(name, dst)                                                               \
     if (strcmp(a, name) == 0) {                                                          \
-        if (!v) return cli_error("train", "%s needs a value", name);                     \
+        if (!v) return base_error("train", "%s needs a value", name);                     \
         dst = v;                                                                         \
         i++;                                                                             \
         continue;                                                                        \
@@ -126,8 +127,8 @@ int cmd_train(int argc, char **argv)
             continue;
         }
         if (strcmp(a, "--set") == 0) {
-            if (!v) return cli_error("train", "--set needs SLOT=PATH[:VARIANT]");
-            if (n_sets == 32) return cli_error("train", "too many --set options");
+            if (!v) return base_error("train", "--set needs SLOT=PATH[:VARIANT]");
+            if (n_sets == 32) return base_error("train", "too many --set options");
             sets[n_sets++] = v;
             i++;
             model_flags = 1;
@@ -137,10 +138,10 @@ int cmd_train(int argc, char **argv)
             const char *colon = v ? strchr(v, ':') : NULL;
             char num[32];
             if (!colon || colon == v || (size_t)(colon - v) >= sizeof num || c.n_switches == TTRAIN_MAX_SWITCHES)
-                return cli_error("train", "--switch-at needs STEP:SLOT=PATH[:VARIANT],..., got '%s'", v ? v : "");
+                return base_error("train", "--switch-at needs STEP:SLOT=PATH[:VARIANT],..., got '%s'", v ? v : "");
             memcpy(num, v, (size_t)(colon - v));
             num[colon - v] = '\0';
-            if (cli_parse_long(num, &lv) || lv < 0) return cli_error("train", "--switch-at: bad step '%s'", num);
+            if (base_parse_long(num, &lv) || lv < 0) return base_error("train", "--switch-at: bad step '%s'", num);
             c.switches[c.n_switches].step = lv;
             snprintf(c.switches[c.n_switches].overrides, sizeof c.switches[0].overrides, "%s", colon + 1);
             c.n_switches++;
@@ -148,7 +149,7 @@ int cmd_train(int argc, char **argv)
             continue;
         }
         if (strcmp(a, "--at-steps") == 0) {
-            if (!v || parse_steps(v, &c)) return cli_error("train", "--at-steps needs steps >= 0 like 0,10,20 (at most %d), got '%s'", TTRAIN_MAX_AT_STEPS, v ? v : "");
+            if (!v || parse_steps(v, &c)) return base_error("train", "--at-steps needs steps >= 0 like 0,10,20 (at most %d), got '%s'", TTRAIN_MAX_AT_STEPS, v ? v : "");
             i++;
             continue;
         }
@@ -201,40 +202,40 @@ int cmd_train(int argc, char **argv)
         DOUBLE_OPT("--peak-tflops", peak_tflops, 0)
         DOUBLE_OPT("--max-seconds", c.max_seconds, 0)
         if (strcmp(a, "--seed") == 0) {
-            if (!v || cli_parse_long(v, &lv)) return cli_error("train", "--seed needs an integer, got '%s'", v ? v : "");
+            if (!v || base_parse_long(v, &lv)) return base_error("train", "--seed needs an integer, got '%s'", v ? v : "");
             c.seed = (uint64_t)lv;
             i++;
             continue;
         }
-        return cli_error("train", "unknown or incomplete option '%s' (ulpscope train --help lists them)", a);
+        return base_error("train", "unknown or incomplete option '%s' (ulpscope train --help lists them)", a);
 #undef LONG_OPT
 #undef DOUBLE_OPT
 #undef STR_OPT
     }
     if (c.cooldown_frac > 1.0 || c.min_lr_frac > 1.0 || c.beta1 >= 1.0 || c.beta2 >= 1.0 || c.muon_momentum >= 1.0)
-        return cli_error("train", "--cooldown and --min-lr-frac must be <= 1, betas and momentum < 1");
+        return base_error("train", "--cooldown and --min-lr-frac must be <= 1, betas and momentum < 1");
     if (strcmp(schedule, "cosine") == 0) c.schedule = TSCHED_COSINE;
     else if (strcmp(schedule, "linear") == 0) c.schedule = TSCHED_LINEAR;
-    else return cli_error("train", "unknown schedule '%s' (schedules: cosine, linear)", schedule);
+    else return base_error("train", "unknown schedule '%s' (schedules: cosine, linear)", schedule);
     if (strcmp(c.backend, "cpu") != 0 && strcmp(c.backend, "cuda") != 0)
-        return cli_error("train", "unknown backend '%s' (backends: cpu, cuda)", c.backend);
+        return base_error("train", "unknown backend '%s' (backends: cpu, cuda)", c.backend);
 
     char err[2048];
     if (c.resume_path) {
         /* the checkpoint fixes the model and the plan */
         if (model_flags)
-            return cli_error("train", "--resume takes the model and plan from the checkpoint; drop --model/--plan/"
+            return base_error("train", "--resume takes the model and plan from the checkpoint; drop --model/--plan/"
                                       "--set/sizes (use --switch-at to change slots)");
         char json[8192];
         tckpt_state st;
         if (tckpt_peek(c.resume_path, &c.model, json, sizeof json, &st, err, sizeof err) ||
             tplan_from_json(&c.plan, json, err, sizeof err))
-            return cli_error("train", "%s", err);
+            return base_error("train", "%s", err);
         c.seed = st.seed;
     } else {
         tmodel_kind kind;
         if (tmodel_kind_parse(model_name, &kind))
-            return cli_error("train", "unknown model '%s' (models: gpt2, modern)", model_name);
+            return base_error("train", "unknown model '%s' (models: gpt2, modern)", model_name);
         int is_shards = 0;
         struct stat st;
         if (c.data_path && stat(c.data_path, &st) == 0) {
@@ -244,30 +245,30 @@ int cmd_train(int argc, char **argv)
         if (vocab == 0) vocab = is_shards ? 50304 : 256; /* GPT-2's 50257 padded to a multiple of 128 (llm.c) */
         if (tmodel_config_init(&c.model, kind, (int)depth, (int)width, (int)heads, (int)vocab,
                                (int)(context ? context : c.seq), err, sizeof err))
-            return cli_error("train", "%s", err);
+            return base_error("train", "%s", err);
         if (norm_gain >= 0) {
-            if (kind != TMODEL_MODERN) return cli_error("train", "--norm-gain applies to --model modern only");
+            if (kind != TMODEL_MODERN) return base_error("train", "--norm-gain applies to --model modern only");
             c.model.norm_gain = norm_gain != 0;
         }
         if (softcap > 0) {
-            if (kind != TMODEL_MODERN) return cli_error("train", "--softcap applies to --model modern only");
+            if (kind != TMODEL_MODERN) return base_error("train", "--softcap applies to --model modern only");
             c.model.softcap = softcap;
         }
         if (is_shards) c.shard_vocab = vocab < 50257 ? (int)vocab : 50257;
-        if (tplan_init(&c.plan, preset, kind, err, sizeof err)) return cli_error("train", "%s", err);
+        if (tplan_init(&c.plan, preset, kind, err, sizeof err)) return base_error("train", "%s", err);
         for (int i = 0; i < n_sets; i++)
-            if (tplan_set(&c.plan, sets[i], err, sizeof err)) return cli_error("train", "%s", err);
+            if (tplan_set(&c.plan, sets[i], err, sizeof err)) return base_error("train", "%s", err);
     }
-    if (hash_list && parse_slots(hash_list, &c.plan, c.hash_slot, err, sizeof err)) return cli_error("train", "%s", err);
-    if (dump_list && parse_slots(dump_list, &c.plan, c.dump_slot, err, sizeof err)) return cli_error("train", "%s", err);
+    if (hash_list && parse_slots(hash_list, &c.plan, c.hash_slot, err, sizeof err)) return base_error("train", "%s", err);
+    if (dump_list && parse_slots(dump_list, &c.plan, c.dump_slot, err, sizeof err)) return base_error("train", "%s", err);
     if ((hash_list || dump_list) && c.n_at_steps == 0)
-        return cli_error("train", "--hash-slots/--dump-slots need --at-steps (the steps to fire at)");
+        return base_error("train", "--hash-slots/--dump-slots need --at-steps (the steps to fire at)");
     for (int i = 0; i < c.n_switches; i++) {
         tplan probe = c.plan;
         if (tplan_set(&probe, c.switches[i].overrides, err, sizeof err))
-            return cli_error("train", "--switch-at %ld: %s", c.switches[i].step, err);
+            return base_error("train", "--switch-at %ld: %s", c.switches[i].step, err);
     }
-    if (c.world > 1 && !c.nccl_id_file) return cli_error("train", "--world %d needs --nccl-id FILE", c.world);
+    if (c.world > 1 && !c.nccl_id_file) return base_error("train", "--world %d needs --nccl-id FILE", c.world);
     if (peak_tflops > 0) c.peak_flops = peak_tflops * 1e12;
     else if (peak_tflops < 0 && strcmp(c.backend, "cuda") == 0) c.peak_flops = 989.4e12; /* H100/H200 SXM dense bf16 */
     c.progress = quiet ? NULL : stderr;
@@ -275,9 +276,9 @@ int cmd_train(int argc, char **argv)
     ttrain_result res;
     int status = ttrain_run(&c, &res);
     if (status == 2) {
-        cli_error("train", "%s", res.error);
+        base_error("train", "%s", res.error);
         ttrain_result_free(&res);
-        return CLI_EXIT_USAGE;
+        return BASE_EXIT_USAGE;
     }
     if (status) {
         fprintf(stderr, "ulpscope train: error: %s\n", res.error);

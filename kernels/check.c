@@ -8,7 +8,7 @@
 #include <stdarg.h>
 #include <string.h>
 
-#include "cli/output.h"
+#include "base/jsonl.h"
 #include "precision/bounds.h"
 
 /* ---- rows ------------------------------------------------------------------- */
@@ -329,31 +329,31 @@ static const char *variant_name(const kcheck_ctx *ctx)
 void kcheck_row_json(FILE *fp, const kcheck_ctx *ctx, const kcheck_row *row)
 {
     fputs("{\"record\":\"check\",\"op\":", fp);
-    cli_json_string(fp, ctx->op ? ctx->op->name : "?");
+    base_json_string(fp, ctx->op ? ctx->op->name : "?");
     fputs(",\"path\":", fp);
-    cli_json_string(fp, kpath_name(ctx->path));
+    base_json_string(fp, kpath_name(ctx->path));
     fputs(",\"variant\":", fp);
-    cli_json_string(fp, variant_name(ctx));
+    base_json_string(fp, variant_name(ctx));
     fputs(",\"bug\":", fp);
-    cli_json_string(fp, kbug_name(ctx->bug));
+    base_json_string(fp, kbug_name(ctx->bug));
     fputs(",\"shape\":", fp);
-    cli_json_string(fp, row->shape);
+    base_json_string(fp, row->shape);
     fputs(",\"output\":", fp);
-    cli_json_string(fp, row->output);
+    base_json_string(fp, row->output);
     fprintf(fp, ",\"n\":%lld,\"unit_roundoff\":", (long long)row->n);
-    cli_json_double(fp, row->unit_roundoff);
+    base_json_double(fp, row->unit_roundoff);
     fputs(",\"max_err_u\":", fp);
-    cli_json_double(fp, row->max_err_u);
+    base_json_double(fp, row->max_err_u);
     fputs(",\"rms_err_u\":", fp);
-    cli_json_double(fp, row->rms_err_u);
+    base_json_double(fp, row->rms_err_u);
     fputs(",\"max_bound_u\":", fp);
-    cli_json_double(fp, row->max_bound_u);
+    base_json_double(fp, row->max_bound_u);
     fputs(",\"rms_bound_u\":", fp);
-    cli_json_double(fp, row->rms_bound_u);
+    base_json_double(fp, row->rms_bound_u);
     fputs(",\"worst_ratio\":", fp);
-    cli_json_double(fp, row->worst_ratio);
+    base_json_double(fp, row->worst_ratio);
     fprintf(fp, ",\"worst_index\":%lld,\"worst_detail\":", (long long)row->worst_index);
-    cli_json_string(fp, row->worst_detail);
+    base_json_string(fp, row->worst_detail);
     fprintf(fp, ",\"nonfinite\":%lld,\"pass\":%s}\n", (long long)row->nonfinite, row->pass ? "true" : "false");
 }
 
@@ -386,13 +386,13 @@ static void harness_sink(void *user, const kcheck_ctx *ctx, const kcheck_row *ro
 static void json_error(FILE *fp, const kcheck_ctx *ctx, const char *message)
 {
     fputs("{\"record\":\"error\",\"op\":", fp);
-    cli_json_string(fp, ctx->op->name);
+    base_json_string(fp, ctx->op->name);
     fputs(",\"path\":", fp);
-    cli_json_string(fp, kpath_name(ctx->path));
+    base_json_string(fp, kpath_name(ctx->path));
     fputs(",\"variant\":", fp);
-    cli_json_string(fp, variant_name(ctx));
+    base_json_string(fp, variant_name(ctx));
     fputs(",\"message\":", fp);
-    cli_json_string(fp, message);
+    base_json_string(fp, message);
     fputs("}\n", fp);
 }
 

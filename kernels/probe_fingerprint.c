@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/output.h"
+#include "base/jsonl.h"
 #include "precision/rng.h"
 
 /* ---- dot-product batches ------------------------------------------------ */
@@ -120,7 +120,7 @@ static int put(dots *v, const probe_target *t, int i, int pos, double p)
 void probe_json_target(FILE *fp, const char *record, const probe_target *t)
 {
     fprintf(fp, "{\"record\":\"%s\",\"route\":", record);
-    cli_json_string(fp, t->route);
+    base_json_string(fp, t->route);
     fprintf(fp, ",\"in\":\"%s\",\"out\":\"%s\"", prec_format_name(t->in), prec_format_name(t->out));
 }
 
@@ -137,7 +137,7 @@ static void emit(FILE *fp, const probe_target *t, const char *property, const ch
     va_end(ap);
     probe_json_target(fp, "property", t);
     fprintf(fp, ",\"property\":\"%s\",\"value\":%s,\"detail\":", property, value_json);
-    cli_json_string(fp, detail);
+    base_json_string(fp, detail);
     fputs("}\n", fp);
 }
 
@@ -644,7 +644,7 @@ int probe_fingerprint_target(FILE *fp, const probe_exec *ex, const probe_target 
     probe_state st = {top_exp(t), -1, -1, -1, 0};
     probe_json_target(fp, "route", t);
     fprintf(fp, ",\"k\":%d,\"source\":", t->k);
-    cli_json_string(fp, ex->source);
+    base_json_string(fp, ex->source);
     fputs("}\n", fp);
     if (fam_products_exact(fp, ex, t, err, err_len)) return -1;
     if (fam_alignment_bits(fp, ex, t, &st, err, err_len)) return -1;
@@ -701,7 +701,7 @@ int probe_fingerprint_model(FILE *fp, const char *gen, char *err, size_t err_len
 {
     char extra[256];
     snprintf(extra, sizeof extra, "\"source\":\"model\",\"model\":\"%s\",\"device\":\"model of %s\"", gen, gen);
-    cli_json_header(fp, "probe", extra);
+    base_json_header(fp, "probe", extra);
     probe_target targets[64];
     const int n = probe_model_targets(gen, targets, 64);
     char source[64];
@@ -714,9 +714,9 @@ int probe_fingerprint_model(FILE *fp, const char *gen, char *err, size_t err_len
                     "\"out_frac_bits\":%d,\"zero_exp\":%d,\"note\":",
                 m->arith.block, m->arith.frac_bits, mma_align_name(m->arith.align),
                 prec_round_mode_name(m->arith.out_mode), m->arith.out_frac_bits, m->arith.zero_exp);
-        cli_json_string(fp, m->note ? m->note : "");
+        base_json_string(fp, m->note ? m->note : "");
         fputs(",\"source\":", fp);
-        cli_json_string(fp, m->source);
+        base_json_string(fp, m->source);
         fputs("}\n", fp);
         if (probe_fingerprint_target(fp, &ex, &targets[i], err, err_len)) return -1;
     }
@@ -803,9 +803,9 @@ int probe_accum_sweep_model(FILE *fp, const char *gen, int interval, int ndots, 
                 if (w) fprintf(fp, "\"fp32 every %d\"", interval);
                 else fputs("\"none\"", fp);
                 fprintf(fp, ",\"K\":%d,\"dots\":%d,\"err_median\":", K, ndots);
-                cli_json_double(fp, e[ndots / 2]);
+                base_json_double(fp, e[ndots / 2]);
                 fputs(",\"err_max\":", fp);
-                cli_json_double(fp, e[ndots - 1]);
+                base_json_double(fp, e[ndots - 1]);
                 fputs("}\n", fp);
             }
             wrote++;
@@ -928,22 +928,52 @@ static int collect(void *ctx, const char *key, const char *val)
     return 0;
 }
 
+#define FINGERPRINT_MAX_BYTES (64L << 20) /* a real fingerprint is a few tens of KiB */
+
+/* One line of f into line (at most cap - 1 bytes, the newline dropped).
+ * Returns 1 for a line, 0 at the end of the file, -1 for a line longer than
+ * cap - 1 bytes, -2 for a NUL byte (binary data: /dev/zero would otherwise
+ * be read forever as empty lines), -3 past FINGERPRINT_MAX_BYTES in all. */
+static int read_line(FILE *f, char *line, size_t cap, long *total)
+{
+    size_t n = 0;
+    int c;
+    while ((c = getc(f)) != EOF) {
+        if (++*total > FINGERPRINT_MAX_BYTES) return -3;
+        if (c == '\0') return -2;
+        if (c == '\n') break;
+        if (n + 1 == cap) return -1;
+        line[n++] = (char)c;
+    }
+    line[n] = '\0';
+    return c == EOF && n == 0 ? 0 : 1;
+}
+
 /* Read the property records of a fingerprint from f (named path in errors);
  * closes f. */
 static int read_fingerprint(FILE *f, const char *path, prop_file *pf, char *err, size_t err_len)
 {
     memset(pf, 0, sizeof *pf);
     char line[8192];
-    int lineno = 0, header = 0;
-    while (fgets(line, sizeof line, f)) {
+    int lineno = 0, header = 0, got;
+    long total = 0;
+    while ((got = read_line(f, line, sizeof line, &total)) != 0) {
         lineno++;
-        if (line[0] == '\n' || line[0] == '\0') continue;
-        line_fields lf;
-        memset(&lf, 0, sizeof lf);
-        if (!strchr(line, '\n') && !feof(f)) {
-            snprintf(err, err_len, "'%s' line %d: longer than %zu bytes", path, lineno, sizeof line);
+        if (got == -1) {
+            snprintf(err, err_len, "'%s' line %d: longer than %zu bytes", path, lineno, sizeof line - 1);
             goto fail;
         }
+        if (got == -2) {
+            snprintf(err, err_len, "'%s' line %d: binary data (a NUL byte): not a fingerprint", path, lineno);
+            goto fail;
+        }
+        if (got == -3) {
+            snprintf(err, err_len, "'%s' is larger than %ld MiB: not a fingerprint", path, FINGERPRINT_MAX_BYTES >> 20);
+            goto fail;
+        }
+        if (line[0] == '\0') continue;
+        line_fields lf;
+        memset(&lf, 0, sizeof lf);
         if (json_object(line, collect, &lf)) {
             snprintf(err, err_len, "'%s' line %d: not a JSON object", path, lineno);
             goto fail;
@@ -975,7 +1005,7 @@ static int read_fingerprint(FILE *f, const char *path, prop_file *pf, char *err,
         pf->n++;
     }
     if (ferror(f)) {
-        snprintf(err, err_len, "error reading '%s'", path);
+        snprintf(err, err_len, "cannot read '%s': %s", path, strerror(errno));
         goto fail;
     }
     fclose(f);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/output.h"
+#include "base/jsonl.h"
 #include "kernels/probe_gpu.h"
 
 /* ---- random dot products ------------------------------------------------------ */
@@ -187,7 +187,7 @@ static int cublaslt_promotion(FILE *fp, FILE *human, int fast, char *err, size_t
     snprintf(detail, sizeof detail, "1 + 1023 * 2^-16 in one dot of K=1024 gave 1 + %.17g * 2^-16", kept);
     probe_json_target(fp, "property", &t);
     fprintf(fp, ",\"property\":\"promotion_interval\",\"value\":%s,\"detail\":", val);
-    cli_json_string(fp, detail);
+    base_json_string(fp, detail);
     fputs("}\n", fp);
     fprintf(human, "  %-22s e4m3 -> fp32  promotion_interval = %s (%s)\n", t.route, val, detail);
     rc = 0;
@@ -205,7 +205,7 @@ int probe_report_fingerprint(FILE *fp, FILE *human, char *err, size_t err_len)
         snprintf(err, err_len, "%s", kernels_last_error());
         return -1;
     }
-    cli_json_header(fp, "probe", hdr);
+    base_json_header(fp, "probe", hdr);
     probe_target targets[32];
     const int n = probe_gpu_targets(targets, 32);
     if (n == 0) {
@@ -244,7 +244,7 @@ int probe_report_validate(FILE *fp, FILE *human, long n, uint64_t seed, long *mi
     char extra[1200];
     snprintf(extra, sizeof extra, "%s,\"study\":\"validate\",\"model\":\"h100\",\"seed\":%llu", hdr,
              (unsigned long long)seed);
-    cli_json_header(fp, "probe", extra);
+    base_json_header(fp, "probe", extra);
     probe_target targets[32];
     const int nt = probe_gpu_targets(targets, 32);
     *mismatches = 0;
@@ -290,9 +290,9 @@ int probe_report_validate(FILE *fp, FILE *human, long n, uint64_t seed, long *mi
             fputs(",\"b\":", fp);
             hex_list(fp, t->in, b + i * k * esz, k);
             fprintf(fp, ",\"c\":\"0x%x\",\"gpu\":\"0x%x\",\"model\":\"0x%x\",\"gpu_value\":", c[i], dg[i], dm[i]);
-            cli_json_double(fp, prec_decode(dg[i], t->out));
+            base_json_double(fp, prec_decode(dg[i], t->out));
             fputs(",\"model_value\":", fp);
-            cli_json_double(fp, prec_decode(dm[i], t->out));
+            base_json_double(fp, prec_decode(dm[i], t->out));
             fputc('}', fp);
             if (shown < 2)
                 fprintf(human, "    mismatch #%ld: c=0x%x gpu=0x%x (%.9g) model=0x%x (%.9g)\n", i, c[i], dg[i],
@@ -395,9 +395,9 @@ int probe_report_accum(FILE *fp, FILE *human, uint64_t seed, char *err, size_t e
                         "\"promotion\":\"%s\",\"K\":%d,\"dots\":%d,\"err_median\":",
                     fast ? "cublaslt-fastaccum" : "cublaslt", positive ? "positive" : "normal",
                     fast ? "none (fast accumulation)" : "cuBLASLt default", K, M * N);
-            cli_json_double(fp, hi);
+            base_json_double(fp, hi);
             fputs(",\"err_max\":", fp);
-            cli_json_double(fp, e[M * N - 1]);
+            base_json_double(fp, e[M * N - 1]);
             fprintf(fp, ",\"model_chain_match\":%d,\"model_promoted128_match\":%d,\"model_checked\":%d}\n", match,
                     match_promoted, model_dots);
             fprintf(human, "%-22s %-8s %6d %12.3e %12.3e %d/%d %d/%d\n", fast ? "fast accumulation" : "default (promotion)",
@@ -431,23 +431,23 @@ int probe_report_gemm(FILE *fp, FILE *human, int M, int N, int K, uint64_t seed,
         }
         fprintf(fp, "{\"record\":\"gemm\",\"in\":\"%s\",\"M\":%d,\"N\":%d,\"K\":%d,\"h100\":", prec_format_name(r.in),
                 r.M, r.N, r.K);
-        cli_json_string(fp, r.h100_route);
+        base_json_string(fp, r.h100_route);
         fputs(",\"a100_model_vs_fp64\":", fp);
-        cli_json_double(fp, r.a100_vs_fp64);
+        base_json_double(fp, r.a100_vs_fp64);
         fputs(",\"h100_vs_fp64\":", fp);
-        cli_json_double(fp, r.h100_vs_fp64);
+        base_json_double(fp, r.h100_vs_fp64);
         fputs(",\"h100_model_vs_fp64\":", fp);
-        cli_json_double(fp, r.h100_model_vs_fp64);
+        base_json_double(fp, r.h100_model_vs_fp64);
         fputs(",\"a100_model_vs_h100\":", fp);
-        cli_json_double(fp, r.a100_vs_h100);
+        base_json_double(fp, r.a100_vs_h100);
         fputs(",\"a100_model_vs_h100_model\":", fp);
-        cli_json_double(fp, r.a100_vs_h100_model);
+        base_json_double(fp, r.a100_vs_h100_model);
         fputs(",\"frac_bits_differ_a100_model_h100\":", fp);
-        cli_json_double(fp, r.frac_differ_a100_h100);
+        base_json_double(fp, r.frac_differ_a100_h100);
         fprintf(fp, ",\"mma_sync_vs_h100_model_mismatches\":%ld,\"ms_emulate_a100\":", r.mma_sync_mismatch);
-        cli_json_double(fp, r.ms_emulate_a100);
+        base_json_double(fp, r.ms_emulate_a100);
         fputs(",\"ms_h100\":", fp);
-        cli_json_double(fp, r.ms_h100);
+        base_json_double(fp, r.ms_h100);
         fputs("}\n", fp);
         fprintf(human, "%-5s %11.3e %11.3e %11.3e %11.3e %9.4f %8ld %9.2f %9.3f  %s\n", prec_format_name(r.in),
                 r.a100_vs_fp64, r.h100_vs_fp64, r.h100_model_vs_fp64, r.a100_vs_h100, r.frac_differ_a100_h100,

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "cli/output.h"
+#include "base/parse.h"
 #include "precision/rng.h"
 #include "reference/exact.h"
 
@@ -166,7 +166,7 @@ static int split_list(char *s, char **items, int cap)
 static int parse_n(const char *s, size_t *out, char *err, size_t err_len, const char *opt)
 {
     long v;
-    if (cli_parse_long(s, &v)) FAIL("%s: malformed number '%s' (expected a positive integer)", opt, s);
+    if (base_parse_long(s, &v)) FAIL("%s: malformed number '%s' (expected a positive integer)", opt, s);
     if (v <= 0) FAIL("%s: must be a positive integer, got '%s'", opt, s);
     if (v > ACCUM_N_LIMIT) FAIL("%s: %s is above the limit %d", opt, s, ACCUM_N_LIMIT);
     *out = (size_t)v;
@@ -237,10 +237,8 @@ int accum_parse_args(int argc, char **argv, accum_options *o, char *err, size_t 
             continue;
         }
         if (strcmp(name, "--seed") == 0) {
-            long s;
-            if (count != 1 || cli_parse_long(items[0], &s) || s < 0)
-                FAIL("--seed: malformed seed '%s' (expected a non-negative integer)", val);
-            o->seed = (uint64_t)s;
+            if (count != 1 || base_parse_seed(items[0], &o->seed))
+                FAIL("--seed: malformed seed '%s' (expected " BASE_SEED_SYNTAX ")", val);
             continue;
         }
         o->classic = false;
@@ -252,7 +250,7 @@ int accum_parse_args(int argc, char **argv, accum_options *o, char *err, size_t 
             if (count != 1) FAIL("%s takes one number, got '%s'", name, val);
             if (parse_n(items[0], strcmp(name, "--n-min") == 0 ? &n_min : &n_max, err, err_len, name)) return -1;
         } else if (strcmp(name, "--points") == 0) {
-            if (count != 1 || cli_parse_long(items[0], &points))
+            if (count != 1 || base_parse_long(items[0], &points))
                 FAIL("--points: malformed number '%s' (expected an integer from 1 to %d)", val, ACCUM_MAX_LIST);
             if (points < 1 || points > ACCUM_MAX_LIST)
                 FAIL("--points: %s is out of range (accepted: 1 to %d)", val, ACCUM_MAX_LIST);
@@ -268,7 +266,7 @@ int accum_parse_args(int argc, char **argv, accum_options *o, char *err, size_t 
                     FAIL("--data: unknown data '%s' (accepted: all, %s)", items[k], accum_data_names());
             o->n_data = count;
         } else if (strcmp(name, "--x") == 0) {
-            if (cli_parse_double(val, &o->x) || !isfinite(o->x))
+            if (base_parse_double(val, &o->x) || !isfinite(o->x))
                 FAIL("--x: malformed number '%s' (expected a finite number)", val);
         } else if (strcmp(name, "--algo") == 0) {
             if (count == 1 && strcasecmp(items[0], "all") == 0) {
@@ -311,7 +309,7 @@ int accum_parse_args(int argc, char **argv, accum_options *o, char *err, size_t 
             if (count != 1) FAIL("--block takes one number, got '%s'", val);
             if (parse_n(items[0], &o->block, err, err_len, name)) return -1;
         } else if (strcmp(name, "--fail-prob") == 0) {
-            if (count != 1 || cli_parse_double(items[0], &o->fail_prob))
+            if (count != 1 || base_parse_double(items[0], &o->fail_prob))
                 FAIL("--fail-prob: malformed number '%s' (expected a probability in (0, 1))", val);
             if (!(o->fail_prob > 0 && o->fail_prob < 1))
                 FAIL("--fail-prob: %s is not in (0, 1)", val);

@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/output.h"
+#include "base/jsonl.h"
 #include "trainer/data.h"
 
 #define LOSS_SCALE_GROWTH_INTERVAL 2000
@@ -160,7 +160,7 @@ static int dump_tensor(run_ctx *c, tslot slot, int layer, const char *tensor, co
                         "\"format\":\"%s\",\"shape\":[%s],\"fp8_scale_appended\":%s,\"file\":",
                 c->step, c->micro, tslot_get(slot)->name, layer, tensor, prec_format_name(t->format), shape,
                 t->scale ? "true" : "false");
-        cli_json_string(c->log, path);
+        base_json_string(c->log, path);
         fprintf(c->log, "}\n");
     }
     return 0;
@@ -361,16 +361,16 @@ static void write_header(run_ctx *c, const tdata *d, const tplan *plan, long sta
              cfg->schedule == TSCHED_LINEAR ? "linear" : "cosine", cfg->cooldown_frac, cfg->min_lr_frac,
              cfg->weight_decay, cfg->grad_clip, cfg->muon_lr, (unsigned long long)cfg->seed,
              (long long)d->train_tokens, (long long)d->val_tokens);
-    cli_json_header(c->log, "train", extra);
+    base_json_header(c->log, "train", extra);
     fprintf(c->log, "{\"record\":\"data\",\"source\":");
-    cli_json_string(c->log, d->source);
+    base_json_string(c->log, d->source);
     fprintf(c->log, ",\"vocab\":%d}\n", d->vocab);
 }
 
 static void json_num_or_null(FILE *fp, double x)
 {
     if (isnan(x)) fputs("null", fp);
-    else cli_json_double(fp, x);
+    else base_json_double(fp, x);
 }
 
 /* ---- the run -------------------------------------------------------------------------------- */
@@ -521,7 +521,7 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
                 char json[8192];
                 tplan_to_json(&plan, json, sizeof json);
                 fprintf(log, "{\"record\":\"switch\",\"step\":%ld,\"set\":", s);
-                cli_json_string(log, cfg->switches[i].overrides);
+                base_json_string(log, cfg->switches[i].overrides);
                 fprintf(log, ",\"plan\":%s}\n", json);
             }
         }
@@ -566,11 +566,11 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
                 if (log) {
                     fprintf(log, "{\"record\":\"nonfinite\",\"step\":%ld,\"slot\":\"%s\",\"layer\":%d,\"tensor\":",
                             c.step, c.where_slot, c.where_layer);
-                    cli_json_string(log, c.where_tensor);
+                    base_json_string(log, c.where_tensor);
                     fprintf(log, ",\"loss\":");
-                    cli_json_double(log, loss);
+                    base_json_double(log, loss);
                     fprintf(log, ",\"grad_norm\":");
-                    cli_json_double(log, gnorm);
+                    base_json_double(log, gnorm);
                     fprintf(log, "}\n");
                 }
                 char layer[32] = "";
@@ -637,19 +637,19 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
         double tps = tokens_per_step / (ms * 1e-3);
         if (log) {
             fprintf(log, "{\"record\":\"step\",\"step\":%ld,\"loss\":", s);
-            cli_json_double(log, loss);
+            base_json_double(log, loss);
             fprintf(log, ",\"val_loss\":");
             json_num_or_null(log, val);
             fprintf(log, ",\"lr\":");
-            cli_json_double(log, lr);
+            base_json_double(log, lr);
             fprintf(log, ",\"grad_norm\":");
-            cli_json_double(log, gnorm);
+            base_json_double(log, gnorm);
             fprintf(log, ",\"tokens_per_s\":");
-            cli_json_double(log, tps);
+            base_json_double(log, tps);
             fprintf(log, ",\"ms\":");
-            cli_json_double(log, ms);
+            base_json_double(log, ms);
             fprintf(log, ",\"loss_scale\":");
-            cli_json_double(log, st.loss_scale);
+            base_json_double(log, st.loss_scale);
             fprintf(log, ",\"skipped\":%s}\n", skip ? "true" : "false");
         }
         if (cfg->progress && cfg->rank == 0 &&
@@ -697,7 +697,7 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
         fprintf(log, "{\"record\":\"final\",\"steps_done\":%ld,\"val_loss\":", res->steps_done);
         json_num_or_null(log, res->final_val_loss);
         fprintf(log, ",\"tokens_per_s\":");
-        cli_json_double(log, res->tokens_per_s);
+        base_json_double(log, res->tokens_per_s);
         fprintf(log, ",\"mfu\":");
         json_num_or_null(log, res->mfu);
         fprintf(log, ",\"peak_bytes\":%zu,\"skipped_steps\":%ld,\"state_hash\":\"%016llx\"}\n", res->peak_bytes,
