@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "kernels/cross_entropy.h"
-#include "kernels/ktensor_io.h"
+#include "kernels/common/ktensor_io.h"
 #include "kernels/matmul.h"
 #include "precision/rng.h"
 

@@ -9,8 +9,8 @@
 #include "base/outfile.h"
 #include "base/parse.h"
 #include "cli/commands.h"
-#include "kernels/check.h"
-#include "kernels/ktensor_io.h"
+#include "kernels/check/check.h"
+#include "kernels/common/ktensor_io.h"
 
 static void usage(FILE *fp)
 {

@@ -23,8 +23,8 @@
 #include "base/parse.h"
 #include "cli/commands.h"
 #include "kernels/kernels.h"
-#include "kernels/probe_fingerprint.h"
-#include "kernels/probe_report.h"
+#include "kernels/probe/probe_fingerprint.h"
+#include "kernels/probe/probe_report.h"
 
 static const char *const CMD = "probe";
 

@@ -1,6 +1,6 @@
 /* kernels/registry.c — the one table of ops (see registry.h).  Each op's kop
- * lives beside its check in kernels/check_<op>.c; adding an op is one extern
- * and one line in the table below. */
+ * lives in its own .cu beside its launchers; adding an op is one extern and
+ * one line in the table below. */
 #include "kernels/registry.h"
 
 #include <stdio.h>
