@@ -43,13 +43,13 @@ LDLIBS     += $(CUDA_LIBS) -lmpfr -lgmp $(SYS_LIBS)
 # `make link-check` proves).  Sources are found by wildcard in each folder.
 FLOORS         := base precision reference kernels check probe trainer studies cli
 base_SRCS      := $(wildcard base/*.c)
-precision_SRCS := $(filter-out %_study.c,$(wildcard precision/*.c))
+precision_SRCS := $(wildcard precision/*.c)
 reference_SRCS := $(wildcard reference/*.c)
 kernels_SRCS   := $(wildcard kernels/*.c kernels/*.cu kernels/common/*.c kernels/common/*.cu)
 check_SRCS     := $(wildcard kernels/check/*.c)
 probe_SRCS     := $(wildcard kernels/probe/*.c kernels/probe/*.cu)
 trainer_SRCS   := $(wildcard trainer/*.c trainer/*.cu)
-studies_SRCS   := $(wildcard precision/*_study.c)
+studies_SRCS   := $(wildcard studies/*.c)
 cli_SRCS       := $(filter-out cli/main.c,$(wildcard cli/*.c))
 objects_of  = $(patsubst %.cu,$(BUILD)/obj/%.o,$(patsubst %.c,$(BUILD)/obj/%.o,$(1)))
 floor_lib   = $(BUILD)/lib/libulpscope_$(1).a

@@ -1,7 +1,7 @@
 /* cli/cmd_accum.c — `ulpscope accum`: the accumulation study
- * (precision/accum_study.h).  No options: the classic table.  Options: a
- * sweep over n, data, algorithms, rounding modes and format pairs, as a
- * table on stdout and/or JSON Lines. */
+ * (studies/accum.h).  No options: the classic table.  Options (parsed by
+ * cli/accum_args.c): a sweep over n, data, algorithms, rounding modes and
+ * format pairs, as a table on stdout and/or JSON Lines. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,8 +10,8 @@
 #include "base/error.h"
 #include "base/jsonl.h"
 #include "base/outfile.h"
+#include "cli/accum_args.h"
 #include "cli/commands.h"
-#include "precision/accum_study.h"
 
 static void print_help(void)
 {

@@ -1,5 +1,5 @@
 /* cli/cmd_norms.c — `ulpscope norms`: the LayerNorm / RMSNorm stability study
- * (precision/norms_study.h) on a grid of cases, as a table on stdout and
+ * (studies/norms.h) on a grid of cases, as a table on stdout and
  * optionally JSON Lines. */
 #include <math.h>
 #include <stdio.h>
@@ -11,7 +11,7 @@
 #include "base/outfile.h"
 #include "base/parse.h"
 #include "cli/commands.h"
-#include "precision/norms_study.h"
+#include "studies/norms.h"
 
 #define CMD "norms"
 #define MAX_LIST 32

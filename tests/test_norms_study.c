@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "precision/bounds.h"
-#include "precision/norms_study.h"
+#include "studies/norms.h"
 #include "precision/rng.h"
 #include "tests/test_util.h"
 

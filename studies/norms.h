@@ -1,4 +1,4 @@
-/* precision/norms_study.h — the norm-stability study behind `ulpscope norms`.
+/* studies/norms.h — the norm-stability study behind `ulpscope norms`.
  *
  * LayerNorm and RMSNorm, forward and backward, computed on the CPU in an
  * emulated storage format F (fp32, bf16, fp16, e4m3, e5m2: every operation
@@ -39,8 +39,8 @@
  * rounding that is far below every u here); reductions are sequential
  * (recursive summation), the worst ordering a real kernel is close to for
  * one thread's strip; eps is added in the statistics' format. */
-#ifndef ULPSCOPE_PRECISION_NORMS_STUDY_H
-#define ULPSCOPE_PRECISION_NORMS_STUDY_H
+#ifndef ULPSCOPE_STUDIES_NORMS_H
+#define ULPSCOPE_STUDIES_NORMS_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,10 +1,10 @@
-/* precision/norms_study.c — see norms_study.h.
+/* studies/norms.c — see norms.h.
  *
  * Every arithmetic operation of a variant goes through one of the helpers
  * below, each an exact operation rounded once into the format named at the
  * call: that is what makes "statistics in fp32, normalisation in bf16" a
  * precise statement rather than a C type. */
-#include "precision/norms_study.h"
+#include "studies/norms.h"
 
 #include <math.h>
 #include <stdlib.h>

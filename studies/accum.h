@@ -1,4 +1,5 @@
-/* precision/accum_study.h — the accumulation study behind `ulpscope accum`.
+/* studies/accum.h — the accumulation study behind `ulpscope accum` (its
+ * options: cli/accum_args.h).
  *
  * One row: n addends (constant, uniform positive, normal with zero mean, or
  * heavy-tailed, times a scale x), stored in the addend format (rounded to
@@ -13,8 +14,8 @@
  * rounding mode sees the same draws.  Stochastic rounding draws its bits from
  * a stream seeded by (seed, row), so a run is bit-for-bit repeatable.
  */
-#ifndef ULPSCOPE_PRECISION_ACCUM_STUDY_H
-#define ULPSCOPE_PRECISION_ACCUM_STUDY_H
+#ifndef ULPSCOPE_STUDIES_ACCUM_H
+#define ULPSCOPE_STUDIES_ACCUM_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -71,48 +72,6 @@ typedef struct {
 
 /* Sums d by method m.  seed feeds stochastic rounding. */
 void accum_run(const accum_dataset *d, const accum_method *m, uint64_t seed, accum_result *out);
-
-/* ---- options of `ulpscope accum`, parsed here so tests can reach them ---- */
-
-#define ACCUM_MAX_LIST 64
-
-typedef struct {
-    prec_format acc, addend;
-} accum_pair;
-
-typedef struct {
-    bool classic;                       /* no sweep option given: the classic table */
-    bool help;
-    size_t ns[ACCUM_MAX_LIST];
-    int n_ns;
-    accum_data data[ACCUM_NDATA];
-    int n_data;
-    double x;                           /* NAN: per data kind (0.01 constant, 1 otherwise) */
-    prec_sum_algo algos[PREC_SUM_NALGOS];
-    int n_algos;
-    prec_round_mode rounds[PREC_NROUNDS];
-    int n_rounds;
-    accum_pair pairs[ACCUM_MAX_LIST];
-    int n_pairs;
-    size_t block;
-    uint64_t seed;
-    double fail_prob;
-    const char *json;                   /* NULL, a path, or "-" */
-} accum_options;
-
-/* The classic pairs: fp32/fp32 fp16/fp16 bf16/bf16 fp32/fp16 fp32/bf16
- * e4m3/e4m3 e5m2/e5m2 fp32/e4m3 fp32/e5m2 (accumulator/addend). */
-int accum_classic_pairs(accum_pair *out);
-
-/* Parses argv[1..argc) (argv[0] is the command name).  Returns 0 and fills o,
- * or -1 with a one-line message in err naming the bad value and the accepted
- * ones.  Largest n accepted: ACCUM_N_LIMIT. */
-#define ACCUM_N_LIMIT 100000000
-int accum_parse_args(int argc, char **argv, accum_options *o, char *err, size_t err_len);
-
-/* Log-spaced integers from lo to hi (points >= 2), duplicates dropped;
- * returns how many were written (at most cap). */
-int accum_log_spaced(size_t lo, size_t hi, int points, size_t *out, int cap);
 
 #ifdef __cplusplus
 }
