@@ -8,7 +8,7 @@
  * hold stored values, real = stored * scale).  Reductions run in a fixed
  * sequential order, so results are deterministic and independent of the
  * machine.  An op's default variant is computed in that order; other
- * variants are modelled only where listed in cpu_models_variant() (tf32
+ * variants are modelled only where listed in cpu_models[] (tf32
  * inputs, split-K slices, block-scaled fp8, ...).  Everything else is
  * refused when the plan is bound, never run as something else. */
 #include "trainer/backend.h"
