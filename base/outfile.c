@@ -124,8 +124,12 @@ static int cannot_create(const char *cmd, const char *path, const char *target, 
 {
     if (err == ENOENT) {
         char dir[4096];
+        struct stat st;
         dir_of(target, dir, sizeof dir);
-        base_error(cmd, "cannot write %s: no such directory %s", path, dir);
+        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+            base_error(cmd, "cannot write %s: no such directory %s", path, dir);
+        else /* a directory that takes no new files, such as /proc */
+            base_error(cmd, "cannot write %s: cannot create a file in %s: %s", path, dir, strerror(err));
         return -1;
     }
     return cannot(cmd, path, err);

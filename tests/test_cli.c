@@ -20,6 +20,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/test_util.h"
+
 static const char *bin(void)
 {
     const char *b = getenv("ULPSCOPE_BIN");
@@ -257,6 +259,28 @@ static void test_json_to_stdout_is_pure(void **state)
     rm_rf(dir);
 }
 
+/* The GPU modes: `check --json -` and `probe --json -` (the fingerprint,
+ * whose table is printed too) keep stdout pure JSON.  Skips visibly without
+ * a GPU (make test-gpu runs it). */
+static void test_gpu_json_to_stdout_is_pure(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    char dir[] = "/tmp/ulpscope_cli_gpu_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char out[300], err[4096];
+    snprintf(out, sizeof out, "%s/out", dir);
+    const char *cases[] = {"check rmsnorm --quick --seed 1 --json -", "probe --json -",
+                           "probe --emulate-gemm --size 64,64,128 --json -"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = run_out(dir, cases[i], out, err, sizeof err);
+        if (rc != 0 || !pure_jsonl(slurp(out)))
+            fail_msg("ulpscope %s: exit %d, stdout is%s pure JSON Lines; stderr: %s", cases[i], rc,
+                     pure_jsonl(slurp(out)) ? "" : " not", err);
+    }
+    rm_rf(dir);
+}
+
 /* /dev/stdout is written through (stdout gets pure JSON, the link stays a
  * link); /dev/full reports a full disk naming /dev/full, exit 1, and stays a
  * device. */
@@ -419,6 +443,7 @@ int main(void)
         cmocka_unit_test(test_good_input_is_accepted),
         cmocka_unit_test(test_seed_is_decimal_not_octal),
         cmocka_unit_test(test_json_to_stdout_is_pure),
+        cmocka_unit_test(test_gpu_json_to_stdout_is_pure),
         cmocka_unit_test(test_dev_stdout_and_dev_full),
         cmocka_unit_test(test_symlink_and_fifo_outputs),
         cmocka_unit_test(test_bad_output_paths_refused_before_work),

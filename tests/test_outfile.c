@@ -378,6 +378,27 @@ static void test_preflight_refuses_unwritable(void **state)
     assert_true(ok);
 }
 
+/* Places root cannot write either: a pseudo file system that takes no new
+ * files (/proc), or refuses them (/sys).  Skipped where they are absent. */
+static void test_preflight_refuses_pseudo_filesystems(void **state)
+{
+    (void)state;
+    struct stat st;
+    int ran = 0;
+    if (stat("/proc/self", &st) == 0) {
+        assert_true(refused("/proc/ulpscope-never.jsonl", "cannot create a file in /proc"));
+        ran++;
+    }
+    if (stat("/sys/kernel", &st) == 0 && access("/sys", W_OK) != 0) {
+        assert_true(refused("/sys/ulpscope-never.jsonl", "/sys"));
+        ran++;
+    }
+    if (!ran) {
+        print_message("skipping: no /proc or read-only /sys here\n");
+        skip();
+    }
+}
+
 static void test_stdout_is_recognised(void **state)
 {
     (void)state;
@@ -463,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_devices_written_in_place),
         cmocka_unit_test(test_preflight_refuses_before_work),
         cmocka_unit_test(test_preflight_refuses_unwritable),
+        cmocka_unit_test(test_preflight_refuses_pseudo_filesystems),
         cmocka_unit_test(test_stdout_is_recognised),
         cmocka_unit_test(test_seed_syntax),
         cmocka_unit_test(test_integer_ranges),
