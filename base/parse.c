@@ -1,6 +1,7 @@
 /* base/parse.c — see parse.h. */
 #include "base/parse.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -54,15 +55,24 @@ int base_parse_double(const char *s, double *out)
 int base_parse_seed(const char *s, uint64_t *out)
 {
     if (!s) return -1;
-    int hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
-    const char *digits = hex ? s + 2 : s;
-    if (!*digits) return -1;
-    for (const char *c = digits; *c; c++)
-        if (!(hex ? strchr("0123456789abcdefABCDEF", *c) : strchr("0123456789", *c))) return -1;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(digits, &end, hex ? 16 : 10);
-    if (errno || *end) return -1;
-    *out = (uint64_t)v;
+    uint64_t v = 0;
+    if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+        size_t n = strlen(s + 2);
+        if (n == 0 || n > 16) return -1;
+        for (const char *q = s + 2; *q; q++) {
+            if (!isxdigit((unsigned char)*q)) return -1;
+            v = v << 4 | (uint64_t)(isdigit((unsigned char)*q) ? *q - '0' : tolower((unsigned char)*q) - 'a' + 10);
+        }
+        *out = v;
+        return 0;
+    }
+    if (!isdigit((unsigned char)s[0]) || (s[0] == '0' && s[1])) return -1; /* a sign, empty, or octal-looking */
+    for (const char *q = s; *q; q++) {
+        if (!isdigit((unsigned char)*q)) return -1;
+        uint64_t d = (uint64_t)(*q - '0');
+        if (v > (UINT64_MAX - d) / 10) return -1;
+        v = 10 * v + d;
+    }
+    *out = v;
     return 0;
 }

@@ -16,11 +16,12 @@ int base_parse_long(const char *s, long *out);
 int base_parse_long_in(const char *s, long lo, long hi, long *out);
 /* A plain decimal number (no hex, inf or nan). */
 int base_parse_double(const char *s, double *out);
-/* The one seed syntax of every command: decimal digits or 0x/0X and hex
- * digits, 0 .. 2^64-1.  No sign (a negative seed is refused, not wrapped),
- * no octal ("010" is ten), no exponent. */
+/* The one seed syntax of every command: decimal digits without leading
+ * zeros, or 0x/0X and 1 to 16 hex digits; 0 .. 2^64-1.  No sign (a negative
+ * seed is refused, not wrapped), nothing octal-looking ("010" is refused,
+ * neither eight nor ten), no exponent. */
 int base_parse_seed(const char *s, uint64_t *out);
-#define BASE_SEED_SYNTAX "decimal or 0x hex, 0 to 2^64-1"
+#define BASE_SEED_SYNTAX "decimal without leading zeros or 0x hex, 0 to 2^64-1"
 
 #ifdef __cplusplus
 }

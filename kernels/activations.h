@@ -17,7 +17,11 @@
  *   store_grad    the forward also stores g = f'(x) in the activation format
  *                 (grad != NULL) and the backward is dx = dy g, branch-free;
  *                 g's own rounding is a second one.
- * Each launcher returns 0 or -1 (kernels_last_error). */
+ * Each launcher returns 0 or -1 (kernels_last_error).
+ *
+ * Replicas: elementwise, so R runs' tensors back to back (n = R x n_run) get
+ * a single call's bits, except on the fp8 path, whose per-tensor scales are
+ * one per call: R runs with scales of their own need R calls. */
 #ifndef ULPSCOPE_KERNELS_ACTIVATIONS_H
 #define ULPSCOPE_KERNELS_ACTIVATIONS_H
 

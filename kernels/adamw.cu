@@ -1,15 +1,20 @@
 // kernels/adamw.cu — one AdamW step, three weight storages, two operation
 // orders (see adamw.h).  One thread per element, grid-stride; every
 // floating-point operation is an explicit-rounding intrinsic so that nvcc's
-// fma contraction cannot change what the check's bound replays.
+// fma contraction cannot change what the check's bound replays.  Replicas
+// are blockIdx.y: replica r's arrays start at r * n, and element i of
+// replica r is updated exactly as element i of a single call on its arrays
+// with its gradient scale and seed.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "kernels/adamw.h"
 #include "kernels/common/kelem.cuh"
+#include "kernels/common/klaunch.cuh"
 #include "kernels/registry.h"
 
 extern "C" const kvariant kadamw_variants[KADAMW_NVARIANTS] = {
@@ -141,13 +146,35 @@ __device__ __forceinline__ float adamw_element(const adamw_consts &c, float p, f
     return hi;
 }
 
+// The per-replica device arrays of kadamw_replicas (any may be NULL).
+struct adamw_replica_arrays {
+    const float *grad_scale;
+    const uint64_t *seed;
+    const int32_t *skip;
+};
+
 template <class T, int STORAGE, int VARIANT>
 __global__ void adamw_kernel(int64_t n, T *params, float *master, uint16_t *low_bits, float *m_arr, float *v_arr,
-                             const T *grad, adamw_consts c, int bug)
+                             const T *grad, adamw_consts c_arg, const adamw_consts *c_dev, adamw_replica_arrays ra,
+                             int bug)
 {
+    const int64_t r = blockIdx.y;
+    if (ra.skip && ra.skip[r]) return; // a skipped step leaves the replica's state as it was
+    const adamw_consts c = c_dev ? *c_dev : c_arg;
+    const float grad_scale = ra.grad_scale ? ra.grad_scale[r] : 1.0f;
+    const uint64_t seed = ra.seed ? ra.seed[r] : c.seed;
+    params += r * n;
+    if (master) master += r * n;
+    if (low_bits) low_bits += r * n;
+    m_arr += r * n;
+    v_arr += r * n;
+    grad += r * n;
     const int64_t last = bug == KBUG_DROP_TERM ? n - 1 : n; // the planted bug leaves the last element untouched
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < last; i += (int64_t)gridDim.x * blockDim.x) {
         float g = kto_float(grad[i]);
+        // the trainer's gradient scaling (clip factor / loss scale), rounded
+        // into the gradient's format as an in-place scaling pass would
+        if (grad_scale != 1.0f) g = kto_float(kfrom_float<T>(__fmul_rn(g, grad_scale), KBUG_NONE));
         float m = m_arr[i], v = v_arr[i];
         float p;
         if (STORAGE == KADAMW_SPLIT_MASTER) {
@@ -167,9 +194,9 @@ __global__ void adamw_kernel(int64_t n, T *params, float *master, uint16_t *low_
             reinterpret_cast<__nv_bfloat16 *>(params)[i] = __ushort_as_bfloat16((unsigned short)(bits >> 16));
             low_bits[i] = (uint16_t)(bits & 0xFFFFu);
         } else if (STORAGE == KADAMW_STOCHASTIC) {
-            uint32_t r = adamw_bits(c.seed, c.step, i);
-            if constexpr (sizeof(T) == 4) params[i] = sr_to_fp32(hi, lo, r);
-            else params[i] = sr_narrow<T>(hi, r);
+            uint32_t bits = adamw_bits(seed, c.step, i);
+            if constexpr (sizeof(T) == 4) params[i] = sr_to_fp32(hi, lo, bits);
+            else params[i] = sr_narrow<T>(hi, bits);
         } else {
             if (master) master[i] = hi;
             params[i] = kfrom_float<T>(hi, bug);
@@ -190,76 +217,123 @@ extern "C" int kadamw_supports(kpath path, kadamw_storage storage, char *why, si
 }
 
 template <class T, int STORAGE>
-static void launch(int variant, int64_t n, void *params, float *master, uint16_t *low, float *m, float *v,
-                   const void *grad, const adamw_consts &c, int bug)
+static void launch(int variant, int64_t R, int64_t n, void *params, float *master, uint16_t *low, float *m, float *v,
+                   const void *grad, const adamw_consts &c, const adamw_consts *c_dev, adamw_replica_arrays ra,
+                   int bug)
 {
     int threads = 256;
     int64_t blocks = (n + threads - 1) / threads;
     if (blocks > 65536) blocks = 65536;
+    dim3 grid((unsigned)blocks, (unsigned)R);
     if (variant == KADAMW_LLMC)
-        adamw_kernel<T, STORAGE, KADAMW_LLMC><<<(unsigned)blocks, threads>>>(n, (T *)params, master, low, m, v,
-                                                                              (const T *)grad, c, bug);
+        adamw_kernel<T, STORAGE, KADAMW_LLMC><<<grid, threads, 0, kstream()>>>(n, (T *)params, master, low, m, v,
+                                                                              (const T *)grad, c, c_dev, ra, bug);
     else
-        adamw_kernel<T, STORAGE, KADAMW_TORCH><<<(unsigned)blocks, threads>>>(n, (T *)params, master, low, m, v,
-                                                                               (const T *)grad, c, bug);
+        adamw_kernel<T, STORAGE, KADAMW_TORCH><<<grid, threads, 0, kstream()>>>(n, (T *)params, master, low, m, v,
+                                                                               (const T *)grad, c, c_dev, ra, bug);
 }
 
 template <class T>
-static void launch_storage(kadamw_storage storage, int variant, int64_t n, void *params, float *master, uint16_t *low,
-                           float *m, float *v, const void *grad, const adamw_consts &c, int bug)
+static void launch_storage(kadamw_storage storage, int variant, int64_t R, int64_t n, void *params, float *master,
+                           uint16_t *low, float *m, float *v, const void *grad, const adamw_consts &c,
+                           const adamw_consts *c_dev, adamw_replica_arrays ra, int bug)
 {
     switch (storage) {
-    case KADAMW_MASTER_FP32: launch<T, KADAMW_MASTER_FP32>(variant, n, params, master, low, m, v, grad, c, bug); break;
-    case KADAMW_STOCHASTIC: launch<T, KADAMW_STOCHASTIC>(variant, n, params, master, low, m, v, grad, c, bug); break;
-    default: launch<T, KADAMW_SPLIT_MASTER>(variant, n, params, master, low, m, v, grad, c, bug); break;
+    case KADAMW_MASTER_FP32:
+        launch<T, KADAMW_MASTER_FP32>(variant, R, n, params, master, low, m, v, grad, c, c_dev, ra, bug);
+        break;
+    case KADAMW_STOCHASTIC:
+        launch<T, KADAMW_STOCHASTIC>(variant, R, n, params, master, low, m, v, grad, c, c_dev, ra, bug);
+        break;
+    default: launch<T, KADAMW_SPLIT_MASTER>(variant, R, n, params, master, low, m, v, grad, c, c_dev, ra, bug); break;
     }
+}
+
+// The constants of one step from h (validated), computed on the host.
+static int make_consts(const char *ctx, const kadamw_hparams *h, adamw_consts *c)
+{
+    if (!h || h->step < 1) return kernels_fail("%s: step must be >= 1", ctx);
+    if (!(h->beta1 >= 0.5f && h->beta1 < 1.0f && h->beta2 >= 0.5f && h->beta2 < 1.0f))
+        return kernels_fail("%s: beta1 = %g, beta2 = %g: the kernels need betas in [0.5, 1) (1 - beta then exact)",
+                            ctx, (double)h->beta1, (double)h->beta2);
+    c->lr = h->lr;
+    c->beta1 = h->beta1;
+    c->beta2 = h->beta2;
+    c->eps = h->eps;
+    c->wd = h->weight_decay;
+    c->bc1 = kadamw_bias_correction(h->beta1, h->step);
+    c->bc2 = kadamw_bias_correction(h->beta2, h->step);
+    c->one_minus_beta1 = 1.0f - h->beta1;
+    c->one_minus_beta2 = 1.0f - h->beta2;
+    // Host fp32 arithmetic matches the device's for these IEEE operations.
+    volatile float lr_wd = h->lr * h->weight_decay;
+    c->decay = 1.0f - lr_wd;
+    c->sqrt_bc2 = sqrtf(c->bc2);
+    c->step_size = h->lr / c->bc1;
+    c->step = h->step;
+    c->seed = h->seed;
+    return 0;
+}
+
+extern "C" size_t kadamw_hparams_bytes(void) { return sizeof(adamw_consts); }
+
+extern "C" int kadamw_hparams_upload(void *device_hparams, const kadamw_hparams *h)
+{
+    const char *ctx = "adamw hyperparameters upload";
+    adamw_consts c;
+    if (!device_hparams) return kernels_fail("%s: no device buffer", ctx);
+    if (make_consts(ctx, h, &c)) return -1;
+    // From pageable memory the copy is staged before the call returns, so c
+    // may go out of scope; on the device it is ordered before later launches.
+    cudaError_t err = cudaMemcpyAsync(device_hparams, &c, sizeof c, cudaMemcpyHostToDevice, kstream());
+    if (err != cudaSuccess) return kernels_fail("%s: cudaMemcpyAsync failed: %s", ctx, cudaGetErrorString(err));
+    return 0;
+}
+
+extern "C" int kadamw_step_replicas(kpath path, kadamw_storage storage, int variant, int64_t replicas, int64_t n,
+                                    void *params, float *master, uint16_t *low_bits, float *m, float *v,
+                                    const void *grad, const kadamw_hparams *h, const kadamw_replicas *rep)
+{
+    char ctx[192];
+    snprintf(ctx, sizeof ctx, "adamw %s/%s/%s n=%lld%s", kpath_name(path), kadamw_storage_name(storage),
+             variant >= 0 && variant < KADAMW_NVARIANTS ? kadamw_variants[variant].name : "?", (long long)n,
+             replicas != 1 ? " (replicas)" : "");
+    char why[160];
+    if (!kadamw_supports(path, storage, why, sizeof why)) return kernels_fail("%s: %s", ctx, why);
+    if (variant < 0 || variant >= KADAMW_NVARIANTS) return kernels_fail("%s: unknown variant %d", ctx, variant);
+    if (n <= 0) return kernels_fail("%s: n must be positive", ctx);
+    if (replicas < 1 || replicas > 65535) return kernels_fail("%s: %lld replicas (1 to 65535)", ctx, (long long)replicas);
+    const adamw_consts *c_dev = rep ? (const adamw_consts *)rep->hparams : nullptr;
+    adamw_consts c;
+    memset(&c, 0, sizeof c);
+    if (!c_dev && make_consts(ctx, h, &c)) return -1;
+    if (!params || !m || !v || !grad) return kernels_fail("%s: null params, m, v or grad", ctx);
+    if (storage == KADAMW_MASTER_FP32 && path != KPATH_FP32 && !master)
+        return kernels_fail("%s: %s weights need an fp32 master array", ctx, kpath_name(path));
+    if (storage == KADAMW_SPLIT_MASTER && !low_bits) return kernels_fail("%s: split_master needs low_bits", ctx);
+    if (storage != KADAMW_MASTER_FP32 || path == KPATH_FP32) master = nullptr;
+    adamw_replica_arrays ra = {rep ? rep->grad_scale : nullptr, rep ? rep->seed : nullptr,
+                               rep ? rep->skip : nullptr};
+    const int bug = (int)kernels_planted_bug();
+    switch (path) {
+    case KPATH_FP32:
+        launch_storage<float>(storage, variant, replicas, n, params, master, low_bits, m, v, grad, c, c_dev, ra, bug);
+        break;
+    case KPATH_BF16:
+        launch_storage<__nv_bfloat16>(storage, variant, replicas, n, params, master, low_bits, m, v, grad, c, c_dev,
+                                      ra, bug);
+        break;
+    default:
+        launch_storage<__half>(storage, variant, replicas, n, params, master, low_bits, m, v, grad, c, c_dev, ra, bug);
+        break;
+    }
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return kernels_fail("%s: launch of adamw_kernel failed: %s", ctx, cudaGetErrorString(err));
+    return 0;
 }
 
 extern "C" int kadamw_step(kpath path, kadamw_storage storage, int variant, int64_t n, void *params, float *master,
                            uint16_t *low_bits, float *m, float *v, const void *grad, const kadamw_hparams *h)
 {
-    char ctx[160];
-    snprintf(ctx, sizeof ctx, "adamw %s/%s/%s n=%lld", kpath_name(path), kadamw_storage_name(storage),
-             variant >= 0 && variant < KADAMW_NVARIANTS ? kadamw_variants[variant].name : "?", (long long)n);
-    char why[160];
-    if (!kadamw_supports(path, storage, why, sizeof why)) return kernels_fail("%s: %s", ctx, why);
-    if (variant < 0 || variant >= KADAMW_NVARIANTS) return kernels_fail("%s: unknown variant %d", ctx, variant);
-    if (n <= 0) return kernels_fail("%s: n must be positive", ctx);
-    if (!h || h->step < 1) return kernels_fail("%s: step must be >= 1", ctx);
-    if (!params || !m || !v || !grad) return kernels_fail("%s: null params, m, v or grad", ctx);
-    if (storage == KADAMW_MASTER_FP32 && path != KPATH_FP32 && !master)
-        return kernels_fail("%s: %s weights need an fp32 master array", ctx, kpath_name(path));
-    if (storage == KADAMW_SPLIT_MASTER && !low_bits) return kernels_fail("%s: split_master needs low_bits", ctx);
-    if (!(h->beta1 >= 0.5f && h->beta1 < 1.0f && h->beta2 >= 0.5f && h->beta2 < 1.0f))
-        return kernels_fail("%s: beta1 = %g, beta2 = %g: the kernels need betas in [0.5, 1) (1 - beta then exact)",
-                            ctx, (double)h->beta1, (double)h->beta2);
-    adamw_consts c;
-    c.lr = h->lr;
-    c.beta1 = h->beta1;
-    c.beta2 = h->beta2;
-    c.eps = h->eps;
-    c.wd = h->weight_decay;
-    c.bc1 = kadamw_bias_correction(h->beta1, h->step);
-    c.bc2 = kadamw_bias_correction(h->beta2, h->step);
-    c.one_minus_beta1 = 1.0f - h->beta1;
-    c.one_minus_beta2 = 1.0f - h->beta2;
-    // Host fp32 arithmetic matches the device's for these IEEE operations.
-    volatile float lr_wd = h->lr * h->weight_decay;
-    c.decay = 1.0f - lr_wd;
-    c.sqrt_bc2 = sqrtf(c.bc2);
-    c.step_size = h->lr / c.bc1;
-    c.step = h->step;
-    c.seed = h->seed;
-    if (storage != KADAMW_MASTER_FP32 || path == KPATH_FP32) master = nullptr;
-    const int bug = (int)kernels_planted_bug();
-    switch (path) {
-    case KPATH_FP32: launch_storage<float>(storage, variant, n, params, master, low_bits, m, v, grad, c, bug); break;
-    case KPATH_BF16:
-        launch_storage<__nv_bfloat16>(storage, variant, n, params, master, low_bits, m, v, grad, c, bug);
-        break;
-    default: launch_storage<__half>(storage, variant, n, params, master, low_bits, m, v, grad, c, bug); break;
-    }
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return kernels_fail("%s: launch of adamw_kernel failed: %s", ctx, cudaGetErrorString(err));
-    return 0;
+    return kadamw_step_replicas(path, storage, variant, 1, n, params, master, low_bits, m, v, grad, h, nullptr);
 }

@@ -73,6 +73,41 @@ float kadamw_bias_correction(float beta, int64_t step);
 int kadamw_step(kpath path, kadamw_storage storage, int variant, int64_t n, void *params, float *master,
                 uint16_t *low_bits, float *m, float *v, const void *grad, const kadamw_hparams *h);
 
+/* R replicas in one launch: params, master, low_bits, m, v and grad hold R
+ * x n elements (replica r's at r n).  The per-replica arrays (device
+ * memory, R entries each, any of them NULL):
+ *   grad_scale  the gradient is used as RNE(g * grad_scale[r]) in its own
+ *               format (the clip factor over the loss scale: what an
+ *               in-place scaling pass over the gradient in the path's format
+ *               gives, without writing it back); NULL or 1: as it is
+ *   seed        the stochastic-rounding seed of replica r (NULL: h->seed)
+ *   skip        nonzero: replica r's step is skipped (loss-scale overflow,
+ *               non-finite gradient): its params, master, low bits, m and v
+ *               stay untouched
+ *   hparams     a device copy of the step's constants from
+ *               kadamw_hparams_upload (h is then not read and may be NULL):
+ *               a captured CUDA graph replays the same launch every step,
+ *               so lr and step must come from device memory there
+ * Element i of replica r gets the bits a single call on replica r's arrays
+ * gives with that scale and seed (SR bits from (seed[r], step, i)).
+ * kadamw_step is the case R = 1 with none of them. */
+typedef struct {
+    const float *grad_scale;
+    const uint64_t *seed;
+    const int32_t *skip;
+    const void *hparams;
+} kadamw_replicas;
+
+int kadamw_step_replicas(kpath path, kadamw_storage storage, int variant, int64_t replicas, int64_t n, void *params,
+                         float *master, uint16_t *low_bits, float *m, float *v, const void *grad,
+                         const kadamw_hparams *h, const kadamw_replicas *rep);
+
+/* Device bytes of a step's constants, and their upload on the current
+ * stream (h validated and turned into constants on the host, as
+ * kadamw_step does); for a captured graph, upload before each replay. */
+size_t kadamw_hparams_bytes(void);
+int kadamw_hparams_upload(void *device_hparams, const kadamw_hparams *h);
+
 /* The random bits the stochastic rounding of element `index` at `step` uses:
  * the top 24 of the 64-bit hash (exposed for the check and the tests). */
 uint32_t kadamw_sr_bits(uint64_t seed, int64_t step, int64_t index);

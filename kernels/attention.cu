@@ -533,17 +533,7 @@ enum { WS_S, WS_DP, WS_DELTA };
 
 static int att_get(const char *ctx, int slot, size_t bytes, void **out)
 {
-    if (bytes > att_ws_size[slot]) {
-        if (att_ws[slot]) {
-            cudaError_t e = cudaFree(att_ws[slot]);
-            if (e != cudaSuccess) return kernels_fail("%s: cudaFree failed: %s", ctx, cudaGetErrorString(e));
-        }
-        att_ws[slot] = nullptr;
-        att_ws_size[slot] = 0;
-        cudaError_t e = cudaMalloc(&att_ws[slot], bytes);
-        if (e != cudaSuccess) return kernels_fail("%s: cudaMalloc(%zu) failed: %s", ctx, bytes, cudaGetErrorString(e));
-        att_ws_size[slot] = bytes;
-    }
+    if (kworkspace_grow(ctx, &att_ws[slot], &att_ws_size[slot], bytes)) return -1;
     *out = att_ws[slot];
     return 0;
 }
@@ -583,7 +573,7 @@ static int fl_launch(const char *ctx, const char *what, void (*kernel)(P...), un
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return kernels_fail("%s: %s needs %zu bytes of shared memory: %s", ctx, what, smem, cudaGetErrorString(e));
-    kernel<<<grid, FL_THREADS, smem>>>(args...);
+    kernel<<<grid, FL_THREADS, smem, kstream()>>>(args...);
     return klaunched(ctx, what);
 }
 
@@ -619,9 +609,9 @@ template <class T>
 static int naive_probabilities(const char *ctx, const T *q, const T *k, int64_t BH, int Tn, int D, float scale, T *SP,
                                float *lse, int bug)
 {
-    scores_kernel<T><<<grid_of(BH * Tn * (int64_t)Tn, 256), 256>>>(q, k, BH, Tn, D, scale, SP, bug);
+    scores_kernel<T><<<grid_of(BH * Tn * (int64_t)Tn, 256), 256, 0, kstream()>>>(q, k, BH, Tn, D, scale, SP, bug);
     if (klaunched(ctx, "scores_kernel")) return -1;
-    softmax_rows_kernel<T><<<(unsigned)((BH * Tn + WARPS - 1) / WARPS), WARPS * 32>>>(SP, BH, Tn, lse, bug);
+    softmax_rows_kernel<T><<<(unsigned)((BH * Tn + WARPS - 1) / WARPS), WARPS * 32, 0, kstream()>>>(SP, BH, Tn, lse, bug);
     return klaunched(ctx, "softmax_rows_kernel");
 }
 
@@ -634,7 +624,7 @@ static int forward_t(const char *ctx, int variant, int64_t BH, int Tn, int D, fl
         void *S;
         if (att_get(ctx, WS_S, (size_t)BH * Tn * Tn * sizeof(T), &S)) return -1;
         if (naive_probabilities<T>(ctx, (const T *)q, (const T *)k, BH, Tn, D, scale, (T *)S, lse, bug)) return -1;
-        pv_kernel<T><<<grid_of(BH * Tn * (int64_t)D, 256), 256>>>((const T *)S, (const T *)v, BH, Tn, D, (T *)o, bug);
+        pv_kernel<T><<<grid_of(BH * Tn * (int64_t)D, 256), 256, 0, kstream()>>>((const T *)S, (const T *)v, BH, Tn, D, (T *)o, bug);
         return klaunched(ctx, "pv_kernel");
     }
     const unsigned grid = (unsigned)(BH * ((Tn + FL_ROWS - 1) / FL_ROWS));
@@ -665,21 +655,21 @@ static int backward_t(const char *ctx, int variant, int64_t BH, int Tn, int D, f
         // P again, exactly as the forward made it (same kernels, same bits)
         if (naive_probabilities<T>(ctx, (const T *)q, (const T *)k, BH, Tn, D, scale, (T *)SP, nullptr, bug))
             return -1;
-        dp_kernel<T><<<grid_of(BH * Tn * (int64_t)Tn, 256), 256>>>((const T *)dout, (const T *)v, BH, Tn, D, (T *)DP,
+        dp_kernel<T><<<grid_of(BH * Tn * (int64_t)Tn, 256), 256, 0, kstream()>>>((const T *)dout, (const T *)v, BH, Tn, D, (T *)DP,
                                                                    bug);
         if (klaunched(ctx, "dp_kernel")) return -1;
-        ds_rows_kernel<T><<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32>>>((const T *)SP, (T *)DP, BH, Tn, bug);
+        ds_rows_kernel<T><<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32, 0, kstream()>>>((const T *)SP, (T *)DP, BH, Tn, bug);
         if (klaunched(ctx, "ds_rows_kernel")) return -1;
-        dq_naive_kernel<T><<<grid_of(rows * D, 256), 256>>>((const T *)DP, (const T *)k, BH, Tn, D, scale, (T *)dq,
+        dq_naive_kernel<T><<<grid_of(rows * D, 256), 256, 0, kstream()>>>((const T *)DP, (const T *)k, BH, Tn, D, scale, (T *)dq,
                                                            bug);
         if (klaunched(ctx, "dq_naive_kernel")) return -1;
-        dkv_naive_kernel<T><<<grid_of(rows * D, 256), 256>>>((const T *)DP, (const T *)SP, (const T *)q,
+        dkv_naive_kernel<T><<<grid_of(rows * D, 256), 256, 0, kstream()>>>((const T *)DP, (const T *)SP, (const T *)q,
                                                             (const T *)dout, BH, Tn, D, scale, (T *)dk, (T *)dv, bug);
         return klaunched(ctx, "dkv_naive_kernel");
     }
     void *delta;
     if (att_get(ctx, WS_DELTA, (size_t)rows * sizeof(float), &delta)) return -1;
-    delta_kernel<T><<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32>>>((const T *)dout, (const T *)o, rows, D, (float *)delta);
+    delta_kernel<T><<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32, 0, kstream()>>>((const T *)dout, (const T *)o, rows, D, (float *)delta);
     if (klaunched(ctx, "delta_kernel")) return -1;
     return variant == KATT_FLASH_EXP2 ? flash_backward<T, 1>(ctx, BH, Tn, D, scale, q, k, v, dout, lse, delta, dq, dk, dv, bug)
                                       : flash_backward<T, 0>(ctx, BH, Tn, D, scale, q, k, v, dout, lse, delta, dq, dk, dv, bug);

@@ -27,6 +27,11 @@
  * ulps), logf / log2f (1 ulp).  No float atomics anywhere: bitwise
  * repeatable.
  *
+ * Replicas: BH = R x batch x heads.  Each output row (and in the naive
+ * kernels each element) is one fixed-order computation inside one head; the
+ * grid only decides which block does which row, so R runs' heads stacked
+ * get a single call's bits.
+ *
  * Workspace: naive keeps two [BH,T,T] buffers in the path's format, flash's
  * backward one fp32 [BH,T] (sum_d dout o); they persist until
  * kattention_release().  Planted bugs: drop-term leaves the last term out of

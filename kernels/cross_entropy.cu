@@ -9,6 +9,7 @@
 
 #include "kernels/cross_entropy.h"
 #include "kernels/common/kelem.cuh"
+#include "kernels/common/klaunch.cuh"
 #include "kernels/common/kreduce.cuh"
 #include "kernels/matmul.h"
 #include "kernels/registry.h"
@@ -171,10 +172,10 @@ static int launch_rows(const char *ctx, int online, int64_t N, int64_t V, const 
 {
     const int bug = (int)kernels_planted_bug();
     if (online)
-        ce_row_kernel<TIn, TOut, 1><<<(unsigned)N, CE_THREADS>>>((const TIn *)logits, targets, V, losses,
+        ce_row_kernel<TIn, TOut, 1><<<(unsigned)N, CE_THREADS, 0, kstream()>>>((const TIn *)logits, targets, V, losses,
                                                                  (TOut *)dlogits, dloss, bug);
     else
-        ce_row_kernel<TIn, TOut, 0><<<(unsigned)N, CE_THREADS>>>((const TIn *)logits, targets, V, losses,
+        ce_row_kernel<TIn, TOut, 0><<<(unsigned)N, CE_THREADS, 0, kstream()>>>((const TIn *)logits, targets, V, losses,
                                                                  (TOut *)dlogits, dloss, bug);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return kernels_fail("%s: launch of ce_row_kernel failed: %s", ctx, cudaGetErrorString(err));
@@ -206,22 +207,6 @@ extern "C" int kce_forward_backward(kpath path, int variant, int64_t N, int64_t 
 static void *chunk_logits, *chunk_dlogits;
 static size_t chunk_logits_bytes, chunk_dlogits_bytes;
 
-static int grow(const char *ctx, void **p, size_t *have, size_t want)
-{
-    if (want <= *have) return 0;
-    if (*p) {
-        cudaError_t e = cudaFree(*p);
-        if (e != cudaSuccess) return kernels_fail("%s: cudaFree failed: %s", ctx, cudaGetErrorString(e));
-    }
-    *p = nullptr;
-    *have = 0;
-    cudaError_t e = cudaMalloc(p, want);
-    if (e != cudaSuccess)
-        return kernels_fail("%s: cudaMalloc(%zu bytes) for the chunk failed: %s", ctx, want, cudaGetErrorString(e));
-    *have = want;
-    return 0;
-}
-
 extern "C" size_t klinear_ce_workspace_bytes(void) { return chunk_logits_bytes + chunk_dlogits_bytes; }
 
 extern "C" void klinear_ce_release(void)
@@ -246,10 +231,10 @@ extern "C" int klinear_ce(kpath path, int variant, int64_t N, int64_t C, int64_t
     if (!h || !W || !targets || !losses) return kernels_fail("%s: null h, W, targets or losses", ctx);
     const int64_t R = klce_chunk_rows(variant) < N ? klce_chunk_rows(variant) : N;
     const size_t el = path == KPATH_FP32 ? 4 : 2;
-    if (grow(ctx, &chunk_logits, &chunk_logits_bytes, (size_t)R * V * sizeof(float))) return -1;
+    if (kworkspace_grow(ctx, &chunk_logits, &chunk_logits_bytes, (size_t)R * V * sizeof(float))) return -1;
     void *dl = chunk_logits; // fp32 path: dlogits overwrite the chunk's logits in place
     if (path != KPATH_FP32) {
-        if (grow(ctx, &chunk_dlogits, &chunk_dlogits_bytes, (size_t)R * V * el)) return -1;
+        if (kworkspace_grow(ctx, &chunk_dlogits, &chunk_dlogits_bytes, (size_t)R * V * el)) return -1;
         dl = chunk_dlogits;
     }
     for (int64_t c0 = 0; c0 < N; c0 += R) {

@@ -31,6 +31,12 @@
  * R*V*(4 + path bytes) instead of N*V*2*(path bytes).
  *   chunk_1024 / chunk_128: R rows per chunk (changes dW's summation grouping)
  *
+ * Replicas: kce_forward_backward is one block per row, so R runs' rows
+ * stacked (N = R x rows) get a single call's bits; losses come back per row
+ * (R x rows) and each run's mean is its caller's sum over its own rows (the
+ * trainer sums a run's losses on the host, in row order, at any R).
+ * klinear_ce multiplies by one W: R runs with their own W take a call each.
+ *
  * Planted bugs: drop-term leaves the last vocabulary entry out of each row's
  * sum; truncate-output truncates the stores (losses and fp32 dlogits at bf16
  * precision, see kernels/common/kelem.cuh). */

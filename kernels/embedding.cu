@@ -2,12 +2,18 @@
 // embedding.h).  Shapes: table/dtable (V, C), out/dout (N, C), tokens (N).
 // Planted bugs: drop-term leaves out[N-1][C-1] unwritten and drops the last
 // row of every token's gradient sum; truncate-output rounds stores toward zero.
+// Replicas: R tables (R, V, C) and R token arrays (R, N) in one launch;
+// token t belongs to replica t / N and reads (or accumulates into) that
+// replica's table.  The sorted backward sorts the keys replica * V + token,
+// so each (replica, token) run keeps its positions in order: the sum a
+// single call forms on that replica's tokens.
 #include <cuda_runtime.h>
 
 #include <cub/cub.cuh>
 
 #include "kernels/embedding.h"
 #include "kernels/common/kelementwise.cuh"
+#include "kernels/common/klaunch.cuh"
 #include "kernels/registry.h"
 
 // ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
@@ -35,11 +41,12 @@ constexpr int kThreads = 128;
 // element by element so the planted truncation applies as in the scalar kernel.
 template <typename T>
 __global__ void lookup_vec_kernel(T *__restrict__ out, const T *__restrict__ table, const int32_t *__restrict__ tokens,
-                                  int64_t N, int64_t V, int64_t C, int bug)
+                                  int64_t N, int64_t V, int64_t C, int64_t tokens_per_replica, int bug)
 {
     constexpr int W = 16 / (int)sizeof(T);
     const int64_t t = blockIdx.x;
     const int32_t v = tokens[t];
+    table += t / tokens_per_replica * V * C;
     for (int64_t c = (int64_t)threadIdx.x * W; c < C; c += (int64_t)blockDim.x * W) {
         float e[W];
         if (v >= 0 && v < V) kelem_load<T, W>(table + (int64_t)v * C, c, e);
@@ -51,10 +58,11 @@ __global__ void lookup_vec_kernel(T *__restrict__ out, const T *__restrict__ tab
 
 template <typename T>
 __global__ void lookup_kernel(T *__restrict__ out, const T *__restrict__ table, const int32_t *__restrict__ tokens,
-                              int64_t N, int64_t V, int64_t C, int bug)
+                              int64_t N, int64_t V, int64_t C, int64_t tokens_per_replica, int bug)
 {
     const int64_t t = blockIdx.x;
     const int32_t v = tokens[t];
+    table += t / tokens_per_replica * V * C;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
         if (bug == KBUG_DROP_TERM && t == N - 1 && c == C - 1) continue;
         float val = (v >= 0 && v < V) ? kto_float(table[(int64_t)v * C + c]) : __int_as_float(0x7fffffff);
@@ -62,14 +70,23 @@ __global__ void lookup_kernel(T *__restrict__ out, const T *__restrict__ table, 
     }
 }
 
-__global__ void iota_kernel(int32_t *p, int64_t n)
+// The sort's input: positions 0 .. n-1 and keys replica * V + token, with
+// out-of-range tokens mapped to R * V (sorted last, never accumulated; the
+// sort looks at the bits below R * V + 1 only, so no out-of-range token can
+// fall into a valid key's run).
+__global__ void sort_keys_kernel(int32_t *keys, int32_t *positions, const int32_t *tokens, int64_t n,
+                                 int64_t tokens_per_replica, int64_t V, int64_t R)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) p[i] = (int32_t)i;
+    if (i >= n) return;
+    const int32_t v = tokens[i];
+    positions[i] = (int32_t)i;
+    keys[i] = (int32_t)(v >= 0 && v < V ? i / tokens_per_replica * V + v : R * V);
 }
 
-// One block per sorted position; only the first position of each token's run
+// One block per sorted position; only the first position of each key's run
 // works: it sums the run's dout rows in position order (the sort is stable).
+// Keys index dtable's rows (replica * V + token); V here is all R * V rows.
 template <typename T>
 __global__ void segment_sum_kernel(T *__restrict__ dtable, const T *__restrict__ dout, const int32_t *__restrict__ keys,
                                    const int32_t *__restrict__ rows, int64_t N, int64_t V, int64_t C, int bug)
@@ -90,11 +107,19 @@ __global__ void segment_sum_kernel(T *__restrict__ dtable, const T *__restrict__
     }
 }
 
+// One block per vocabulary row v (blockIdx.x) of replica blockIdx.y, which
+// scans that replica's N tokens.
 template <typename T>
 __global__ void row_owner_kernel(T *__restrict__ dtable, const T *__restrict__ dout, const int32_t *__restrict__ tokens,
                                  int64_t N, int64_t V, int64_t C, int bug)
 {
     const int32_t v = (int32_t)blockIdx.x;
+    {
+        const int64_t r = blockIdx.y;
+        dtable += r * V * C;
+        dout += r * N * C;
+        tokens += r * N;
+    }
     int64_t last = -1; // the row's last occurrence, for the planted bug
     if (bug == KBUG_DROP_TERM)
         for (int64_t t = 0; t < N; t++)
@@ -122,31 +147,45 @@ int bits_for(int64_t V)
 }
 
 struct sort_layout {
-    int32_t *keys, *rows_in, *rows;
+    int32_t *keys_in, *keys, *rows_in, *rows;
     void *temp;
     size_t temp_bytes, total;
+    int key_bits;
 };
 
-// Workspace: sorted keys, positions in, positions sorted, CUB's temporary storage.
-sort_layout layout(void *base, int64_t N, int64_t V)
+// Workspace for N tokens with keys below `keys` (R * V, plus the
+// out-of-range key): keys in, keys sorted, positions in, positions sorted,
+// CUB's temporary storage.
+sort_layout layout(void *base, int64_t N, int64_t keys)
 {
     sort_layout l{};
     size_t vec = ((size_t)N * sizeof(int32_t) + 255) / 256 * 256;
+    l.key_bits = bits_for(keys + 1);
     cub::DeviceRadixSort::SortPairs(nullptr, l.temp_bytes, (const int32_t *)nullptr, (int32_t *)nullptr,
-                                    (const int32_t *)nullptr, (int32_t *)nullptr, (int)N, 0, bits_for(V));
+                                    (const int32_t *)nullptr, (int32_t *)nullptr, (int)N, 0, l.key_bits);
     char *b = (char *)base;
-    l.keys = (int32_t *)b;
-    l.rows_in = (int32_t *)(b + vec);
-    l.rows = (int32_t *)(b + 2 * vec);
-    l.temp = b + 3 * vec;
-    l.total = 3 * vec + l.temp_bytes;
+    l.keys_in = (int32_t *)b;
+    l.keys = (int32_t *)(b + vec);
+    l.rows_in = (int32_t *)(b + 2 * vec);
+    l.rows = (int32_t *)(b + 3 * vec);
+    l.temp = b + 4 * vec;
+    l.total = 4 * vec + l.temp_bytes;
     return l;
 }
 
-int check_2d(const char *what, const ktensor *t, prec_format f)
+// A table (R * V rows, or R x V, of C) or a token-row tensor (R * N rows of
+// C): its rows, the rows per replica and C.
+int rows_of(const char *what, const ktensor *t, prec_format f, int64_t R, int64_t *per_replica, int64_t *C)
 {
-    if (!t || !t->data || t->ndim != 2 || t->format != f)
-        return kernels_fail("embedding: %s must be a 2-d %s tensor", what, prec_format_name(f));
+    if (!t || !t->data || t->ndim < 2 || t->ndim > 3 || t->format != f)
+        return kernels_fail("embedding: %s must be a 2-d (or replicas x rows x C) %s tensor", what,
+                            prec_format_name(f));
+    const int64_t c = t->shape[t->ndim - 1], rows = ktensor_numel(t) / c;
+    if (R < 1 || R > 65535 || rows % R != 0)
+        return kernels_fail("embedding: %s has %lld rows, not %lld replicas' (R in [1, 65535])", what,
+                            (long long)rows, (long long)R);
+    *per_replica = rows / R;
+    *C = c;
     return 0;
 }
 
@@ -161,68 +200,103 @@ int launched(const char *what, int64_t N, int64_t V, int64_t C)
 
 } // namespace
 
-extern "C" int kembedding_forward(ktensor *out, const ktensor *table, const int32_t *tokens, int variant)
+extern "C" int kembedding_forward_replicas(int64_t replicas, ktensor *out, const ktensor *table,
+                                           const int32_t *tokens, int variant)
 {
-    if (!table || check_2d("table", table, table->format) || check_2d("out", out, table->format) || !tokens)
+    int64_t V = 0, C = 0, N = 0, C2 = 0;
+    if (!table || rows_of("table", table, table->format, replicas, &V, &C) ||
+        rows_of("out", out, table->format, replicas, &N, &C2) || !tokens)
         return -1;
-    const int64_t V = table->shape[0], C = table->shape[1], N = out->shape[0];
-    if (out->shape[1] != C) return kernels_fail("embedding forward: out has %lld columns, table %lld", (long long)out->shape[1], (long long)C);
+    if (C2 != C) return kernels_fail("embedding forward: out has %lld columns, table %lld", (long long)C2, (long long)C);
     if (variant < 0 || variant >= KEMBED_NVARIANTS) return kernels_fail("embedding forward: unknown variant %d", variant);
     const int bug = kernels_planted_bug();
+    const int64_t NT = replicas * N; // every replica's tokens
     switch (table->format) {
-#define LOOKUP(T)                                                                                                   \
-    if (C % (16 / (int64_t)sizeof(T)) == 0)                                                                         \
-        lookup_vec_kernel<T><<<(unsigned)N, kThreads>>>((T *)out->data, (const T *)table->data, tokens, N, V, C, bug); \
-    else lookup_kernel<T><<<(unsigned)N, kThreads>>>((T *)out->data, (const T *)table->data, tokens, N, V, C, bug);
+#define LOOKUP(T)                                                                                                \
+    if (C % (16 / (int64_t)sizeof(T)) == 0)                                                                      \
+        lookup_vec_kernel<T><<<(unsigned)NT, kThreads, 0, kstream()>>>((T *)out->data, (const T *)table->data,  \
+                                                                       tokens, NT, V, C, N, bug);                \
+    else lookup_kernel<T><<<(unsigned)NT, kThreads, 0, kstream()>>>((T *)out->data, (const T *)table->data,     \
+                                                                    tokens, NT, V, C, N, bug);
     case PREC_FP32: LOOKUP(float) break;
     case PREC_BF16: LOOKUP(__nv_bfloat16) break;
     case PREC_FP16: LOOKUP(__half) break;
 #undef LOOKUP
     default: return kernels_fail("embedding forward: no %s path", prec_format_name(table->format));
     }
-    return launched("forward", N, V, C);
+    return launched("forward", NT, V, C);
+}
+
+extern "C" int kembedding_forward(ktensor *out, const ktensor *table, const int32_t *tokens, int variant)
+{
+    return kembedding_forward_replicas(1, out, table, tokens, variant);
+}
+
+extern "C" size_t kembedding_backward_workspace_replicas(int64_t replicas, int64_t n_tokens, int64_t vocab,
+                                                         int variant)
+{
+    if (variant == KEMBED_ROW_OWNER) return 0;
+    return layout(nullptr, replicas * n_tokens, replicas * vocab).total;
 }
 
 extern "C" size_t kembedding_backward_workspace(int64_t n_tokens, int64_t vocab, int variant)
 {
-    if (variant == KEMBED_ROW_OWNER) return 0;
-    return layout(nullptr, n_tokens, vocab).total;
+    return kembedding_backward_workspace_replicas(1, n_tokens, vocab, variant);
 }
 
-extern "C" int kembedding_backward(ktensor *dtable, const ktensor *dout, const int32_t *tokens, void *workspace,
-                                   size_t workspace_bytes, int variant)
+extern "C" int kembedding_backward_replicas(int64_t replicas, ktensor *dtable, const ktensor *dout,
+                                            const int32_t *tokens, void *workspace, size_t workspace_bytes,
+                                            int variant)
 {
-    if (!dtable || check_2d("dtable", dtable, dtable->format) || check_2d("dout", dout, dtable->format) || !tokens)
+    int64_t V = 0, C = 0, N = 0, C2 = 0;
+    if (!dtable || rows_of("dtable", dtable, dtable->format, replicas, &V, &C) ||
+        rows_of("dout", dout, dtable->format, replicas, &N, &C2) || !tokens)
         return -1;
-    const int64_t V = dtable->shape[0], C = dtable->shape[1], N = dout->shape[0];
-    if (dout->shape[1] != C) return kernels_fail("embedding backward: dout has %lld columns, dtable %lld", (long long)dout->shape[1], (long long)C);
+    if (C2 != C) return kernels_fail("embedding backward: dout has %lld columns, dtable %lld", (long long)C2, (long long)C);
     if (variant < 0 || variant >= KEMBED_NVARIANTS) return kernels_fail("embedding backward: unknown variant %d", variant);
+    const int64_t NT = replicas * N, VT = replicas * V;
+    if (NT >= INT32_MAX || VT >= INT32_MAX)
+        return kernels_fail("embedding backward: %lld tokens of %lld table rows exceed the 32-bit sort", (long long)NT,
+                            (long long)VT);
     const int bug = kernels_planted_bug();
     if (variant == KEMBED_ROW_OWNER) {
+        dim3 grid((unsigned)V, (unsigned)replicas);
         switch (dtable->format) {
-#define OWNER(T) row_owner_kernel<T><<<(unsigned)V, kThreads>>>((T *)dtable->data, (const T *)dout->data, tokens, N, V, C, bug);
+#define OWNER(T)                                                                                                \
+    row_owner_kernel<T><<<grid, kThreads, 0, kstream()>>>((T *)dtable->data, (const T *)dout->data, tokens, N, V, \
+                                                          C, bug);
         case PREC_FP32: OWNER(float) break;
         case PREC_BF16: OWNER(__nv_bfloat16) break;
         case PREC_FP16: OWNER(__half) break;
 #undef OWNER
         default: return kernels_fail("embedding backward: no %s path", prec_format_name(dtable->format));
         }
-        return launched("backward (row_owner)", N, V, C);
+        return launched("backward (row_owner)", NT, V, C);
     }
-    sort_layout l = layout(workspace, N, V);
+    sort_layout l = layout(workspace, NT, VT);
     if (!workspace || workspace_bytes < l.total)
         return kernels_fail("embedding backward: workspace of %zu bytes is below the %zu needed", workspace_bytes, l.total);
-    iota_kernel<<<(unsigned)((N + 255) / 256), 256>>>(l.rows_in, N);
-    cudaError_t err = cub::DeviceRadixSort::SortPairs(l.temp, l.temp_bytes, tokens, l.keys, l.rows_in, l.rows, (int)N, 0,
-                                                      bits_for(V));
+    sort_keys_kernel<<<(unsigned)((NT + 255) / 256), 256, 0, kstream()>>>(l.keys_in, l.rows_in, tokens, NT, N, V,
+                                                                          replicas);
+    if (launched("backward (sort keys)", NT, V, C)) return -1;
+    cudaError_t err = cub::DeviceRadixSort::SortPairs(l.temp, l.temp_bytes, l.keys_in, l.keys, l.rows_in, l.rows,
+                                                      (int)NT, 0, l.key_bits, kstream());
     if (err != cudaSuccess) return kernels_fail("embedding backward: cub radix sort failed: %s", cudaGetErrorString(err));
     switch (dtable->format) {
-#define SEG(T) segment_sum_kernel<T><<<(unsigned)N, kThreads>>>((T *)dtable->data, (const T *)dout->data, l.keys, l.rows, N, V, C, bug);
+#define SEG(T)                                                                                                   \
+    segment_sum_kernel<T><<<(unsigned)NT, kThreads, 0, kstream()>>>((T *)dtable->data, (const T *)dout->data,   \
+                                                                    l.keys, l.rows, NT, VT, C, bug);
     case PREC_FP32: SEG(float) break;
     case PREC_BF16: SEG(__nv_bfloat16) break;
     case PREC_FP16: SEG(__half) break;
 #undef SEG
     default: return kernels_fail("embedding backward: no %s path", prec_format_name(dtable->format));
     }
-    return launched("backward (sorted)", N, V, C);
+    return launched("backward (sorted)", NT, V, C);
+}
+
+extern "C" int kembedding_backward(ktensor *dtable, const ktensor *dout, const int32_t *tokens, void *workspace,
+                                   size_t workspace_bytes, int variant)
+{
+    return kembedding_backward_replicas(1, dtable, dout, tokens, workspace, workspace_bytes, variant);
 }

@@ -25,6 +25,13 @@ typedef enum { KGRADNORM_BLOCK_TREE = 0, KGRADNORM_WARP_TREE, KGRADNORM_SEQUENTI
 size_t kgrad_norm_workspace(const ktensor *grads, int count, int variant);
 /* norm: device float; grads[count] all in one format. */
 int kgrad_norm(float *norm, const ktensor *grads, int count, void *workspace, size_t workspace_bytes, int variant);
+/* R replicas in one launch: grads[t] holds R x n_t elements, replica r's
+ * part of tensor t at r n_t; norms: device float[R], norms[r] the norm of
+ * replica r's parts, bit for bit the single call's on them (same partials,
+ * same order).  The single calls above are the case R = 1. */
+size_t kgrad_norm_workspace_replicas(int64_t replicas, const ktensor *grads, int count, int variant);
+int kgrad_norm_replicas(int64_t replicas, float *norms, const ktensor *grads, int count, void *workspace,
+                        size_t workspace_bytes, int variant);
 /* Longest chain of fp32 roundings in the sum of squares (each fma counted). */
 int64_t kgrad_norm_depth(const int64_t *sizes, int count, int variant);
 

@@ -50,7 +50,18 @@ void kernels_set_planted_bug(kbug bug);
 kbug kernels_planted_bug(void);
 const char *kbug_name(kbug bug); /* "none", "drop-term", "truncate-output" */
 
-/* The last error, or "" when none. */
+/* The CUDA stream every kernel launch and cuBLAS/cuBLASLt call in kernels/
+ * goes to (a cudaStream_t; NULL, the default, is the legacy default stream).
+ * One for the whole process: the ops' internal workspaces are process-wide
+ * too, so two threads must not launch ops at the same time.  Launchers do
+ * not synchronise the device, so a sequence of calls can be captured into a
+ * CUDA graph (kernels/common/kgraph.h) once every lazily grown workspace has its
+ * size: make the same calls once before capturing (a warm-up); a workspace
+ * that would have to grow during a capture is refused with an error. */
+void kernels_set_stream(void *cuda_stream);
+void *kernels_stream(void);
+
+/* The last error, or "" when none (per thread). */
 const char *kernels_last_error(void);
 /* Record an error (printf-style); returns -1 so callers can `return kernels_fail(...)`. */
 int kernels_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -3,6 +3,10 @@
 // Shapes: x, y, dy, dx (N, C) row-major; gain, bias, dgain, dbias (C);
 // mean, rstd (N) fp32.  A row group of RT threads (256: block tree, 32:
 // warp tree, 1: sequential) owns a row, with the partition of kreduce.cuh.
+// Replicas: R blocks of rows_per_replica rows, each with its own gain and
+// bias (R, C); row i uses the parameters of replica i / rows_per_replica,
+// and dgain, dbias (R, C) reduce each replica's rows alone.  A single call is
+// one replica of N rows: the same kernels, the same bits.
 #include <cuda_runtime.h>
 
 #include "kernels/common/klaunch.cuh"
@@ -98,12 +102,15 @@ template <int RT> __device__ __forceinline__ welford welford_group(welford w, we
 template <typename T, int RT, int V, int STATS>
 __global__ void layernorm_forward_kernel(T *__restrict__ y, float *__restrict__ mean_out, float *__restrict__ rstd_out,
                                          const T *__restrict__ x, const T *__restrict__ gain,
-                                         const T *__restrict__ bias, int64_t N, int64_t C, float eps, int bug)
+                                         const T *__restrict__ bias, int64_t N, int64_t C, int64_t rows_per_replica,
+                                         float eps, int bug)
 {
     __shared__ float scratch[32];
     __shared__ welford wscratch[32];
     krow_group<RT> g;
     if (RT != kBlock && g.row >= N) return;
+    gain += g.row / rows_per_replica * C;
+    bias += g.row / rows_per_replica * C;
     const T *xr = x + g.row * C;
     const float inv_c_num = (float)C;
     float mean, var;
@@ -170,11 +177,13 @@ __global__ void layernorm_forward_kernel(T *__restrict__ y, float *__restrict__ 
 template <typename T, int RT, int V>
 __global__ void layernorm_backward_kernel(T *__restrict__ dx, const T *__restrict__ dy, const T *__restrict__ x,
                                           const T *__restrict__ gain, const float *__restrict__ mean_in,
-                                          const float *__restrict__ rstd_in, int64_t N, int64_t C, int bug)
+                                          const float *__restrict__ rstd_in, int64_t N, int64_t C,
+                                          int64_t rows_per_replica, int bug)
 {
     __shared__ float scratch[32];
     krow_group<RT> g;
     if (RT != kBlock && g.row >= N) return;
+    gain += g.row / rows_per_replica * C;
     const T *xr = x + g.row * C, *dyr = dy + g.row * C;
     const float mean = mean_in[g.row], r = rstd_in[g.row];
     float sg = 0.0f, sgx = 0.0f;
@@ -211,7 +220,8 @@ __global__ void layernorm_backward_kernel(T *__restrict__ dx, const T *__restric
 }
 
 // dgain[c] = sum_rows dy xhat, dbias[c] = sum_rows dy: 32 columns per block,
-// 16 row lanes in order, then the 16 partials in order (no atomics).
+// 16 row lanes in order, then the 16 partials in order (no atomics).  N rows
+// of one replica (blockIdx.y): its own rows, mean, rstd, dgain and dbias.
 constexpr int kColRows = 16;
 
 template <typename T>
@@ -220,6 +230,15 @@ __global__ void layernorm_params_kernel(T *__restrict__ dgain, T *__restrict__ d
                                         const float *__restrict__ rstd_in, int64_t N, int64_t C, int bug)
 {
     __shared__ float pg[kColRows][33], pb[kColRows][33];
+    {
+        const int64_t r = blockIdx.y;
+        dgain += r * C;
+        dbias += r * C;
+        dy += r * N * C;
+        x += r * N * C;
+        mean_in += r * N;
+        rstd_in += r * N;
+    }
     int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
     float ag = 0.0f, ab = 0.0f;
     if (c < C) {
@@ -259,10 +278,21 @@ int shape_of(const char *what, const ktensor *t, const ktensor *like, int64_t *N
     return 0;
 }
 
-int vec_ok(const char *what, const ktensor *v, const ktensor *x, int64_t C)
+// A per-replica vector: R x C elements.
+int vec_ok(const char *what, const ktensor *v, const ktensor *x, int64_t C, int64_t R)
 {
-    if (!v || !v->data || v->format != x->format || ktensor_numel(v) != C)
-        return kernels_fail("layernorm %s: needs %lld elements of %s", what, (long long)C, prec_format_name(x->format));
+    if (!v || !v->data || v->format != x->format || ktensor_numel(v) != R * C)
+        return kernels_fail("layernorm %s: needs %lld x %lld elements of %s", what, (long long)R, (long long)C,
+                            prec_format_name(x->format));
+    return 0;
+}
+
+// The rows of x are R replicas' N each.
+int replicas_ok(const char *what, int64_t rows, int64_t R)
+{
+    if (R < 1 || R > 65535 || rows % R != 0)
+        return kernels_fail("layernorm %s: %lld rows are not %lld replicas' (R in [1, 65535])", what, (long long)rows,
+                            (long long)R);
     return 0;
 }
 
@@ -276,40 +306,48 @@ dim3 grid_for(int rt, int64_t N)
     return rt == kBlock ? dim3((unsigned)N) : rt == 32 ? dim3((unsigned)((N + 7) / 8)) : dim3((unsigned)((N + 127) / 128));
 }
 
+// N: all rows (R replicas' rpr each).
 template <typename T, int V>
 void forward_t(int variant, T *y, float *mean, float *rstd, const T *x, const T *gain, const T *bias, int64_t N,
-               int64_t C, float eps, int bug)
+               int64_t C, int64_t rpr, float eps, int bug)
 {
     int rt = rows_threads(variant);
     dim3 grid = grid_for(rt, N), block(rt == 1 ? 128 : kBlock);
+    cudaStream_t st = kstream();
     switch (variant) {
     case KLAYERNORM_TWO_PASS:
-        layernorm_forward_kernel<T, kBlock, V, TWO_PASS><<<grid, block>>>(y, mean, rstd, x, gain, bias, N, C, eps, bug);
+        layernorm_forward_kernel<T, kBlock, V, TWO_PASS><<<grid, block, 0, st>>>(y, mean, rstd, x, gain, bias, N, C,
+                                                                                 rpr, eps, bug);
         break;
     case KLAYERNORM_ONE_PASS:
-        layernorm_forward_kernel<T, kBlock, V, ONE_PASS><<<grid, block>>>(y, mean, rstd, x, gain, bias, N, C, eps, bug);
+        layernorm_forward_kernel<T, kBlock, V, ONE_PASS><<<grid, block, 0, st>>>(y, mean, rstd, x, gain, bias, N, C,
+                                                                                 rpr, eps, bug);
         break;
     case KLAYERNORM_WELFORD:
-        layernorm_forward_kernel<T, kBlock, V, WELFORD><<<grid, block>>>(y, mean, rstd, x, gain, bias, N, C, eps, bug);
+        layernorm_forward_kernel<T, kBlock, V, WELFORD><<<grid, block, 0, st>>>(y, mean, rstd, x, gain, bias, N, C,
+                                                                                rpr, eps, bug);
         break;
     case KLAYERNORM_WARP_TREE:
-        layernorm_forward_kernel<T, 32, V, TWO_PASS><<<grid, block>>>(y, mean, rstd, x, gain, bias, N, C, eps, bug);
+        layernorm_forward_kernel<T, 32, V, TWO_PASS><<<grid, block, 0, st>>>(y, mean, rstd, x, gain, bias, N, C, rpr,
+                                                                             eps, bug);
         break;
     case KLAYERNORM_SEQUENTIAL:
-        layernorm_forward_kernel<T, 1, V, TWO_PASS><<<grid, block>>>(y, mean, rstd, x, gain, bias, N, C, eps, bug);
+        layernorm_forward_kernel<T, 1, V, TWO_PASS><<<grid, block, 0, st>>>(y, mean, rstd, x, gain, bias, N, C, rpr,
+                                                                            eps, bug);
         break;
     }
 }
 
 template <typename T, int V>
 void backward_t(int variant, T *dx, const T *dy, const T *x, const T *gain, const float *mean, const float *rstd,
-                int64_t N, int64_t C, int bug)
+                int64_t N, int64_t C, int64_t rpr, int bug)
 {
     int rt = rows_threads(variant);
     dim3 grid = grid_for(rt, N), block(rt == 1 ? 128 : kBlock);
-    if (rt == 32) layernorm_backward_kernel<T, 32, V><<<grid, block>>>(dx, dy, x, gain, mean, rstd, N, C, bug);
-    else if (rt == 1) layernorm_backward_kernel<T, 1, V><<<grid, block>>>(dx, dy, x, gain, mean, rstd, N, C, bug);
-    else layernorm_backward_kernel<T, kBlock, V><<<grid, block>>>(dx, dy, x, gain, mean, rstd, N, C, bug);
+    cudaStream_t st = kstream();
+    if (rt == 32) layernorm_backward_kernel<T, 32, V><<<grid, block, 0, st>>>(dx, dy, x, gain, mean, rstd, N, C, rpr, bug);
+    else if (rt == 1) layernorm_backward_kernel<T, 1, V><<<grid, block, 0, st>>>(dx, dy, x, gain, mean, rstd, N, C, rpr, bug);
+    else layernorm_backward_kernel<T, kBlock, V><<<grid, block, 0, st>>>(dx, dy, x, gain, mean, rstd, N, C, rpr, bug);
 }
 
 } // namespace
@@ -328,23 +366,26 @@ extern "C" int64_t klayernorm_col_depth(int64_t N)
     return (N + kColRows - 1) / kColRows + (kColRows - 1);
 }
 
-extern "C" int klayernorm_forward(ktensor *y, float *mean, float *rstd, const ktensor *x, const ktensor *gain,
-                                  const ktensor *bias, float eps, int variant)
+extern "C" int klayernorm_forward_replicas(int64_t replicas, ktensor *y, float *mean, float *rstd, const ktensor *x,
+                                           const ktensor *gain, const ktensor *bias, float eps, int variant)
 {
     int64_t N = 0, C = 0, N2 = 0, C2 = 0;
     if (shape_of("forward x", x, NULL, &N, &C) || shape_of("forward y", y, x, &N2, &C2) ||
-        vec_ok("forward gain", gain, x, C) || vec_ok("forward bias", bias, x, C))
+        replicas_ok("forward", N, replicas) || vec_ok("forward gain", gain, x, C, replicas) ||
+        vec_ok("forward bias", bias, x, C, replicas))
         return -1;
     if (!mean || !rstd) return kernels_fail("layernorm forward: mean/rstd buffers missing");
     if (variant < 0 || variant >= KLAYERNORM_NVARIANTS) return kernels_fail("layernorm forward: unknown variant %d", variant);
+    const int64_t rpr = N / replicas;
     int bug = kernels_planted_bug();
     switch (x->format) {
 #define LN_FWD(TYPE)                                                                                               \
     if (krow_vec<TYPE>(C) > 1)                                                                                     \
         forward_t<TYPE, kvec_width<TYPE>()>(variant, (TYPE *)y->data, mean, rstd, (const TYPE *)x->data,          \
-                                            (const TYPE *)gain->data, (const TYPE *)bias->data, N, C, eps, bug); \
+                                            (const TYPE *)gain->data, (const TYPE *)bias->data, N, C, rpr, eps,   \
+                                            bug);                                                                  \
     else forward_t<TYPE, 1>(variant, (TYPE *)y->data, mean, rstd, (const TYPE *)x->data, (const TYPE *)gain->data, \
-                            (const TYPE *)bias->data, N, C, eps, bug);
+                            (const TYPE *)bias->data, N, C, rpr, eps, bug);
     case PREC_FP32: LN_FWD(float) break;
     case PREC_BF16: LN_FWD(__nv_bfloat16) break;
     case PREC_FP16: LN_FWD(__half) break;
@@ -354,28 +395,39 @@ extern "C" int klayernorm_forward(ktensor *y, float *mean, float *rstd, const kt
     return krow_launched("layernorm", "forward", N, C);
 }
 
-extern "C" int klayernorm_backward(ktensor *dx, ktensor *dgain, ktensor *dbias, const ktensor *dy, const ktensor *x,
-                                   const ktensor *gain, const float *mean, const float *rstd, int variant)
+extern "C" int klayernorm_forward(ktensor *y, float *mean, float *rstd, const ktensor *x, const ktensor *gain,
+                                  const ktensor *bias, float eps, int variant)
+{
+    return klayernorm_forward_replicas(1, y, mean, rstd, x, gain, bias, eps, variant);
+}
+
+extern "C" int klayernorm_backward_replicas(int64_t replicas, ktensor *dx, ktensor *dgain, ktensor *dbias,
+                                            const ktensor *dy, const ktensor *x, const ktensor *gain,
+                                            const float *mean, const float *rstd, int variant)
 {
     int64_t N = 0, C = 0, N2 = 0, C2 = 0;
     if (shape_of("backward x", x, NULL, &N, &C) || shape_of("backward dy", dy, x, &N2, &C2) ||
-        shape_of("backward dx", dx, x, &N2, &C2) || vec_ok("backward gain", gain, x, C) ||
-        vec_ok("backward dgain", dgain, x, C) || vec_ok("backward dbias", dbias, x, C))
+        shape_of("backward dx", dx, x, &N2, &C2) || replicas_ok("backward", N, replicas) ||
+        vec_ok("backward gain", gain, x, C, replicas) || vec_ok("backward dgain", dgain, x, C, replicas) ||
+        vec_ok("backward dbias", dbias, x, C, replicas))
         return -1;
     if (!mean || !rstd) return kernels_fail("layernorm backward: mean/rstd missing");
     if (variant < 0 || variant >= KLAYERNORM_NVARIANTS) return kernels_fail("layernorm backward: unknown variant %d", variant);
+    const int64_t rpr = N / replicas;
     int bug = kernels_planted_bug();
-    dim3 col_grid((unsigned)((C + 31) / 32)), col_block(32, kColRows);
+    dim3 col_grid((unsigned)((C + 31) / 32), (unsigned)replicas), col_block(32, kColRows);
     switch (x->format) {
 #define LN_BWD(TYPE)                                                                                                \
     if (krow_vec<TYPE>(C) > 1)                                                                                      \
         backward_t<TYPE, kvec_width<TYPE>()>(variant, (TYPE *)dx->data, (const TYPE *)dy->data,                    \
-                                             (const TYPE *)x->data, (const TYPE *)gain->data, mean, rstd, N, C, bug); \
+                                             (const TYPE *)x->data, (const TYPE *)gain->data, mean, rstd, N, C,    \
+                                             rpr, bug);                                                             \
     else backward_t<TYPE, 1>(variant, (TYPE *)dx->data, (const TYPE *)dy->data, (const TYPE *)x->data,              \
-                             (const TYPE *)gain->data, mean, rstd, N, C, bug);                                      \
-    layernorm_params_kernel<TYPE><<<col_grid, col_block>>>((TYPE *)dgain->data, (TYPE *)dbias->data,                \
-                                                           (const TYPE *)dy->data, (const TYPE *)x->data, mean,     \
-                                                           rstd, N, C, bug);
+                             (const TYPE *)gain->data, mean, rstd, N, C, rpr, bug);                                 \
+    layernorm_params_kernel<TYPE><<<col_grid, col_block, 0, kstream()>>>((TYPE *)dgain->data, (TYPE *)dbias->data,  \
+                                                                         (const TYPE *)dy->data,                    \
+                                                                         (const TYPE *)x->data, mean, rstd, rpr, C, \
+                                                                         bug);
     case PREC_FP32: LN_BWD(float) break;
     case PREC_BF16: LN_BWD(__nv_bfloat16) break;
     case PREC_FP16: LN_BWD(__half) break;
@@ -383,4 +435,10 @@ extern "C" int klayernorm_backward(ktensor *dx, ktensor *dgain, ktensor *dbias, 
     default: return kernels_fail("layernorm backward: no %s path", prec_format_name(x->format));
     }
     return krow_launched("layernorm", "backward", N, C);
+}
+
+extern "C" int klayernorm_backward(ktensor *dx, ktensor *dgain, ktensor *dbias, const ktensor *dy, const ktensor *x,
+                                   const ktensor *gain, const float *mean, const float *rstd, int variant)
+{
+    return klayernorm_backward_replicas(1, dx, dgain, dbias, dy, x, gain, mean, rstd, variant);
 }

@@ -35,6 +35,18 @@ int klayernorm_forward(ktensor *y, float *mean, float *rstd, const ktensor *x, c
 int klayernorm_backward(ktensor *dx, ktensor *dgain, ktensor *dbias, const ktensor *dy, const ktensor *x,
                         const ktensor *gain, const float *mean, const float *rstd, int variant);
 
+/* R replicas in one launch: x, y, dy, dx hold R x N rows of C (replica r's
+ * rows r N .. r N + N - 1), mean and rstd R x N; gain, bias, dgain, dbias
+ * hold R x C, one vector per replica.  Replica r's outputs are bit for bit
+ * those of the single call on its rows and vectors (same kernels; dgain and
+ * dbias reduce each replica's N rows in the single call's order).  The
+ * single calls above are the case R = 1. */
+int klayernorm_forward_replicas(int64_t replicas, ktensor *y, float *mean, float *rstd, const ktensor *x,
+                                const ktensor *gain, const ktensor *bias, float eps, int variant);
+int klayernorm_backward_replicas(int64_t replicas, ktensor *dx, ktensor *dgain, ktensor *dbias, const ktensor *dy,
+                                 const ktensor *x, const ktensor *gain, const float *mean, const float *rstd,
+                                 int variant);
+
 /* Threads per row (256, 32 or 1) and elements per vector access for C
  * elements of format f: the partition kreduce.cuh describes, which the
  * check replays. */

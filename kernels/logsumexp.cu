@@ -73,17 +73,17 @@ int rows_of(const char *what, const ktensor *t, const ktensor *like, int64_t *N,
 
 template <typename T, int V> void forward_t(int variant, float *lse, const T *x, int64_t N, int64_t C, int bug)
 {
-    if (variant == KLSE_EXP2) lse_forward_kernel<T, V, KEXP_EXP2><<<(unsigned)N, kBlock>>>(lse, x, C, bug);
-    else if (variant == KLSE_FAST_EXP) lse_forward_kernel<T, V, KEXP_FAST_EXP><<<(unsigned)N, kBlock>>>(lse, x, C, bug);
-    else lse_forward_kernel<T, V, KEXP_EXP><<<(unsigned)N, kBlock>>>(lse, x, C, bug);
+    if (variant == KLSE_EXP2) lse_forward_kernel<T, V, KEXP_EXP2><<<(unsigned)N, kBlock, 0, kstream()>>>(lse, x, C, bug);
+    else if (variant == KLSE_FAST_EXP) lse_forward_kernel<T, V, KEXP_FAST_EXP><<<(unsigned)N, kBlock, 0, kstream()>>>(lse, x, C, bug);
+    else lse_forward_kernel<T, V, KEXP_EXP><<<(unsigned)N, kBlock, 0, kstream()>>>(lse, x, C, bug);
 }
 
 template <typename T>
 void backward_t(int variant, T *dx, const T *x, const float *lse, const float *dlse, int64_t N, int64_t C, int bug)
 {
-    if (variant == KLSE_EXP2) lse_backward_kernel<T, KEXP_EXP2><<<(unsigned)N, kBlock>>>(dx, x, lse, dlse, C, bug);
-    else if (variant == KLSE_FAST_EXP) lse_backward_kernel<T, KEXP_FAST_EXP><<<(unsigned)N, kBlock>>>(dx, x, lse, dlse, C, bug);
-    else lse_backward_kernel<T, KEXP_EXP><<<(unsigned)N, kBlock>>>(dx, x, lse, dlse, C, bug);
+    if (variant == KLSE_EXP2) lse_backward_kernel<T, KEXP_EXP2><<<(unsigned)N, kBlock, 0, kstream()>>>(dx, x, lse, dlse, C, bug);
+    else if (variant == KLSE_FAST_EXP) lse_backward_kernel<T, KEXP_FAST_EXP><<<(unsigned)N, kBlock, 0, kstream()>>>(dx, x, lse, dlse, C, bug);
+    else lse_backward_kernel<T, KEXP_EXP><<<(unsigned)N, kBlock, 0, kstream()>>>(dx, x, lse, dlse, C, bug);
 }
 
 } // namespace

@@ -4,7 +4,8 @@
  * lse[r] = m_r + log(sum_j exp(x[r][j] - m_r)), m_r = max_j x[r][j];
  * backward from the stored lse and a per-row gradient dlse:
  *   dx[r][c] = dlse[r] exp(x[r][c] - lse[r]).
- * x, dx (N, C) in the path's format; lse, dlse fp32 vectors (N). */
+ * x, dx (N, C) in the path's format; lse, dlse fp32 vectors (N).  One block
+ * per row: R runs' rows stacked (N = R x rows) get a single call's bits. */
 #ifndef ULPSCOPE_KERNELS_LOGSUMEXP_H
 #define ULPSCOPE_KERNELS_LOGSUMEXP_H
 

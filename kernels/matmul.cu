@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/common/kelem.cuh"
+#include "kernels/common/klaunch.cuh"
 #include "kernels/matmul.h"
 #include "kernels/registry.h"
 
@@ -88,13 +89,7 @@ static const size_t LT_WORKSPACE_BYTES = 32u << 20;
 
 static int ws_get(const char *ctx, int slot, size_t bytes, void **out)
 {
-    if (bytes > ws_size[slot]) {
-        if (ws_ptr[slot]) KCUDA(ctx, cudaFree(ws_ptr[slot]));
-        ws_ptr[slot] = nullptr;
-        ws_size[slot] = 0;
-        KCUDA(ctx, cudaMalloc(&ws_ptr[slot], bytes));
-        ws_size[slot] = bytes;
-    }
+    if (kworkspace_grow(ctx, &ws_ptr[slot], &ws_size[slot], bytes)) return -1;
     *out = ws_ptr[slot];
     return 0;
 }
@@ -110,6 +105,8 @@ static int ws_get(const char *ctx, int slot, size_t bytes, void **out)
 
 enum { LT_MAX_ALGOS = 8 };
 
+static size_t type_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : t == CUDA_R_16BF || t == CUDA_R_16F ? 2 : 1; }
+
 // One GEMM as cuBLASLt sees it, in our row-major terms (operand A of cuBLASLt
 // is our B and vice versa: row-major y = A B is column-major y^T = B^T A^T).
 struct lt_gemm {
@@ -124,6 +121,10 @@ struct lt_gemm {
     int gelu;
     const float *a_scale, *b_scale;
     int fast_accum;
+    // Alignment caps in bytes (0: none).  In a batched call every replica's
+    // operand is only as aligned as the replica stride allows; its plan is
+    // made for that alignment, the same for every replica.
+    uint32_t cap_a, cap_b, cap_c, cap_d;
 };
 
 struct lt_plan {
@@ -147,15 +148,65 @@ static uint32_t pointer_alignment(const void *p)
     return a;
 }
 
+static uint32_t capped_alignment(const void *p, uint32_t cap)
+{
+    uint32_t a = pointer_alignment(p);
+    return cap && cap < a ? cap : a;
+}
+
 static std::string lt_key(const lt_gemm &g)
 {
     char k[320];
     snprintf(k, sizeof k, "%d %d %d %d %d %d %lld %lld %lld %lld %lld %d %d %d %d %d %u %u %u %u", (int)g.a_type,
              (int)g.b_type, (int)g.out_type, (int)g.compute, g.a_trans, g.b_trans, (long long)g.M, (long long)g.N,
              (long long)g.K, (long long)g.lda, (long long)g.ldb, g.bias != nullptr, g.gelu, g.a_scale != nullptr,
-             g.fast_accum, g.c != nullptr && g.beta != 0.0f, pointer_alignment(g.a), pointer_alignment(g.b),
-             pointer_alignment(g.c ? g.c : g.d), pointer_alignment(g.d));
+             g.fast_accum, g.c != nullptr && g.beta != 0.0f, capped_alignment(g.a, g.cap_a),
+             capped_alignment(g.b, g.cap_b), capped_alignment(g.c ? g.c : g.d, g.c ? g.cap_c : g.cap_d),
+             capped_alignment(g.d, g.cap_d));
     return k;
+}
+
+// The operation descriptor of g: transposes, epilogue, bias, fp8 scales.
+static int lt_desc_create(const char *ctx, const lt_gemm &g, cublasLtMatmulDesc_t *out)
+{
+    cublasLtMatmulDesc_t desc;
+    KLT(ctx, cublasLtMatmulDescCreate(&desc, g.compute, CUDA_R_32F));
+    *out = desc;
+    cublasOperation_t op_a = g.b_trans ? CUBLAS_OP_T : CUBLAS_OP_N; // cuBLASLt's A is our B
+    cublasOperation_t op_b = g.a_trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    KLT(ctx, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+    KLT(ctx, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+    cublasLtEpilogue_t epi = g.bias ? (g.gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                                    : (g.gelu ? CUBLASLT_EPILOGUE_GELU : CUBLASLT_EPILOGUE_DEFAULT);
+    KLT(ctx, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (g.bias) {
+        int32_t bias_type = g.out_type;
+        KLT(ctx, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                sizeof bias_type));
+        KLT(ctx, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
+    }
+    if (g.a_scale) {
+        KLT(ctx, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.b_scale,
+                                                sizeof g.b_scale));
+        KLT(ctx, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.a_scale,
+                                                sizeof g.a_scale));
+        int8_t fast = (int8_t)g.fast_accum;
+        KLT(ctx, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+    }
+    return 0;
+}
+
+// The layouts of cuBLASLt's A (our B: column-major K x N when b_trans, stored
+// [N,K]; else N x K), B (our A) and C = D (N x M).
+static int lt_layouts_create(const char *ctx, const lt_gemm &g, cublasLtMatrixLayout_t *la, cublasLtMatrixLayout_t *lb,
+                             cublasLtMatrixLayout_t *lc)
+{
+    if (g.b_trans) KLT(ctx, cublasLtMatrixLayoutCreate(la, g.b_type, g.K, g.N, g.ldb));
+    else KLT(ctx, cublasLtMatrixLayoutCreate(la, g.b_type, g.N, g.K, g.ldb));
+    if (g.a_trans) KLT(ctx, cublasLtMatrixLayoutCreate(lb, g.a_type, g.M, g.K, g.lda));
+    else KLT(ctx, cublasLtMatrixLayoutCreate(lb, g.a_type, g.K, g.M, g.lda));
+    KLT(ctx, cublasLtMatrixLayoutCreate(lc, g.out_type, g.N, g.M, g.N));
+    return 0;
 }
 
 static int lt_plan_get(const char *ctx, const lt_gemm &g, lt_plan **out)
@@ -169,40 +220,13 @@ static int lt_plan_get(const char *ctx, const lt_gemm &g, lt_plan **out)
     }
     lt_plan p;
     memset(&p, 0, sizeof p);
-    KLT(ctx, cublasLtMatmulDescCreate(&p.desc, g.compute, CUDA_R_32F));
-    cublasOperation_t op_a = g.b_trans ? CUBLAS_OP_T : CUBLAS_OP_N; // cuBLASLt's A is our B
-    cublasOperation_t op_b = g.a_trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-    KLT(ctx, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
-    KLT(ctx, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
-    cublasLtEpilogue_t epi = g.bias ? (g.gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
-                                    : (g.gelu ? CUBLASLT_EPILOGUE_GELU : CUBLASLT_EPILOGUE_DEFAULT);
-    KLT(ctx, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    if (g.bias) {
-        int32_t bias_type = g.out_type;
-        KLT(ctx, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                sizeof bias_type));
-        KLT(ctx, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
-    }
-    if (g.a_scale) {
-        KLT(ctx, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.b_scale,
-                                                sizeof g.b_scale));
-        KLT(ctx, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.a_scale,
-                                                sizeof g.a_scale));
-        int8_t fast = (int8_t)g.fast_accum;
-        KLT(ctx, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
-    }
-    // cuBLASLt's A (our B): column-major K x N when b_trans (stored [N,K]), else N x K.
-    if (g.b_trans) KLT(ctx, cublasLtMatrixLayoutCreate(&p.la, g.b_type, g.K, g.N, g.ldb));
-    else KLT(ctx, cublasLtMatrixLayoutCreate(&p.la, g.b_type, g.N, g.K, g.ldb));
-    if (g.a_trans) KLT(ctx, cublasLtMatrixLayoutCreate(&p.lb, g.a_type, g.M, g.K, g.lda));
-    else KLT(ctx, cublasLtMatrixLayoutCreate(&p.lb, g.a_type, g.K, g.M, g.lda));
-    KLT(ctx, cublasLtMatrixLayoutCreate(&p.lc, g.out_type, g.N, g.M, g.N));
+    if (lt_desc_create(ctx, g, &p.desc) || lt_layouts_create(ctx, g, &p.la, &p.lb, &p.lc)) return -1;
 
     cublasLtMatmulPreference_t pref;
     KLT(ctx, cublasLtMatmulPreferenceCreate(&pref));
     uint64_t ws_bytes = LT_WORKSPACE_BYTES;
-    uint32_t al_a = pointer_alignment(g.b), al_b = pointer_alignment(g.a);
-    uint32_t al_c = pointer_alignment(g.c ? g.c : g.d), al_d = pointer_alignment(g.d);
+    uint32_t al_a = capped_alignment(g.b, g.cap_b), al_b = capped_alignment(g.a, g.cap_a);
+    uint32_t al_c = capped_alignment(g.c ? g.c : g.d, g.c ? g.cap_c : g.cap_d), al_d = capped_alignment(g.d, g.cap_d);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b);
@@ -241,6 +265,21 @@ static int lt_plan_get(const char *ctx, const lt_gemm &g, lt_plan **out)
     return 0;
 }
 
+// kmatmul_last_algo()'s text for algo.
+static void lt_describe(const cublasLtMatmulAlgo_t *al, const char *suffix)
+{
+    int32_t id = -1, splitk = 1;
+    uint32_t tile = 0, stages = 0, reduction = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, nullptr);
+    cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, nullptr);
+    cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, nullptr);
+    cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, nullptr);
+    cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction, sizeof reduction,
+                                         nullptr);
+    snprintf(lt_last_algo, sizeof lt_last_algo, "cuBLASLt algo %d tile %u stages %u splitK %d reduction %u%s", id,
+             tile, stages, splitk, reduction, suffix);
+}
+
 static int lt_run(const char *ctx, lt_plan *p, const lt_gemm &g, int algo_index)
 {
     void *ws = nullptr;
@@ -257,18 +296,8 @@ static int lt_run(const char *ctx, lt_plan *p, const lt_gemm &g, int algo_index)
     const void *c = (g.c && g.beta != 0.0f) ? g.c : g.d;
     float beta = (g.c && g.beta != 0.0f) ? g.beta : 0.0f;
     KLT(ctx, cublasLtMatmul(lt_handle, p->desc, &g.alpha, g.b, p->la, g.a, p->lb, &beta, c, p->lc, g.d, p->lc,
-                            &p->algos[algo_index].algo, ws, LT_WORKSPACE_BYTES, 0));
-    int32_t id = -1, splitk = 1;
-    uint32_t tile = 0, stages = 0, reduction = 0;
-    const cublasLtMatmulAlgo_t *al = &p->algos[algo_index].algo;
-    cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, nullptr);
-    cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, nullptr);
-    cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, nullptr);
-    cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, nullptr);
-    cublasLtMatmulAlgoConfigGetAttribute(al, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction, sizeof reduction,
-                                         nullptr);
-    snprintf(lt_last_algo, sizeof lt_last_algo, "cuBLASLt algo %d tile %u stages %u splitK %d reduction %u%s", id,
-             tile, stages, splitk, reduction, p->split_k_excluded ? "" : " (fp32 split-K allowed)");
+                            &p->algos[algo_index].algo, ws, LT_WORKSPACE_BYTES, kstream()));
+    lt_describe(&p->algos[algo_index].algo, p->split_k_excluded ? "" : " (fp32 split-K allowed)");
     return 0;
 }
 
@@ -281,6 +310,188 @@ static int lt_gemm_run(const char *ctx, const lt_gemm &g)
     return lt_run(ctx, p, g, 0);
 }
 
+// ---- batched cuBLASLt GEMMs (replicas) ----------------------------------------------
+//
+// count GEMMs of one shape whose operands lie at fixed strides (elements of
+// each operand's type): one strided-batched cuBLASLt call that runs the
+// algorithm the batch-1 problem's plan chose (its algos[0]), so that every
+// replica gets the bits a single call gives.  When cublasLtMatmulAlgoCheck
+// refuses that algorithm for the batched layouts (or the batched call
+// reports it unsupported), the GEMM runs as count single calls instead; fp8
+// per-tensor scales are one scalar per call in cuBLASLt, so those always run
+// as single calls, each with its replica's scales.
+
+struct lt_batch {
+    int64_t count;
+    int64_t a, b, c, d, bias;      // strides in elements
+    int64_t a_scale, b_scale;      // strides in floats (fp8)
+};
+
+struct lt_batched_plan {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc, ld;
+    cublasLtMatmulAlgo_t algo;
+    int strided; // 0: the pinned algorithm was refused for the batched layouts; single calls
+};
+
+static std::unordered_map<std::string, lt_batched_plan> lt_batched_plans;
+static kmatmul_batch_stats batch_stats;
+static int planted_batched_algo_change;
+
+extern "C" void kmatmul_batch_stats_get(kmatmul_batch_stats *s) { *s = batch_stats; }
+extern "C" void kmatmul_batch_stats_reset(void) { memset(&batch_stats, 0, sizeof batch_stats); }
+extern "C" void kmatmul_plant_batched_algo_change(int on) { planted_batched_algo_change = on != 0; }
+
+// Replica r's GEMM: every pointer moved by r strides.
+static lt_gemm lt_replica(const lt_gemm &g, const lt_batch &b, int64_t r)
+{
+    lt_gemm x = g;
+    x.a = (const char *)g.a + r * b.a * (int64_t)type_bytes(g.a_type);
+    x.b = (const char *)g.b + r * b.b * (int64_t)type_bytes(g.b_type);
+    if (g.c) x.c = (const char *)g.c + r * b.c * (int64_t)type_bytes(g.out_type);
+    x.d = (char *)g.d + r * b.d * (int64_t)type_bytes(g.out_type);
+    if (g.bias) x.bias = (const char *)g.bias + r * b.bias * (int64_t)type_bytes(g.out_type);
+    if (g.a_scale) x.a_scale = g.a_scale + r * b.a_scale;
+    if (g.b_scale) x.b_scale = g.b_scale + r * b.b_scale;
+    return x;
+}
+
+static int lt_set_batch(const char *ctx, cublasLtMatrixLayout_t l, int64_t count, int64_t stride)
+{
+    int32_t n = (int32_t)count;
+    KLT(ctx, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n, sizeof n));
+    KLT(ctx, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+    return 0;
+}
+
+// The planted mistake of the replica tests' twin: an algorithm of the batch-1
+// plan's candidates with cuBLASLt's split-K switched (2 or 4 slices, or none
+// where it had some), which changes every dot product's summation order: the
+// first such configuration cublasLtMatmulAlgoCheck accepts for the batched
+// layouts.
+static int lt_plant_algo_change(const char *ctx, const lt_plan *p1, const lt_batched_plan *bp,
+                                cublasLtMatmulAlgo_t *algo)
+{
+    for (int i = 0; i < p1->n_algos; i++)
+        for (int32_t want : {2, 4, 1}) {
+            cublasLtMatmulAlgo_t a = p1->algos[i].algo;
+            int32_t support = 0, splitk = 1;
+            uint32_t schemes = 0;
+            if (cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &support, sizeof support,
+                                                  nullptr) != CUBLAS_STATUS_SUCCESS ||
+                !support)
+                break;
+            cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes,
+                                              nullptr);
+            cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, nullptr);
+            if (want == splitk) continue;
+            uint32_t scheme = want == 1 ? CUBLASLT_REDUCTION_SCHEME_NONE
+                              : (schemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
+                                  ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
+                                  : CUBLASLT_REDUCTION_SCHEME_INPLACE;
+            cublasLtMatmulHeuristicResult_t check;
+            memset(&check, 0, sizeof check);
+            if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &want, sizeof want) !=
+                    CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                                     sizeof scheme) != CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulAlgoCheck(lt_handle, bp->desc, bp->la, bp->lb, bp->lc, bp->ld, &a, &check) !=
+                    CUBLAS_STATUS_SUCCESS ||
+                check.workspaceSize > LT_WORKSPACE_BYTES)
+                continue;
+            *algo = a;
+            return 0;
+        }
+    return kernels_fail("%s: planted algorithm change: no split-K configuration of the batch-1 plan's candidates "
+                        "is accepted for the batched layouts", ctx);
+}
+
+static int lt_batched_plan_get(const char *ctx, const lt_gemm &g, const lt_batch &b, const lt_plan *p1,
+                               lt_batched_plan **out)
+{
+    char extra[200];
+    snprintf(extra, sizeof extra, " | %lld %lld %lld %lld %lld %lld %d", (long long)b.count, (long long)b.a,
+             (long long)b.b, (long long)b.c, (long long)b.d, (long long)b.bias, planted_batched_algo_change);
+    std::string key = lt_key(g) + extra;
+    auto it = lt_batched_plans.find(key);
+    if (it != lt_batched_plans.end()) {
+        *out = &it->second;
+        return 0;
+    }
+    lt_batched_plan p;
+    memset(&p, 0, sizeof p);
+    // C has its own layout only when the call reads a C of its own.
+    const int64_t c_stride = (g.c && g.beta != 0.0f) ? b.c : b.d;
+    if (lt_desc_create(ctx, g, &p.desc) || lt_layouts_create(ctx, g, &p.la, &p.lb, &p.lc)) return -1;
+    KLT(ctx, cublasLtMatrixLayoutCreate(&p.ld, g.out_type, g.N, g.M, g.N));
+    if (lt_set_batch(ctx, p.la, b.count, b.b) || lt_set_batch(ctx, p.lb, b.count, b.a) ||
+        lt_set_batch(ctx, p.lc, b.count, c_stride) || lt_set_batch(ctx, p.ld, b.count, b.d))
+        return -1;
+    if (g.bias)
+        KLT(ctx, cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &b.bias,
+                                                sizeof b.bias));
+    p.algo = p1->algos[0].algo;
+    if (planted_batched_algo_change && lt_plant_algo_change(ctx, p1, &p, &p.algo)) return -1;
+    cublasLtMatmulHeuristicResult_t check;
+    memset(&check, 0, sizeof check);
+    cublasStatus_t st = cublasLtMatmulAlgoCheck(lt_handle, p.desc, p.la, p.lb, p.lc, p.ld, &p.algo, &check);
+    p.strided = st == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= LT_WORKSPACE_BYTES;
+    auto ins = lt_batched_plans.emplace(key, p);
+    *out = &ins.first->second;
+    return 0;
+}
+
+static void lt_batched_plan_destroy(lt_batched_plan &p)
+{
+    cublasLtMatmulDescDestroy(p.desc);
+    cublasLtMatrixLayoutDestroy(p.la);
+    cublasLtMatrixLayoutDestroy(p.lb);
+    cublasLtMatrixLayoutDestroy(p.lc);
+    cublasLtMatrixLayoutDestroy(p.ld);
+}
+
+// g is replica 0's GEMM (alignment caps set by the caller); b.count >= 1.
+static int lt_gemm_run_batched(const char *ctx, const lt_gemm &g, const lt_batch &b)
+{
+    if (b.count == 1) return lt_gemm_run(ctx, g);
+    lt_plan *p1;
+    if (lt_plan_get(ctx, g, &p1)) return -1;
+    if (!g.a_scale) {
+        lt_batched_plan *bp = nullptr;
+        if (lt_batched_plan_get(ctx, g, b, p1, &bp)) return -1;
+        if (bp->strided) {
+            void *ws = nullptr;
+            if (ws_get(ctx, WS_LT, LT_WORKSPACE_BYTES, &ws)) return -1;
+            if (g.bias)
+                KLT(ctx, cublasLtMatmulDescSetAttribute(bp->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias,
+                                                        sizeof g.bias));
+            const void *c = (g.c && g.beta != 0.0f) ? g.c : g.d;
+            float beta = (g.c && g.beta != 0.0f) ? g.beta : 0.0f;
+            cublasStatus_t st = cublasLtMatmul(lt_handle, bp->desc, &g.alpha, g.b, bp->la, g.a, bp->lb, &beta, c,
+                                               bp->lc, g.d, bp->ld, &bp->algo, ws, LT_WORKSPACE_BYTES, kstream());
+            if (st == CUBLAS_STATUS_SUCCESS) {
+                batch_stats.strided++;
+                char suffix[80];
+                snprintf(suffix, sizeof suffix, "%s; strided batch of %lld%s",
+                         p1->split_k_excluded ? "" : " (fp32 split-K allowed)", (long long)b.count,
+                         planted_batched_algo_change ? " (planted algorithm change)" : "");
+                lt_describe(&bp->algo, suffix);
+                return 0;
+            }
+            if (st != CUBLAS_STATUS_NOT_SUPPORTED)
+                return kernels_fail("%s: batched cublasLtMatmul (x%lld) failed: %s", ctx, (long long)b.count,
+                                    cublasLtGetStatusString(st));
+            bp->strided = 0; // refused at run time after all: single calls from now on
+        }
+        batch_stats.loop_fallback++;
+    } else {
+        batch_stats.loop_fp8++;
+    }
+    for (int64_t r = 0; r < b.count; r++)
+        if (lt_gemm_run(ctx, lt_replica(g, b, r))) return -1;
+    return 0;
+}
+
 // ---- epilogue kernels ------------------------------------------------------------
 
 __device__ __forceinline__ float gelu_tanh(float z)
@@ -290,13 +501,26 @@ __device__ __forceinline__ float gelu_tanh(float z)
     return 0.5f * z * (1.0f + tanhf(inner));
 }
 
+// Replica strides (elements) of the epilogue kernels' c, bias and y; the
+// replica is blockIdx.y.  A single call is replica 0 of one.
+struct epi_strides {
+    int64_t c, bias, y;
+};
+
 // y[m,n] = epi(alpha * sum_s partials[s][m,n] + beta * c[m,n] + bias[n]); the
 // slices are added in order s = 0, 1, ... so the result never depends on timing.
-// partials [S, M, N] fp32; c, y [M,N]; bias [N].
+// partials [S, M, N] fp32 per replica, replica r's at r * partials_stride;
+// c, y [M,N]; bias [N].
 template <class T>
-__global__ void splitk_reduce_kernel(const float *partials, int S, int64_t MN, int64_t N, float alpha, const T *c,
-                                     float beta, const T *bias, int gelu, T *y, int bug)
+__global__ void splitk_reduce_kernel(const float *partials, int S, int64_t partials_stride, int64_t MN, int64_t N,
+                                     float alpha, const T *c, float beta, const T *bias, int gelu, T *y,
+                                     epi_strides rs, int bug)
 {
+    const int64_t r = blockIdx.y;
+    partials += r * partials_stride;
+    if (c) c += r * rs.c;
+    if (bias) bias += r * rs.bias;
+    y += r * rs.y;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < MN; i += (int64_t)gridDim.x * blockDim.x) {
         float acc = 0.0f;
         for (int s = 0; s < S; s++) acc += partials[s * MN + i];
@@ -310,8 +534,11 @@ __global__ void splitk_reduce_kernel(const float *partials, int S, int64_t MN, i
 
 // In place: y[m,n] = epi(y[m,n] + bias[n]), y already rounded once by the GEMM.
 template <class T>
-__global__ void split_epilogue_kernel(T *y, int64_t MN, int64_t N, const T *bias, int gelu, int bug)
+__global__ void split_epilogue_kernel(T *y, int64_t MN, int64_t N, const T *bias, int gelu, epi_strides rs, int bug)
 {
+    const int64_t r = blockIdx.y;
+    if (bias) bias += r * rs.bias;
+    y += r * rs.y;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < MN; i += (int64_t)gridDim.x * blockDim.x) {
         float z = kto_float(y[i]);
         if (bias) z += kto_float(bias[i % N]);
@@ -326,42 +553,47 @@ static int grid_for(int64_t n, int threads)
     return (int)std::min<int64_t>(blocks, 65536);
 }
 
+// The split-K reduction for `count` replicas starting at x's pointers.
 template <class T>
-static int launch_reduce(const char *ctx, const float *partials, int S, int64_t M, int64_t N, const kmatmul_args *x,
-                         int bug)
+static int launch_reduce(const char *ctx, const float *partials, int S, int64_t partials_stride, const kmatmul_args *x,
+                         int64_t count, epi_strides rs, int bug)
 {
-    int64_t MN = M * N;
-    splitk_reduce_kernel<T><<<grid_for(MN, 256), 256>>>(partials, S, MN, N, x->alpha, (const T *)x->c, x->beta,
-                                                        (const T *)x->bias, x->gelu, (T *)x->y, bug);
+    int64_t MN = x->M * x->N;
+    dim3 grid((unsigned)grid_for(MN, 256), (unsigned)count);
+    splitk_reduce_kernel<T><<<grid, 256, 0, kstream()>>>(partials, S, partials_stride, MN, x->N, x->alpha,
+                                                         (const T *)x->c, x->beta, (const T *)x->bias, x->gelu,
+                                                         (T *)x->y, rs, bug);
     KLAUNCHED(ctx, "splitk_reduce_kernel");
     return 0;
 }
 
-static int launch_reduce_any(const char *ctx, cudaDataType out, const float *partials, int S, const kmatmul_args *x,
-                             int bug)
+static int launch_reduce_any(const char *ctx, cudaDataType out, const float *partials, int S, int64_t partials_stride,
+                             const kmatmul_args *x, int64_t count, epi_strides rs, int bug)
 {
     switch (out) {
-    case CUDA_R_32F: return launch_reduce<float>(ctx, partials, S, x->M, x->N, x, bug);
-    case CUDA_R_16BF: return launch_reduce<__nv_bfloat16>(ctx, partials, S, x->M, x->N, x, bug);
-    default: return launch_reduce<__half>(ctx, partials, S, x->M, x->N, x, bug);
+    case CUDA_R_32F: return launch_reduce<float>(ctx, partials, S, partials_stride, x, count, rs, bug);
+    case CUDA_R_16BF: return launch_reduce<__nv_bfloat16>(ctx, partials, S, partials_stride, x, count, rs, bug);
+    default: return launch_reduce<__half>(ctx, partials, S, partials_stride, x, count, rs, bug);
     }
 }
 
-static int launch_split_epilogue(const char *ctx, cudaDataType out, const kmatmul_args *x, int bug)
+static int launch_split_epilogue(const char *ctx, cudaDataType out, const kmatmul_args *x, int64_t count,
+                                 epi_strides rs, int bug)
 {
     int64_t MN = x->M * x->N;
-    int g = grid_for(MN, 256);
+    dim3 g((unsigned)grid_for(MN, 256), (unsigned)count);
     switch (out) {
     case CUDA_R_32F:
-        split_epilogue_kernel<float><<<g, 256>>>((float *)x->y, MN, x->N, (const float *)x->bias, x->gelu, bug);
+        split_epilogue_kernel<float><<<g, 256, 0, kstream()>>>((float *)x->y, MN, x->N, (const float *)x->bias,
+                                                              x->gelu, rs, bug);
         break;
     case CUDA_R_16BF:
-        split_epilogue_kernel<__nv_bfloat16><<<g, 256>>>((__nv_bfloat16 *)x->y, MN, x->N,
-                                                         (const __nv_bfloat16 *)x->bias, x->gelu, bug);
+        split_epilogue_kernel<__nv_bfloat16><<<g, 256, 0, kstream()>>>(
+            (__nv_bfloat16 *)x->y, MN, x->N, (const __nv_bfloat16 *)x->bias, x->gelu, rs, bug);
         break;
     default:
-        split_epilogue_kernel<__half><<<g, 256>>>((__half *)x->y, MN, x->N, (const __half *)x->bias, x->gelu,
-                                                  bug);
+        split_epilogue_kernel<__half><<<g, 256, 0, kstream()>>>((__half *)x->y, MN, x->N, (const __half *)x->bias,
+                                                               x->gelu, rs, bug);
         break;
     }
     KLAUNCHED(ctx, "split_epilogue_kernel");
@@ -375,31 +607,41 @@ __device__ __forceinline__ uint8_t to_fp8(float v, int e5m2)
     return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
 }
 
+// Batched quantisation: replica r (blockIdx.y for amax, blockIdx.z for the
+// tile kernels) reads x + r * x_stride and writes q + r * q_stride and its own
+// scales; a single tensor is replica 0 of one.
+
 // amax over x [n]: |x| as float bits is monotone for non-negative values, so an
 // integer atomicMax is exact and order-independent (deterministic); NaN wins.
-template <class T> __global__ void amax_kernel(const T *x, int64_t n, unsigned *amax_bits)
+template <class T> __global__ void amax_kernel(const T *x, int64_t n, int64_t x_stride, unsigned *amax_bits)
 {
+    x += blockIdx.y * x_stride;
     float m = 0.0f;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         m = fmaxf(m, fabsf(kto_float(x[i])));
     for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    if ((threadIdx.x & 31) == 0) atomicMax(amax_bits, __float_as_uint(m));
+    if ((threadIdx.x & 31) == 0) atomicMax(amax_bits + blockIdx.y, __float_as_uint(m));
 }
 
-__global__ void scale_from_amax_kernel(const unsigned *amax_bits, float max_finite, float *scale)
+// scale[r] = amax[r] / max_finite for r < count, one thread each.
+__global__ void scale_from_amax_kernel(const unsigned *amax_bits, int64_t count, float max_finite, float *scale)
 {
-    float amax = __uint_as_float(*amax_bits);
-    *scale = amax > 0.0f ? amax / max_finite : 1.0f; // NaN amax gives a NaN scale: visible downstream
+    int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (r >= count) return;
+    float amax = __uint_as_float(amax_bits[r]);
+    scale[r] = amax > 0.0f ? amax / max_finite : 1.0f; // NaN amax gives a NaN scale: visible downstream
 }
 
 // q = sat(x / scale), x [rows, cols]; q [rows, cols] or transposed [cols, rows]
 // through a 32x32 shared tile so both sides stay coalesced.
 template <class T>
-__global__ void quantize_kernel(const T *x, int64_t rows, int64_t cols, int transpose, const float *scale, int e5m2,
-                                uint8_t *q)
+__global__ void quantize_kernel(const T *x, int64_t x_stride, int64_t rows, int64_t cols, int transpose,
+                                const float *scale, int e5m2, uint8_t *q, int64_t q_stride)
 {
     __shared__ uint8_t tile[32][33];
-    float s = *scale;
+    x += blockIdx.z * x_stride;
+    q += blockIdx.z * q_stride;
+    float s = scale[blockIdx.z];
     int64_t r0 = (int64_t)blockIdx.y * 32, c0 = (int64_t)blockIdx.x * 32;
     for (int dy = threadIdx.y; dy < 32; dy += blockDim.y) {
         int64_t r = r0 + dy, c = c0 + threadIdx.x;
@@ -420,10 +662,14 @@ __global__ void quantize_kernel(const T *x, int64_t rows, int64_t cols, int tran
 // One block per tile of block_rows x 128 of the K-contiguous [R,K] view:
 // amax, scale = amax / max_finite, then the quantised tile.
 template <class T>
-__global__ void block_quantize_kernel(const T *x, int64_t R, int64_t K, int x_transposed, int block_rows,
-                                      float max_finite, int e5m2, uint8_t *q, float *scales)
+__global__ void block_quantize_kernel(const T *x, int64_t x_stride, int64_t R, int64_t K, int x_transposed,
+                                      int block_rows, float max_finite, int e5m2, uint8_t *q, int64_t q_stride,
+                                      float *scales, int64_t scales_stride)
 {
     __shared__ float warp_max[32];
+    x += blockIdx.z * x_stride;
+    q += blockIdx.z * q_stride;
+    scales += blockIdx.z * scales_stride;
     int64_t k0 = (int64_t)blockIdx.x * KMATMUL_FP8_BLOCK, r0 = (int64_t)blockIdx.y * block_rows;
     int64_t n_el = (int64_t)block_rows * KMATMUL_FP8_BLOCK;
     auto at = [&](int64_t r, int64_t k) { return kto_float(x_transposed ? x[k * R + r] : x[r * K + k]); };
@@ -459,63 +705,102 @@ static int check_quant_formats(const char *ctx, prec_format x_format, prec_forma
     return 0;
 }
 
+static int check_quant_batch(const char *ctx, int64_t count, int64_t x_stride, int64_t x_size, int64_t q_stride,
+                             int64_t q_size)
+{
+    if (count < 1 || count > 65535) return kernels_fail("%s: count %lld not in [1, 65535]", ctx, (long long)count);
+    if (count > 1 && (x_stride < x_size || q_stride < q_size))
+        return kernels_fail("%s: replica strides %lld (x) and %lld (q) below the tensor sizes %lld and %lld", ctx,
+                            (long long)x_stride, (long long)q_stride, (long long)x_size, (long long)q_size);
+    return 0;
+}
+
+extern "C" int kfp8_quantize_tensor_batched(int64_t count, const void *x, int64_t x_stride, prec_format x_format,
+                                            int64_t rows, int64_t cols, int transpose, prec_format fp8, void *q,
+                                            int64_t q_stride, float *scales)
+{
+    char ctx[200];
+    snprintf(ctx, sizeof ctx, "fp8 quantize %s->%s rows=%lld cols=%lld transpose=%d count=%lld",
+             prec_format_name(x_format), prec_format_name(fp8), (long long)rows, (long long)cols, transpose,
+             (long long)count);
+    if (rows <= 0 || cols <= 0) return kernels_fail("%s: rows and cols must be positive", ctx);
+    if (!x || !q || !scales) return kernels_fail("%s: null pointer", ctx);
+    if (check_quant_formats(ctx, x_format, fp8)) return -1;
+    const int64_t n = rows * cols;
+    if (check_quant_batch(ctx, count, x_stride, n, q_stride, n)) return -1;
+    void *amax = nullptr;
+    if (ws_get(ctx, WS_AMAX, (size_t)count * sizeof(unsigned), &amax)) return -1;
+    KCUDA(ctx, cudaMemsetAsync(amax, 0, (size_t)count * sizeof(unsigned), kstream()));
+    int e5m2 = fp8 == PREC_E5M2;
+    float max_finite = (float)prec_format_get(fp8)->max_finite;
+    dim3 agrid((unsigned)grid_for(n, 256), (unsigned)count);
+    dim3 qgrid((unsigned)((cols + 31) / 32), (unsigned)((rows + 31) / 32), (unsigned)count), qblock(32, 8);
+    const unsigned sblocks = (unsigned)((count + 255) / 256);
+    if (x_format == PREC_FP32) {
+        amax_kernel<float><<<agrid, 256, 0, kstream()>>>((const float *)x, n, x_stride, (unsigned *)amax);
+        KLAUNCHED(ctx, "amax_kernel");
+        scale_from_amax_kernel<<<sblocks, 256, 0, kstream()>>>((const unsigned *)amax, count, max_finite, scales);
+        KLAUNCHED(ctx, "scale_from_amax_kernel");
+        quantize_kernel<float><<<qgrid, qblock, 0, kstream()>>>((const float *)x, x_stride, rows, cols, transpose,
+                                                               scales, e5m2, (uint8_t *)q, q_stride);
+    } else {
+        amax_kernel<__nv_bfloat16><<<agrid, 256, 0, kstream()>>>((const __nv_bfloat16 *)x, n, x_stride,
+                                                                 (unsigned *)amax);
+        KLAUNCHED(ctx, "amax_kernel");
+        scale_from_amax_kernel<<<sblocks, 256, 0, kstream()>>>((const unsigned *)amax, count, max_finite, scales);
+        KLAUNCHED(ctx, "scale_from_amax_kernel");
+        quantize_kernel<__nv_bfloat16><<<qgrid, qblock, 0, kstream()>>>((const __nv_bfloat16 *)x, x_stride, rows,
+                                                                       cols, transpose, scales, e5m2, (uint8_t *)q,
+                                                                       q_stride);
+    }
+    KLAUNCHED(ctx, "quantize_kernel");
+    return 0;
+}
+
 extern "C" int kfp8_quantize_tensor(const void *x, prec_format x_format, int64_t rows, int64_t cols, int transpose,
                                     prec_format fp8, void *q, float *scale)
 {
-    char ctx[160];
-    snprintf(ctx, sizeof ctx, "fp8 quantize %s->%s rows=%lld cols=%lld transpose=%d", prec_format_name(x_format),
-             prec_format_name(fp8), (long long)rows, (long long)cols, transpose);
-    if (rows <= 0 || cols <= 0) return kernels_fail("%s: rows and cols must be positive", ctx);
-    if (!x || !q || !scale) return kernels_fail("%s: null pointer", ctx);
+    return kfp8_quantize_tensor_batched(1, x, 0, x_format, rows, cols, transpose, fp8, q, 0, scale);
+}
+
+extern "C" int kfp8_quantize_blocks_batched(int64_t count, const void *x, int64_t x_stride, prec_format x_format,
+                                            int64_t R, int64_t K, int x_transposed, int block_rows, prec_format fp8,
+                                            void *q, int64_t q_stride, float *scales, int64_t scales_stride)
+{
+    char ctx[224];
+    snprintf(ctx, sizeof ctx, "fp8 block quantize %s->%s R=%lld K=%lld transposed=%d block=%dx%d count=%lld",
+             prec_format_name(x_format), prec_format_name(fp8), (long long)R, (long long)K, x_transposed, block_rows,
+             KMATMUL_FP8_BLOCK, (long long)count);
+    if (R <= 0 || K <= 0) return kernels_fail("%s: R and K must be positive", ctx);
+    if (block_rows != 1 && block_rows != KMATMUL_FP8_BLOCK)
+        return kernels_fail("%s: block_rows %d not accepted (1, %d)", ctx, block_rows, KMATMUL_FP8_BLOCK);
+    if (!x || !q || !scales) return kernels_fail("%s: null pointer", ctx);
     if (check_quant_formats(ctx, x_format, fp8)) return -1;
-    void *amax = nullptr;
-    if (ws_get(ctx, WS_AMAX, sizeof(unsigned), &amax)) return -1;
-    KCUDA(ctx, cudaMemsetAsync(amax, 0, sizeof(unsigned), 0));
-    int64_t n = rows * cols;
-    int e5m2 = fp8 == PREC_E5M2;
+    if (check_quant_batch(ctx, count, x_stride, R * K, q_stride, R * K)) return -1;
+    const int64_t tiles = ((K + KMATMUL_FP8_BLOCK - 1) / KMATMUL_FP8_BLOCK) * ((R + block_rows - 1) / block_rows);
+    if (count > 1 && scales_stride < tiles)
+        return kernels_fail("%s: scales stride %lld below the %lld tiles", ctx, (long long)scales_stride,
+                            (long long)tiles);
+    dim3 grid((unsigned)((K + KMATMUL_FP8_BLOCK - 1) / KMATMUL_FP8_BLOCK), (unsigned)((R + block_rows - 1) / block_rows),
+              (unsigned)count);
     float max_finite = (float)prec_format_get(fp8)->max_finite;
-    dim3 qgrid((unsigned)((cols + 31) / 32), (unsigned)((rows + 31) / 32)), qblock(32, 8);
-    if (x_format == PREC_FP32) {
-        amax_kernel<float><<<grid_for(n, 256), 256>>>((const float *)x, n, (unsigned *)amax);
-        KLAUNCHED(ctx, "amax_kernel");
-        scale_from_amax_kernel<<<1, 1>>>((const unsigned *)amax, max_finite, scale);
-        KLAUNCHED(ctx, "scale_from_amax_kernel");
-        quantize_kernel<float><<<qgrid, qblock>>>((const float *)x, rows, cols, transpose, scale, e5m2, (uint8_t *)q);
-    } else {
-        amax_kernel<__nv_bfloat16><<<grid_for(n, 256), 256>>>((const __nv_bfloat16 *)x, n, (unsigned *)amax);
-        KLAUNCHED(ctx, "amax_kernel");
-        scale_from_amax_kernel<<<1, 1>>>((const unsigned *)amax, max_finite, scale);
-        KLAUNCHED(ctx, "scale_from_amax_kernel");
-        quantize_kernel<__nv_bfloat16><<<qgrid, qblock>>>((const __nv_bfloat16 *)x, rows, cols, transpose, scale,
-                                                          e5m2, (uint8_t *)q);
-    }
-    KLAUNCHED(ctx, "quantize_kernel");
+    int e5m2 = fp8 == PREC_E5M2;
+    if (x_format == PREC_FP32)
+        block_quantize_kernel<float><<<grid, 128, 0, kstream()>>>((const float *)x, x_stride, R, K, x_transposed,
+                                                                 block_rows, max_finite, e5m2, (uint8_t *)q, q_stride,
+                                                                 scales, scales_stride);
+    else
+        block_quantize_kernel<__nv_bfloat16><<<grid, 128, 0, kstream()>>>(
+            (const __nv_bfloat16 *)x, x_stride, R, K, x_transposed, block_rows, max_finite, e5m2, (uint8_t *)q,
+            q_stride, scales, scales_stride);
+    KLAUNCHED(ctx, "block_quantize_kernel");
     return 0;
 }
 
 extern "C" int kfp8_quantize_blocks(const void *x, prec_format x_format, int64_t R, int64_t K, int x_transposed,
                                     int block_rows, prec_format fp8, void *q, float *scales)
 {
-    char ctx[192];
-    snprintf(ctx, sizeof ctx, "fp8 block quantize %s->%s R=%lld K=%lld transposed=%d block=%dx%d",
-             prec_format_name(x_format), prec_format_name(fp8), (long long)R, (long long)K, x_transposed, block_rows,
-             KMATMUL_FP8_BLOCK);
-    if (R <= 0 || K <= 0) return kernels_fail("%s: R and K must be positive", ctx);
-    if (block_rows != 1 && block_rows != KMATMUL_FP8_BLOCK)
-        return kernels_fail("%s: block_rows %d not accepted (1, %d)", ctx, block_rows, KMATMUL_FP8_BLOCK);
-    if (!x || !q || !scales) return kernels_fail("%s: null pointer", ctx);
-    if (check_quant_formats(ctx, x_format, fp8)) return -1;
-    dim3 grid((unsigned)((K + KMATMUL_FP8_BLOCK - 1) / KMATMUL_FP8_BLOCK), (unsigned)((R + block_rows - 1) / block_rows));
-    float max_finite = (float)prec_format_get(fp8)->max_finite;
-    int e5m2 = fp8 == PREC_E5M2;
-    if (x_format == PREC_FP32)
-        block_quantize_kernel<float><<<grid, 128>>>((const float *)x, R, K, x_transposed, block_rows, max_finite, e5m2,
-                                                    (uint8_t *)q, scales);
-    else
-        block_quantize_kernel<__nv_bfloat16><<<grid, 128>>>((const __nv_bfloat16 *)x, R, K, x_transposed, block_rows,
-                                                            max_finite, e5m2, (uint8_t *)q, scales);
-    KLAUNCHED(ctx, "block_quantize_kernel");
-    return 0;
+    return kfp8_quantize_blocks_batched(1, x, 0, x_format, R, K, x_transposed, block_rows, fp8, q, 0, scales, 0);
 }
 
 // ---- block-scaled fp8 kernel -----------------------------------------------------
@@ -549,13 +834,29 @@ ULP_FP8_MMA(1, 0, "e5m2", "e4m3")
 ULP_FP8_MMA(1, 1, "e5m2", "e5m2")
 #endif
 
+// Replica strides (elements) of the block-scaled kernel's operands; the
+// replica is blockIdx.z.
+struct bs_strides {
+    int64_t a, b, sa, sb, c, bias, y;
+};
+
 template <int A_E5M2, int B_E5M2>
 __global__ void __launch_bounds__(128)
     block_scaled_fp8_kernel(const uint8_t *A, const uint8_t *B, const float *sa, const float *sb, int M, int N, int K,
                             float alpha, const __nv_bfloat16 *c, float beta, const __nv_bfloat16 *bias, int gelu,
-                            __nv_bfloat16 *y, int drop_last_term, int bug)
+                            __nv_bfloat16 *y, bs_strides rs, int drop_last_term, int bug)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    {
+        const int64_t r = blockIdx.z;
+        A += r * rs.a;
+        B += r * rs.b;
+        sa += r * rs.sa;
+        sb += r * rs.sb;
+        if (c) c += r * rs.c;
+        if (bias) bias += r * rs.bias;
+        y += r * rs.y;
+    }
     constexpr int BS_LDS = BS_BK + 16; // smem row stride in bytes: 36 words, so fragment loads hit 32 banks
     __shared__ __align__(16) uint8_t As[BS_BM * BS_LDS];
     __shared__ __align__(16) uint8_t Bs[BS_BN * BS_LDS];
@@ -652,7 +953,7 @@ __global__ void __launch_bounds__(128)
 #endif
 }
 
-static int launch_block_scaled(const char *ctx, const kmatmul_args *x, int drop_last, int bug)
+static int launch_block_scaled(const char *ctx, const kmatmul_args *x, const kmatmul_batch *b, int drop_last, int bug)
 {
     int dev, major, minor;
     KCUDA(ctx, cudaGetDevice(&dev));
@@ -663,13 +964,16 @@ static int launch_block_scaled(const char *ctx, const kmatmul_args *x, int drop_
                             major, minor);
     if (x->M > INT32_MAX || x->N > INT32_MAX || x->K > INT32_MAX)
         return kernels_fail("%s: block_scaled takes dimensions below 2^31", ctx);
-    dim3 grid((unsigned)((x->N + BS_BN - 1) / BS_BN), (unsigned)((x->M + BS_BM - 1) / BS_BM));
+    dim3 grid((unsigned)((x->N + BS_BN - 1) / BS_BN), (unsigned)((x->M + BS_BM - 1) / BS_BM), (unsigned)b->count);
     int ae = x->a_format == PREC_E5M2, be = x->b_format == PREC_E5M2;
     auto *kern = ae ? (be ? block_scaled_fp8_kernel<1, 1> : block_scaled_fp8_kernel<1, 0>)
                     : (be ? block_scaled_fp8_kernel<0, 1> : block_scaled_fp8_kernel<0, 0>);
-    kern<<<grid, 128>>>((const uint8_t *)x->a, (const uint8_t *)x->b, x->a_scale, x->b_scale, (int)x->M, (int)x->N,
-                        (int)x->K, x->alpha, (const __nv_bfloat16 *)x->c, x->beta, (const __nv_bfloat16 *)x->bias,
-                        x->gelu, (__nv_bfloat16 *)x->y, drop_last, bug);
+    bs_strides rs = {b->stride_a, b->stride_b, b->stride_a_scale, b->stride_b_scale, b->stride_c, b->stride_bias,
+                     b->stride_y};
+    kern<<<grid, 128, 0, kstream()>>>((const uint8_t *)x->a, (const uint8_t *)x->b, x->a_scale, x->b_scale, (int)x->M,
+                                      (int)x->N, (int)x->K, x->alpha, (const __nv_bfloat16 *)x->c, x->beta,
+                                      (const __nv_bfloat16 *)x->bias, x->gelu, (__nv_bfloat16 *)x->y, rs, drop_last,
+                                      bug);
     KLAUNCHED(ctx, "block_scaled_fp8_kernel");
     return 0;
 }
@@ -700,8 +1004,6 @@ static cudaDataType path_type(kpath p)
     default: return CUDA_R_16BF; // fp8: C, y and bias
     }
 }
-
-static size_t type_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : t == CUDA_R_16BF || t == CUDA_R_16F ? 2 : 1; }
 
 // The lt_gemm for y = alpha op(A) op(B) (no C, no epilogue yet), after the
 // argument checks every entry point shares.
@@ -752,23 +1054,68 @@ static int matmul_prepare(const char *ctx, kpath path, kmatmul_accum accum, int 
     return 0;
 }
 
-extern "C" int kmatmul(kpath path, kmatmul_accum accum, int variant, const kmatmul_args *x)
+// The alignment (bytes, at most 256) every replica's operand keeps when
+// replicas lie `stride_bytes` apart: none is lost when the stride is a
+// multiple of 256.
+static uint32_t stride_alignment(int64_t stride_bytes) { return pointer_alignment((const void *)(uintptr_t)stride_bytes); }
+
+static int check_batch(const char *ctx, const kmatmul_args *x, const kmatmul_batch *b)
+{
+    if (b->count < 1 || b->count > 65535)
+        return kernels_fail("%s: batch count %lld not in [1, 65535]", ctx, (long long)b->count);
+    if (b->count == 1) return 0;
+    if (b->stride_a < 0 || b->stride_b < 0 || b->stride_c < 0 || b->stride_bias < 0 || b->stride_a_scale < 0 ||
+        b->stride_b_scale < 0)
+        return kernels_fail("%s: negative replica stride", ctx);
+    if (b->stride_y < x->M * x->N)
+        return kernels_fail("%s: replica stride of y %lld below M*N = %lld: replicas' outputs would overlap", ctx,
+                            (long long)b->stride_y, (long long)(x->M * x->N));
+    if (x->c == x->y && x->beta != 0.0f && b->stride_c != b->stride_y)
+        return kernels_fail("%s: C is y (in place) but their replica strides differ (%lld, %lld)", ctx,
+                            (long long)b->stride_c, (long long)b->stride_y);
+    return 0;
+}
+
+// Split-K partials of a batched call: [replica][slice][M*N] fp32, replicas
+// 256 bytes aligned (so each replica's slices sit exactly where a single
+// call's would); at most this many bytes at once, else replicas in groups.
+static const size_t PARTIALS_GROUP_BYTES = 256u << 20;
+
+extern "C" int kmatmul_batched(kpath path, kmatmul_accum accum, int variant, const kmatmul_args *x,
+                               const kmatmul_batch *batch)
 {
     char ctx[256];
     if (!x) return kernels_fail("matmul: null arguments");
-    snprintf(ctx, sizeof ctx, "matmul %s/%s/%s M=%lld N=%lld K=%lld a_trans=%d b_trans=%d", kpath_name(path),
+    const kmatmul_batch single = {1, 0, 0, 0, 0, 0, 0, 0};
+    const kmatmul_batch *b = batch ? batch : &single;
+    char replicas[40] = "";
+    if (b->count != 1) snprintf(replicas, sizeof replicas, " x%lld replicas", (long long)b->count);
+    snprintf(ctx, sizeof ctx, "matmul %s/%s/%s M=%lld N=%lld K=%lld a_trans=%d b_trans=%d%s", kpath_name(path),
              kmatmul_accum_name(accum),
              (variant >= 0 && variant < KMATMUL_NVARIANTS) ? kmatmul_variants[variant].name : "?", (long long)x->M,
-             (long long)x->N, (long long)x->K, x->a_trans, x->b_trans);
+             (long long)x->N, (long long)x->K, x->a_trans, x->b_trans, replicas);
     lt_gemm g;
-    if (matmul_prepare(ctx, path, accum, variant, x, &g)) return -1;
+    if (matmul_prepare(ctx, path, accum, variant, x, &g) || check_batch(ctx, x, b)) return -1;
+    const int64_t R = b->count;
     const int bug = (int)kernels_planted_bug();
     const int drop = bug == KBUG_DROP_TERM;
     const cudaDataType out = g.out_type;
+    const size_t a_el = type_bytes(g.a_type), b_el = type_bytes(g.b_type), o_el = type_bytes(out);
     // The fp8 layouts move K in steps of 16 bytes: the planted bug drops that many.
     const int64_t k_step = path == KPATH_FP8 ? 16 : 1;
 
-    if (accum == KMATMUL_ACC_BLOCK_SCALED) return launch_block_scaled(ctx, x, drop, bug);
+    if (accum == KMATMUL_ACC_BLOCK_SCALED) {
+        if (R > 1) batch_stats.kernel++;
+        return launch_block_scaled(ctx, x, b, drop, bug);
+    }
+    if (R > 1) {
+        g.cap_a = stride_alignment(b->stride_a * (int64_t)a_el);
+        g.cap_b = stride_alignment(b->stride_b * (int64_t)b_el);
+        g.cap_c = stride_alignment(b->stride_c * (int64_t)o_el);
+        g.cap_d = stride_alignment(b->stride_y * (int64_t)o_el);
+    }
+    lt_batch lb = {R, b->stride_a, b->stride_b, b->stride_c, b->stride_y, b->stride_bias, b->stride_a_scale,
+                   b->stride_b_scale};
 
     if (variant == KMATMUL_SPLIT_K || bug == KBUG_TRUNCATE_OUTPUT || (drop && x->K <= k_step)) {
         // Slices of K (a multiple of k_step each) into fp32 partials, then the
@@ -779,69 +1126,113 @@ extern "C" int kmatmul(kpath path, kmatmul_accum accum, int variant, const kmatm
         int64_t chunk = (x->K + slices - 1) / slices;
         chunk = (chunk + k_step - 1) / k_step * k_step;
         int n_slices = (int)((x->K + chunk - 1) / chunk);
+        const int64_t MN = x->M * x->N, per_replica = (n_slices * MN + 63) / 64 * 64; // floats
+        int64_t group = R;
+        if (R > 1)
+            group = std::max<int64_t>(1, std::min<int64_t>(R, (int64_t)(PARTIALS_GROUP_BYTES / (per_replica * 4))));
         void *partials = nullptr;
-        if (ws_get(ctx, WS_PARTIALS, (size_t)n_slices * x->M * x->N * sizeof(float), &partials)) return -1;
-        for (int s = 0; s < n_slices; s++) {
-            int64_t k0 = s * chunk, kl = std::min(chunk, x->K - k0);
-            if (drop && s == n_slices - 1) kl -= k_step;
-            lt_gemm gs = g;
-            gs.out_type = CUDA_R_32F;
-            gs.K = kl;
-            size_t a_el = type_bytes(g.a_type), b_el = type_bytes(g.b_type);
-            gs.a = (const char *)x->a + (x->a_trans ? k0 * x->M : k0) * a_el;
-            gs.b = (const char *)x->b + (x->b_trans ? k0 : k0 * x->N) * b_el;
-            gs.alpha = 1.0f;
-            gs.d = (float *)partials + (size_t)s * x->M * x->N;
-            if (kl <= 0) { // the planted bug emptied a slice: its partial is zero
-                KCUDA(ctx, cudaMemsetAsync(gs.d, 0, (size_t)x->M * x->N * sizeof(float), 0));
-                continue;
+        if (ws_get(ctx, WS_PARTIALS, (size_t)((group - 1) * per_replica + n_slices * MN) * sizeof(float), &partials))
+            return -1;
+        for (int64_t r0 = 0; r0 < R; r0 += group) {
+            const int64_t n = std::min(group, R - r0);
+            lt_batch sb = {n, b->stride_a, b->stride_b, 0, per_replica, 0, b->stride_a_scale, b->stride_b_scale};
+            for (int s = 0; s < n_slices; s++) {
+                int64_t k0 = s * chunk, kl = std::min(chunk, x->K - k0);
+                if (drop && s == n_slices - 1) kl -= k_step;
+                lt_gemm gs = g;
+                gs.out_type = CUDA_R_32F;
+                gs.K = kl;
+                gs.a = (const char *)x->a + (r0 * b->stride_a + (x->a_trans ? k0 * x->M : k0)) * (int64_t)a_el;
+                gs.b = (const char *)x->b + (r0 * b->stride_b + (x->b_trans ? k0 : k0 * x->N)) * (int64_t)b_el;
+                if (g.a_scale) gs.a_scale = g.a_scale + r0 * b->stride_a_scale;
+                if (g.b_scale) gs.b_scale = g.b_scale + r0 * b->stride_b_scale;
+                gs.alpha = 1.0f;
+                gs.d = (float *)partials + (size_t)s * MN;
+                gs.cap_c = gs.cap_d = 0; // partials: every replica's at a multiple of 256 bytes
+                if (kl <= 0) { // the planted bug emptied a slice: its partial is zero
+                    for (int64_t r = 0; r < n; r++)
+                        KCUDA(ctx, cudaMemsetAsync((float *)gs.d + r * per_replica, 0, (size_t)MN * sizeof(float),
+                                                   kstream()));
+                    continue;
+                }
+                if (lt_gemm_run_batched(ctx, gs, sb)) return -1;
             }
-            if (lt_gemm_run(ctx, gs)) return -1;
+            kmatmul_args xr = *x;
+            if (x->c) xr.c = (const char *)x->c + r0 * b->stride_c * (int64_t)o_el;
+            if (x->bias) xr.bias = (const char *)x->bias + r0 * b->stride_bias * (int64_t)o_el;
+            xr.y = (char *)x->y + r0 * b->stride_y * (int64_t)o_el;
+            epi_strides rs = {b->stride_c, b->stride_bias, b->stride_y};
+            if (launch_reduce_any(ctx, out, (const float *)partials, n_slices, per_replica, &xr, n, rs, bug))
+                return -1;
         }
-        return launch_reduce_any(ctx, out, (const float *)partials, n_slices, x, bug);
+        return 0;
     }
 
     if (drop) g.K -= k_step;
     g.c = x->c;
     g.beta = x->beta;
     if (variant == KMATMUL_SPLIT_EPILOGUE) {
-        if (lt_gemm_run(ctx, g)) return -1;
-        if (x->bias || x->gelu) return launch_split_epilogue(ctx, out, x, bug);
+        if (lt_gemm_run_batched(ctx, g, lb)) return -1;
+        epi_strides rs = {b->stride_c, b->stride_bias, b->stride_y};
+        if (x->bias || x->gelu) return launch_split_epilogue(ctx, out, x, R, rs, bug);
         return 0;
     }
     g.bias = x->bias;
     g.gelu = x->gelu;
-    return lt_gemm_run(ctx, g);
+    return lt_gemm_run_batched(ctx, g, lb);
 }
 
-extern "C" int kmatmul_quantized(kmatmul_accum accum, int variant, const kmatmul_args *x, prec_format x_format,
-                                 prec_format a_fp8, prec_format b_fp8)
+extern "C" int kmatmul(kpath path, kmatmul_accum accum, int variant, const kmatmul_args *x)
 {
-    char ctx[200];
+    return kmatmul_batched(path, accum, variant, x, nullptr);
+}
+
+extern "C" int kmatmul_quantized_batched(kmatmul_accum accum, int variant, const kmatmul_args *x,
+                                         const kmatmul_batch *batch, prec_format x_format, prec_format a_fp8,
+                                         prec_format b_fp8)
+{
+    char ctx[220];
     if (!x) return kernels_fail("matmul quantized: null arguments");
-    snprintf(ctx, sizeof ctx, "matmul quantized %s x %s variant %d M=%lld N=%lld K=%lld", prec_format_name(a_fp8),
-             prec_format_name(b_fp8), variant, (long long)x->M, (long long)x->N, (long long)x->K);
+    const kmatmul_batch single = {1, 0, 0, 0, 0, 0, 0, 0};
+    const kmatmul_batch *b = batch ? batch : &single;
+    snprintf(ctx, sizeof ctx, "matmul quantized %s x %s variant %d M=%lld N=%lld K=%lld replicas=%lld",
+             prec_format_name(a_fp8), prec_format_name(b_fp8), variant, (long long)x->M, (long long)x->N,
+             (long long)x->K, (long long)b->count);
     char why[128];
     if (!kmatmul_supports(KPATH_FP8, accum, variant, why, sizeof why)) return kernels_fail("%s: %s", ctx, why);
     if (x->M <= 0 || x->N <= 0 || x->K <= 0) return kernels_fail("%s: M, N and K must be positive", ctx);
     if (!x->a || !x->b) return kernels_fail("%s: null A or B", ctx);
+    if (check_batch(ctx, x, b)) return -1;
+    const int64_t R = b->count;
+    if (R > 1 && (b->stride_a < x->M * x->K || b->stride_b < x->N * x->K))
+        return kernels_fail("%s: replica strides of A and B must hold a whole operand each", ctx);
+    // Each replica's quantised operands in their own part of the workspaces,
+    // 256-byte aligned like a single call's (so the GEMM's plan is the same).
+    const int64_t G = (x->K + KMATMUL_FP8_BLOCK - 1) / KMATMUL_FP8_BLOCK;
+    const int64_t nb = (x->N + KMATMUL_FP8_BLOCK - 1) / KMATMUL_FP8_BLOCK;
+    const int block = accum == KMATMUL_ACC_BLOCK_SCALED;
+    const int64_t qa_stride = (x->M * x->K + 255) / 256 * 256, qb_stride = (x->N * x->K + 255) / 256 * 256;
+    const int64_t sa_stride = block ? x->M * G : 1, sb_stride = block ? nb * G : 1;
     void *qa = nullptr, *qb = nullptr, *sa = nullptr, *sb = nullptr;
-    if (ws_get(ctx, WS_QA, (size_t)x->M * x->K, &qa) || ws_get(ctx, WS_QB, (size_t)x->N * x->K, &qb)) return -1;
-    int64_t G = (x->K + KMATMUL_FP8_BLOCK - 1) / KMATMUL_FP8_BLOCK;
-    int64_t nb = (x->N + KMATMUL_FP8_BLOCK - 1) / KMATMUL_FP8_BLOCK;
-    if (ws_get(ctx, WS_SA, (size_t)x->M * G * sizeof(float), &sa) ||
-        ws_get(ctx, WS_SB, (size_t)nb * G * sizeof(float), &sb))
+    if (ws_get(ctx, WS_QA, (size_t)((R - 1) * qa_stride + x->M * x->K), &qa) ||
+        ws_get(ctx, WS_QB, (size_t)((R - 1) * qb_stride + x->N * x->K), &qb))
         return -1;
-    if (accum == KMATMUL_ACC_BLOCK_SCALED) {
-        if (kfp8_quantize_blocks(x->a, x_format, x->M, x->K, x->a_trans, 1, a_fp8, qa, (float *)sa) ||
-            kfp8_quantize_blocks(x->b, x_format, x->N, x->K, !x->b_trans, KMATMUL_FP8_BLOCK, b_fp8, qb, (float *)sb))
+    if (ws_get(ctx, WS_SA, (size_t)((R - 1) * sa_stride + x->M * G) * sizeof(float), &sa) ||
+        ws_get(ctx, WS_SB, (size_t)((R - 1) * sb_stride + nb * G) * sizeof(float), &sb))
+        return -1;
+    if (block) {
+        if (kfp8_quantize_blocks_batched(R, x->a, b->stride_a, x_format, x->M, x->K, x->a_trans, 1, a_fp8, qa,
+                                         qa_stride, (float *)sa, sa_stride) ||
+            kfp8_quantize_blocks_batched(R, x->b, b->stride_b, x_format, x->N, x->K, !x->b_trans, KMATMUL_FP8_BLOCK,
+                                         b_fp8, qb, qb_stride, (float *)sb, sb_stride))
             return -1;
     } else {
-        // A stored [M,K] (or [K,M]: transposed while quantising); B to [N,K].
-        if (kfp8_quantize_tensor(x->a, x_format, x->a_trans ? x->K : x->M, x->a_trans ? x->M : x->K, x->a_trans,
-                                 a_fp8, qa, (float *)sa) ||
-            kfp8_quantize_tensor(x->b, x_format, x->b_trans ? x->N : x->K, x->b_trans ? x->K : x->N, !x->b_trans,
-                                 b_fp8, qb, (float *)sb))
+        // A stored [M,K] (or [K,M]: transposed while quantising); B to [N,K];
+        // one scale per replica (its own amax), contiguous.
+        if (kfp8_quantize_tensor_batched(R, x->a, b->stride_a, x_format, x->a_trans ? x->K : x->M,
+                                         x->a_trans ? x->M : x->K, x->a_trans, a_fp8, qa, qa_stride, (float *)sa) ||
+            kfp8_quantize_tensor_batched(R, x->b, b->stride_b, x_format, x->b_trans ? x->N : x->K,
+                                         x->b_trans ? x->K : x->N, !x->b_trans, b_fp8, qb, qb_stride, (float *)sb))
             return -1;
     }
     kmatmul_args q = *x;
@@ -853,7 +1244,14 @@ extern "C" int kmatmul_quantized(kmatmul_accum accum, int variant, const kmatmul
     q.b_format = b_fp8;
     q.a_scale = (const float *)sa;
     q.b_scale = (const float *)sb;
-    return kmatmul(KPATH_FP8, accum, variant, &q);
+    kmatmul_batch qbatch = {R, qa_stride, qb_stride, b->stride_c, b->stride_y, b->stride_bias, sa_stride, sb_stride};
+    return kmatmul_batched(KPATH_FP8, accum, variant, &q, &qbatch);
+}
+
+extern "C" int kmatmul_quantized(kmatmul_accum accum, int variant, const kmatmul_args *x, prec_format x_format,
+                                 prec_format a_fp8, prec_format b_fp8)
+{
+    return kmatmul_quantized_batched(accum, variant, x, nullptr, x_format, a_fp8, b_fp8);
 }
 
 extern "C" int kmatmul_time_algos(kpath path, kmatmul_accum accum, const kmatmul_args *x, int max_algos, int reps,
@@ -878,9 +1276,9 @@ extern "C" int kmatmul_time_algos(kpath path, kmatmul_accum accum, const kmatmul
     for (int a = 0; a < n && rc == 0; a++) {
         for (int w = 0; w < 3 && rc == 0; w++) rc = lt_run(ctx, p, g, a);
         for (int r = 0; r < reps && rc == 0; r++) {
-            if (cudaEventRecord(e0, 0) != cudaSuccess) rc = kernels_fail("%s: cudaEventRecord failed", ctx);
+            if (cudaEventRecord(e0, kstream()) != cudaSuccess) rc = kernels_fail("%s: cudaEventRecord failed", ctx);
             if (rc == 0) rc = lt_run(ctx, p, g, a);
-            if (rc == 0 && cudaEventRecord(e1, 0) != cudaSuccess)
+            if (rc == 0 && cudaEventRecord(e1, kstream()) != cudaSuccess)
                 rc = kernels_fail("%s: cudaEventRecord failed", ctx);
             if (rc == 0 && cudaEventSynchronize(e1) != cudaSuccess)
                 rc = kernels_fail("%s: cudaEventSynchronize failed: %s", ctx, cudaGetErrorString(cudaGetLastError()));
@@ -939,6 +1337,8 @@ extern "C" void kmatmul_release(void)
         cublasLtMatrixLayoutDestroy(kv.second.lc);
     }
     lt_plans.clear();
+    for (auto &kv : lt_batched_plans) lt_batched_plan_destroy(kv.second);
+    lt_batched_plans.clear();
     for (int s = 0; s < WS_COUNT; s++) {
         if (ws_ptr[s]) cudaFree(ws_ptr[s]);
         ws_ptr[s] = nullptr;

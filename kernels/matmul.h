@@ -57,10 +57,33 @@
  * GEMM then writes fp32 and our epilogue kernel rounds).  fp32 cuBLASLt output
  * has no rounding of ours to plant a bug in: those variants honour drop-term only.
  *
- * All calls run on the legacy default stream and are deterministic: the same
- * inputs give the same bits on the same GPU model and library version.  Internal
- * workspaces (cuBLASLt's 32 MiB, split-K partials, fp8 copies) grow on demand and
- * persist until kmatmul_release(). */
+ * All calls run on the current stream (kernels_set_stream) and are
+ * deterministic: the same inputs give the same bits on the same GPU model and
+ * library version.  Internal workspaces (cuBLASLt's 32 MiB, split-K partials,
+ * fp8 copies) grow on demand and persist until kmatmul_release(); cuBLASLt
+ * plans are made on a shape's first call.  Both happen outside a CUDA-graph
+ * capture only: make each call once before capturing.
+ *
+ * Replicas (kmatmul_batched): R independent GEMMs of one shape whose
+ * operands lie at fixed strides, e.g. R training runs' weights [R, N, K] and
+ * activations [R, M, K].  Replica r gets exactly the bits kmatmul gives on
+ * replica r's operands alone, for every path, scheme and variant:
+ *   - cuBLASLt GEMMs (each K slice of split_k too) run as one strided-batched
+ *     call with the algorithm the batch-1 problem's heuristic chose (pinned:
+ *     the heuristic is never asked about the batched problem, whose choice
+ *     could differ); if cublasLtMatmulAlgoCheck refuses that algorithm for
+ *     the batched layouts, the GEMM runs as R single calls on the same
+ *     stream (counted in kmatmul_batch_stats);
+ *   - fp8 with per-tensor scales: cuBLASLt takes one scale per operand per
+ *     call, so the GEMM runs as R single calls, each with its replica's
+ *     scales (counted);
+ *   - our kernels (split-K reduction, split epilogue, block-scaled fp8) take
+ *     the replica as one more grid dimension; each output element's
+ *     arithmetic is the same as in a single call.
+ * The plan of a batched call is made for the alignment its operands keep
+ * at the replica strides: with strides that are multiples of 256 bytes it is
+ * the plan of a single call on a fresh allocation (cudaMalloc aligns to 256),
+ * so keep replica strides at multiples of 256 bytes to match separate runs. */
 #ifndef ULPSCOPE_KERNELS_MATMUL_H
 #define ULPSCOPE_KERNELS_MATMUL_H
 
@@ -115,6 +138,39 @@ typedef struct {
  * shape and the failing call (or the broken constraint). */
 int kmatmul(kpath path, kmatmul_accum accum, int variant, const kmatmul_args *args);
 
+/* R replicas of one GEMM: args describes replica 0 (its pointers, the shared
+ * shape and scalars); replica r's operands are at r times the strides below
+ * (elements of each operand's own type; 0 shares the operand).  y's stride
+ * must keep replicas' outputs apart (>= M*N); an in-place C (c == y) needs
+ * stride_c == stride_y.  fp8 per-tensor scales: a_scale + r * stride_a_scale
+ * (one float each); block-scaled: the replica's whole scale array. */
+typedef struct {
+    int64_t count; /* R >= 1 */
+    int64_t stride_a, stride_b, stride_c, stride_y, stride_bias;
+    int64_t stride_a_scale, stride_b_scale;
+} kmatmul_batch;
+
+/* kmatmul is kmatmul_batched with batch NULL (one replica). */
+int kmatmul_batched(kpath path, kmatmul_accum accum, int variant, const kmatmul_args *args,
+                    const kmatmul_batch *batch);
+
+/* How the batched GEMMs of the calls so far ran, one count per cuBLASLt GEMM
+ * of R > 1 replicas (a split_k call has one per K slice). */
+typedef struct {
+    int64_t strided;       /* one strided-batched call with the pinned algorithm */
+    int64_t loop_fallback; /* R single calls: the pinned algorithm refused for the batched layouts */
+    int64_t loop_fp8;      /* R single calls: fp8 per-tensor scales (by design) */
+    int64_t kernel;        /* block-scaled fp8: our kernel with the replica as a grid dimension */
+} kmatmul_batch_stats;
+void kmatmul_batch_stats_get(kmatmul_batch_stats *stats);
+void kmatmul_batch_stats_reset(void);
+
+/* A planted mistake for the replica tests' twin (on != 0): batched cuBLASLt
+ * calls run the pinned algorithm with cuBLASLt's split-K switched (2 slices,
+ * or none where it had some), so each replica's sums are formed in another
+ * order than a single call's.  Never set outside tests. */
+void kmatmul_plant_batched_algo_change(int on);
+
 /* 1 when (path, accum, variant) exists, else 0 with the reason in why. */
 int kmatmul_supports(kpath path, kmatmul_accum accum, int variant, char *why, size_t why_len);
 
@@ -125,6 +181,11 @@ int kmatmul_supports(kpath path, kmatmul_accum accum, int variant, char *why, si
  * device float. */
 int kfp8_quantize_tensor(const void *x, prec_format x_format, int64_t rows, int64_t cols, int transpose,
                          prec_format fp8, void *q, float *scale);
+/* The same for count tensors at x + r * x_stride (elements), each with its
+ * own amax: q at q + r * q_stride (bytes), scales[r]. */
+int kfp8_quantize_tensor_batched(int64_t count, const void *x, int64_t x_stride, prec_format x_format, int64_t rows,
+                                 int64_t cols, int transpose, prec_format fp8, void *q, int64_t q_stride,
+                                 float *scales);
 
 /* Block-scaled quantisation into the K-contiguous layout the block_scaled
  * variant reads: q [R,K]; x is [R,K] (x_transposed = 0) or [K,R] (1); one
@@ -133,6 +194,11 @@ int kfp8_quantize_tensor(const void *x, prec_format x_format, int64_t rows, int6
  * its tile. */
 int kfp8_quantize_blocks(const void *x, prec_format x_format, int64_t R, int64_t K, int x_transposed,
                          int block_rows, prec_format fp8, void *q, float *scales);
+/* The same for count tensors: x + r * x_stride, q + r * q_stride,
+ * scales + r * scales_stride. */
+int kfp8_quantize_blocks_batched(int64_t count, const void *x, int64_t x_stride, prec_format x_format, int64_t R,
+                                 int64_t K, int x_transposed, int block_rows, prec_format fp8, void *q,
+                                 int64_t q_stride, float *scales, int64_t scales_stride);
 
 /* The fp8 path from bf16 or fp32 tensors in any orientation: A and B (in
  * x_format, a_trans/b_trans as in kmatmul_args) are quantised into internal
@@ -141,6 +207,11 @@ int kfp8_quantize_blocks(const void *x, prec_format x_format, int64_t R, int64_t
  * matmul slot: e4m3 x e4m3 forward, e5m2 (gradient) x e4m3 backward. */
 int kmatmul_quantized(kmatmul_accum accum, int variant, const kmatmul_args *args, prec_format x_format,
                       prec_format a_fp8, prec_format b_fp8);
+/* The same for replicas: batch's strides are those of the unquantised A and
+ * B (x_format elements) and of C, y, bias; its scale strides are ignored
+ * (each replica's scales come from its own amax, kept internally). */
+int kmatmul_quantized_batched(kmatmul_accum accum, int variant, const kmatmul_args *args, const kmatmul_batch *batch,
+                              prec_format x_format, prec_format a_fp8, prec_format b_fp8);
 
 /* Benchmarks: the single cuBLASLt GEMM that kmatmul(path, accum, fused)
  * issues (default or fast accumulation; no epilogue), timed for each of up to

@@ -1,7 +1,9 @@
 // kernels/polar_express.cu — Muon's orthogonalisation (polar express / Newton-
 // Schulz), wide or tall, fused or split; see polar_express.h.  The GEMMs are
 // kmatmul calls; this file adds the Frobenius norm, the normalisation and the
-// split variant's a X + T.
+// split variant's a X + T.  Batches of matrices (replicas x blocks) run every
+// stage once for all: the GEMMs through kmatmul_batched, the kernels with
+// the matrix as blockIdx.y; each matrix gets a single call's bits.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -57,7 +59,7 @@ extern "C" void kpe_coefficients(kpe_coeffs which, float coeffs[KPE_STEPS][3])
             coeffs[s][k] = (float)(which == KPE_MUON_QUINTIC ? muon_quintic_abc[k] : polar_express_abc[s][k]);
 }
 
-static const int NORM_THREADS = 256, NORM_MAX_BLOCKS = 256;
+static constexpr int NORM_THREADS = 256, NORM_MAX_BLOCKS = 256;
 
 static int norm_blocks(int64_t n)
 {
@@ -73,10 +75,13 @@ extern "C" int64_t kpe_norm_depth(int64_t n)
     return (n + stride - 1) / stride + 16;
 }
 
-// Stage 1: partial sums of squares, one per block, fixed shape.
-template <class T> __global__ void sumsq_kernel(const T *x, int64_t n, float *partials, int bug)
+// Stage 1: partial sums of squares, one per block, fixed shape.  Matrix
+// blockIdx.y at x + y * stride; its partials at partials + y * NORM_MAX_BLOCKS.
+template <class T> __global__ void sumsq_kernel(const T *x, int64_t n, int64_t stride, float *partials, int bug)
 {
     __shared__ float scratch[32];
+    x += blockIdx.y * stride;
+    partials += blockIdx.y * (int64_t)NORM_MAX_BLOCKS;
     const int64_t last = bug == KBUG_DROP_TERM ? n - 1 : n;
     float acc = 0.0f;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < last; i += (int64_t)gridDim.x * blockDim.x) {
@@ -87,26 +92,37 @@ template <class T> __global__ void sumsq_kernel(const T *x, int64_t n, float *pa
     if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
-// Stage 2: one block adds the partials (thread t holds partial t) and forms
-// the denominator 1.02 sqrt(sum) + 1e-6.
+// Stage 2: one block per matrix adds its partials (thread t holds partial t)
+// and forms the denominator 1.02 sqrt(sum) + 1e-6.
 __global__ void norm_denominator_kernel(const float *partials, int n_partials, float *denom)
 {
     __shared__ float scratch[32];
+    partials += blockIdx.x * (int64_t)NORM_MAX_BLOCKS;
+    denom += blockIdx.x;
     float acc = threadIdx.x < n_partials ? partials[threadIdx.x] : 0.0f;
     acc = kblock_sum(acc, scratch);
     if (threadIdx.x == 0) *denom = __fadd_rn(__fmul_rn(__fsqrt_rn(acc), KPE_NORM_SAFETY), KPE_NORM_EPS);
 }
 
-template <class T> __global__ void divide_kernel(const T *g, int64_t n, const float *denom, T *x, int bug)
+template <class T>
+__global__ void divide_kernel(const T *g, int64_t n, int64_t stride, const float *denom, T *x, int bug)
 {
-    const float d = *denom;
+    g += blockIdx.y * stride;
+    x += blockIdx.y * stride;
+    const float d = denom[blockIdx.y];
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         x[i] = kfrom_float<T>(__fdiv_rn(kto_float(g[i]), d), bug);
 }
 
-// The split variant's second half: X' = a X + T.
-template <class T> __global__ void axpy_kernel(float a, const T *x, const T *t, int64_t n, T *out, int bug)
+// The split variant's second half: X' = a X + T (matrix blockIdx.y at its
+// stride in each).
+template <class T>
+__global__ void axpy_kernel(float a, const T *x, int64_t x_stride, const T *t, int64_t t_stride, int64_t n, T *out,
+                            int64_t out_stride, int bug)
 {
+    x += blockIdx.y * x_stride;
+    t += blockIdx.y * t_stride;
+    out += blockIdx.y * out_stride;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         out[i] = kfrom_float<T>(__fadd_rn(__fmul_rn(a, kto_float(x[i])), kto_float(t[i])), bug);
 }
@@ -119,17 +135,7 @@ static size_t pe_ws_size[PE_COUNT];
 
 static int pe_get(const char *ctx, int slot, size_t bytes, void **out)
 {
-    if (bytes > pe_ws_size[slot]) {
-        if (pe_ws[slot]) {
-            cudaError_t e = cudaFree(pe_ws[slot]);
-            if (e != cudaSuccess) return kernels_fail("%s: cudaFree failed: %s", ctx, cudaGetErrorString(e));
-        }
-        pe_ws[slot] = nullptr;
-        pe_ws_size[slot] = 0;
-        cudaError_t e = cudaMalloc(&pe_ws[slot], bytes);
-        if (e != cudaSuccess) return kernels_fail("%s: cudaMalloc(%zu) failed: %s", ctx, bytes, cudaGetErrorString(e));
-        pe_ws_size[slot] = bytes;
-    }
+    if (kworkspace_grow(ctx, &pe_ws[slot], &pe_ws_size[slot], bytes)) return -1;
     *out = pe_ws[slot];
     return 0;
 }
@@ -153,6 +159,66 @@ static int check_path(const char *ctx, kpath path)
 
 static size_t elem_bytes(kpath path) { return path == KPATH_FP32 ? 4 : 2; }
 
+// Elements between matrices in the internal workspaces: n rounded up to 256
+// bytes, so every matrix keeps a fresh allocation's alignment (and its GEMMs
+// the plan a single call gets).
+static int64_t padded(int64_t n, kpath path)
+{
+    const int64_t per = 256 / (int64_t)elem_bytes(path);
+    return (n + per - 1) / per * per;
+}
+
+static int check_batch(const char *ctx, int64_t count, int64_t stride, int64_t n)
+{
+    if (count < 1 || count > 65535) return kernels_fail("%s: %lld matrices (1 to 65535)", ctx, (long long)count);
+    if (count > 1 && stride < n)
+        return kernels_fail("%s: matrix stride %lld below rows x cols = %lld", ctx, (long long)stride, (long long)n);
+    return 0;
+}
+
+static int normalize_batched(const char *ctx, kpath path, int64_t count, int64_t rows, int64_t cols, int64_t stride,
+                             const void *G, void *X0)
+{
+    const int64_t n = rows * cols;
+    const int nb = norm_blocks(n), bug = (int)kernels_planted_bug();
+    void *partials, *denom;
+    if (pe_get(ctx, PE_PARTIALS, (size_t)count * NORM_MAX_BLOCKS * sizeof(float), &partials) ||
+        pe_get(ctx, PE_DENOM, (size_t)count * sizeof(float), &denom))
+        return -1;
+    const int64_t blocks = (n + 255) / 256 < 65536 ? (n + 255) / 256 : 65536;
+    dim3 sgrid((unsigned)nb, (unsigned)count), grid((unsigned)blocks, (unsigned)count);
+    cudaStream_t st = kstream();
+    switch (path) {
+    case KPATH_FP32:
+        sumsq_kernel<float><<<sgrid, NORM_THREADS, 0, st>>>((const float *)G, n, stride, (float *)partials, bug);
+        break;
+    case KPATH_BF16:
+        sumsq_kernel<__nv_bfloat16><<<sgrid, NORM_THREADS, 0, st>>>((const __nv_bfloat16 *)G, n, stride,
+                                                                    (float *)partials, bug);
+        break;
+    default:
+        sumsq_kernel<__half><<<sgrid, NORM_THREADS, 0, st>>>((const __half *)G, n, stride, (float *)partials, bug);
+        break;
+    }
+    if (klaunched(ctx, "sumsq_kernel")) return -1;
+    norm_denominator_kernel<<<(unsigned)count, NORM_THREADS, 0, st>>>((const float *)partials, nb, (float *)denom);
+    if (klaunched(ctx, "norm_denominator_kernel")) return -1;
+    switch (path) {
+    case KPATH_FP32:
+        divide_kernel<float><<<grid, 256, 0, st>>>((const float *)G, n, stride, (const float *)denom, (float *)X0, bug);
+        break;
+    case KPATH_BF16:
+        divide_kernel<__nv_bfloat16><<<grid, 256, 0, st>>>((const __nv_bfloat16 *)G, n, stride, (const float *)denom,
+                                                           (__nv_bfloat16 *)X0, bug);
+        break;
+    default:
+        divide_kernel<__half><<<grid, 256, 0, st>>>((const __half *)G, n, stride, (const float *)denom, (__half *)X0,
+                                                    bug);
+        break;
+    }
+    return klaunched(ctx, "divide_kernel");
+}
+
 extern "C" int kpolar_express_normalize(kpath path, int64_t rows, int64_t cols, const void *G, void *X0)
 {
     char ctx[160];
@@ -161,36 +227,60 @@ extern "C" int kpolar_express_normalize(kpath path, int64_t rows, int64_t cols, 
     if (check_path(ctx, path)) return -1;
     if (rows <= 0 || cols <= 0) return kernels_fail("%s: rows and cols must be positive", ctx);
     if (!G || !X0) return kernels_fail("%s: null G or X0", ctx);
-    const int64_t n = rows * cols;
-    const int nb = norm_blocks(n), bug = (int)kernels_planted_bug();
-    void *partials, *denom;
-    if (pe_get(ctx, PE_PARTIALS, NORM_MAX_BLOCKS * sizeof(float), &partials) ||
-        pe_get(ctx, PE_DENOM, sizeof(float), &denom))
+    return normalize_batched(ctx, path, 1, rows, cols, rows * cols, G, X0);
+}
+
+// One step for count matrices: X at x_stride, Xn at xn_stride (elements).
+static int step_batched(const char *ctx, kpath path, int variant, int64_t count, int64_t rows, int64_t cols, float a,
+                        float b, float c, const void *X, int64_t x_stride, void *Xn, int64_t xn_stride)
+{
+    const int wide = variant == KPE_WIDE_FUSED || variant == KPE_WIDE_SPLIT;
+    const int fused = variant == KPE_WIDE_FUSED || variant == KPE_TALL_FUSED;
+    const int64_t g = wide ? rows : cols; // Gram matrix edge
+    const int64_t gs = padded(g * g, path), ts = padded(rows * cols, path);
+    const size_t el = elem_bytes(path);
+    void *A, *B, *T = nullptr;
+    if (pe_get(ctx, PE_A, (size_t)((count - 1) * gs + g * g) * el, &A) ||
+        pe_get(ctx, PE_B, (size_t)((count - 1) * gs + g * g) * el, &B))
         return -1;
-    int grid = (int)((n + 255) / 256 < 65536 ? (n + 255) / 256 : 65536);
-    switch (path) {
-    case KPATH_FP32: sumsq_kernel<float><<<nb, NORM_THREADS>>>((const float *)G, n, (float *)partials, bug); break;
-    case KPATH_BF16:
-        sumsq_kernel<__nv_bfloat16><<<nb, NORM_THREADS>>>((const __nv_bfloat16 *)G, n, (float *)partials, bug);
-        break;
-    default: sumsq_kernel<__half><<<nb, NORM_THREADS>>>((const __half *)G, n, (float *)partials, bug); break;
-    }
-    if (klaunched(ctx, "sumsq_kernel")) return -1;
-    norm_denominator_kernel<<<1, NORM_THREADS>>>((const float *)partials, nb, (float *)denom);
-    if (klaunched(ctx, "norm_denominator_kernel")) return -1;
+    if (!fused && pe_get(ctx, PE_T, (size_t)((count - 1) * ts + rows * cols) * el, &T)) return -1;
+    // Gram: wide A = X X^T [rows,rows] (K = cols); tall A = X^T X [cols,cols] (K = rows)
+    kmatmul_args gram = {g, g, wide ? cols : rows, wide ? 0 : 1, wide ? 1 : 0, X, X, A, nullptr, 1.0f, 0.0f,
+                         nullptr, 0, PREC_FP32, PREC_FP32, nullptr, nullptr, 0};
+    kmatmul_batch gram_b = {count, x_stride, x_stride, 0, gs, 0, 0, 0};
+    if (kmatmul_batched(path, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &gram, &gram_b)) return -1;
+    // B = c A A + b A  [g,g]
+    kmatmul_args poly = {g, g, g, 0, 0, A, A, B, A, c, b, nullptr, 0, PREC_FP32, PREC_FP32, nullptr, nullptr, 0};
+    kmatmul_batch poly_b = {count, gs, gs, gs, gs, 0, 0, 0};
+    if (kmatmul_batched(path, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &poly, &poly_b)) return -1;
+    // wide: B X [rows,cols] (K = rows); tall: X B [rows,cols] (K = cols)
+    kmatmul_args last = {rows, cols, g, 0, 0, wide ? B : X, wide ? X : B, fused ? Xn : T,
+                         fused ? X : nullptr, 1.0f, fused ? a : 0.0f, nullptr, 0, PREC_FP32, PREC_FP32,
+                         nullptr, nullptr, 0};
+    kmatmul_batch last_b = {count, wide ? gs : x_stride, wide ? x_stride : gs, fused ? x_stride : 0,
+                            fused ? xn_stride : ts, 0, 0, 0};
+    if (kmatmul_batched(path, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &last, &last_b)) return -1;
+    if (fused) return 0;
+    const int64_t n = rows * cols;
+    const int bug = (int)kernels_planted_bug();
+    dim3 grid((unsigned)((n + 255) / 256 < 65536 ? (n + 255) / 256 : 65536), (unsigned)count);
+    cudaStream_t st = kstream();
     switch (path) {
     case KPATH_FP32:
-        divide_kernel<float><<<grid, 256>>>((const float *)G, n, (const float *)denom, (float *)X0, bug);
+        axpy_kernel<float><<<grid, 256, 0, st>>>(a, (const float *)X, x_stride, (const float *)T, ts, n, (float *)Xn,
+                                                 xn_stride, bug);
         break;
     case KPATH_BF16:
-        divide_kernel<__nv_bfloat16><<<grid, 256>>>((const __nv_bfloat16 *)G, n, (const float *)denom,
-                                                    (__nv_bfloat16 *)X0, bug);
+        axpy_kernel<__nv_bfloat16><<<grid, 256, 0, st>>>(a, (const __nv_bfloat16 *)X, x_stride,
+                                                         (const __nv_bfloat16 *)T, ts, n, (__nv_bfloat16 *)Xn,
+                                                         xn_stride, bug);
         break;
     default:
-        divide_kernel<__half><<<grid, 256>>>((const __half *)G, n, (const float *)denom, (__half *)X0, bug);
+        axpy_kernel<__half><<<grid, 256, 0, st>>>(a, (const __half *)X, x_stride, (const __half *)T, ts, n,
+                                                  (__half *)Xn, xn_stride, bug);
         break;
     }
-    return klaunched(ctx, "divide_kernel");
+    return klaunched(ctx, "axpy_kernel");
 }
 
 extern "C" int kpolar_express_step(kpath path, int variant, int64_t rows, int64_t cols, float a, float b, float c,
@@ -204,65 +294,53 @@ extern "C" int kpolar_express_step(kpath path, int variant, int64_t rows, int64_
     if (variant < 0 || variant >= KPE_NVARIANTS) return kernels_fail("%s: unknown variant %d", ctx, variant);
     if (rows <= 0 || cols <= 0) return kernels_fail("%s: rows and cols must be positive", ctx);
     if (!X || !Xn || X == Xn) return kernels_fail("%s: X and Xn must be distinct non-null buffers", ctx);
-    const int wide = variant == KPE_WIDE_FUSED || variant == KPE_WIDE_SPLIT;
-    const int fused = variant == KPE_WIDE_FUSED || variant == KPE_TALL_FUSED;
-    const int64_t g = wide ? rows : cols; // Gram matrix edge
-    const size_t el = elem_bytes(path);
-    void *A, *B, *T = nullptr;
-    if (pe_get(ctx, PE_A, (size_t)g * g * el, &A) || pe_get(ctx, PE_B, (size_t)g * g * el, &B)) return -1;
-    if (!fused && pe_get(ctx, PE_T, (size_t)rows * cols * el, &T)) return -1;
-    // Gram: wide A = X X^T [rows,rows] (K = cols); tall A = X^T X [cols,cols] (K = rows)
-    kmatmul_args gram = {g, g, wide ? cols : rows, wide ? 0 : 1, wide ? 1 : 0, X, X, A, nullptr, 1.0f, 0.0f,
-                         nullptr, 0, PREC_FP32, PREC_FP32, nullptr, nullptr, 0};
-    if (kmatmul(path, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &gram)) return -1;
-    // B = c A A + b A  [g,g]
-    kmatmul_args poly = {g, g, g, 0, 0, A, A, B, A, c, b, nullptr, 0, PREC_FP32, PREC_FP32, nullptr, nullptr, 0};
-    if (kmatmul(path, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &poly)) return -1;
-    // wide: B X [rows,cols] (K = rows); tall: X B [rows,cols] (K = cols)
-    kmatmul_args last = {rows, cols, g, 0, 0, wide ? B : X, wide ? X : B, fused ? Xn : T,
-                         fused ? X : nullptr, 1.0f, fused ? a : 0.0f, nullptr, 0, PREC_FP32, PREC_FP32,
-                         nullptr, nullptr, 0};
-    if (kmatmul(path, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &last)) return -1;
-    if (fused) return 0;
+    return step_batched(ctx, path, variant, 1, rows, cols, a, b, c, X, rows * cols, Xn, rows * cols);
+}
+
+extern "C" int kpolar_express_batched(kpath path, int variant, kpe_coeffs which, int64_t count, int64_t rows,
+                                      int64_t cols, int64_t stride, const void *G, void *X)
+{
+    char ctx[200];
+    snprintf(ctx, sizeof ctx, "polar_express %s rows=%lld cols=%lld matrices=%lld", kpath_name(path),
+             (long long)rows, (long long)cols, (long long)count);
+    if ((unsigned)which >= KPE_NCOEFFS) return kernels_fail("%s: unknown coefficient set %d", ctx, (int)which);
+    if (check_path(ctx, path)) return -1;
+    if (variant < 0 || variant >= KPE_NVARIANTS) return kernels_fail("%s: unknown variant %d", ctx, variant);
+    if (rows <= 0 || cols <= 0) return kernels_fail("%s: rows and cols must be positive", ctx);
+    if (!G || !X) return kernels_fail("%s: null G or X", ctx);
     const int64_t n = rows * cols;
-    const int bug = (int)kernels_planted_bug(), grid = (int)((n + 255) / 256 < 65536 ? (n + 255) / 256 : 65536);
-    switch (path) {
-    case KPATH_FP32: axpy_kernel<float><<<grid, 256>>>(a, (const float *)X, (const float *)T, n, (float *)Xn, bug); break;
-    case KPATH_BF16:
-        axpy_kernel<__nv_bfloat16><<<grid, 256>>>(a, (const __nv_bfloat16 *)X, (const __nv_bfloat16 *)T, n,
-                                                  (__nv_bfloat16 *)Xn, bug);
-        break;
-    default:
-        axpy_kernel<__half><<<grid, 256>>>(a, (const __half *)X, (const __half *)T, n, (__half *)Xn, bug);
-        break;
+    if (check_batch(ctx, count, stride, n)) return -1;
+    if (count == 1) stride = n;
+    float abc[KPE_STEPS][3];
+    kpe_coefficients(which, abc);
+    const int64_t ws = padded(n, path); // the ping-pong buffer's matrix stride
+    const size_t el = elem_bytes(path);
+    void *W;
+    if (pe_get(ctx, PE_X, (size_t)((count - 1) * ws + n) * el, &W)) return -1;
+    if (normalize_batched(ctx, path, count, rows, cols, stride, G, X)) return -1;
+    void *cur = X, *next = W;
+    int64_t cur_stride = stride, next_stride = ws;
+    for (int s = 0; s < KPE_STEPS; s++) {
+        if (step_batched(ctx, path, variant, count, rows, cols, abc[s][0], abc[s][1], abc[s][2], cur, cur_stride,
+                         next, next_stride))
+            return -1;
+        void *t = cur;
+        cur = next;
+        next = t;
+        int64_t ts = cur_stride;
+        cur_stride = next_stride;
+        next_stride = ts;
     }
-    return klaunched(ctx, "axpy_kernel");
+    if (cur != X) {
+        cudaError_t e = cudaMemcpy2DAsync(X, (size_t)stride * el, cur, (size_t)cur_stride * el, (size_t)n * el,
+                                          (size_t)count, cudaMemcpyDeviceToDevice, kstream());
+        if (e != cudaSuccess) return kernels_fail("%s: cudaMemcpy2DAsync failed: %s", ctx, cudaGetErrorString(e));
+    }
+    return 0;
 }
 
 extern "C" int kpolar_express(kpath path, int variant, kpe_coeffs which, int64_t rows, int64_t cols, const void *G,
                               void *X)
 {
-    char ctx[160];
-    snprintf(ctx, sizeof ctx, "polar_express %s rows=%lld cols=%lld", kpath_name(path), (long long)rows,
-             (long long)cols);
-    if ((unsigned)which >= KPE_NCOEFFS) return kernels_fail("%s: unknown coefficient set %d", ctx, (int)which);
-    if (check_path(ctx, path)) return -1;
-    if (rows <= 0 || cols <= 0) return kernels_fail("%s: rows and cols must be positive", ctx);
-    float abc[KPE_STEPS][3];
-    kpe_coefficients(which, abc);
-    void *W;
-    if (pe_get(ctx, PE_X, (size_t)rows * cols * elem_bytes(path), &W)) return -1;
-    if (kpolar_express_normalize(path, rows, cols, G, X)) return -1;
-    void *cur = X, *next = W;
-    for (int s = 0; s < KPE_STEPS; s++) {
-        if (kpolar_express_step(path, variant, rows, cols, abc[s][0], abc[s][1], abc[s][2], cur, next)) return -1;
-        void *t = cur;
-        cur = next;
-        next = t;
-    }
-    if (cur != X) {
-        cudaError_t e = cudaMemcpyAsync(X, cur, (size_t)rows * cols * elem_bytes(path), cudaMemcpyDeviceToDevice, 0);
-        if (e != cudaSuccess) return kernels_fail("%s: cudaMemcpyAsync failed: %s", ctx, cudaGetErrorString(e));
-    }
-    return 0;
+    return kpolar_express_batched(path, variant, which, 1, rows, cols, rows * cols, G, X);
 }

@@ -52,6 +52,15 @@ void kpe_coefficients(kpe_coeffs which, float coeffs[KPE_STEPS][3]);
 
 /* The whole orthogonalisation: X = polar-express(G).  G and X may alias. */
 int kpolar_express(kpath path, int variant, kpe_coeffs which, int64_t rows, int64_t cols, const void *G, void *X);
+/* count matrices in one go (replicas x a parameter's blocks): G and X hold
+ * them `stride` elements apart (>= rows x cols); each is normalised by its
+ * own norm, and each result is bit for bit the single call's on that matrix
+ * (the GEMMs are kmatmul_batched calls, pinned to the single call's
+ * algorithm).  kpolar_express is the case count = 1.  Strides that are
+ * multiples of 256 bytes keep each matrix's GEMM plans those of a matrix in
+ * a fresh allocation (see kernels/matmul.h). */
+int kpolar_express_batched(kpath path, int variant, kpe_coeffs which, int64_t count, int64_t rows, int64_t cols,
+                           int64_t stride, const void *G, void *X);
 /* Its parts, for the check and for callers that batch their own steps:
  * X0 = G / (1.02 ||G||_F + 1e-6), and one step X' = p(X) with (a, b, c). */
 int kpolar_express_normalize(kpath path, int64_t rows, int64_t cols, const void *G, void *X0);

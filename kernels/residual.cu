@@ -2,6 +2,7 @@
 //   vector  each thread adds 16-byte vectors (8 bf16/fp16 or 4 fp32), grid-stride
 //   scalar  one element per thread per step, grid-stride
 #include "kernels/common/kelementwise.cuh"
+#include "kernels/common/klaunch.cuh"
 #include "kernels/residual.h"
 #include "kernels/registry.h"
 
@@ -47,9 +48,9 @@ template <typename T> int launch(int variant, ktensor *y, const ktensor *a, cons
 {
     constexpr int V = 16 / (int)sizeof(T);
     if (variant == KRESIDUAL_SCALAR)
-        residual_kernel<T, 1><<<kelem_blocks(n, 1), kElemBlock>>>((T *)y->data, (const T *)a->data, (const T *)b->data, n, bug);
+        residual_kernel<T, 1><<<kelem_blocks(n, 1), kElemBlock, 0, kstream()>>>((T *)y->data, (const T *)a->data, (const T *)b->data, n, bug);
     else
-        residual_kernel<T, V><<<kelem_blocks(n, V), kElemBlock>>>((T *)y->data, (const T *)a->data, (const T *)b->data, n, bug);
+        residual_kernel<T, V><<<kelem_blocks(n, V), kElemBlock, 0, kstream()>>>((T *)y->data, (const T *)a->data, (const T *)b->data, n, bug);
     return kelem_launched("residual", n);
 }
 

@@ -1,6 +1,7 @@
 /* kernels/residual.h — residual add, y = a + b (one fp32 addition, one
  * rounding into the path's format).  Shapes: any, flat n; y may alias a
- * (in-place update of the residual stream).  The backward of an add is the
+ * (in-place update of the residual stream).  Elementwise: R runs' tensors
+ * back to back (n = R x n_run) get a single call's bits.  The backward of an add is the
  * identity on both inputs and needs no kernel. */
 #ifndef ULPSCOPE_KERNELS_RESIDUAL_H
 #define ULPSCOPE_KERNELS_RESIDUAL_H

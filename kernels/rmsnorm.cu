@@ -5,6 +5,9 @@
 // per row), 32 (warp tree, eight rows per block) or 1 (sequential, one
 // thread per row).  Rows are read with 16-byte vectors when C allows it
 // (kreduce.cuh); the partition, and so the rounding order, is fixed.
+// Replicas: R blocks of rows_per_replica rows, each with its own gain (R, C);
+// row i uses replica i / rows_per_replica's gain, and dgain (R, C) reduces
+// each replica's rows alone.  A single call is one replica of N rows.
 #include <cuda_runtime.h>
 
 #include "kernels/common/klaunch.cuh"
@@ -45,11 +48,13 @@ template <typename T> __device__ __forceinline__ float in_storage(float v, int b
 
 template <typename T, int RT, int V, int PLACE>
 __global__ void rmsnorm_forward_kernel(T *__restrict__ y, float *__restrict__ rstd, const T *__restrict__ x,
-                                       const T *__restrict__ gain, int64_t N, int64_t C, float eps, int bug)
+                                       const T *__restrict__ gain, int64_t N, int64_t C, int64_t rows_per_replica,
+                                       float eps, int bug)
 {
     __shared__ float scratch[32];
     krow_group<RT> g;
     if (RT != kBlock && g.row >= N) return; // whole warps / threads only: no block barrier follows
+    if (gain) gain += g.row / rows_per_replica * C;
     const T *xr = x + g.row * C;
     float acc = 0.0f;
     for (int64_t base = (int64_t)g.t * V; base < C; base += (int64_t)RT * V) {
@@ -91,11 +96,12 @@ __global__ void rmsnorm_forward_kernel(T *__restrict__ y, float *__restrict__ rs
 template <typename T, int RT, int V>
 __global__ void rmsnorm_backward_kernel(T *__restrict__ dx, const T *__restrict__ dy, const T *__restrict__ x,
                                         const T *__restrict__ gain, const float *__restrict__ rstd, int64_t N,
-                                        int64_t C, int bug)
+                                        int64_t C, int64_t rows_per_replica, int bug)
 {
     __shared__ float scratch[32];
     krow_group<RT> g;
     if (RT != kBlock && g.row >= N) return;
+    if (gain) gain += g.row / rows_per_replica * C;
     const T *xr = x + g.row * C, *dyr = dy + g.row * C;
     float acc = 0.0f;
     for (int64_t base = (int64_t)g.t * V; base < C; base += (int64_t)RT * V) {
@@ -130,7 +136,8 @@ __global__ void rmsnorm_backward_kernel(T *__restrict__ dx, const T *__restrict_
 
 // dgain[c] = sum over rows of dy * (x * rstd): 32 columns per block, 16 row
 // lanes each summing every 16th row in order, then lane 0 adds the 16
-// partials in order.  No atomics: the order is fixed.
+// partials in order.  No atomics: the order is fixed.  N rows of one replica
+// (blockIdx.y): its own rows, rstd and dgain.
 constexpr int kColRows = 16;
 
 template <typename T>
@@ -138,6 +145,13 @@ __global__ void rmsnorm_dgain_kernel(T *__restrict__ dgain, const T *__restrict_
                                      const float *__restrict__ rstd, int64_t N, int64_t C, int bug)
 {
     __shared__ float part[kColRows][33];
+    {
+        const int64_t r = blockIdx.y;
+        dgain += r * C;
+        dy += r * N * C;
+        x += r * N * C;
+        rstd += r * N;
+    }
     int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
     float acc = 0.0f;
     if (c < C) {
@@ -170,45 +184,67 @@ int check_2d(const char *what, const ktensor *t, const ktensor *like, int64_t *N
     return 0;
 }
 
-int check_vec(const char *what, const ktensor *v, const ktensor *x, int64_t C)
+// A per-replica vector (or none): R x C elements.
+int check_vec(const char *what, const ktensor *v, const ktensor *x, int64_t C, int64_t R)
 {
     if (!v) return 0;
-    if (v->format != x->format || ktensor_numel(v) != C)
-        return kernels_fail("rmsnorm %s: gain must be %lld elements of %s (got %lld of %s)", what, (long long)C,
-                            prec_format_name(x->format), (long long)ktensor_numel(v), prec_format_name(v->format));
+    if (v->format != x->format || ktensor_numel(v) != R * C)
+        return kernels_fail("rmsnorm %s: gain must be %lld x %lld elements of %s (got %lld of %s)", what, (long long)R,
+                            (long long)C, prec_format_name(x->format), (long long)ktensor_numel(v),
+                            prec_format_name(v->format));
     return 0;
 }
 
-template <typename T, int RT, int V, int PLACE>
-void launch_forward(T *y, float *rstd, const T *x, const T *gain, int64_t N, int64_t C, float eps, int bug)
+// The rows of x are R replicas' N each.
+int check_replicas(const char *what, int64_t rows, int64_t R)
 {
-    if (RT == kBlock) rmsnorm_forward_kernel<T, RT, V, PLACE><<<(unsigned)N, kBlock>>>(y, rstd, x, gain, N, C, eps, bug);
+    if (R < 1 || R > 65535 || rows % R != 0)
+        return kernels_fail("rmsnorm %s: %lld rows are not %lld replicas' (R in [1, 65535])", what, (long long)rows,
+                            (long long)R);
+    return 0;
+}
+
+// N: all rows (R replicas' rpr each).
+template <typename T, int RT, int V, int PLACE>
+void launch_forward(T *y, float *rstd, const T *x, const T *gain, int64_t N, int64_t C, int64_t rpr, float eps,
+                    int bug)
+{
+    cudaStream_t st = kstream();
+    if (RT == kBlock)
+        rmsnorm_forward_kernel<T, RT, V, PLACE><<<(unsigned)N, kBlock, 0, st>>>(y, rstd, x, gain, N, C, rpr, eps, bug);
     else if (RT == 32)
-        rmsnorm_forward_kernel<T, RT, V, PLACE><<<(unsigned)((N + 7) / 8), kBlock>>>(y, rstd, x, gain, N, C, eps, bug);
-    else rmsnorm_forward_kernel<T, RT, V, PLACE><<<(unsigned)((N + 127) / 128), 128>>>(y, rstd, x, gain, N, C, eps, bug);
+        rmsnorm_forward_kernel<T, RT, V, PLACE><<<(unsigned)((N + 7) / 8), kBlock, 0, st>>>(y, rstd, x, gain, N, C,
+                                                                                            rpr, eps, bug);
+    else
+        rmsnorm_forward_kernel<T, RT, V, PLACE><<<(unsigned)((N + 127) / 128), 128, 0, st>>>(y, rstd, x, gain, N, C,
+                                                                                             rpr, eps, bug);
 }
 
 template <typename T, int V>
-void forward_variant(int variant, T *y, float *rstd, const T *x, const T *gain, int64_t N, int64_t C, float eps, int bug)
+void forward_variant(int variant, T *y, float *rstd, const T *x, const T *gain, int64_t N, int64_t C, int64_t rpr,
+                     float eps, int bug)
 {
     switch (variant) {
-    case KRMSNORM_BLOCK_TREE: launch_forward<T, kBlock, V, GEMMA>(y, rstd, x, gain, N, C, eps, bug); break;
-    case KRMSNORM_WARP_TREE: launch_forward<T, 32, V, GEMMA>(y, rstd, x, gain, N, C, eps, bug); break;
-    case KRMSNORM_SEQUENTIAL: launch_forward<T, 1, V, GEMMA>(y, rstd, x, gain, N, C, eps, bug); break;
-    case KRMSNORM_LLAMA: launch_forward<T, kBlock, V, LLAMA>(y, rstd, x, gain, N, C, eps, bug); break;
-    case KRMSNORM_NONE: launch_forward<T, kBlock, V, NO_UPCAST>(y, rstd, x, gain, N, C, eps, bug); break;
+    case KRMSNORM_BLOCK_TREE: launch_forward<T, kBlock, V, GEMMA>(y, rstd, x, gain, N, C, rpr, eps, bug); break;
+    case KRMSNORM_WARP_TREE: launch_forward<T, 32, V, GEMMA>(y, rstd, x, gain, N, C, rpr, eps, bug); break;
+    case KRMSNORM_SEQUENTIAL: launch_forward<T, 1, V, GEMMA>(y, rstd, x, gain, N, C, rpr, eps, bug); break;
+    case KRMSNORM_LLAMA: launch_forward<T, kBlock, V, LLAMA>(y, rstd, x, gain, N, C, rpr, eps, bug); break;
+    case KRMSNORM_NONE: launch_forward<T, kBlock, V, NO_UPCAST>(y, rstd, x, gain, N, C, rpr, eps, bug); break;
     }
 }
 
 template <typename T, int V>
 void backward_variant(int variant, T *dx, const T *dy, const T *x, const T *gain, const float *rstd, int64_t N,
-                      int64_t C, int bug)
+                      int64_t C, int64_t rpr, int bug)
 {
+    cudaStream_t st = kstream();
     if (variant == KRMSNORM_WARP_TREE)
-        rmsnorm_backward_kernel<T, 32, V><<<(unsigned)((N + 7) / 8), kBlock>>>(dx, dy, x, gain, rstd, N, C, bug);
+        rmsnorm_backward_kernel<T, 32, V><<<(unsigned)((N + 7) / 8), kBlock, 0, st>>>(dx, dy, x, gain, rstd, N, C, rpr,
+                                                                                      bug);
     else if (variant == KRMSNORM_SEQUENTIAL)
-        rmsnorm_backward_kernel<T, 1, V><<<(unsigned)((N + 127) / 128), 128>>>(dx, dy, x, gain, rstd, N, C, bug);
-    else rmsnorm_backward_kernel<T, kBlock, V><<<(unsigned)N, kBlock>>>(dx, dy, x, gain, rstd, N, C, bug);
+        rmsnorm_backward_kernel<T, 1, V><<<(unsigned)((N + 127) / 128), 128, 0, st>>>(dx, dy, x, gain, rstd, N, C,
+                                                                                      rpr, bug);
+    else rmsnorm_backward_kernel<T, kBlock, V><<<(unsigned)N, kBlock, 0, st>>>(dx, dy, x, gain, rstd, N, C, rpr, bug);
 }
 
 int rows_per_thread_group(int variant) { return variant == KRMSNORM_WARP_TREE ? 32 : variant == KRMSNORM_SEQUENTIAL ? 1 : kBlock; }
@@ -226,22 +262,25 @@ extern "C" int64_t krmsnorm_col_depth(int64_t N)
     return (per_lane - 1) + (kColRows - 1); // each lane's rows in order, then the 16 partials in order
 }
 
-extern "C" int krmsnorm_forward(ktensor *y, float *rstd, const ktensor *x, const ktensor *gain, float eps, int variant)
+extern "C" int krmsnorm_forward_replicas(int64_t replicas, ktensor *y, float *rstd, const ktensor *x,
+                                         const ktensor *gain, float eps, int variant)
 {
     int64_t N = 0, C = 0, N2 = 0, C2 = 0;
     if (check_2d("forward x", x, NULL, &N, &C) || check_2d("forward y", y, x, &N2, &C2) ||
-        check_vec("forward", gain, x, C))
+        check_replicas("forward", N, replicas) || check_vec("forward", gain, x, C, replicas))
         return -1;
     if (!rstd) return kernels_fail("rmsnorm forward: rstd buffer is missing");
     if (variant < 0 || variant >= KRMSNORM_NVARIANTS) return kernels_fail("rmsnorm forward: unknown variant %d", variant);
+    const int64_t rpr = N / replicas;
     int bug = kernels_planted_bug();
     const void *g = gain ? gain->data : nullptr;
     switch (x->format) {
 #define RMS_FWD(TYPE)                                                                                          \
     if (krow_vec<TYPE>(C) > 1)                                                                                 \
         forward_variant<TYPE, kvec_width<TYPE>()>(variant, (TYPE *)y->data, rstd, (const TYPE *)x->data,      \
-                                                  (const TYPE *)g, N, C, eps, bug);                          \
-    else forward_variant<TYPE, 1>(variant, (TYPE *)y->data, rstd, (const TYPE *)x->data, (const TYPE *)g, N, C, eps, bug);
+                                                  (const TYPE *)g, N, C, rpr, eps, bug);                     \
+    else forward_variant<TYPE, 1>(variant, (TYPE *)y->data, rstd, (const TYPE *)x->data, (const TYPE *)g, N, C, \
+                                  rpr, eps, bug);
     case PREC_FP32: RMS_FWD(float) break;
     case PREC_BF16: RMS_FWD(__nv_bfloat16) break;
     case PREC_FP16: RMS_FWD(__half) break;
@@ -251,29 +290,37 @@ extern "C" int krmsnorm_forward(ktensor *y, float *rstd, const ktensor *x, const
     return krow_launched("rmsnorm", "forward", N, C);
 }
 
-extern "C" int krmsnorm_backward(ktensor *dx, ktensor *dgain, const ktensor *dy, const ktensor *x, const ktensor *gain,
-                                 const float *rstd, int variant)
+extern "C" int krmsnorm_forward(ktensor *y, float *rstd, const ktensor *x, const ktensor *gain, float eps, int variant)
+{
+    return krmsnorm_forward_replicas(1, y, rstd, x, gain, eps, variant);
+}
+
+extern "C" int krmsnorm_backward_replicas(int64_t replicas, ktensor *dx, ktensor *dgain, const ktensor *dy,
+                                          const ktensor *x, const ktensor *gain, const float *rstd, int variant)
 {
     int64_t N = 0, C = 0, N2 = 0, C2 = 0;
     if (check_2d("backward x", x, NULL, &N, &C) || check_2d("backward dy", dy, x, &N2, &C2) ||
-        check_2d("backward dx", dx, x, &N2, &C2) || check_vec("backward", gain, x, C) ||
-        check_vec("backward dgain", dgain, x, C))
+        check_2d("backward dx", dx, x, &N2, &C2) || check_replicas("backward", N, replicas) ||
+        check_vec("backward", gain, x, C, replicas) || check_vec("backward dgain", dgain, x, C, replicas))
         return -1;
     if (!rstd) return kernels_fail("rmsnorm backward: rstd is missing");
     if (variant < 0 || variant >= KRMSNORM_NVARIANTS) return kernels_fail("rmsnorm backward: unknown variant %d", variant);
+    const int64_t rpr = N / replicas;
     int bug = kernels_planted_bug();
     const void *g = gain ? gain->data : nullptr;
-    dim3 col_grid((unsigned)((C + 31) / 32)), col_block(32, kColRows);
+    dim3 col_grid((unsigned)((C + 31) / 32), (unsigned)replicas), col_block(32, kColRows);
     switch (x->format) {
-#define RMS_BWD(TYPE)                                                                                          \
-    if (krow_vec<TYPE>(C) > 1)                                                                                 \
-        backward_variant<TYPE, kvec_width<TYPE>()>(variant, (TYPE *)dx->data, (const TYPE *)dy->data,         \
-                                                   (const TYPE *)x->data, (const TYPE *)g, rstd, N, C, bug); \
-    else backward_variant<TYPE, 1>(variant, (TYPE *)dx->data, (const TYPE *)dy->data, (const TYPE *)x->data,  \
-                                   (const TYPE *)g, rstd, N, C, bug);                                          \
-    if (dgain && gain)                                                                                         \
-        rmsnorm_dgain_kernel<TYPE><<<col_grid, col_block>>>((TYPE *)dgain->data, (const TYPE *)dy->data,       \
-                                                            (const TYPE *)x->data, rstd, N, C, bug);
+#define RMS_BWD(TYPE)                                                                                            \
+    if (krow_vec<TYPE>(C) > 1)                                                                                   \
+        backward_variant<TYPE, kvec_width<TYPE>()>(variant, (TYPE *)dx->data, (const TYPE *)dy->data,           \
+                                                   (const TYPE *)x->data, (const TYPE *)g, rstd, N, C, rpr,     \
+                                                   bug);                                                         \
+    else backward_variant<TYPE, 1>(variant, (TYPE *)dx->data, (const TYPE *)dy->data, (const TYPE *)x->data,    \
+                                   (const TYPE *)g, rstd, N, C, rpr, bug);                                       \
+    if (dgain && gain)                                                                                           \
+        rmsnorm_dgain_kernel<TYPE><<<col_grid, col_block, 0, kstream()>>>((TYPE *)dgain->data,                   \
+                                                                          (const TYPE *)dy->data,                \
+                                                                          (const TYPE *)x->data, rstd, rpr, C, bug);
     case PREC_FP32: RMS_BWD(float) break;
     case PREC_BF16: RMS_BWD(__nv_bfloat16) break;
     case PREC_FP16: RMS_BWD(__half) break;
@@ -281,4 +328,10 @@ extern "C" int krmsnorm_backward(ktensor *dx, ktensor *dgain, const ktensor *dy,
     default: return kernels_fail("rmsnorm backward: no %s path", prec_format_name(x->format));
     }
     return krow_launched("rmsnorm", "backward", N, C);
+}
+
+extern "C" int krmsnorm_backward(ktensor *dx, ktensor *dgain, const ktensor *dy, const ktensor *x, const ktensor *gain,
+                                 const float *rstd, int variant)
+{
+    return krmsnorm_backward_replicas(1, dx, dgain, dy, x, gain, rstd, variant);
 }

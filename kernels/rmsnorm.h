@@ -42,6 +42,17 @@ int krmsnorm_forward(ktensor *y, float *rstd, const ktensor *x, const ktensor *g
 int krmsnorm_backward(ktensor *dx, ktensor *dgain, const ktensor *dy, const ktensor *x, const ktensor *gain,
                       const float *rstd, int variant);
 
+/* R replicas in one launch: x, y, dy, dx hold R x N rows of C (replica r's
+ * rows r N .. r N + N - 1), rstd R x N; gain and dgain R x C, one vector per
+ * replica (or NULL).  Replica r's outputs are bit for bit those of the
+ * single call on its rows and gain (same kernels; dgain reduces each
+ * replica's N rows in the single call's order).  The single calls above are
+ * the case R = 1. */
+int krmsnorm_forward_replicas(int64_t replicas, ktensor *y, float *rstd, const ktensor *x, const ktensor *gain,
+                              float eps, int variant);
+int krmsnorm_backward_replicas(int64_t replicas, ktensor *dx, ktensor *dgain, const ktensor *dy, const ktensor *x,
+                               const ktensor *gain, const float *rstd, int variant);
+
 /* Longest chain of fp32 roundings in a row reduction of C elements of
  * format f (the first fma's rounding included), and in dgain's column
  * reduction over N rows. */

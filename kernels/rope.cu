@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/common/kelem.cuh"
+#include "kernels/common/klaunch.cuh"
 #include "kernels/common/kreduce.cuh"
 #include "kernels/rope.h"
 #include "kernels/registry.h"
@@ -97,11 +98,11 @@ void launch_v(E *y, const E *x, const krope_tables *tab, int64_t N, int64_t H, i
     const int64_t units = N * H * (D / 2) / V;
     const unsigned blocks = (unsigned)((units + 255) / 256);
     if (N * H * D < (1ll << 31) && tab->T < (1ll << 31))
-        rope_kernel<E, uint32_t, VARIANT, BACKWARD, V><<<blocks, 256>>>(y, x, tab->cos_t, tab->sin_t, tab->inv_freq,
+        rope_kernel<E, uint32_t, VARIANT, BACKWARD, V><<<blocks, 256, 0, kstream()>>>(y, x, tab->cos_t, tab->sin_t, tab->inv_freq,
                                                                         (uint32_t)N, (uint32_t)H, (uint32_t)D,
                                                                         (uint32_t)tab->T, bug);
     else
-        rope_kernel<E, int64_t, VARIANT, BACKWARD, V><<<blocks, 256>>>(y, x, tab->cos_t, tab->sin_t, tab->inv_freq,
+        rope_kernel<E, int64_t, VARIANT, BACKWARD, V><<<blocks, 256, 0, kstream()>>>(y, x, tab->cos_t, tab->sin_t, tab->inv_freq,
                                                                        N, H, D, tab->T, bug);
 }
 

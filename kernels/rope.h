@@ -5,7 +5,9 @@
  * x, y: (N, H, D), N = batch * T tokens, token n at position n mod T;
  * theta(p, i) = p * base^(-2i/D), i < D/2:
  *   y_i = x_i cos - x_{i+D/2} sin,  y_{i+D/2} = x_i sin + x_{i+D/2} cos;
- * backward rotates by -theta.  Tensors in the path's format, fp32 math. */
+ * backward rotates by -theta.  Tensors in the path's format, fp32 math.
+ * Replicas: R runs' tokens stacked (N = R x batch x T, whole sequences) keep
+ * every token's position and arithmetic: a single call's bits. */
 #ifndef ULPSCOPE_KERNELS_ROPE_H
 #define ULPSCOPE_KERNELS_ROPE_H
 

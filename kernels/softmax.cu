@@ -91,9 +91,9 @@ int rows_of(const char *what, const ktensor *t, const ktensor *like, int64_t *N,
 
 template <typename T, int V> void forward_t(int variant, T *y, const T *x, int64_t N, int64_t C, int bug)
 {
-    if (variant == KSOFTMAX_EXP2) softmax_forward_kernel<T, V, KEXP_EXP2><<<(unsigned)N, kBlock>>>(y, x, C, bug);
-    else if (variant == KSOFTMAX_FAST_EXP) softmax_forward_kernel<T, V, KEXP_FAST_EXP><<<(unsigned)N, kBlock>>>(y, x, C, bug);
-    else softmax_forward_kernel<T, V, KEXP_EXP><<<(unsigned)N, kBlock>>>(y, x, C, bug);
+    if (variant == KSOFTMAX_EXP2) softmax_forward_kernel<T, V, KEXP_EXP2><<<(unsigned)N, kBlock, 0, kstream()>>>(y, x, C, bug);
+    else if (variant == KSOFTMAX_FAST_EXP) softmax_forward_kernel<T, V, KEXP_FAST_EXP><<<(unsigned)N, kBlock, 0, kstream()>>>(y, x, C, bug);
+    else softmax_forward_kernel<T, V, KEXP_EXP><<<(unsigned)N, kBlock, 0, kstream()>>>(y, x, C, bug);
 }
 
 } // namespace
@@ -131,9 +131,9 @@ extern "C" int ksoftmax_backward(ktensor *dx, const ktensor *y, const ktensor *d
     switch (y->format) {
 #define SM_BWD(TYPE)                                                                                              \
     if (krow_vec<TYPE>(C) > 1)                                                                                    \
-        softmax_backward_kernel<TYPE, kvec_width<TYPE>()><<<(unsigned)N, kBlock>>>(                              \
+        softmax_backward_kernel<TYPE, kvec_width<TYPE>()><<<(unsigned)N, kBlock, 0, kstream()>>>(                 \
             (TYPE *)dx->data, (const TYPE *)y->data, (const TYPE *)dy->data, C, bug);                            \
-    else softmax_backward_kernel<TYPE, 1><<<(unsigned)N, kBlock>>>((TYPE *)dx->data, (const TYPE *)y->data,       \
+    else softmax_backward_kernel<TYPE, 1><<<(unsigned)N, kBlock, 0, kstream()>>>((TYPE *)dx->data, (const TYPE *)y->data, \
                                                                    (const TYPE *)dy->data, C, bug);
     case PREC_FP32: SM_BWD(float) break;
     case PREC_BF16: SM_BWD(__nv_bfloat16) break;

@@ -3,7 +3,9 @@
  * y[r][c] = exp(x[r][c] - m_r) / sum_j exp(x[r][j] - m_r), m_r = max_j x[r][j];
  * backward from the stored y and dy: dx = y (dy - sum_j y_j dy_j).
  * x, y, dy, dx (N, C) in the path's format; fp32 arithmetic; one block of
- * 256 threads per row, block-tree sums (kreduce.cuh). */
+ * 256 threads per row, block-tree sums (kreduce.cuh).  Replicas: R runs'
+ * rows are more rows (N = R x rows); a row's arithmetic never depends on N,
+ * so each replica gets a single call's bits. */
 #ifndef ULPSCOPE_KERNELS_SOFTMAX_H
 #define ULPSCOPE_KERNELS_SOFTMAX_H
 

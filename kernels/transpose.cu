@@ -7,12 +7,14 @@
 // padded shared tile.  direct: one thread per element.  Every variant moves
 // the same values (ADD: one fp32 add and one rounding per element).  Planted bugs: drop-term leaves y's last element
 // alone (unwritten for copy, x not added for add); truncate-output rounds
-// the stores toward zero.
+// the stores toward zero.  Replicas: R pairs (x_r, y_r) at r M N in both
+// tensors, the replica as blockIdx.z: each element moves as in a single call.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "kernels/common/kelem.cuh"
+#include "kernels/common/klaunch.cuh"
 #include "kernels/common/kreduce.cuh"
 #include "kernels/transpose.h"
 #include "kernels/registry.h"
@@ -48,6 +50,8 @@ template <typename T, bool ADD>
 __global__ void transpose_tile_kernel(T *__restrict__ y, const T *__restrict__ x, int64_t M, int64_t N, int bug)
 {
     __shared__ float tile[kTile][kTile + 1];
+    x += blockIdx.z * M * N;
+    y += blockIdx.z * M * N;
     int64_t c0 = (int64_t)blockIdx.x * kTile, r0 = (int64_t)blockIdx.y * kTile;
     for (int k = threadIdx.y; k < kTile; k += kRows) {
         int64_t r = r0 + k, c = c0 + threadIdx.x;
@@ -68,6 +72,8 @@ __global__ void transpose_vec_kernel(T *__restrict__ y, const T *__restrict__ x,
     constexpr int V = 16 / (int)sizeof(T), PER_ROW = kVecTile / V, VECS = kVecTile * PER_ROW;
     constexpr int STRIDE = kVecTile + 4 / (int)sizeof(T);
     __shared__ T tile[kVecTile][STRIDE];
+    x += blockIdx.z * M * N;
+    y += blockIdx.z * M * N;
     const int64_t c0 = (int64_t)blockIdx.x * kVecTile, r0 = (int64_t)blockIdx.y * kVecTile;
     // All of a thread's loads are issued before the shared stores.
     alignas(16) T in[VECS / kVecThreads][V];
@@ -106,24 +112,32 @@ __global__ void transpose_vec_kernel(T *__restrict__ y, const T *__restrict__ x,
 template <typename T, bool ADD>
 __global__ void transpose_direct_kernel(T *__restrict__ y, const T *__restrict__ x, int64_t M, int64_t N, int bug)
 {
+    x += blockIdx.z * M * N;
+    y += blockIdx.z * M * N;
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= M * N) return;
     int64_t r = i / N, c = i % N;
     put<T, ADD>(y, c * M + r, kto_float(x[i]), r == M - 1 && c == N - 1, bug);
 }
 
-template <typename T, bool ADD> int launch(int variant, ktensor *y, const ktensor *x, int64_t M, int64_t N, int bug)
+// R replicas of x (M, N) -> y (N, M), each M N apart (16-byte aligned with x
+// and y when M and N are multiples of the vector).
+template <typename T, bool ADD>
+int launch(int variant, ktensor *y, const ktensor *x, int64_t M, int64_t N, int64_t R, int bug)
 {
+    cudaStream_t st = kstream();
     if (variant == KTRANSPOSE_DIRECT) {
         int64_t n = M * N;
-        transpose_direct_kernel<T, ADD><<<(unsigned)((n + 255) / 256), 256>>>((T *)y->data, (const T *)x->data, M, N, bug);
+        dim3 grid((unsigned)((n + 255) / 256), 1, (unsigned)R);
+        transpose_direct_kernel<T, ADD><<<grid, 256, 0, st>>>((T *)y->data, (const T *)x->data, M, N, bug);
     } else if (M % kvec_width<T>() == 0 && N % kvec_width<T>() == 0 &&
                (((uintptr_t)x->data | (uintptr_t)y->data) & 15) == 0) {
-        dim3 grid((unsigned)((N + kVecTile - 1) / kVecTile), (unsigned)((M + kVecTile - 1) / kVecTile));
-        transpose_vec_kernel<T, ADD><<<grid, kVecThreads>>>((T *)y->data, (const T *)x->data, M, N, bug);
+        dim3 grid((unsigned)((N + kVecTile - 1) / kVecTile), (unsigned)((M + kVecTile - 1) / kVecTile), (unsigned)R);
+        transpose_vec_kernel<T, ADD><<<grid, kVecThreads, 0, st>>>((T *)y->data, (const T *)x->data, M, N, bug);
     } else {
-        dim3 grid((unsigned)((N + kTile - 1) / kTile), (unsigned)((M + kTile - 1) / kTile)), block(kTile, kRows);
-        transpose_tile_kernel<T, ADD><<<grid, block>>>((T *)y->data, (const T *)x->data, M, N, bug);
+        dim3 grid((unsigned)((N + kTile - 1) / kTile), (unsigned)((M + kTile - 1) / kTile), (unsigned)R),
+            block(kTile, kRows);
+        transpose_tile_kernel<T, ADD><<<grid, block, 0, st>>>((T *)y->data, (const T *)x->data, M, N, bug);
     }
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess)
@@ -132,27 +146,41 @@ template <typename T, bool ADD> int launch(int variant, ktensor *y, const ktenso
     return 0;
 }
 
-template <bool ADD> int transpose(ktensor *y, const ktensor *x, int variant)
+// x (R M, N) or (R, M, N); y (R N, M) or (R, N, M).
+template <bool ADD> int transpose(int64_t R, ktensor *y, const ktensor *x, int variant)
 {
     const char *what = ADD ? "transpose add" : "transpose copy";
-    if (!x || !y || !x->data || !y->data || x->ndim != 2 || y->ndim != 2)
-        return kernels_fail("%s: x and y must be 2-d tensors", what);
-    int64_t M = x->shape[0], N = x->shape[1];
-    if (y->shape[0] != N || y->shape[1] != M || y->format != x->format)
-        return kernels_fail("%s: y must be (%lld, %lld) %s, got (%lld, %lld) %s", what, (long long)N, (long long)M,
-                            prec_format_name(x->format), (long long)y->shape[0], (long long)y->shape[1],
-                            prec_format_name(y->format));
+    if (!x || !y || !x->data || !y->data || x->ndim < 2 || x->ndim > 3 || y->ndim != x->ndim)
+        return kernels_fail("%s: x and y must be 2-d tensors (3-d with a replica dimension)", what);
+    if (R < 1 || R > 65535) return kernels_fail("%s: %lld replicas (1 to 65535)", what, (long long)R);
+    const int64_t N = x->shape[x->ndim - 1], rows = ktensor_numel(x) / N, M = rows / R;
+    if (rows % R != 0 || (x->ndim == 3 && x->shape[0] != R))
+        return kernels_fail("%s: x has %lld rows, not %lld replicas' equal parts", what, (long long)rows,
+                            (long long)R);
+    if (y->shape[y->ndim - 1] != M || ktensor_numel(y) != R * M * N || y->format != x->format ||
+        (y->ndim == 3 && y->shape[0] != R))
+        return kernels_fail("%s: y must be (%lld, %lld) %s per replica, got %lld elements of %s in rows of %lld",
+                            what, (long long)N, (long long)M, prec_format_name(x->format), (long long)ktensor_numel(y),
+                            prec_format_name(y->format), (long long)y->shape[y->ndim - 1]);
     if (variant < 0 || variant >= KTRANSPOSE_NVARIANTS) return kernels_fail("%s: unknown variant %d", what, variant);
     const int bug = kernels_planted_bug();
     switch (x->format) {
-    case PREC_FP32: return launch<float, ADD>(variant, y, x, M, N, bug);
-    case PREC_BF16: return launch<__nv_bfloat16, ADD>(variant, y, x, M, N, bug);
-    case PREC_FP16: return launch<__half, ADD>(variant, y, x, M, N, bug);
+    case PREC_FP32: return launch<float, ADD>(variant, y, x, M, N, R, bug);
+    case PREC_BF16: return launch<__nv_bfloat16, ADD>(variant, y, x, M, N, R, bug);
+    case PREC_FP16: return launch<__half, ADD>(variant, y, x, M, N, R, bug);
     default: return kernels_fail("%s: no %s path", what, prec_format_name(x->format));
     }
 }
 
 } // namespace
 
-extern "C" int ktranspose_copy(ktensor *y, const ktensor *x, int variant) { return transpose<false>(y, x, variant); }
-extern "C" int ktranspose_add(ktensor *y, const ktensor *x, int variant) { return transpose<true>(y, x, variant); }
+extern "C" int ktranspose_copy(ktensor *y, const ktensor *x, int variant) { return transpose<false>(1, y, x, variant); }
+extern "C" int ktranspose_add(ktensor *y, const ktensor *x, int variant) { return transpose<true>(1, y, x, variant); }
+extern "C" int ktranspose_copy_replicas(int64_t replicas, ktensor *y, const ktensor *x, int variant)
+{
+    return transpose<false>(replicas, y, x, variant);
+}
+extern "C" int ktranspose_add_replicas(int64_t replicas, ktensor *y, const ktensor *x, int variant)
+{
+    return transpose<true>(replicas, y, x, variant);
+}

@@ -20,6 +20,12 @@ typedef enum { KTRANSPOSE_SMEM_TILE = 0, KTRANSPOSE_DIRECT, KTRANSPOSE_NVARIANTS
 int ktranspose_copy(ktensor *y, const ktensor *x, int variant);
 int ktranspose_add(ktensor *y, const ktensor *x, int variant);
 
+/* R replicas in one launch: x (R M, N) or (R, M, N), y (R N, M) or
+ * (R, N, M); replica r's (M, N) -> (N, M) exactly as a single call.  The
+ * single calls above are the case R = 1. */
+int ktranspose_copy_replicas(int64_t replicas, ktensor *y, const ktensor *x, int variant);
+int ktranspose_add_replicas(int64_t replicas, ktensor *y, const ktensor *x, int variant);
+
 #ifdef __cplusplus
 }
 #endif

@@ -198,7 +198,7 @@ double prec_round2(double hi, double lo, prec_format f, prec_rounding r, uint64_
 {
     if ((unsigned)f >= PREC_NFORMATS) return NAN;
     const prec_format_info *fi = &format_table[f];
-    if (isnan(hi)) return NAN;
+    if (isnan(hi) || isnan(lo)) return NAN; /* a NaN low part must not pass for a direction */
     if (isinf(hi)) return round_infinity(fi, signbit(hi), r);
     if (hi == 0.0) {
         if (lo == 0.0) return hi;
@@ -296,9 +296,28 @@ double prec_decode(uint64_t bits, prec_format f)
     return negative ? -mag : mag;
 }
 
-/* Knuth's TwoSum: s + t == a + b exactly, s = RN(a + b) (barring overflow;
- * no spurious overflow when a + b itself does not overflow, Boldo, Graillat
- * and Muller, "On the robustness of the 2Sum and Fast2Sum algorithms", 2017). */
+/* Fast2Sum (Dekker), operands ordered by magnitude: s = RN(a + b) and
+ * s + t == a + b exactly, subnormals included.  With |a| >= |b|, z = s - a
+ * and t = b - z are exact and no larger than |a| and ulp(s)/2, so nothing
+ * overflows unless s does.  Knuth's branch-free TwoSum cannot promise that:
+ * with |a| < |b| near DBL_MAX, RN(s - a) can round past DBL_MAX although s
+ * does not, and the error term comes out NaN. */
+static void fast_two_sum(double a, double b, double *s, double *t)
+{
+    if (fabs(a) < fabs(b)) {
+        double swap = a;
+        a = b;
+        b = swap;
+    }
+    double sum = a + b;
+    double z = sum - a;
+    *t = b - z;
+    *s = sum;
+}
+
+/* Knuth's TwoSum: s = RN(a + b), s + t == a + b exactly, no ordering of
+ * the operands needed; for operands far from overflow only (ErrFma's
+ * scaled significands), see fast_two_sum. */
 static void two_sum(double a, double b, double *s, double *t)
 {
     double sum = a + b;
@@ -325,7 +344,7 @@ double prec_add(double a, double b, prec_format f, prec_rounding r, uint64_t ran
         return round_infinity(fi, signbit(isinf(a) ? a : b), r);
     }
     double s, t;
-    two_sum(a, b, &s, &t);
+    fast_two_sum(a, b, &s, &t);
     if (s == 0.0 && t == 0.0) {
         bool zeros_same_sign = a == 0.0 && b == 0.0 && signbit(a) == signbit(b);
         return exact_zero_sum(zeros_same_sign, signbit(a), r);
@@ -334,7 +353,7 @@ double prec_add(double a, double b, prec_format f, prec_rounding r, uint64_t ran
         /* a + b overflowed double, yet directed modes (and fp64 SR) need the
          * exact value: both addends are >= 2^970 in magnitude, so halving is
          * exact. */
-        two_sum(a * 0.5, b * 0.5, &s, &t);
+        fast_two_sum(a * 0.5, b * 0.5, &s, &t);
         return round_scaled(s, t, 1, fi, r, random_bits);
     }
     return round_scaled(s, t, 0, fi, r, random_bits);
@@ -381,16 +400,21 @@ double prec_fma(double a, double b, double c, prec_format f, prec_rounding r, ui
     if (f == PREC_FP64 && r.mode == PREC_RNE) /* the hardware FMA rounds just so */
         return prec_round2(fma(a, b, c), 0.0, f, r, random_bits);
 
+    /* Everything below works on significands, a*b = ma*mb * 2^scale with
+     * |ma*mb| in [1/4, 1) and the exponent carried apart: whatever the
+     * operands' exponents, nothing overflows and the product's error is a
+     * double (it would not be for a subnormal a*b). */
     int ea, eb, ec;
-    double ma = frexp(a, &ea), mb = frexp(b, &eb);
-    frexp(c, &ec);
-    int scale = ea + eb; /* a*b = ma*mb * 2^scale, |ma*mb| in [1/4, 1) */
-    if (scale < ec - 60) {
-        /* |a*b| < 2^scale <= ulp(c)/2^7: c is RN of the sum and the product
-         * only says which side of c the exact value lies on. */
-        double sticky = a * b;
-        if (sticky == 0.0) sticky = prod_negative ? -0x1p-1074 : 0x1p-1074;
-        return round_scaled(c, sticky, 0, fi, r, random_bits);
+    double ma = frexp(a, &ea), mb = frexp(b, &eb), mc = frexp(c, &ec);
+    int scale = ea + eb;
+    if (ec - scale > 60) {
+        /* |a*b| < 2^scale <= 2^(ec-61) < ulp(c)/2^7: c is RN of the sum and
+         * the product, as a low part beside mc in [1/2, 1), only says which
+         * side of c the exact value lies on (and moves SR's probability).
+         * Should it underflow, any tiny value of its sign decides alike. */
+        double tail = ldexp(ma * mb, scale - ec);
+        if (tail == 0.0) tail = copysign(0x1p-1074, ma * mb);
+        return round_scaled(mc, tail, ec, fi, r, random_bits);
     }
     double cs = ldexp(c, -scale); /* |cs| < 2^61 */
     if (ldexp(cs, scale) != c) {
@@ -401,7 +425,9 @@ double prec_fma(double a, double b, double c, prec_format f, prec_rounding r, ui
     /* ErrFma (Boldo and Muller, "Exact and approximated error of the FMA",
      * IEEE TC 2011): ma*mb + cs = r1 + r2 + r3 exactly, r1 = RN(ma*mb + cs),
      * r2 = RN(r2 + r3).  We use TwoSum in the last step where the paper may
-     * use Fast2Sum; TwoSum needs no ordering of its operands. */
+     * use Fast2Sum; TwoSum needs no ordering of its operands, and nothing
+     * here comes near overflow.  Dropping r3 could only misjudge an fp64
+     * tie, and fp64 RNE, the one mode that cares, took the hardware FMA. */
     double r1 = fma(ma, mb, cs);
     double u1 = ma * mb;
     double u2 = fma(ma, mb, -u1);

@@ -87,8 +87,8 @@ const char *prec_round_mode_names(void);
 
 /* Round the exact value hi + lo into format f.  See the file comment for the
  * contract on (hi, lo).  random_bits drives PREC_SR (uniform 64 bits; other
- * modes ignore it).  NaN in gives the format's NaN; infinities give inf, or
- * NaN (IEEE) / max finite (saturate) for e4m3. */
+ * modes ignore it).  A NaN in hi or lo gives the format's NaN; infinities
+ * give inf, or NaN (IEEE) / max finite (saturate) for e4m3. */
 double prec_round2(double hi, double lo, prec_format f, prec_rounding r, uint64_t random_bits);
 
 /* Round a double into format f. */

@@ -86,6 +86,9 @@ static void test_resume_bit_identical(void **state)
     check_resume(TMODEL_GPT2, "bf16", "weights=bf16:sr,optimizer.adamw=bf16");
     check_resume(TMODEL_GPT2, "bf16", "weights=bf16:mantissa_buffer,optimizer.adamw=bf16");
     check_resume(TMODEL_MODERN, "bf16", NULL); /* Muon momentum, transposed lm_head re-synced */
+    /* per-layer choices travel in the checkpoint's plan */
+    check_resume(TMODEL_GPT2, "bf16", "mlp.up@1=fp8,attn.*@0=fp32,residual@1=fp32");
+    check_resume(TMODEL_MODERN, "bf16", "*@0=fp32,mlp.down.wgrad@1=fp16");
 }
 
 /* Rewrites the checksum after editing: the FNV-1a of everything before the
@@ -147,6 +150,13 @@ static void test_resume_twin_and_corruption(void **state)
     assert_int_equal(ttrain_run(&other, &bad), 2);
     assert_non_null(strstr(bad.error, "another model or plan"));
     ttrain_result_free(&bad);
+    /* so is one whose plan differs in one layer only */
+    other = c;
+    other.resume_path = ckpt;
+    tiny_set(&other, "mlp.up@1=fp8");
+    assert_int_equal(ttrain_run(&other, &bad), 2);
+    assert_non_null(strstr(bad.error, "another model or plan"));
+    ttrain_result_free(&bad);
     ttrain_result_free(&full);
 }
 
@@ -174,14 +184,44 @@ static void test_atomic_write(void **state)
     closedir(dp);
     assert_int_equal(files, 1);
     tmodel_config mc;
-    char json[8192];
+    char *json = NULL;
     tckpt_state st;
     char err[512];
-    assert_int_equal(tckpt_peek(ckpt, &mc, json, sizeof json, &st, err, sizeof err), 0);
+    assert_int_equal(tckpt_peek(ckpt, &mc, &json, &st, err, sizeof err), 0);
+    assert_non_null(json);
+    free(json);
     assert_int_equal(st.steps_done, 3);
     assert_int_equal(mc.n_embd, 32);
-    assert_int_equal(tckpt_peek("/nonexistent/x.ckpt", &mc, json, sizeof json, &st, err, sizeof err), -1);
+    assert_int_equal(tckpt_peek("/nonexistent/x.ckpt", &mc, &json, &st, err, sizeof err), -1);
+    assert_null(json);
     assert_non_null(strstr(err, "/nonexistent/x.ckpt"));
+}
+
+/* `train --resume` takes the model, plan and seed from the checkpoint: the
+ * options that would set them are refused, not ignored. */
+static void test_resume_cli(void **state)
+{
+    (void)state;
+    if (!getenv("ULPSCOPE_BIN")) {
+        print_message("skipping CLI test: ULPSCOPE_BIN not set (make test sets it)\n");
+        skip();
+    }
+    static char out[65536];
+    char args[512];
+    snprintf(args, sizeof args, "--steps 2 --width 32 --heads 2 --seq 16 --batch 2 --set mlp.up@1=fp32 --ckpt %s --quiet",
+             ckpt);
+    assert_int_equal(test_run_cli("train", args, out, sizeof out), 0);
+    const char *bad[][2] = {{"--seed 5", "drop --seed"}, {"--depth 3", "drop --depth"}, {"--set mlp.up=fp8", "drop --set"},
+                            {"--model modern", "drop --model"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "--steps 3 --seq 16 --batch 2 --resume %s %s --quiet", ckpt, bad[i][0]);
+        int st = test_run_cli("train", args, out, sizeof out);
+        if (st != 2 || !strstr(out, bad[i][1])) fail_msg("'%s': status %d, output: %s", bad[i][0], st, out);
+        assert_null(strchr(strchr(out, '\n') + 1, '\n'));
+    }
+    /* twin: the same resume without them runs (its plan's per-layer choice read back) */
+    snprintf(args, sizeof args, "--steps 3 --seq 16 --batch 2 --resume %s --quiet", ckpt);
+    assert_int_equal(test_run_cli("train", args, out, sizeof out), 0);
 }
 
 int main(void)
@@ -190,6 +230,7 @@ int main(void)
         cmocka_unit_test(test_resume_bit_identical),
         cmocka_unit_test(test_resume_twin_and_corruption),
         cmocka_unit_test(test_atomic_write),
+        cmocka_unit_test(test_resume_cli),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -10,6 +10,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/activations.h"
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/grad_norm.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/polar_express.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
 #include "test_util.h"
 #include "trainer/plan.h"
 
@@ -62,7 +72,7 @@ static void test_override_errors(void **state)
     expect_error(&p, "lm_hed=fp8", "lm_hed", "lm_head");                       /* unknown slot: lists slots */
     expect_error(&p, "lm_head=fp7", "fp7", "fp32, bf16, fp16, fp8");             /* unknown path */
     expect_error(&p, "lm_head=fp8:fastest", "fastest", "split_k");               /* unknown variant */
-    expect_error(&p, "lm_head", "lm_head", "SLOT=PATH");                        /* malformed */
+    expect_error(&p, "lm_head", "lm_head", "SLOT[@LAYERS]=PATH");              /* malformed */
     expect_error(&p, "rope=bf16", "rope", "norm.attn");                         /* not a gpt2 slot */
     expect_error(&p, "norm.mlp=bf16:nope", "nope", "two_pass");                 /* the registry's variants */
     expect_error(&p, "weights=fp32:sr", "sr", "bf16");                          /* trainer rule */
@@ -191,6 +201,340 @@ static void test_explain(void **state)
     free(text);
 }
 
+/* ---- per-layer choices ---------------------------------------------------------------- */
+
+static const tslot_choice *at(const tplan *p, tslot s, int layer) { return tplan_choice_at(p, s, layer); }
+
+static void test_layer_overrides(void **state)
+{
+    (void)state;
+    char err[2048];
+    tplan p;
+    assert_int_equal(tplan_init(&p, "bf16", TMODEL_GPT2, err, sizeof err), 0);
+    /* one layer of one slot; the slot's row and the other layers keep bf16 */
+    assert_int_equal(tplan_set(&p, "mlp.up@0=fp32", err, sizeof err), 0);
+    assert_int_equal(at(&p, TSLOT_MLP_UP, 0)->path, KPATH_FP32);
+    assert_int_equal(at(&p, TSLOT_MLP_UP, 1)->path, KPATH_BF16);
+    assert_int_equal(p.slot[TSLOT_MLP_UP].path, KPATH_BF16);
+    assert_int_equal(at(&p, TSLOT_MLP_UP_DGRAD, 0)->path, KPATH_BF16); /* GEMM roles are slots of their own */
+    /* a range, then a later override of one layer inside it wins */
+    assert_int_equal(tplan_set(&p, "attn.out@1-3=fp32,attn.out@2=fp16", err, sizeof err), 0);
+    assert_int_equal(at(&p, TSLOT_ATTN_OUT, 1)->path, KPATH_FP32);
+    assert_int_equal(at(&p, TSLOT_ATTN_OUT, 2)->path, KPATH_FP16);
+    assert_int_equal(at(&p, TSLOT_ATTN_OUT, 3)->path, KPATH_FP32);
+    assert_int_equal(at(&p, TSLOT_ATTN_OUT, 0)->path, KPATH_BF16);
+    /* a glob with a selector: per-layer slots it names, sibling ops too; globals untouched */
+    assert_int_equal(tplan_set(&p, "attn.*@4=fp8:fast", err, sizeof err), 0);
+    assert_int_equal(at(&p, TSLOT_ATTN_QKV, 4)->op, TOP_MATMUL_FAST);
+    assert_int_equal(at(&p, TSLOT_ATTN_OUT_WGRAD, 4)->path, KPATH_FP8);
+    assert_int_equal(at(&p, TSLOT_ATTN_QKV, 3)->op, TOP_MATMUL);
+    /* '*' and an op name with a selector skip the global slots they match */
+    assert_int_equal(tplan_set(&p, "*@5=fp32,layernorm@6=fp16", err, sizeof err), 0);
+    for (int s = 0; s < TSLOT_COUNT; s++) {
+        if (!p.used[s]) continue;
+        kpath want = tslot_get((tslot)s)->per_layer ? KPATH_FP32 : p.slot[s].path;
+        assert_int_equal(at(&p, (tslot)s, 5)->path, want);
+    }
+    assert_int_equal(at(&p, TSLOT_NORM_ATTN, 6)->path, KPATH_FP16);
+    assert_int_equal(at(&p, TSLOT_NORM_MLP, 6)->path, KPATH_FP16);
+    assert_int_equal(p.slot[TSLOT_NORM_FINAL].path, KPATH_BF16);
+    assert_int_equal(p.slot[TSLOT_LM_HEAD].path, KPATH_BF16);
+    /* an override without a selector sets every layer: the slot's layer choices go */
+    assert_int_equal(tplan_set(&p, "mlp.up=fp16", err, sizeof err), 0);
+    assert_int_equal(at(&p, TSLOT_MLP_UP, 0)->path, KPATH_FP16);
+    assert_int_equal(at(&p, TSLOT_MLP_UP, 5)->path, KPATH_FP16);
+    /* depth: every named layer must exist */
+    assert_int_equal(tplan_check_layers(&p, 7, err, sizeof err), 0);
+    assert_int_equal(tplan_check_layers(&p, 6, err, sizeof err), -1);
+    assert_non_null(strstr(err, "@6"));
+    assert_non_null(strstr(err, "0..5"));
+    /* a choice equal to the slot's still names its layer */
+    tplan q;
+    assert_int_equal(tplan_init(&q, "bf16", TMODEL_GPT2, err, sizeof err), 0);
+    assert_int_equal(tplan_set(&q, "mlp.up@9=bf16", err, sizeof err), 0);
+    assert_int_equal(tplan_check_layers(&q, 9, err, sizeof err), -1);
+    assert_non_null(strstr(err, "mlp.up@9"));
+    /* equality is by choice: that plan equals the preset, a real difference does not */
+    tplan r;
+    assert_int_equal(tplan_init(&r, "bf16", TMODEL_GPT2, err, sizeof err), 0);
+    assert_true(tplan_equal(&q, &r) && tplan_equal(&r, &q));
+    assert_int_equal(tplan_set(&q, "mlp.up@9=fp32", err, sizeof err), 0);
+    assert_false(tplan_equal(&q, &r));
+    assert_false(tplan_equal(&r, &q));
+}
+
+static void test_layer_errors(void **state)
+{
+    (void)state;
+    char err[1024];
+    tplan p;
+    assert_int_equal(tplan_init(&p, "bf16", TMODEL_MODERN, err, sizeof err), 0);
+    expect_error(&p, "lm_head@0=fp8", "lm_head", "global");               /* a global slot named outright */
+    expect_error(&p, "optimizer.muon@1=fp32", "optimizer.muon", "per-layer slots:");
+    expect_error(&p, "lm_head*@0=fp32", "lm_head*", "needs a per-layer slot"); /* a glob naming globals only */
+    expect_error(&p, "mlp.up@x=bf16", "@x", "SLOT@A-B");
+    expect_error(&p, "mlp.up@=bf16", "@", "SLOT@L");
+    expect_error(&p, "mlp.up@2-1=bf16", "@2-1", "SLOT@A-B");
+    expect_error(&p, "mlp.up@-1=bf16", "@-1", "SLOT@L");
+    expect_error(&p, "mlp.up@0-=bf16", "@0-", "SLOT@A-B");
+    expect_error(&p, "mlp.up@1024=bf16", "@1024", "0..1023");
+    expect_error(&p, "@0=bf16", "@0", "no slot");
+    expect_error(&p, "mlp.up@0=fp9", "fp9", "fp32, bf16, fp16, fp8");
+    expect_error(&p, "activation@0=fp8", "activation", "GEMM");            /* the trainer's rules per layer too */
+    expect_error(&p, "norm.qk@0=fp8", "norm.qk", "no fp8 path");          /* and the registry's */
+}
+
+static void test_empty_overrides(void **state)
+{
+    (void)state;
+    char err[1024];
+    tplan p;
+    assert_int_equal(tplan_init(&p, "bf16", TMODEL_GPT2, err, sizeof err), 0);
+    expect_error(&p, "", "''", "empty override");
+    expect_error(&p, ",,,", "',,,'", "empty override");
+    expect_error(&p, "mlp.up=bf16,", "'mlp.up=bf16,'", "empty override");
+    expect_error(&p, ",mlp.up=bf16", "',mlp.up=bf16'", "empty override");
+    expect_error(&p, "*=fp32:", "empty variant", "fp32:");
+    expect_error(&p, "mlp.up=", "mlp.up", "missing or malformed path");
+    expect_error(&p, "=fp32", "'=fp32'", "malformed override");
+    /* twin: the same items without the stray comma are accepted */
+    assert_int_equal(tplan_set(&p, "mlp.up=bf16", err, sizeof err), 0);
+}
+
+static void test_layer_json(void **state)
+{
+    (void)state;
+    char err[1024];
+    static char json[TPLAN_JSON_MAX], json2[TPLAN_JSON_MAX];
+    for (int m = 0; m < TMODEL_COUNT; m++) {
+        tplan p, q;
+        assert_int_equal(tplan_init(&p, "bf16", (tmodel_kind)m, err, sizeof err), 0);
+        assert_int_equal(tplan_set(&p, "mlp.up@0-2=fp32,mlp.up@3=fp16,attn.*@5=fp8:fast,*@7=fp32,mlp.up@11=bf16", err,
+                                   sizeof err), 0);
+        tplan_to_json(&p, json, sizeof json);
+        assert_non_null(strstr(json, "\"layers\":{"));
+        assert_non_null(strstr(json, "\"mlp.up@0-2\":\"fp32:fused\"")); /* a run of layers in one key */
+        if (tplan_from_json(&q, json, err, sizeof err)) fail_msg("%s: %s", json, err);
+        assert_true(tplan_equal(&p, &q));
+        tplan_to_json(&q, json2, sizeof json2);
+        assert_string_equal(json, json2);
+        assert_memory_equal(&p, &q, sizeof p); /* the same entries, not only the same choices */
+        /* twin: one layer's choice changed must not compare equal */
+        assert_int_equal(tplan_set(&q, "mlp.up@1=bf16", err, sizeof err), 0);
+        assert_false(tplan_equal(&p, &q));
+        /* keys in any order: "layers" first, preset and model after it */
+        char *slots = strstr(json, "\"slots\""), *layers = strstr(json, ",\"layers\"");
+        assert_non_null(slots);
+        assert_non_null(layers);
+        size_t ls = strlen(layers + 1) - 1; /* "layers":{...} without the closing brace of the plan */
+        snprintf(json2, sizeof json2, "{%.*s,\"preset\":\"bf16\",\"model\":\"%s\",%.*s}", (int)ls, layers + 1,
+                 tmodel_kind_name((tmodel_kind)m), (int)(layers - slots), slots);
+        if (tplan_from_json(&q, json2, err, sizeof err)) fail_msg("%s: %s", json2, err);
+        assert_true(tplan_equal(&p, &q));
+    }
+    /* a plan without "layers" (as written before per-layer slots) still reads */
+    tplan p, q;
+    assert_int_equal(tplan_init(&p, "fp8", TMODEL_GPT2, err, sizeof err), 0);
+    tplan_to_json(&p, json, sizeof json);
+    assert_null(strstr(json, "layers"));
+    assert_int_equal(tplan_from_json(&q, json, err, sizeof err), 0);
+    assert_true(tplan_equal(&p, &q));
+    /* selectors belong in "layers", layer keys need one */
+    char *bad = strstr(json, "\"mlp.up\":");
+    snprintf(json2, sizeof json2, "%.*s\"mlp.up@0\"%s", (int)(bad - json), json, bad + strlen("\"mlp.up\""));
+    assert_int_equal(tplan_from_json(&q, json2, err, sizeof err), -1);
+    assert_non_null(strstr(err, "layers"));
+    tplan_to_json(&p, json, sizeof json);
+    snprintf(json + strlen(json) - 1, 64, ",\"layers\":{\"mlp.up\":\"fp32\"}}");
+    assert_int_equal(tplan_from_json(&q, json, err, sizeof err), -1);
+    assert_non_null(strstr(err, "SLOT@LAYERS"));
+    tplan_to_json(&p, json, sizeof json);
+    snprintf(json + strlen(json) - 1, 64, ",\"layers\":{\"lm_head@0\":\"fp32\"}}");
+    assert_int_equal(tplan_from_json(&q, json, err, sizeof err), -1);
+    assert_non_null(strstr(err, "global"));
+}
+
+static void test_layer_explain(void **state)
+{
+    (void)state;
+    char err[1024];
+    tplan p;
+    assert_int_equal(tplan_init(&p, "bf16", TMODEL_MODERN, err, sizeof err), 0);
+    /* a layer choice equal to its slot's is not a difference: nothing shown */
+    assert_int_equal(tplan_set(&p, "mlp.up@3=bf16", err, sizeof err), 0);
+    char *text = explain_text(&p);
+    assert_null(strstr(text, "per-layer"));
+    free(text);
+    assert_int_equal(tplan_set(&p, "mlp.up@0-1=fp8,mlp.up@5=fp32,norm.qk@2=fp32", err, sizeof err), 0);
+    text = explain_text(&p);
+    const char *sec = strstr(text, "per-layer choices");
+    assert_non_null(sec);
+    const char *row = strstr(sec, "mlp.up@0-1 ");
+    assert_non_null(row);
+    assert_true(strncmp(row, "mlp.up@0-1       matmul           fp8   fused            x e4m3, W e4m3", 71) == 0);
+    assert_non_null(strstr(sec, "mlp.up@5 "));
+    assert_non_null(strstr(sec, "norm.qk@2 "));
+    const char *tensors = strstr(sec, "\ntensor");
+    assert_non_null(tensors);
+    const char *equal_row = strstr(sec, "mlp.up@3");
+    assert_true(!equal_row || equal_row > tensors); /* equal to the slot's row: not listed (the JSON has it) */
+    /* the slot's own row keeps the slot's choice */
+    row = strstr(text, "\nmlp.up ");
+    assert_non_null(row);
+    assert_non_null(strstr(row, "bf16"));
+    free(text);
+}
+
+/* bisect's search space: every (slot, layer) where two plans differ, and
+ * plans mixing them */
+static void test_diff_apply(void **state)
+{
+    (void)state;
+    char err[1024], name[64];
+    tplan a, b, mix;
+    enum { DEPTH = 3 };
+    assert_int_equal(tplan_init(&a, "bf16", TMODEL_GPT2, err, sizeof err), 0);
+    b = a;
+    assert_int_equal(tplan_set(&b, "mlp.up=fp8,lm_head=fp8:fast,attn.qkv.wgrad@1=fp32", err, sizeof err), 0);
+    tplan_unit u[64];
+    int n = tplan_diff(&a, &b, DEPTH, u, 64);
+    assert_int_equal(n, 5);
+    const char *want[] = {"mlp.up@0", "mlp.up@1", "mlp.up@2", "lm_head", "attn.qkv.wgrad@1"};
+    /* slot order: mlp.up (forward) before lm_head before the backward GEMMs */
+    for (int i = 0; i < n; i++) {
+        tplan_unit_string(&u[i], name, sizeof name);
+        assert_string_equal(name, want[i]);
+    }
+    assert_int_equal(tplan_diff(&a, &a, DEPTH, u, 64), 0);
+    assert_int_equal(tplan_diff(&a, &b, DEPTH, u, 2), 5); /* the count, even past max_units */
+    /* all units: the other plan */
+    n = tplan_diff(&a, &b, DEPTH, u, 64);
+    assert_int_equal(tplan_apply_units(&a, &b, u, n, &mix, err, sizeof err), 0);
+    assert_int_equal(tplan_diff(&mix, &b, DEPTH, u + 10, 50), 0);
+    /* one unit: that layer's slot only */
+    tplan_unit one = {TSLOT_MLP_UP, 1};
+    assert_int_equal(tplan_apply_units(&a, &b, &one, 1, &mix, err, sizeof err), 0);
+    assert_int_equal(tplan_choice_at(&mix, TSLOT_MLP_UP, 1)->path, KPATH_FP8);
+    assert_int_equal(tplan_choice_at(&mix, TSLOT_MLP_UP, 0)->path, KPATH_BF16);
+    assert_int_equal(tplan_choice_at(&mix, TSLOT_MLP_UP, 2)->path, KPATH_BF16);
+    n = tplan_diff(&a, &mix, DEPTH, u, 64);
+    assert_int_equal(n, 1);
+    assert_true(u[0].slot == TSLOT_MLP_UP && u[0].layer == 1);
+    /* the mixture round-trips through JSON with its per-layer choice */
+    static char json[TPLAN_JSON_MAX];
+    tplan back;
+    tplan_to_json(&mix, json, sizeof json);
+    assert_int_equal(tplan_from_json(&back, json, err, sizeof err), 0);
+    assert_int_equal(tplan_diff(&mix, &back, DEPTH, u, 64), 0);
+    /* a global unit */
+    tplan_unit lm = {TSLOT_LM_HEAD, -1};
+    assert_int_equal(tplan_apply_units(&a, &b, &lm, 1, &mix, err, sizeof err), 0);
+    assert_int_equal(mix.slot[TSLOT_LM_HEAD].op, TOP_MATMUL_FAST);
+    assert_int_equal(tplan_diff(&a, &mix, DEPTH, u, 64), 1);
+    /* malformed units and mixtures the trainer refuses */
+    tplan_unit wrong[] = {{TSLOT_LM_HEAD, 0}, {TSLOT_MLP_UP, -1}, {TSLOT_ROPE, 0}};
+    for (int i = 0; i < 3; i++) assert_int_equal(tplan_apply_units(&a, &b, &wrong[i], 1, &mix, err, sizeof err), -1);
+    tplan sr = a;
+    assert_int_equal(tplan_set(&sr, "weights=bf16:sr,optimizer.adamw=bf16", err, sizeof err), 0);
+    n = tplan_diff(&a, &sr, DEPTH, u, 64);
+    assert_int_equal(n, 2);
+    tplan_unit weights_only = {TSLOT_WEIGHTS, -1};
+    assert_int_equal(tplan_apply_units(&a, &sr, &weights_only, 1, &mix, err, sizeof err), -1);
+    assert_non_null(strstr(err, "optimizer.adamw"));
+    /* plans of different families have no common units */
+    tplan modern;
+    assert_int_equal(tplan_init(&modern, "bf16", TMODEL_MODERN, err, sizeof err), 0);
+    assert_int_equal(tplan_diff(&a, &modern, DEPTH, u, 64), -1);
+}
+
+/* The backends dispatch on variant enums: the registry must list each
+ * variant at its enum's index.  Twin: a pair that does not match is seen. */
+static int variant_at(top_id op, int index, const char *name)
+{
+    const kop *k = top_lookup(op);
+    return k && index >= 0 && index < k->n_variants && strcmp(k->variants[index].name, name) == 0;
+}
+
+static void test_op_handles(void **state)
+{
+    (void)state;
+    for (int op = TOP_NONE + 1; op < TOP_COUNT; op++) {
+        const kop *k = top_lookup((top_id)op);
+        if (!k) fail_msg("op %s is not registered", top_name((top_id)op));
+        assert_string_equal(k->name, top_name((top_id)op));
+        assert_int_equal(top_is_kernel((top_id)op), op < TOP_WEIGHTS);
+    }
+    assert_null(top_lookup(TOP_NONE));
+    static const struct {
+        top_id op;
+        int index;
+        const char *name;
+    } used[] = {
+        {TOP_LAYERNORM, KLAYERNORM_TWO_PASS, "two_pass"},   {TOP_LAYERNORM, KLAYERNORM_ONE_PASS, "one_pass"},
+        {TOP_LAYERNORM, KLAYERNORM_SEQUENTIAL, "sequential"}, {TOP_RMSNORM, KRMSNORM_BLOCK_TREE, "block_tree"},
+        {TOP_RMSNORM, KRMSNORM_SEQUENTIAL, "sequential"},   {TOP_RMSNORM, KRMSNORM_LLAMA, "llama"},
+        {TOP_RMSNORM, KRMSNORM_NONE, "none"},               {TOP_ATTENTION, KATT_NAIVE, "naive"},
+        {TOP_ATTENTION, KATT_FLASH, "flash"},               {TOP_ROPE, KROPE_FP32_ANGLE, "fp32_angle"},
+        {TOP_CROSS_ENTROPY, KCE_TWO_PASS, "two_pass"},      {TOP_CROSS_ENTROPY, KCE_FP32_LOGITS, "fp32_logits"},
+        {TOP_ADAMW, KADAMW_TORCH, "torch"},                 {TOP_MATMUL, KMATMUL_SPLIT_K, "split_k"},
+        {TOP_MATMUL_FAST, KMATMUL_SPLIT_K, "split_k"},      {TOP_RELU2, KRELU2_STORE_GRAD, "store_grad"},
+        {TOP_GELU_TANH, KGELU_TANH_TANHF, "tanhf"},         {TOP_GRAD_NORM, KGRADNORM_BLOCK_TREE, "block_tree"},
+        {TOP_GRAD_NORM, KGRADNORM_SEQUENTIAL, "sequential"}, {TOP_POLAR_EXPRESS, KPE_WIDE_SPLIT, "wide_split"},
+        {TOP_POLAR_EXPRESS, KPE_TALL_FUSED, "tall_fused"},  {TOP_POLAR_EXPRESS, KPE_TALL_SPLIT, "tall_split"},
+        {TOP_MUON_NEWTON_SCHULZ, KPE_TALL_SPLIT, "tall_split"},
+        {TOP_WEIGHTS, TWEIGHTS_SR, "sr"},                   {TOP_WEIGHTS, TWEIGHTS_MANTISSA_BUFFER, "mantissa_buffer"},
+        {TOP_GRAD_ACCUM, TGRAD_ACCUM_GEMM_FP32, "gemm_fp32"}, {TOP_ALLREDUCE, TALLREDUCE_TREE, "tree"},
+        {TOP_LOSS_SCALE, TLOSS_SCALE_DYNAMIC, "dynamic"},
+    };
+    for (size_t i = 0; i < sizeof used / sizeof used[0]; i++)
+        if (!variant_at(used[i].op, used[i].index, used[i].name))
+            fail_msg("op %s: variant #%d is not %s", top_name(used[i].op), used[i].index, used[i].name);
+    assert_false(variant_at(TOP_ATTENTION, KATT_NAIVE, "flash")); /* twin */
+    assert_false(variant_at(TOP_RMSNORM, KRMSNORM_NONE, "llama"));
+}
+
+/* The slot table's facts agree with each other. */
+static void test_slot_table(void **state)
+{
+    (void)state;
+    int rows[64] = {0}, max_row = 0;
+    for (int s = 0; s < TSLOT_COUNT; s++) {
+        const tslot_info *d = tslot_get((tslot)s);
+        assert_non_null(d->name);
+        assert_non_null(d->summary);
+        assert_true(tslot_op((tslot)s, TMODEL_GPT2) != TOP_NONE || tslot_op((tslot)s, TMODEL_MODERN) != TOP_NONE);
+        if (d->gemm != TGEMM_NONE) {
+            const tslot_info *f = tslot_get(d->forward);
+            assert_int_equal(f->gemm, TGEMM_FORWARD);
+            assert_int_equal(f->per_layer, d->per_layer);
+            char name[64];
+            snprintf(name, sizeof name, "%s%s", f->name,
+                     d->gemm == TGEMM_DGRAD ? ".dgrad" : d->gemm == TGEMM_WGRAD ? ".wgrad" : "");
+            assert_string_equal(d->name, name);
+            assert_int_equal(tslot_is_gradient_gemm((tslot)s), d->gemm != TGEMM_FORWARD);
+        }
+        /* the slots that hold state are global */
+        if (d->fixed != TFIXED_NO) assert_false(d->per_layer);
+        for (int k = 0; k < TSLOT_TENSORS_MAX && d->tensors[k].row; k++) {
+            int r = d->tensors[k].row;
+            assert_true(r > 0 && r < 64);
+            rows[r]++;
+            if (r > max_row) max_row = r;
+        }
+    }
+    for (int r = 1; r <= max_row; r++)
+        if (rows[r] != 1) fail_msg("explain's tensor row %d appears %d times", r, rows[r]);
+    /* every forward GEMM has its dgrad and wgrad */
+    for (int s = 0; s < TSLOT_COUNT; s++) {
+        if (tslot_get((tslot)s)->gemm != TGEMM_FORWARD) continue;
+        int roles = 0;
+        for (int t = 0; t < TSLOT_COUNT; t++)
+            if (tslot_get((tslot)t)->gemm != TGEMM_NONE && tslot_get((tslot)t)->forward == (tslot)s)
+                roles |= 1 << tslot_get((tslot)t)->gemm;
+        assert_int_equal(roles, (1 << TGEMM_FORWARD) | (1 << TGEMM_DGRAD) | (1 << TGEMM_WGRAD));
+    }
+}
+
 /* `ulpscope plan` itself: output, exit status 2 and one line on bad input. */
 static void test_cli(void **state)
 {
@@ -215,6 +559,36 @@ static void test_cli(void **state)
         test_run_cli("plan", "--model modern --set lm_head=fp8:fast,rmsnorm=bf16:llama", out, sizeof out), 0);
     assert_non_null(strstr(out, "\"lm_head\":\"fp8:matmul_fast.fused\""));
     assert_int_equal(test_run_cli("plan", "--model gpt3", out, sizeof out), 2);
+    /* per-layer choices: shown by --explain, documented in --help */
+    assert_int_equal(test_run_cli("plan", "--depth 4 --set mlp.up@3=fp32 --explain", out, sizeof out), 0);
+    assert_non_null(strstr(out, "\nmlp.up@3 "));
+    assert_int_equal(test_run_cli("plan", "--help", out, sizeof out), 0);
+    assert_non_null(strstr(out, "SLOT[@LAYERS]=PATH[:VARIANT]"));
+    assert_non_null(strstr(out, "mlp.up@0=bf16"));
+    assert_non_null(strstr(out, "'@0-2'"));
+    /* bad input: status 2 and one line naming the problem */
+    const char *bad[][2] = {
+        {"--plan fp8 --plan bf16", "--plan given twice"},
+        {"--set lm_head=fp8 --explain --explain", "--explain given twice"},
+        {"--from-json '{}' --model modern", "--from-json fixes the preset and the model; drop --model"},
+        {"--from-json '{}' --plan fp8", "drop --plan"},
+        {"--set lm_head@0=bf16", "slot lm_head is global"},
+        {"--depth 4 --set mlp.up@4=fp32", "layer 4 is outside the model's layers 0..3"},
+        {"--set mlp.up@2=fp32", "0..1 (depth 2)"},          /* the default depth is train's */
+        {"--depth 0", "--depth needs an integer in 1..1024"},
+        {"--depth 4294967297", "--depth needs an integer in 1..1024"},
+        {"--set ''", "empty override in ''"},
+        {"--set ',,,'", "empty override in ',,,'"},
+        {"--set 'mlp.up=bf16,'", "empty override in 'mlp.up=bf16,'"},
+        {"--set '*=fp32:'", "empty variant after ':'"},
+        {"--set", "--set needs a value"},
+        {"--bogus", "unknown option '--bogus'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int st = test_run_cli("plan", bad[i][0], out, sizeof out);
+        if (st != 2 || !strstr(out, bad[i][1])) fail_msg("'%s': status %d, output: %s", bad[i][0], st, out);
+        assert_null(strchr(strchr(out, '\n') + 1, '\n'));
+    }
 }
 
 int main(void)
@@ -223,6 +597,10 @@ int main(void)
         cmocka_unit_test(test_presets_valid),   cmocka_unit_test(test_override_errors),
         cmocka_unit_test(test_overrides_apply), cmocka_unit_test(test_json_round_trip),
         cmocka_unit_test(test_json_errors),     cmocka_unit_test(test_explain),
+        cmocka_unit_test(test_layer_overrides), cmocka_unit_test(test_layer_errors),
+        cmocka_unit_test(test_empty_overrides), cmocka_unit_test(test_layer_json),
+        cmocka_unit_test(test_layer_explain),   cmocka_unit_test(test_diff_apply),
+        cmocka_unit_test(test_op_handles),      cmocka_unit_test(test_slot_table),
         cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -263,16 +263,30 @@ static void test_switch_at(void **state)
     ttrain_result base, sw;
     run_ok(&c, &base);
     c.switches[0].step = 2;
-    snprintf(c.switches[0].overrides, sizeof c.switches[0].overrides, "mlp.*=fp32,lm_head=fp8");
+    c.switches[0].overrides = "mlp.*=fp32,lm_head=fp8";
     c.n_switches = 1;
     run_ok(&c, &sw);
     assert_true(same_bits(base.loss[0], sw.loss[0]) && same_bits(base.loss[1], sw.loss[1]));
     assert_false(same_bits(base.loss[2], sw.loss[2]));
+    ttrain_result_free(&sw);
+    /* one layer's slot switched: the same, from that step on */
+    c.switches[0].overrides = "mlp.up@1=fp8"; /* e4m3 operands: values change */
+    run_ok(&c, &sw);
+    assert_true(same_bits(base.loss[0], sw.loss[0]) && same_bits(base.loss[1], sw.loss[1]));
+    assert_false(same_bits(base.loss[2], sw.loss[2]));
     /* a slot that holds state cannot switch mid-run */
-    snprintf(c.switches[0].overrides, sizeof c.switches[0].overrides, "weights=bf16:mantissa_buffer");
+    c.switches[0].overrides = "weights=bf16:mantissa_buffer";
     ttrain_result bad;
     assert_int_equal(ttrain_run(&c, &bad), 2);
     assert_non_null(strstr(bad.error, "weights"));
+    ttrain_result_free(&bad);
+    /* nor at a later switch: the model compares with the plan it runs (it once compared the plan with itself) */
+    c.switches[0] = (tswitch){1, "mlp.*=fp32"};
+    c.switches[1] = (tswitch){2, "weights=fp16"};
+    c.n_switches = 2;
+    assert_int_equal(ttrain_run(&c, &bad), 2);
+    assert_non_null(strstr(bad.error, "switch at step 2"));
+    assert_non_null(strstr(bad.error, "slot weights is fixed"));
     ttrain_result_free(&base), ttrain_result_free(&sw), ttrain_result_free(&bad);
 }
 
@@ -311,6 +325,21 @@ static void test_dump_hook(void **state)
 
 /* ---- the command line ------------------------------------------------------------------- */
 
+/* The "state_hash" of a log's final record. */
+static void final_state_hash(const char *log, char out[32])
+{
+    FILE *fp = fopen(log, "r");
+    assert_non_null(fp);
+    char line[16384];
+    out[0] = '\0';
+    while (fgets(line, sizeof line, fp)) {
+        const char *h = strstr(line, "\"state_hash\":\"");
+        if (strstr(line, "\"record\":\"final\"") && h) snprintf(out, 32, "%.16s", h + strlen("\"state_hash\":\""));
+    }
+    fclose(fp);
+    assert_int_equal(strlen(out), 16);
+}
+
 static void test_cli(void **state)
 {
     (void)state;
@@ -348,11 +377,54 @@ static void test_cli(void **state)
     assert_int_equal(steps, 3);
     assert_int_equal(final, 1);
     /* bad input: status 2, one line naming the value, no log file left */
-    const char *bad[][2] = {{"--plan fp9", "fp9"},         {"--set lm_head=fp7", "fp7"},
-                            {"--model gpt3", "gpt3"},      {"--backend tpu", "tpu"},
-                            {"--steps 0", "--steps"},      {"--width 30 --heads 4", "30"},
-                            {"--data /nonexistent/x", "/nonexistent/x"}, {"--hash-slots nope --at-steps 0", "nope"},
-                            {"--switch-at 3:weights=fp9", "fp9"},        {"--lr abc", "abc"}};
+    const char *bad[][2] = {
+        {"--plan fp9", "fp9"},
+        {"--set lm_head=fp7", "fp7"},
+        {"--model gpt3", "gpt3"},
+        {"--backend tpu", "tpu"},
+        {"--steps 0", "--steps"},
+        {"--width 30 --heads 4", "30"},
+        {"--data /nonexistent/x", "/nonexistent/x"},
+        {"--hash-slots nope --at-steps 0", "nope"},
+        {"--switch-at 3:weights=fp9", "fp9"},
+        {"--lr abc", "abc"},
+        /* integers range-checked before they reach an int */
+        {"--batch 4294967297", "--batch needs an integer in 1..1048576, got '4294967297'"},
+        {"--depth 4294967297", "--depth needs an integer in 1..1024, got '4294967297'"},
+        {"--width 4294967360", "--width needs an integer in 1..65536, got '4294967360'"},
+        {"--steps 99999999999999999999", "--steps needs an integer in 1..1000000000"},
+        {"--beta1 1", "--beta1 needs a number in [0, 1)"},
+        /* each option once; options the mode ignores */
+        {"--steps 1 --steps 2", "--steps given twice"},
+        {"--model modern --model gpt2", "--model given twice"},
+        {"--rank 1", "--rank applies to data parallel runs only"},
+        {"--dump-dir /tmp", "--dump-dir needs --dump-slots"},
+        {"--at-steps 0", "--at-steps needs --hash-slots or --dump-slots"},
+        {"--profile", "--quiet silences the progress lines --profile prints"}, /* --quiet is added below */
+        {"--softcap 1", "--softcap applies to --model modern only"},
+        /* empty overrides */
+        {"--set ''", "empty override in ''"},
+        {"--set ',,,'", "empty override in ',,,'"},
+        {"--set 'mlp.up=bf16,'", "empty override in 'mlp.up=bf16,'"},
+        {"--set '*=fp32:'", "empty variant after ':'"},
+        {"--switch-at '1:'", "empty override in ''"},
+        /* hooks that can never fire */
+        {"--steps 2 --hash-slots all --at-steps 50", "--at-steps 50 can never fire: the run has steps 0..1"},
+        {"--steps 2 --hash-slots all --at-steps 0,2", "--at-steps 2 can never fire"},
+        {"--steps 2 --hash-slots all --at-steps 0,,1", "--at-steps needs steps like 0,10,20"},
+        {"--steps 2 --switch-at 5:mlp.up=fp32", "--switch-at 5 can never fire"},
+        /* one seed syntax: decimal or 0x hex */
+        {"--seed 010", "--seed needs a seed: decimal or 0x hex"},
+        {"--seed -1", "--seed needs a seed"},
+        {"--seed 0x", "--seed needs a seed"},
+        {"--seed 0x10000000000000000", "--seed needs a seed"},
+        {"--seed 18446744073709551616", "--seed needs a seed"},
+        {"--seed 1e3", "--seed needs a seed"},
+        /* per-layer selectors */
+        {"--set lm_head@0=fp8", "slot lm_head is global"},
+        {"--set mlp.up@2=fp32", "layer 2 is outside the model's layers 0..1 (depth 2)"},
+        {"--depth 3 --switch-at 1:mlp.up@3=fp32", "--switch-at 1: slot mlp.up@3: layer 3 is outside"},
+    };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(args, sizeof args, "%s --log %s --quiet", bad[i][0], log);
         int st = test_run_cli("train", args, out, sizeof out);
@@ -361,6 +433,34 @@ static void test_cli(void **state)
         struct stat sb;
         assert_int_equal(stat(log, &sb), -1);
     }
+    /* --seed 0x10 is --seed 16 (same final state); twin: --seed 17 is not */
+    char hashes[3][32];
+    const char *seeds[] = {"0x10", "16", "17"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "--steps 2 --width 32 --heads 2 --seq 16 --batch 2 --seed %s --log %s --quiet",
+                 seeds[i], log);
+        assert_int_equal(test_run_cli("train", args, out, sizeof out), 0);
+        final_state_hash(log, hashes[i]);
+        unlink(log);
+    }
+    assert_string_equal(hashes[0], hashes[1]);
+    assert_string_not_equal(hashes[1], hashes[2]);
+    /* --switch-at has no length limit: 600 characters of overrides, the last one applied (it was cut at 511) */
+    char longset[1024] = "1:";
+    while (strlen(longset) < 600) strcat(longset, "mlp.up=bf16,");
+    strcat(longset, "lm_head=bf16:split_k");
+    snprintf(args, sizeof args, "--steps 2 --width 32 --heads 2 --seq 16 --batch 2 --switch-at %s --log %s --quiet",
+             longset, log);
+    assert_int_equal(test_run_cli("train", args, out, sizeof out), 0);
+    fp = fopen(log, "r");
+    assert_non_null(fp);
+    int switched = 0;
+    while (fgets(line, sizeof line, fp))
+        switched += strstr(line, "\"record\":\"switch\"") && strstr(line, "lm_head=bf16:split_k\"") &&
+                    strstr(line, "\"lm_head\":\"bf16:split_k\"");
+    fclose(fp);
+    unlink(log);
+    assert_int_equal(switched, 1);
 }
 
 /* ---- GPU ------------------------------------------------------------------------------- */

@@ -8,9 +8,11 @@
  * tensor's storage encoding for CUDA); the model never touches it directly.
  * A tensor's format is the one the plan gave the slot that writes it.
  *
- * Every op takes the slot it runs for; the backend reads that slot's path
- * and variant from the plan it was bound to (tbackend_bind_plan), rounds its
- * inputs into the path's operand format when they are stored differently,
+ * Every op takes the site it runs for: the slot and layer, with the plan's
+ * op handle, path and variant for them, resolved when the plan was bound
+ * (tbackend_bind_plan).  The backend dispatches on the site's op handle and
+ * variant enum, rounds its inputs into the path's operand format when they
+ * are stored differently,
  * and rounds outputs into the path's storage format and then, when the output
  * tensor is stored in another format, into that one (matmul outputs must be
  * in the path's storage format).  An op a backend cannot
@@ -36,6 +38,7 @@ typedef struct tbackend tbackend;
 typedef struct {
     char name[32];       /* "h3.attn.qkv.w", "wte", ... */
     int layer;           /* -1 for tensors outside the layers */
+    tslot grad_slot;     /* the slot that writes its gradient last in a step (names it in NaN reports) */
     ktensor w;           /* working copy, format = weights slot's storage */
     ktensor master;      /* fp32 master (weights=*:master with a narrower path); else data NULL */
     void *lowbits;       /* weights=bf16:mantissa_buffer: the 16 low bits of each fp32 master */
@@ -62,13 +65,13 @@ typedef struct {
 
 struct tbackend {
     const char *name;    /* "cpu", "cuda" */
-    const tplan *plan;
+    tbinding bound;      /* the bound plan, every (slot, layer) resolved */
     char error[1024];
     size_t bytes_in_use, peak_bytes;
     void *impl;
 
-    /* 0 when the backend can run the slot at the plan's (path, variant) */
-    int (*supports)(tbackend *be, const tplan *plan, tslot slot, char *why, size_t why_len);
+    /* 0 when the backend can run the site's (op, path, variant) in binding b */
+    int (*supports)(tbackend *be, const tbinding *b, const tsite *at, char *why, size_t why_len);
     /* bytes per element as this backend stores format f (views offset by it) */
     size_t (*elem_bytes)(prec_format f);
     /* memory: shape row-major; data poisoned (NaN) on allocation */
@@ -99,42 +102,42 @@ struct tbackend {
                          int B, int T);
     /* slot's op is layernorm (mean, gain, bias used) or rmsnorm (mean NULL,
      * gain and bias NULL when weightless); rows = x->shape[0], width = shape[1] */
-    int (*norm_fwd)(tbackend *be, tslot slot, ktensor *y, ktensor *mean, ktensor *rstd, const ktensor *x,
+    int (*norm_fwd)(tbackend *be, const tsite *at, ktensor *y, ktensor *mean, ktensor *rstd, const ktensor *x,
                     const ktensor *gain, const ktensor *bias, double eps);
     /* dx written; dgain, dbias accumulated (+=) in their own formats */
-    int (*norm_bwd)(tbackend *be, tslot slot, ktensor *dx, ktensor *dgain, ktensor *dbias, const ktensor *dy,
+    int (*norm_bwd)(tbackend *be, const tsite *at, ktensor *dx, ktensor *dgain, ktensor *dbias, const ktensor *dy,
                     const ktensor *x, const ktensor *gain, const ktensor *mean, const ktensor *rstd);
     /* y[M,N] = op(a) op(b) (+ y when accumulate); shapes as kernels/matmul.h.
      * y is in the path's storage format, or fp32 on the bf16/fp16 paths:
      * then it receives the unrounded fp32 accumulator (grad_accum=fp32:gemm_fp32). */
-    int (*matmul)(tbackend *be, tslot slot, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
+    int (*matmul)(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
                   int b_trans, int accumulate);
     /* q, k, v, y: [B,T,H,D] = [B*T, C]; lse [B*H*T] fp32 */
-    int (*attention_fwd)(tbackend *be, tslot slot, ktensor *y, ktensor *lse, const ktensor *q, const ktensor *k,
+    int (*attention_fwd)(tbackend *be, const tsite *at, ktensor *y, ktensor *lse, const ktensor *q, const ktensor *k,
                          const ktensor *v, int B, int T, int H);
-    int (*attention_bwd)(tbackend *be, tslot slot, ktensor *dq, ktensor *dk, ktensor *dv, const ktensor *dy,
+    int (*attention_bwd)(tbackend *be, const tsite *at, ktensor *dq, ktensor *dk, ktensor *dv, const ktensor *dy,
                          const ktensor *q, const ktensor *k, const ktensor *v, const ktensor *y,
                          const ktensor *lse, int B, int T, int H);
     /* rotary on [B,T,H,D]: pairs (i, i + D/2), angle t * theta^(-2i/D) */
-    int (*rope_fwd)(tbackend *be, tslot slot, ktensor *y, const ktensor *x, int B, int T, int H, double theta);
-    int (*rope_bwd)(tbackend *be, tslot slot, ktensor *dx, const ktensor *dy, int B, int T, int H, double theta);
+    int (*rope_fwd)(tbackend *be, const tsite *at, ktensor *y, const ktensor *x, int B, int T, int H, double theta);
+    int (*rope_bwd)(tbackend *be, const tsite *at, ktensor *dx, const ktensor *dy, int B, int T, int H, double theta);
     /* gelu_tanh or relu2, by the slot's op.  g: relu2's store_grad variant
      * keeps f'(x) from the forward for the backward (else NULL). */
-    int (*activation_fwd)(tbackend *be, tslot slot, ktensor *y, ktensor *g, const ktensor *x);
-    int (*activation_bwd)(tbackend *be, tslot slot, ktensor *dx, const ktensor *dy, const ktensor *x,
+    int (*activation_fwd)(tbackend *be, const tsite *at, ktensor *y, ktensor *g, const ktensor *x);
+    int (*activation_bwd)(tbackend *be, const tsite *at, ktensor *dx, const ktensor *dy, const ktensor *x,
                           const ktensor *g);
     /* y = a + b (y may alias a) */
-    int (*residual)(tbackend *be, tslot slot, ktensor *y, const ktensor *a, const ktensor *b);
+    int (*residual)(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, const ktensor *b);
     /* losses[i] = logsumexp(z_i) - z_i[target_i] with z = cap*tanh(logits/cap)
      * (cap = 0: z = logits); dlogits = dloss * dz/dlogits * (softmax(z) - onehot) */
-    int (*cross_entropy)(tbackend *be, tslot slot, ktensor *losses, ktensor *dlogits, const ktensor *logits,
+    int (*cross_entropy)(tbackend *be, const tsite *at, ktensor *losses, ktensor *dlogits, const ktensor *logits,
                          const int32_t *targets, double softcap, double dloss);
     /* out = in^T, or out += in^T */
-    int (*transpose)(tbackend *be, tslot slot, ktensor *out, const ktensor *in, int accumulate);
+    int (*transpose)(tbackend *be, const tsite *at, ktensor *out, const ktensor *in, int accumulate);
     /* dst += src (gradient accumulation when a GEMM's output format differs) */
-    int (*accumulate)(tbackend *be, tslot slot, ktensor *dst, const ktensor *src);
+    int (*accumulate)(tbackend *be, const tsite *at, ktensor *dst, const ktensor *src);
     /* the global gradient norm sqrt(sum of g^2) over every parameter's gradient (fp32 result) */
-    int (*grad_norm)(tbackend *be, tslot slot, tparam *const *params, int n, double *norm);
+    int (*grad_norm)(tbackend *be, const tsite *at, tparam *const *params, int n, double *norm);
     int (*adamw)(tbackend *be, tparam *p, const tadamw_args *a);
     int (*muon)(tbackend *be, tparam *p, const tmuon_args *a);
     /* Data parallel: join `world` processes (this one is `rank`) through the
@@ -156,11 +159,18 @@ tbackend *tbackend_cpu_create(void);
 /* A CUDA backend, or NULL with the reason in why (no GPU, no kernels). */
 tbackend *tbackend_cuda_create(char *why, size_t why_len);
 
-/* Bind a plan (the backend keeps the pointer: the caller keeps it alive and
- * may edit it between steps, which is how slots switch mid-run).  Checks
- * that the backend can run every used slot at its (path, variant); returns
- * 0, or -1 with an error naming the first slot it cannot run. */
-int tbackend_bind_plan(tbackend *be, const tplan *plan);
+/* Bind a plan for a model of `depth` layers: every (slot, layer) resolved
+ * once (tplan_bind; the caller keeps the plan alive and rebinds after
+ * editing it, which is how slots switch mid-run).  Checks that the backend
+ * can run every used site at its (op, path, variant); returns 0, or -1 with
+ * an error naming the first site it cannot run.  The previous binding stays
+ * in force on error. */
+int tbackend_bind_plan(tbackend *be, const tplan *plan, int depth);
+/* The bound site of slot s in layer `layer` (-1 for global slots). */
+static inline const tsite *tbackend_site(const tbackend *be, tslot s, int layer)
+{
+    return tbinding_site(&be->bound, s, layer);
+}
 
 const char *tbackend_error(const tbackend *be);
 /* Records an error (printf-style) and returns -1. */

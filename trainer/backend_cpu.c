@@ -8,18 +8,26 @@
  * hold stored values, real = stored * scale).  Reductions run in a fixed
  * sequential order, so results are deterministic and independent of the
  * machine.  An op's default variant is computed in that order; other
- * variants are modelled only where listed in cpu_models[] (tf32
- * inputs, split-K slices, block-scaled fp8, ...).  Everything else is
- * refused when the plan is bound, never run as something else. */
+ * variants are modelled only where listed in cpu_models[] (tf32 inputs,
+ * split-K slices, block-scaled fp8, ...).  Everything else is refused when
+ * the plan is bound, never run as something else.  Ops dispatch on the
+ * site's op handle and the kernels' variant enums. */
 #include "trainer/backend.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/grad_norm.h"
+#include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/polar_express.h"
+#include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
+#include "kernels/activations.h"
 
 
 /* ---- rounding -------------------------------------------------------------------- */
@@ -59,11 +67,7 @@ static inline float ld(const ktensor *t, int64_t i, prec_format f)
 
 static int64_t numel(const ktensor *t) { return ktensor_numel(t); }
 
-static kpath slot_path(tbackend *be, tslot s) { return be->plan->slot[s].path; }
-static prec_format slot_fmt(tbackend *be, tslot s) { return tpath_storage(be->plan->slot[s].path); }
-static const kop *slot_op(tbackend *be, tslot s) { return tplan_kop(be->plan, s); }
-static const char *slot_variant(tbackend *be, tslot s) { return slot_op(be, s)->variants[be->plan->slot[s].variant].name; }
-static const char *slot_name(tslot s) { return tslot_get(s)->name; }
+static prec_format site_fmt(const tsite *at) { return tpath_storage(at->path); }
 
 /* Real values of t rounded into f (the path's operand format): a fresh array. */
 static float *operand(const ktensor *t, prec_format f)
@@ -193,38 +197,35 @@ static int cpu_mem_used(tbackend *be, size_t *bytes)
 
 /* ---- what the CPU models ----------------------------------------------------------- */
 
-/* (op, variant) pairs the CPU models; "*" = every variant of the op.
+/* (op, variant) pairs the CPU models; -1 = every variant of the op.
  * Defaults run in the CPU's sequential order; the other variants listed
  * change what is rounded or how (and are modelled as the kernels document
  * them), or are bit-identical reorganisations of memory access. */
+#define ANY_VARIANT (-1)
 static const struct {
-    const char *op, *variant;
+    top_id op;
+    int variant;
 } cpu_models[] = {
-    {"matmul", "*"},              /* no epilogue here: split_epilogue rounds as fused; split_k in 4 fp32 slices */
-    {"matmul_block_fp8", "*"},    /* 1x128 / 128x128 scales, fp32 promotion every 128 */
-    {"layernorm", "two_pass"},    {"layernorm", "sequential"}, {"layernorm", "one_pass"},
-    {"rmsnorm", "block_tree"},    {"rmsnorm", "sequential"},   {"rmsnorm", "llama"}, {"rmsnorm", "none"},
-    {"embedding", "*"},           /* both variants sum in token order: the same bits */
-    {"attention", "naive"},       {"attention", "flash"},
-    {"rope", "*"},                {"residual", "*"},           {"transpose", "*"},
-    {"gelu_tanh", "tanhf"},       {"relu2", "*"},
-    {"cross_entropy", "two_pass"}, {"cross_entropy", "fp32_logits"},
-    {"grad_norm", "block_tree"},  {"grad_norm", "sequential"},
-    {"adamw", "*"},               {"polar_express", "*"},      {"muon_newton_schulz", "*"},
+    {TOP_MATMUL, ANY_VARIANT},           /* no epilogue here: split_epilogue rounds as fused; split_k in 4 fp32 slices */
+    {TOP_MATMUL_FAST, ANY_VARIANT},      /* fp32 path only (tf32 inputs), not split_k: cpu_supports */
+    {TOP_MATMUL_BLOCK_FP8, ANY_VARIANT}, /* 1x128 / 128x128 scales, fp32 promotion every 128 */
+    {TOP_LAYERNORM, KLAYERNORM_TWO_PASS}, {TOP_LAYERNORM, KLAYERNORM_SEQUENTIAL}, {TOP_LAYERNORM, KLAYERNORM_ONE_PASS},
+    {TOP_RMSNORM, KRMSNORM_BLOCK_TREE},  {TOP_RMSNORM, KRMSNORM_SEQUENTIAL},   {TOP_RMSNORM, KRMSNORM_LLAMA},
+    {TOP_RMSNORM, KRMSNORM_NONE},
+    {TOP_EMBEDDING, ANY_VARIANT},        /* both variants sum in token order: the same bits */
+    {TOP_ATTENTION, KATT_NAIVE},         {TOP_ATTENTION, KATT_FLASH},
+    {TOP_ROPE, ANY_VARIANT},             {TOP_RESIDUAL, ANY_VARIANT},          {TOP_TRANSPOSE, ANY_VARIANT},
+    {TOP_GELU_TANH, KGELU_TANH_TANHF},   {TOP_RELU2, ANY_VARIANT},
+    {TOP_CROSS_ENTROPY, KCE_TWO_PASS},   {TOP_CROSS_ENTROPY, KCE_FP32_LOGITS},
+    {TOP_GRAD_NORM, KGRADNORM_BLOCK_TREE}, {TOP_GRAD_NORM, KGRADNORM_SEQUENTIAL},
+    {TOP_ADAMW, ANY_VARIANT},            {TOP_POLAR_EXPRESS, ANY_VARIANT},     {TOP_MUON_NEWTON_SCHULZ, ANY_VARIANT},
 };
 
-static int cpu_supports(tbackend *be, const tplan *plan, tslot s, char *why, size_t len)
+static int cpu_supports(tbackend *be, const tbinding *b, const tsite *at, char *why, size_t len)
 {
-    const kop *op = tplan_kop(plan, s);
-    kpath path = plan->slot[s].path;
-    if (!op) {
-        snprintf(why, len, "op %s is not registered", tslot_op(s, plan->model));
-        return -1;
-    }
-    if (!tslot_is_kernel(s)) return 0;
-    const char *name = op->variants[plan->slot[s].variant].name;
-    if (strcmp(op->name, "matmul_fast") == 0) {
-        if (path == KPATH_FP32 && strcmp(name, "split_k") != 0) return 0; /* tf32 inputs, fp32 sums */
+    if (!top_is_kernel(at->op)) return 0;
+    const kop *op = at->desc;
+    if (at->op == TOP_MATMUL_FAST && (at->path != KPATH_FP32 || at->variant == KMATMUL_SPLIT_K)) {
         snprintf(why, len, "the CPU backend models matmul_fast only on the fp32 path (tf32 inputs) without split_k; "
                            "fp8 fast accumulation needs a tensor-core model: run it with --backend cuda");
         return -1;
@@ -232,12 +233,13 @@ static int cpu_supports(tbackend *be, const tplan *plan, tslot s, char *why, siz
     char list[512] = "";
     size_t n = 0;
     for (size_t i = 0; i < sizeof cpu_models / sizeof cpu_models[0]; i++) {
-        if (strcmp(cpu_models[i].op, op->name) != 0) continue;
-        if (strcmp(cpu_models[i].variant, "*") == 0 || strcmp(cpu_models[i].variant, name) == 0) return 0;
-        n += (size_t)snprintf(list + n, n < sizeof list ? sizeof list - n : 0, "%s%s", n ? ", " : "", cpu_models[i].variant);
+        if (cpu_models[i].op != at->op) continue;
+        if (cpu_models[i].variant == ANY_VARIANT || cpu_models[i].variant == at->variant) return 0;
+        n += (size_t)snprintf(list + n, n < sizeof list ? sizeof list - n : 0, "%s%s", n ? ", " : "",
+                              op->variants[cpu_models[i].variant].name);
     }
     snprintf(why, len, "the CPU backend does not model variant %s of op %s (it models: %s); run it with --backend cuda",
-             name, op->name, n ? list : "none");
+             op->variants[at->variant].name, op->name, n ? list : "none");
     return -1;
 }
 
@@ -247,7 +249,7 @@ static int cpu_embedding_fwd(tbackend *be, ktensor *x, const int32_t *tokens, co
                              int B, int T)
 {
     int64_t C = wte->shape[1];
-    prec_format f = slot_fmt(be, TSLOT_EMBEDDING);
+    prec_format f = site_fmt(tbackend_site(be, TSLOT_EMBEDDING, -1));
     for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
         int32_t tok = tokens[bt];
         if (tok < 0 || tok >= wte->shape[0])
@@ -302,21 +304,19 @@ static int cpu_embedding_bwd(tbackend *be, ktensor *dwte, ktensor *dwpe, const k
 
 /* ---- norms -------------------------------------------------------------------------- */
 
-static int norm_is_layer(tbackend *be, tslot s) { return strcmp(tslot_op(s, be->plan->model), "layernorm") == 0; }
-
 /* Forward of layernorm (two_pass, sequential: two passes in fp32;
  * one_pass: var = E[x^2] - mean^2, clamped at 0) and rmsnorm (block_tree,
  * sequential: fp32 throughout, one rounding of y; llama: x * rstd rounded
  * to the storage format, then times the gain and rounded again; none: every
  * elementwise step rounded, only the sum of squares in fp32). */
-static int cpu_norm_fwd(tbackend *be, tslot slot, ktensor *y, ktensor *mean, ktensor *rstd, const ktensor *x,
+static int cpu_norm_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *mean, ktensor *rstd, const ktensor *x,
                         const ktensor *gain, const ktensor *bias, double eps)
 {
-    prec_format f = slot_fmt(be, slot);
+    prec_format f = site_fmt(at);
     int64_t N = x->shape[0], C = x->shape[1];
-    int layer = norm_is_layer(be, slot);
-    const char *v = slot_variant(be, slot);
-    int one_pass = strcmp(v, "one_pass") == 0, llama = strcmp(v, "llama") == 0, none = strcmp(v, "none") == 0;
+    int layer = at->op == TOP_LAYERNORM;
+    int one_pass = layer && at->variant == KLAYERNORM_ONE_PASS;
+    int llama = !layer && at->variant == KRMSNORM_LLAMA, none = !layer && at->variant == KRMSNORM_NONE;
     float *xin = operand(x, f);
     if (!xin) return tbackend_fail(be, "cpu: out of memory");
     for (int64_t r = 0; r < N; r++) {
@@ -357,10 +357,10 @@ static int cpu_norm_fwd(tbackend *be, tslot slot, ktensor *y, ktensor *mean, kte
     return 0;
 }
 
-static int cpu_norm_bwd(tbackend *be, tslot slot, ktensor *dx, ktensor *dgain, ktensor *dbias, const ktensor *dy,
+static int cpu_norm_bwd(tbackend *be, const tsite *at, ktensor *dx, ktensor *dgain, ktensor *dbias, const ktensor *dy,
                         const ktensor *x, const ktensor *gain, const ktensor *mean, const ktensor *rstd)
 {
-    prec_format f = slot_fmt(be, slot);
+    prec_format f = site_fmt(at);
     int64_t N = x->shape[0], C = x->shape[1];
     float *xin = operand(x, f), *dyin = operand(dy, f);
     float *dg = calloc((size_t)C, sizeof *dg), *db = calloc((size_t)C, sizeof *db);
@@ -428,24 +428,25 @@ static int gemm_operand(const ktensor *t, int trans, int64_t rows, int64_t K, pr
     return 0;
 }
 
-static int cpu_matmul(tbackend *be, tslot slot, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
+static int cpu_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
                       int b_trans, int accumulate)
 {
-    kpath path = slot_path(be, slot);
-    const char *variant = slot_variant(be, slot);
+    kpath path = at->path;
+    char name[64];
     int64_t M = a_trans ? a->shape[1] : a->shape[0], K = a_trans ? a->shape[0] : a->shape[1];
     int64_t Kb = b_trans ? b->shape[1] : b->shape[0], N = b_trans ? b->shape[0] : b->shape[1];
     int y_fp32 = y->format == PREC_FP32 && (path == KPATH_BF16 || path == KPATH_FP16);
-    if (K != Kb || y->shape[0] != M || y->shape[1] != N || (y->format != tpath_storage(path) && !y_fp32))
-        return tbackend_fail(be, "slot %s: matmul shapes/formats disagree: A %lldx%lld%s, B %lldx%lld%s, y %lldx%lld %s",
-                             slot_name(slot), (long long)a->shape[0], (long long)a->shape[1], a_trans ? "^T" : "",
+    if (K != Kb || y->shape[0] != M || y->shape[1] != N || (y->format != tpath_storage(path) && !y_fp32)) {
+        tsite_name(at, name, sizeof name);
+        return tbackend_fail(be, "%s: matmul shapes/formats disagree: A %lldx%lld%s, B %lldx%lld%s, y %lldx%lld %s",
+                             name, (long long)a->shape[0], (long long)a->shape[1], a_trans ? "^T" : "",
                              (long long)b->shape[0], (long long)b->shape[1], b_trans ? "^T" : "",
                              (long long)y->shape[0], (long long)y->shape[1], prec_format_name(y->format));
-    int grad = tslot_is_gradient_gemm(slot);
-    const char *opname = slot_op(be, slot)->name;
+    }
+    int grad = tslot_is_gradient_gemm(at->slot);
     prec_format fa = tpath_operand(path, grad), fb = tpath_operand(path, 0);
-    if (strcmp(opname, "matmul_fast") == 0) fa = fb = PREC_TF32; /* supports(): fp32 path only */
-    int blocked = strcmp(opname, "matmul_block_fp8") == 0;
+    if (at->op == TOP_MATMUL_FAST) fa = fb = PREC_TF32; /* supports(): fp32 path only */
+    int blocked = at->op == TOP_MATMUL_BLOCK_FP8;
     int64_t nkb = (K + KMATMUL_FP8_BLOCK - 1) / KMATMUL_FP8_BLOCK;
     float *qa = malloc((size_t)(M * K + 1) * sizeof *qa), *qb = malloc((size_t)(N * K + 1) * sizeof *qb);
     float *sa = malloc((size_t)((M + 1) * (nkb + 1)) * sizeof *sa);
@@ -458,7 +459,7 @@ static int cpu_matmul(tbackend *be, tslot slot, ktensor *y, const ktensor *a, in
     gemm_operand(a, a_trans, M, K, fa, blocked ? 1 : 0, qa, sa);
     gemm_operand(b, !b_trans, N, K, fb, blocked ? KMATMUL_FP8_BLOCK : 0, qb, sb);
     int fp8 = path == KPATH_FP8;
-    int slices = strcmp(variant, "split_k") == 0 ? KMATMUL_SPLIT_K_SLICES : 1;
+    int slices = !blocked && at->variant == KMATMUL_SPLIT_K ? KMATMUL_SPLIT_K_SLICES : 1;
     int64_t slice = (K + slices - 1) / slices;
     for (int64_t m = 0; m < M; m++)
         for (int64_t n = 0; n < N; n++) {
@@ -493,11 +494,11 @@ static int cpu_matmul(tbackend *be, tslot slot, ktensor *y, const ktensor *a, in
  * naive (kernels/attention.h): scores S and probabilities P rounded to the
  * path's format, as that kernel materialises them; flash: S and P stay fp32
  * (two passes here where the kernel rescales online; same precision class). */
-static int cpu_attention_fwd(tbackend *be, tslot slot, ktensor *y, ktensor *lse, const ktensor *q, const ktensor *k,
+static int cpu_attention_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *lse, const ktensor *q, const ktensor *k,
                              const ktensor *v, int B, int T, int H)
 {
-    prec_format f = slot_fmt(be, slot);
-    int naive = strcmp(slot_variant(be, slot), "naive") == 0;
+    prec_format f = site_fmt(at);
+    int naive = at->variant == KATT_NAIVE;
     int64_t C = q->shape[1], D = C / H;
     float *Q = operand(q, f), *Kt = operand(k, f), *V = operand(v, f);
     float *p = malloc((size_t)T * sizeof *p), *acc = malloc((size_t)D * sizeof *acc);
@@ -540,12 +541,12 @@ static int cpu_attention_fwd(tbackend *be, tslot slot, ktensor *y, ktensor *lse,
 /* Backward from lse: P = exp(S - lse); naive rounds P, dP and dS to the
  * path's format and uses rowsum(P dP); flash keeps them fp32 and uses
  * rowsum(dout o) with the stored (rounded) o. */
-static int cpu_attention_bwd(tbackend *be, tslot slot, ktensor *dq, ktensor *dk, ktensor *dv, const ktensor *dy,
+static int cpu_attention_bwd(tbackend *be, const tsite *at, ktensor *dq, ktensor *dk, ktensor *dv, const ktensor *dy,
                              const ktensor *q, const ktensor *k, const ktensor *v, const ktensor *y,
                              const ktensor *lse, int B, int T, int H)
 {
-    prec_format f = slot_fmt(be, slot);
-    int naive = strcmp(slot_variant(be, slot), "naive") == 0;
+    prec_format f = site_fmt(at);
+    int naive = at->variant == KATT_NAIVE;
     int64_t C = q->shape[1], D = C / H, n = (int64_t)B * T * C;
     float *Q = operand(q, f), *Kt = operand(k, f), *V = operand(v, f), *Y = operand(y, f), *dY = operand(dy, f);
     float *gq = calloc((size_t)n, sizeof *gq), *gk = calloc((size_t)n, sizeof *gk), *gv = calloc((size_t)n, sizeof *gv);
@@ -597,11 +598,11 @@ static int cpu_attention_bwd(tbackend *be, tslot slot, ktensor *dq, ktensor *dk,
 /* kernels/rope.h: table = cos, sin of p base^(-2i/D) computed in double,
  * rounded to fp32 (krope_tables_host, the kernels' own table);
  * fp32_angle = sincosf of the angle formed in fp32 from an fp32 frequency. */
-static int rope_apply(tbackend *be, tslot slot, ktensor *y, const ktensor *x, int B, int T, int H, double theta,
+static int rope_apply(tbackend *be, const tsite *at, ktensor *y, const ktensor *x, int B, int T, int H, double theta,
                       float sign)
 {
-    prec_format f = slot_fmt(be, slot);
-    int table = strcmp(slot_variant(be, slot), "fp32_angle") != 0;
+    prec_format f = site_fmt(at);
+    int table = at->variant != KROPE_FP32_ANGLE;
     int64_t C = x->shape[1], D = C / H, half = D / 2;
     float *X = operand(x, f), *cs = malloc((size_t)(T * half) * sizeof *cs), *sn = malloc((size_t)(T * half) * sizeof *sn);
     float *inv = malloc((size_t)half * sizeof *inv);
@@ -634,26 +635,24 @@ static int rope_apply(tbackend *be, tslot slot, ktensor *y, const ktensor *x, in
     return 0;
 }
 
-static int cpu_rope_fwd(tbackend *be, tslot slot, ktensor *y, const ktensor *x, int B, int T, int H, double theta)
+static int cpu_rope_fwd(tbackend *be, const tsite *at, ktensor *y, const ktensor *x, int B, int T, int H, double theta)
 {
-    return rope_apply(be, slot, y, x, B, T, H, theta, 1.0f);
+    return rope_apply(be, at, y, x, B, T, H, theta, 1.0f);
 }
 
-static int cpu_rope_bwd(tbackend *be, tslot slot, ktensor *dx, const ktensor *dy, int B, int T, int H, double theta)
+static int cpu_rope_bwd(tbackend *be, const tsite *at, ktensor *dx, const ktensor *dy, int B, int T, int H, double theta)
 {
-    return rope_apply(be, slot, dx, dy, B, T, H, theta, -1.0f);
+    return rope_apply(be, at, dx, dy, B, T, H, theta, -1.0f);
 }
 
 /* ---- activation, residual, transpose ---------------------------------------------------- */
 
-static int is_gelu(tbackend *be, tslot slot) { return strcmp(tslot_op(slot, be->plan->model), "gelu_tanh") == 0; }
-
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
-static int cpu_activation_fwd(tbackend *be, tslot slot, ktensor *y, ktensor *g, const ktensor *x)
+static int cpu_activation_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *g, const ktensor *x)
 {
-    prec_format f = slot_fmt(be, slot);
-    int gelu = is_gelu(be, slot);
+    prec_format f = site_fmt(at);
+    int gelu = at->op == TOP_GELU_TANH;
     for (int64_t i = 0; i < numel(x); i++) {
         float z = ld(x, i, f), r;
         if (gelu) r = 0.5f * z * (1.0f + tanhf(GELU_K * (z + 0.044715f * z * z * z)));
@@ -664,11 +663,11 @@ static int cpu_activation_fwd(tbackend *be, tslot slot, ktensor *y, ktensor *g, 
     return 0;
 }
 
-static int cpu_activation_bwd(tbackend *be, tslot slot, ktensor *dx, const ktensor *dy, const ktensor *x,
+static int cpu_activation_bwd(tbackend *be, const tsite *at, ktensor *dx, const ktensor *dy, const ktensor *x,
                               const ktensor *g)
 {
-    prec_format f = slot_fmt(be, slot);
-    int gelu = is_gelu(be, slot);
+    prec_format f = site_fmt(at);
+    int gelu = at->op == TOP_GELU_TANH;
     for (int64_t i = 0; i < numel(x); i++) {
         float z = ld(x, i, f), gy = ld(dy, i, f), d;
         if (g) {
@@ -684,15 +683,15 @@ static int cpu_activation_bwd(tbackend *be, tslot slot, ktensor *dx, const ktens
     return 0;
 }
 
-static int cpu_residual(tbackend *be, tslot slot, ktensor *y, const ktensor *a, const ktensor *b)
+static int cpu_residual(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, const ktensor *b)
 {
-    prec_format f = slot_fmt(be, slot);
+    prec_format f = site_fmt(at);
     for (int64_t i = 0; i < numel(y); i++)
         fdata(y)[i] = rnd2((double)ld(a, i, f) + ld(b, i, f), f, y->format);
     return 0;
 }
 
-static int cpu_transpose(tbackend *be, tslot slot, ktensor *out, const ktensor *in, int accumulate)
+static int cpu_transpose(tbackend *be, const tsite *at, ktensor *out, const ktensor *in, int accumulate)
 {
     int64_t R = in->shape[0], C = in->shape[1];
     for (int64_t r = 0; r < R; r++)
@@ -704,7 +703,7 @@ static int cpu_transpose(tbackend *be, tslot slot, ktensor *out, const ktensor *
     return 0;
 }
 
-static int cpu_accumulate(tbackend *be, tslot slot, ktensor *dst, const ktensor *src)
+static int cpu_accumulate(tbackend *be, const tsite *at, ktensor *dst, const ktensor *src)
 {
     for (int64_t i = 0; i < numel(dst); i++) fdata(dst)[i] = rnd((double)fdata(dst)[i] + val(src, i), dst->format);
     return 0;
@@ -712,11 +711,11 @@ static int cpu_accumulate(tbackend *be, tslot slot, ktensor *dst, const ktensor 
 
 /* ---- cross-entropy ------------------------------------------------------------------------ */
 
-static int cpu_cross_entropy(tbackend *be, tslot slot, ktensor *losses, ktensor *dlogits, const ktensor *logits,
+static int cpu_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, ktensor *dlogits, const ktensor *logits,
                              const int32_t *targets, double softcap, double dloss)
 {
     /* fp32_logits reads the lm_head's fp32 accumulator and writes fp32 dlogits */
-    prec_format f = strcmp(slot_variant(be, slot), "fp32_logits") == 0 ? PREC_FP32 : slot_fmt(be, slot);
+    prec_format f = at->variant == KCE_FP32_LOGITS ? PREC_FP32 : site_fmt(at);
     int64_t N = logits->shape[0], V = logits->shape[1];
     float *z = malloc((size_t)V * sizeof *z);
     if (!z) return tbackend_fail(be, "cpu: out of memory");
@@ -755,7 +754,7 @@ static int cpu_cross_entropy(tbackend *be, tslot slot, ktensor *losses, ktensor 
 
 /* The sequential order of kernels/grad_norm.h: each tensor summed left to
  * right with fp32 fma, the per-tensor sums added in order, fp32 sqrt. */
-static int cpu_grad_norm(tbackend *be, tslot slot, tparam *const *params, int n, double *norm)
+static int cpu_grad_norm(tbackend *be, const tsite *at, tparam *const *params, int n, double *norm)
 {
     float total = 0.0f;
     for (int i = 0; i < n; i++) {
@@ -799,7 +798,7 @@ static void store_weight(tbackend *be, tparam *p, int64_t i, double x, uint64_t 
     } else if (p->master.data) {
         fdata(&p->master)[i] = (float)x;
         fdata(&p->w)[i] = rnd((float)x, p->w.format);
-    } else if (be->plan->slot[TSLOT_WEIGHTS].variant == TWEIGHTS_SR && p->w.format != PREC_FP32) {
+    } else if (tbackend_site(be, TSLOT_WEIGHTS, -1)->variant == TWEIGHTS_SR && p->w.format != PREC_FP32) {
         prec_rounding sr = {PREC_SR, PREC_OVF_IEEE, false};
         fdata(&p->w)[i] = (float)prec_round(x, p->w.format, sr, tbackend_sr_bits(seed, (uint64_t)i));
     } else {
@@ -814,8 +813,9 @@ static void store_weight(tbackend *be, tparam *p, int64_t i, double x, uint64_t 
  * then read in the slot's path format; the update is formed in fp32. */
 static int cpu_adamw(tbackend *be, tparam *p, const tadamw_args *a)
 {
-    prec_format f = slot_fmt(be, TSLOT_ADAMW);
-    int torch = strcmp(slot_variant(be, TSLOT_ADAMW), "torch") == 0;
+    const tsite *at = tbackend_site(be, TSLOT_ADAMW, -1);
+    prec_format f = site_fmt(at);
+    int torch = at->variant == KADAMW_TORCH;
     float b1 = (float)a->beta1, b2 = (float)a->beta2;
     float c1 = (float)(1.0 - pow(a->beta1, (double)a->step)), c2 = (float)(1.0 - pow(a->beta2, (double)a->step));
     float lr = (float)a->lr, eps = (float)a->eps, wd = p->decay ? (float)a->weight_decay : 0.0f;
@@ -911,11 +911,11 @@ static int polar_express(float *X, int r, int c, prec_format f, kpe_coeffs which
  * sqrt(max(1, rows/cols)) O stored as the weights slot says. */
 static int cpu_muon(tbackend *be, tparam *p, const tmuon_args *a)
 {
-    prec_format f = slot_fmt(be, TSLOT_MUON);
-    const char *v = slot_variant(be, TSLOT_MUON);
-    kpe_coeffs which = strcmp(slot_op(be, TSLOT_MUON)->name, "muon_newton_schulz") == 0 ? KPE_MUON_QUINTIC
-                                                                                         : KPE_POLAR_EXPRESS;
-    int tall = strncmp(v, "tall", 4) == 0, split = strstr(v, "split") != NULL;
+    const tsite *at = tbackend_site(be, TSLOT_MUON, -1);
+    prec_format f = site_fmt(at);
+    kpe_coeffs which = at->op == TOP_MUON_NEWTON_SCHULZ ? KPE_MUON_QUINTIC : KPE_POLAR_EXPRESS;
+    int tall = at->variant == KPE_TALL_FUSED || at->variant == KPE_TALL_SPLIT;
+    int split = at->variant == KPE_WIDE_SPLIT || at->variant == KPE_TALL_SPLIT;
     int R = p->rows, Cn = p->cols;
     float mu = (float)a->momentum;
     float *U = malloc((size_t)R * Cn * sizeof *U);
@@ -951,7 +951,11 @@ static int cpu_dp_init(tbackend *be, int world, int rank, const char *id_file)
 
 static int cpu_allreduce(tbackend *be, tparam *const *params, int n) { return 0; }
 
-static void cpu_destroy(tbackend *be) { free(be); }
+static void cpu_destroy(tbackend *be)
+{
+    tbinding_free(&be->bound);
+    free(be);
+}
 
 tbackend *tbackend_cpu_create(void)
 {

@@ -1,5 +1,6 @@
 // trainer/backend_cuda.cu — the CUDA backend: every slot runs the registry
-// kernel of its (op, path, variant) through the kernels' C APIs.
+// kernel of its (op, path, variant) through the kernels' C APIs, dispatched
+// on the site's op handle (top_id) and the kernels' variant enums.
 //
 // Inputs stored in another format than the slot's path are converted into a
 // scratch buffer first (tglue_cast, RNE, as the CPU backend rounds them);
@@ -74,9 +75,11 @@ struct cuda_impl {
 
 static cuda_impl *impl_of(tbackend *be) { return (cuda_impl *)be->impl; }
 
-static int kfail(tbackend *be, tslot slot, const char *what)
+static int kfail(tbackend *be, const tsite *at, const char *what)
 {
-    return tbackend_fail(be, "slot %s: %s: %s", tslot_get(slot)->name, what, kernels_last_error());
+    char name[64];
+    tsite_name(at, name, sizeof name);
+    return tbackend_fail(be, "%s: %s: %s", name, what, kernels_last_error());
 }
 
 static int cuda_check(tbackend *be, cudaError_t err, const char *what)
@@ -139,42 +142,35 @@ static int out_end(tbackend *be, ktensor *y, const ktensor *written)
     return 0;
 }
 
-static prec_format path_fmt(tbackend *be, tslot s) { return tpath_storage(be->plan->slot[s].path); }
-static int variant_of(tbackend *be, tslot s) { return be->plan->slot[s].variant; }
+static prec_format path_fmt(const tsite *at) { return tpath_storage(at->path); }
 
 // ---- what this backend runs --------------------------------------------------------------
 
-static kmatmul_accum accum_of(const kop *op)
+static kmatmul_accum accum_of(top_id op)
 {
-    if (strcmp(op->name, "matmul_fast") == 0) return KMATMUL_ACC_FAST;
-    if (strcmp(op->name, "matmul_block_fp8") == 0) return KMATMUL_ACC_BLOCK_SCALED;
+    if (op == TOP_MATMUL_FAST) return KMATMUL_ACC_FAST;
+    if (op == TOP_MATMUL_BLOCK_FP8) return KMATMUL_ACC_BLOCK_SCALED;
     return KMATMUL_ACC_DEFAULT;
 }
 
-static int matmul_variant(const kop *op, int v) { return strcmp(op->name, "matmul_block_fp8") == 0 ? KMATMUL_FUSED : v; }
+// matmul_block_fp8's one variant (promote_128) is its fused kernel
+static int matmul_variant(const tsite *at) { return at->op == TOP_MATMUL_BLOCK_FP8 ? KMATMUL_FUSED : at->variant; }
 
-static kadamw_storage adamw_storage(const tplan *plan)
+static kadamw_storage adamw_storage(const tbinding *b)
 {
-    switch ((tweights_variant)plan->slot[TSLOT_WEIGHTS].variant) {
+    switch ((tweights_variant)tbinding_site(b, TSLOT_WEIGHTS, -1)->variant) {
     case TWEIGHTS_SR: return KADAMW_STOCHASTIC;
     case TWEIGHTS_MANTISSA_BUFFER: return KADAMW_SPLIT_MASTER;
     default: return KADAMW_MASTER_FP32;
     }
 }
 
-static int cuda_supports(tbackend *be, const tplan *plan, tslot s, char *why, size_t len)
+static int cuda_supports(tbackend *be, const tbinding *b, const tsite *at, char *why, size_t len)
 {
-    const kop *op = tplan_kop(plan, s);
-    kpath path = plan->slot[s].path;
-    int v = plan->slot[s].variant;
-    if (!op) {
-        snprintf(why, len, "op %s is not registered", tslot_op(s, plan->model));
-        return -1;
-    }
-    if (!tslot_is_kernel(s)) return 0;
-    if (strncmp(op->name, "matmul", 6) == 0)
-        return kmatmul_supports(path, accum_of(op), matmul_variant(op, v), why, len) ? 0 : -1;
-    if (s == TSLOT_ADAMW) return kadamw_supports(path, adamw_storage(plan), why, len) ? 0 : -1;
+    if (!top_is_kernel(at->op)) return 0;
+    if (at->op == TOP_MATMUL || at->op == TOP_MATMUL_FAST || at->op == TOP_MATMUL_BLOCK_FP8)
+        return kmatmul_supports(at->path, accum_of(at->op), matmul_variant(at), why, len) ? 0 : -1;
+    if (at->op == TOP_ADAMW) return kadamw_supports(at->path, adamw_storage(b), why, len) ? 0 : -1;
     return 0; // the registry's paths and variants, which tplan_validate checked
 }
 
@@ -268,18 +264,19 @@ static int cuda_mem_used(tbackend *be, size_t *bytes)
 
 // ---- matmul -----------------------------------------------------------------------------------
 
-static int cuda_matmul(tbackend *be, tslot slot, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
+static int cuda_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
                        int b_trans, int accumulate)
 {
-    kpath path = be->plan->slot[slot].path;
-    const kop *op = tplan_kop(be->plan, slot);
-    kmatmul_accum accum = accum_of(op);
-    int variant = matmul_variant(op, variant_of(be, slot));
+    kpath path = at->path;
+    kmatmul_accum accum = accum_of(at->op);
+    int variant = matmul_variant(at);
     int64_t M = a_trans ? a->shape[1] : a->shape[0], K = a_trans ? a->shape[0] : a->shape[1];
     int64_t N = b_trans ? b->shape[0] : b->shape[1];
     int y_fp32 = y->format == PREC_FP32 && (path == KPATH_BF16 || path == KPATH_FP16);
+    char name[64];
+    tsite_name(at, name, sizeof name);
     if ((y->format != tpath_storage(path) && !y_fp32) || y->shape[0] != M || y->shape[1] != N)
-        return tbackend_fail(be, "slot %s: output %lldx%lld %s, expected %lldx%lld %s", tslot_get(slot)->name,
+        return tbackend_fail(be, "%s: output %lldx%lld %s, expected %lldx%lld %s", name,
                              (long long)y->shape[0], (long long)y->shape[1], prec_format_name(y->format), (long long)M,
                              (long long)N, prec_format_name(tpath_storage(path)));
     kmatmul_args args;
@@ -296,42 +293,40 @@ static int cuda_matmul(tbackend *be, tslot slot, ktensor *y, const ktensor *a, i
         prec_format f = tpath_storage(path);
         if (as_format(be, 0, a, f, &A) || as_format(be, 1, b, f, &B)) return -1;
         args.a = A.data, args.b = B.data;
-        if (kmatmul(path, accum, variant, &args)) return kfail(be, slot, "matmul");
+        if (kmatmul(path, accum, variant, &args)) return kfail(be, at, "matmul");
         return 0;
     }
     // fp8: both operands handed over in one format (fp32 if both are, else bf16) and quantised inside
     prec_format x = a->format == PREC_FP32 && b->format == PREC_FP32 ? PREC_FP32 : PREC_BF16;
     if (as_format(be, 0, a, x, &A) || as_format(be, 1, b, x, &B)) return -1;
     args.a = A.data, args.b = B.data;
-    if (kmatmul_quantized(accum, variant, &args, x, tpath_operand(path, tslot_is_gradient_gemm(slot)), PREC_E4M3))
-        return kfail(be, slot, "fp8 matmul");
+    if (kmatmul_quantized(accum, variant, &args, x, tpath_operand(path, tslot_is_gradient_gemm(at->slot)), PREC_E4M3))
+        return kfail(be, at, "fp8 matmul");
     return 0;
 }
 
 // ---- norms ------------------------------------------------------------------------------------
 
-static int is_layernorm(tbackend *be, tslot s) { return strcmp(tplan_kop(be->plan, s)->name, "layernorm") == 0; }
-
-static int cuda_norm_fwd(tbackend *be, tslot slot, ktensor *y, ktensor *mean, ktensor *rstd, const ktensor *x,
+static int cuda_norm_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *mean, ktensor *rstd, const ktensor *x,
                          const ktensor *gain, const ktensor *bias, double eps)
 {
-    prec_format f = path_fmt(be, slot);
+    prec_format f = path_fmt(at);
     ktensor X, G, Bb, Y;
     if (as_format(be, 0, x, f, &X) || (gain && as_format(be, 1, gain, f, &G)) || (bias && as_format(be, 2, bias, f, &Bb)) ||
         out_begin(be, 3, y, f, &Y))
         return -1;
-    int rc = is_layernorm(be, slot)
+    int rc = at->op == TOP_LAYERNORM
                  ? klayernorm_forward(&Y, (float *)mean->data, (float *)rstd->data, &X, gain ? &G : nullptr,
-                                      bias ? &Bb : nullptr, (float)eps, variant_of(be, slot))
-                 : krmsnorm_forward(&Y, (float *)rstd->data, &X, gain ? &G : nullptr, (float)eps, variant_of(be, slot));
-    if (rc) return kfail(be, slot, "norm forward");
+                                      bias ? &Bb : nullptr, (float)eps, at->variant)
+                 : krmsnorm_forward(&Y, (float *)rstd->data, &X, gain ? &G : nullptr, (float)eps, at->variant);
+    if (rc) return kfail(be, at, "norm forward");
     return out_end(be, y, &Y);
 }
 
-static int cuda_norm_bwd(tbackend *be, tslot slot, ktensor *dx, ktensor *dgain, ktensor *dbias, const ktensor *dy,
+static int cuda_norm_bwd(tbackend *be, const tsite *at, ktensor *dx, ktensor *dgain, ktensor *dbias, const ktensor *dy,
                          const ktensor *x, const ktensor *gain, const ktensor *mean, const ktensor *rstd)
 {
-    prec_format f = path_fmt(be, slot);
+    prec_format f = path_fmt(at);
     ktensor DY, X, G, DX, DG, DB;
     if (as_format(be, 0, dy, f, &DY) || as_format(be, 1, x, f, &X) || (gain && as_format(be, 2, gain, f, &G)) ||
         out_begin(be, 3, dx, f, &DX))
@@ -346,15 +341,15 @@ static int cuda_norm_bwd(tbackend *be, tslot slot, ktensor *dx, ktensor *dgain, 
         if (scratch(be, 5, (size_t)ktensor_numel(dbias) * kformat_bytes(f), &buf)) return -1;
         DB = *dbias, DB.data = buf, DB.format = f;
     }
-    int rc = is_layernorm(be, slot)
+    int rc = at->op == TOP_LAYERNORM
                  ? klayernorm_backward(&DX, dgain ? &DG : nullptr, dbias ? &DB : nullptr, &DY, &X, gain ? &G : nullptr,
-                                       (const float *)mean->data, (const float *)rstd->data, variant_of(be, slot))
+                                       (const float *)mean->data, (const float *)rstd->data, at->variant)
                  : krmsnorm_backward(&DX, dgain ? &DG : nullptr, &DY, &X, gain ? &G : nullptr,
-                                     (const float *)rstd->data, variant_of(be, slot));
-    if (rc) return kfail(be, slot, "norm backward");
+                                     (const float *)rstd->data, at->variant);
+    if (rc) return kfail(be, at, "norm backward");
     if (out_end(be, dx, &DX)) return -1;
-    if (dgain && tglue_add(dgain->data, dgain->format, DG.data, f, ktensor_numel(dgain))) return kfail(be, slot, "dgain");
-    if (dbias && tglue_add(dbias->data, dbias->format, DB.data, f, ktensor_numel(dbias))) return kfail(be, slot, "dbias");
+    if (dgain && tglue_add(dgain->data, dgain->format, DG.data, f, ktensor_numel(dgain))) return kfail(be, at, "dgain");
+    if (dbias && tglue_add(dbias->data, dbias->format, DB.data, f, ktensor_numel(dbias))) return kfail(be, at, "dbias");
     return 0;
 }
 
@@ -381,12 +376,12 @@ static int positions_for(tbackend *be, int B, int T)
 static int cuda_embedding_fwd(tbackend *be, ktensor *x, const int32_t *tokens, const ktensor *wte, const ktensor *wpe,
                               int B, int T)
 {
-    tslot slot = TSLOT_EMBEDDING;
-    prec_format f = path_fmt(be, slot);
-    int v = variant_of(be, slot);
+    const tsite *at = tbackend_site(be, TSLOT_EMBEDDING, -1);
+    prec_format f = path_fmt(at);
+    int v = at->variant;
     ktensor W, X, P, WP;
     if (as_format(be, 0, wte, f, &W) || out_begin(be, 1, x, f, &X)) return -1;
-    if (kembedding_forward(&X, &W, tokens, v)) return kfail(be, slot, "token lookup");
+    if (kembedding_forward(&X, &W, tokens, v)) return kfail(be, at, "token lookup");
     if (wpe) {
         // + the learned position rows, one fp32 add rounded into the path's format
         void *buf = nullptr;
@@ -394,8 +389,8 @@ static int cuda_embedding_fwd(tbackend *be, ktensor *x, const int32_t *tokens, c
             scratch(be, 3, (size_t)ktensor_numel(x) * kformat_bytes(f), &buf))
             return -1;
         P = X, P.data = buf;
-        if (kembedding_forward(&P, &WP, impl_of(be)->positions, v)) return kfail(be, slot, "position lookup");
-        if (kresidual_forward(&X, &X, &P, KRESIDUAL_VECTOR)) return kfail(be, slot, "position add");
+        if (kembedding_forward(&P, &WP, impl_of(be)->positions, v)) return kfail(be, at, "position lookup");
+        if (kresidual_forward(&X, &X, &P, KRESIDUAL_VECTOR)) return kfail(be, at, "position add");
     }
     return out_end(be, x, &X);
 }
@@ -404,19 +399,19 @@ static int cuda_embedding_fwd(tbackend *be, ktensor *x, const int32_t *tokens, c
 static int cuda_embedding_bwd(tbackend *be, ktensor *dwte, ktensor *dwpe, const ktensor *dx, const int32_t *tokens,
                               int B, int T)
 {
-    tslot slot = TSLOT_EMBEDDING;
-    int v = variant_of(be, slot);
+    const tsite *at = tbackend_site(be, TSLOT_EMBEDDING, -1);
+    int v = at->variant;
     ktensor DX;
     if (as_format(be, 0, dx, dwte->format, &DX)) return -1;
     int64_t n = (int64_t)B * T;
     size_t ws = kembedding_backward_workspace(n, dwte->shape[0], v);
     void *buf = nullptr;
     if (ws && scratch(be, 1, ws, &buf)) return -1;
-    if (kembedding_backward(dwte, &DX, tokens, buf, ws, v)) return kfail(be, slot, "token scatter");
+    if (kembedding_backward(dwte, &DX, tokens, buf, ws, v)) return kfail(be, at, "token scatter");
     if (dwpe) {
         ws = kembedding_backward_workspace(n, dwpe->shape[0], v);
         if ((ws && scratch(be, 1, ws, &buf)) || positions_for(be, B, T)) return -1;
-        if (kembedding_backward(dwpe, &DX, impl_of(be)->positions, buf, ws, v)) return kfail(be, slot, "position scatter");
+        if (kembedding_backward(dwpe, &DX, impl_of(be)->positions, buf, ws, v)) return kfail(be, at, "position scatter");
     }
     return 0;
 }
@@ -447,28 +442,28 @@ static int attention_shape(tbackend *be, const ktensor *q, int H)
     return 0;
 }
 
-static int cuda_attention_fwd(tbackend *be, tslot slot, ktensor *y, ktensor *lse, const ktensor *q, const ktensor *k,
+static int cuda_attention_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *lse, const ktensor *q, const ktensor *k,
                               const ktensor *v, int B, int T, int H)
 {
-    prec_format f = path_fmt(be, slot);
-    kpath path = be->plan->slot[slot].path;
+    prec_format f = path_fmt(at);
+    kpath path = at->path;
     int64_t D = q->shape[1] / H;
     void *Q = nullptr, *K = nullptr, *V = nullptr, *O = nullptr;
     if (attention_shape(be, q, H) || to_bhtd(be, 0, q, f, B, T, H, &Q) || to_bhtd(be, 1, k, f, B, T, H, &K) ||
         to_bhtd(be, 2, v, f, B, T, H, &V) || scratch(be, 3, (size_t)ktensor_numel(y) * kformat_bytes(f), &O))
         return -1;
-    if (kattention_forward(path, variant_of(be, slot), (int64_t)B * H, T, D, 1.0f / sqrtf((float)D), Q, K, V, O,
+    if (kattention_forward(path, at->variant, (int64_t)B * H, T, D, 1.0f / sqrtf((float)D), Q, K, V, O,
                            (float *)lse->data))
-        return kfail(be, slot, "attention forward");
+        return kfail(be, at, "attention forward");
     return from_bhtd(be, y, O, f, B, T, H);
 }
 
-static int cuda_attention_bwd(tbackend *be, tslot slot, ktensor *dq, ktensor *dk, ktensor *dv, const ktensor *dy,
+static int cuda_attention_bwd(tbackend *be, const tsite *at, ktensor *dq, ktensor *dk, ktensor *dv, const ktensor *dy,
                               const ktensor *q, const ktensor *k, const ktensor *v, const ktensor *y,
                               const ktensor *lse, int B, int T, int H)
 {
-    prec_format f = path_fmt(be, slot);
-    kpath path = be->plan->slot[slot].path;
+    prec_format f = path_fmt(at);
+    kpath path = at->path;
     int64_t D = q->shape[1] / H;
     size_t bytes = (size_t)ktensor_numel(q) * kformat_bytes(f);
     void *Q = nullptr, *K = nullptr, *V = nullptr, *O = nullptr, *dO = nullptr, *dQ = nullptr, *dK = nullptr, *dV = nullptr;
@@ -476,9 +471,9 @@ static int cuda_attention_bwd(tbackend *be, tslot slot, ktensor *dq, ktensor *dk
         to_bhtd(be, 2, v, f, B, T, H, &V) || to_bhtd(be, 3, y, f, B, T, H, &O) || to_bhtd(be, 4, dy, f, B, T, H, &dO) ||
         scratch(be, 5, bytes, &dQ) || scratch(be, 6, bytes, &dK) || scratch(be, 7, bytes, &dV))
         return -1;
-    if (kattention_backward(path, variant_of(be, slot), (int64_t)B * H, T, D, 1.0f / sqrtf((float)D), Q, K, V, O, dO,
+    if (kattention_backward(path, at->variant, (int64_t)B * H, T, D, 1.0f / sqrtf((float)D), Q, K, V, O, dO,
                             (const float *)lse->data, dQ, dK, dV))
-        return kfail(be, slot, "attention backward");
+        return kfail(be, at, "attention backward");
     if (from_bhtd(be, dq, dQ, f, B, T, H) || from_bhtd(be, dk, dK, f, B, T, H) || from_bhtd(be, dv, dV, f, B, T, H))
         return -1;
     return 0;
@@ -523,106 +518,104 @@ static ktensor heads_view(const ktensor *t, int H)
     return v;
 }
 
-static int rope_apply(tbackend *be, tslot slot, ktensor *y, const ktensor *x, int T, int H, double theta, int backward)
+static int rope_apply(tbackend *be, const tsite *at, ktensor *y, const ktensor *x, int T, int H, double theta, int backward)
 {
-    prec_format f = path_fmt(be, slot);
+    prec_format f = path_fmt(at);
     krope_tables tab;
     ktensor X, Y;
     if (rope_tables(be, T, x->shape[1] / H, theta, &tab) || as_format(be, 0, x, f, &X) || out_begin(be, 1, y, f, &Y))
         return -1;
     ktensor X3 = heads_view(&X, H), Y3 = heads_view(&Y, H);
-    int rc = backward ? krope_backward(&Y3, &X3, &tab, variant_of(be, slot)) : krope_forward(&Y3, &X3, &tab, variant_of(be, slot));
-    if (rc) return kfail(be, slot, backward ? "rope backward" : "rope forward");
+    int rc = backward ? krope_backward(&Y3, &X3, &tab, at->variant) : krope_forward(&Y3, &X3, &tab, at->variant);
+    if (rc) return kfail(be, at, backward ? "rope backward" : "rope forward");
     return out_end(be, y, &Y);
 }
 
-static int cuda_rope_fwd(tbackend *be, tslot slot, ktensor *y, const ktensor *x, int B, int T, int H, double theta)
+static int cuda_rope_fwd(tbackend *be, const tsite *at, ktensor *y, const ktensor *x, int B, int T, int H, double theta)
 {
-    return rope_apply(be, slot, y, x, T, H, theta, 0);
+    return rope_apply(be, at, y, x, T, H, theta, 0);
 }
 
-static int cuda_rope_bwd(tbackend *be, tslot slot, ktensor *dx, const ktensor *dy, int B, int T, int H, double theta)
+static int cuda_rope_bwd(tbackend *be, const tsite *at, ktensor *dx, const ktensor *dy, int B, int T, int H, double theta)
 {
-    return rope_apply(be, slot, dx, dy, T, H, theta, 1);
+    return rope_apply(be, at, dx, dy, T, H, theta, 1);
 }
 
 // ---- activation, residual, transpose ------------------------------------------------------------
 
-static int is_gelu(tbackend *be, tslot s) { return strcmp(tplan_kop(be->plan, s)->name, "gelu_tanh") == 0; }
-
-static int cuda_activation_fwd(tbackend *be, tslot slot, ktensor *y, ktensor *g, const ktensor *x)
+static int cuda_activation_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *g, const ktensor *x)
 {
-    prec_format f = path_fmt(be, slot);
+    prec_format f = path_fmt(at);
     ktensor X, Y, G;
     if (as_format(be, 0, x, f, &X) || out_begin(be, 1, y, f, &Y) || (g && out_begin(be, 2, g, f, &G))) return -1;
-    int v = variant_of(be, slot);
-    int rc = is_gelu(be, slot) ? kgelu_tanh_forward(&Y, &X, v) : krelu2_forward(&Y, g ? &G : nullptr, &X, v);
-    if (rc) return kfail(be, slot, "activation forward");
+    int v = at->variant;
+    int rc = at->op == TOP_GELU_TANH ? kgelu_tanh_forward(&Y, &X, v) : krelu2_forward(&Y, g ? &G : nullptr, &X, v);
+    if (rc) return kfail(be, at, "activation forward");
     if (out_end(be, y, &Y) || (g && out_end(be, g, &G))) return -1;
     return 0;
 }
 
-static int cuda_activation_bwd(tbackend *be, tslot slot, ktensor *dx, const ktensor *dy, const ktensor *x,
+static int cuda_activation_bwd(tbackend *be, const tsite *at, ktensor *dx, const ktensor *dy, const ktensor *x,
                                const ktensor *g)
 {
-    prec_format f = path_fmt(be, slot);
+    prec_format f = path_fmt(at);
     ktensor DY, S, DX;
     if (as_format(be, 0, dy, f, &DY) || as_format(be, 1, g ? g : x, f, &S) || out_begin(be, 2, dx, f, &DX)) return -1;
-    int v = variant_of(be, slot);
-    int rc = is_gelu(be, slot) ? kgelu_tanh_backward(&DX, &DY, &S, v) : krelu2_backward(&DX, &DY, &S, v);
-    if (rc) return kfail(be, slot, "activation backward");
+    int v = at->variant;
+    int rc = at->op == TOP_GELU_TANH ? kgelu_tanh_backward(&DX, &DY, &S, v) : krelu2_backward(&DX, &DY, &S, v);
+    if (rc) return kfail(be, at, "activation backward");
     return out_end(be, dx, &DX);
 }
 
-static int cuda_residual(tbackend *be, tslot slot, ktensor *y, const ktensor *a, const ktensor *b)
+static int cuda_residual(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, const ktensor *b)
 {
-    prec_format f = path_fmt(be, slot);
+    prec_format f = path_fmt(at);
     ktensor A, B, Y;
     if (as_format(be, 0, a, f, &A) || as_format(be, 1, b, f, &B) || out_begin(be, 2, y, f, &Y)) return -1;
-    if (kresidual_forward(&Y, &A, &B, variant_of(be, slot))) return kfail(be, slot, "residual add");
+    if (kresidual_forward(&Y, &A, &B, at->variant)) return kfail(be, at, "residual add");
     return out_end(be, y, &Y);
 }
 
-static int cuda_transpose(tbackend *be, tslot slot, ktensor *out, const ktensor *in, int accumulate)
+static int cuda_transpose(tbackend *be, const tsite *at, ktensor *out, const ktensor *in, int accumulate)
 {
-    int v = variant_of(be, slot);
+    int v = at->variant;
     if (!accumulate) {
         // an exact copy, in the destination's (the working weights') format
         ktensor I;
         if (as_format(be, 0, in, out->format, &I)) return -1;
-        if (ktranspose_copy(out, &I, v)) return kfail(be, slot, "transpose copy");
+        if (ktranspose_copy(out, &I, v)) return kfail(be, at, "transpose copy");
         return 0;
     }
-    prec_format f = path_fmt(be, slot);
+    prec_format f = path_fmt(at);
     ktensor I, O;
     if (as_format(be, 0, in, f, &I) || as_format(be, 1, out, f, &O)) return -1; // O starts from out's values
-    if (ktranspose_add(&O, &I, v)) return kfail(be, slot, "transpose add");
+    if (ktranspose_add(&O, &I, v)) return kfail(be, at, "transpose add");
     return out_end(be, out, &O);
 }
 
 // ---- cross-entropy, gradient norm -----------------------------------------------------------------
 
-static int cuda_cross_entropy(tbackend *be, tslot slot, ktensor *losses, ktensor *dlogits, const ktensor *logits,
+static int cuda_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, ktensor *dlogits, const ktensor *logits,
                               const int32_t *targets, double softcap, double dloss)
 {
     if (softcap > 0)
         return tbackend_fail(be, "slot cross_entropy: the registry's kernel has no logit soft-cap (cap %g); train with "
                                  "--softcap 0 on cuda, or on the cpu backend", softcap);
-    kpath path = be->plan->slot[slot].path;
-    int v = variant_of(be, slot);
+    kpath path = at->path;
+    int v = at->variant;
     prec_format lf = kce_logits_format(path, v);
     ktensor L, DL;
     if (as_format(be, 0, logits, lf, &L) || (dlogits && out_begin(be, 1, dlogits, lf, &DL))) return -1;
     if (kce_forward_backward(path, v, logits->shape[0], logits->shape[1], L.data, targets, (float *)losses->data,
                              dlogits ? DL.data : nullptr, (float)dloss))
-        return kfail(be, slot, "cross-entropy");
+        return kfail(be, at, "cross-entropy");
     return dlogits ? out_end(be, dlogits, &DL) : 0;
 }
 
-static int cuda_grad_norm(tbackend *be, tslot slot, tparam *const *params, int n, double *norm)
+static int cuda_grad_norm(tbackend *be, const tsite *at, tparam *const *params, int n, double *norm)
 {
     cuda_impl *im = impl_of(be);
-    int v = variant_of(be, slot);
+    int v = at->variant;
     ktensor *grads = (ktensor *)malloc((size_t)n * sizeof *grads);
     if (!grads) return tbackend_fail(be, "out of memory");
     for (int i = 0; i < n; i++) grads[i] = params[i]->grad;
@@ -631,7 +624,7 @@ static int cuda_grad_norm(tbackend *be, tslot slot, tparam *const *params, int n
     int rc = (ws && scratch(be, 0, ws, &buf)) ? -1 : 0;
     if (!rc && !im->norm_out && kdevice_alloc((void **)&im->norm_out, sizeof(float), "grad norm"))
         rc = tbackend_fail(be, "%s", kernels_last_error());
-    if (!rc && kgrad_norm(im->norm_out, grads, n, buf, ws, v)) rc = kfail(be, slot, "gradient norm");
+    if (!rc && kgrad_norm(im->norm_out, grads, n, buf, ws, v)) rc = kfail(be, at, "gradient norm");
     free(grads);
     float h = 0.0f;
     if (!rc && cuda_raw_download(be, &h, im->norm_out, sizeof h)) rc = -1;
@@ -643,18 +636,17 @@ static int cuda_grad_norm(tbackend *be, tslot slot, tparam *const *params, int n
 
 static int cuda_adamw(tbackend *be, tparam *p, const tadamw_args *a)
 {
-    tslot slot = TSLOT_ADAMW;
-    const tplan *plan = be->plan;
-    kpath path = plan->slot[slot].path;
-    kadamw_storage storage = adamw_storage(plan);
+    const tsite *at = tbackend_site(be, TSLOT_ADAMW, -1);
+    kpath path = at->path;
+    kadamw_storage storage = adamw_storage(&be->bound);
     int64_t n = ktensor_numel(&p->w);
     if (a->grad_scale != 1.0 && tglue_scale(p->grad.data, p->grad.format, n, (float)a->grad_scale))
-        return kfail(be, slot, "gradient scale");
+        return kfail(be, at, "gradient scale");
     ktensor G;
     if (as_format(be, 0, &p->grad, tpath_storage(path), &G)) return -1;
     kadamw_hparams h = {(float)a->lr, (float)a->beta1, (float)a->beta2, (float)a->eps,
                         p->decay ? (float)a->weight_decay : 0.0f, a->step, a->seed};
-    int v = plan->slot[slot].variant;
+    int v = at->variant;
     int rc;
     if (path == KPATH_FP32 && p->master.data) {
         // update the fp32 master from fp32 gradients, then its RNE image
@@ -665,19 +657,18 @@ static int cuda_adamw(tbackend *be, tparam *p, const tadamw_args *a)
         rc = kadamw_step(path, storage, v, n, p->w.data, (float *)p->master.data, (uint16_t *)p->lowbits,
                          (float *)p->m.data, (float *)p->v.data, G.data, &h);
     }
-    return rc ? kfail(be, slot, "adamw") : 0;
+    return rc ? kfail(be, at, "adamw") : 0;
 }
 
 static int cuda_muon(tbackend *be, tparam *p, const tmuon_args *a)
 {
-    tslot slot = TSLOT_MUON;
-    const tplan *plan = be->plan;
-    kpath path = plan->slot[slot].path;
+    const tsite *at = tbackend_site(be, TSLOT_MUON, -1);
+    kpath path = at->path;
     prec_format f = tpath_storage(path);
-    kpe_coeffs which = strcmp(tplan_kop(plan, slot)->name, "muon_newton_schulz") == 0 ? KPE_MUON_QUINTIC : KPE_POLAR_EXPRESS;
+    kpe_coeffs which = at->op == TOP_MUON_NEWTON_SCHULZ ? KPE_MUON_QUINTIC : KPE_POLAR_EXPRESS;
     int64_t block = (int64_t)p->rows * p->cols;
     float scale = sqrtf(fmaxf(1.0f, (float)p->rows / (float)p->cols));
-    int sr = plan->slot[TSLOT_WEIGHTS].variant == TWEIGHTS_SR && p->w.format != PREC_FP32;
+    int sr = tbackend_site(be, TSLOT_WEIGHTS, -1)->variant == TWEIGHTS_SR && p->w.format != PREC_FP32;
     void *U = nullptr;
     if (scratch(be, 0, (size_t)block * kformat_bytes(f), &U)) return -1;
     size_t we = kformat_bytes(p->w.format), ge = kformat_bytes(p->grad.format);
@@ -685,23 +676,23 @@ static int cuda_muon(tbackend *be, tparam *p, const tmuon_args *a)
         int64_t off = (int64_t)b * block;
         if (tglue_muon_momentum((float *)p->m.data + off, (const char *)p->grad.data + off * ge, p->grad.format, block,
                                 (float)a->momentum, (float)a->grad_scale, U, f))
-            return kfail(be, slot, "momentum");
-        if (kpolar_express(path, plan->slot[slot].variant, which, p->rows, p->cols, U, U))
-            return kfail(be, slot, "polar express");
+            return kfail(be, at, "momentum");
+        if (kpolar_express(path, at->variant, which, p->rows, p->cols, U, U))
+            return kfail(be, at, "polar express");
         if (tglue_weight_update((char *)p->w.data + off * we, p->w.format,
                                 p->master.data ? (float *)p->master.data + off : nullptr,
                                 p->lowbits ? (uint16_t *)p->lowbits + off : nullptr, sr, a->seed, U, f, block,
                                 (float)a->lr, p->decay ? (float)a->weight_decay : 0.0f, scale))
-            return kfail(be, slot, "weight update");
+            return kfail(be, at, "weight update");
     }
     return 0;
 }
 
 // ---- gradient accumulation -------------------------------------------------------------------
 
-static int cuda_accumulate(tbackend *be, tslot slot, ktensor *dst, const ktensor *src)
+static int cuda_accumulate(tbackend *be, const tsite *at, ktensor *dst, const ktensor *src)
 {
-    if (tglue_add(dst->data, dst->format, src->data, src->format, ktensor_numel(dst))) return kfail(be, slot, "accumulate");
+    if (tglue_add(dst->data, dst->format, src->data, src->format, ktensor_numel(dst))) return kfail(be, at, "accumulate");
     return 0;
 }
 
@@ -729,9 +720,9 @@ static int cuda_dp_init(tbackend *be, int world, int rank, const char *id_file)
     if (cuda_check(be, cudaGetDeviceCount(&devices), "cudaGetDeviceCount")) return -1;
     if (cuda_check(be, cudaSetDevice(rank % devices), "cudaSetDevice")) return -1;
     if (nccl_load(be, &im->nccl)) return -1;
-    const tplan *plan = be->plan;
     // NCCL reads its algorithm when the communicator is created
-    if (plan) setenv("NCCL_ALGO", plan->slot[TSLOT_ALLREDUCE].variant == TALLREDUCE_TREE ? "Tree" : "Ring", 1);
+    if (be->bound.sites)
+        setenv("NCCL_ALGO", tbackend_site(be, TSLOT_ALLREDUCE, -1)->variant == TALLREDUCE_TREE ? "Tree" : "Ring", 1);
     nccl_unique_id id;
     if (rank == 0) {
         int rc = im->nccl.get_unique_id(&id);
@@ -764,7 +755,8 @@ static int cuda_allreduce(tbackend *be, tparam *const *params, int n)
 {
     cuda_impl *im = impl_of(be);
     if (im->world <= 1) return 0;
-    prec_format wire = tpath_storage(be->plan->slot[TSLOT_ALLREDUCE].path);
+    const tsite *at = tbackend_site(be, TSLOT_ALLREDUCE, -1);
+    prec_format wire = tpath_storage(at->path);
     int dtype = wire == PREC_BF16 ? NCCL_BFLOAT16 : NCCL_FLOAT32;
     for (int i = 0; i < n; i++) {
         ktensor *g = &params[i]->grad;
@@ -774,7 +766,7 @@ static int cuda_allreduce(tbackend *be, tparam *const *params, int n)
         if (rc) return tbackend_fail(be, "slot allreduce: ncclAllReduce(%s, %lld elements): %s", params[i]->name,
                                      (long long)ktensor_numel(g), im->nccl.error_string(rc));
         if (W.data != g->data && tglue_cast(g->data, g->format, W.data, wire, nullptr, ktensor_numel(g)))
-            return kfail(be, TSLOT_ALLREDUCE, "allreduce");
+            return kfail(be, at, "allreduce");
     }
     return 0;
 }
@@ -791,6 +783,7 @@ static void cuda_destroy(tbackend *be)
     if (im->comm) im->nccl.comm_destroy(im->comm);
     if (im->nccl.lib) dlclose(im->nccl.lib);
     kmatmul_release();
+    tbinding_free(&be->bound);
     free(im);
     free(be);
 }

@@ -3,7 +3,7 @@
  * Layout (little-endian): "ULPSCKPT", u32 version, the model configuration
  * (i32 kind, layers, width, heads, vocab, context, norm_gain; f64 softcap,
  * rope_theta, norm_eps), the plan as JSON (u32 length + bytes), i64 steps
- * done, f64 loss scale, i64 clean steps since the last rescale, u64 seed,
+ * done, f64 loss scale, i64 clean steps since the last rescale, u64 seed, u64 data seed,
  * u32 parameter count, then per parameter its name (u32 + bytes) and its
  * stored tensors as (u64 length + bytes): working copy, fp32 master (when
  * kept), mantissa buffer (when kept), optimizer m, optimizer v (AdamW).
@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #define CKPT_MAGIC "ULPSCKPT"
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 2u /* 2: the data seed after the seed */
 
 uint64_t ttrain_fnv1a(uint64_t h, const void *data, size_t n)
 {
@@ -94,11 +94,17 @@ int tckpt_save(const char *path, tmodel *m, const tmodel_config *cfg, const tpla
     put_i32(&w, cfg->kind), put_i32(&w, cfg->n_layer), put_i32(&w, cfg->n_embd), put_i32(&w, cfg->n_head);
     put_i32(&w, cfg->vocab), put_i32(&w, cfg->seq_len), put_i32(&w, cfg->norm_gain);
     put_f64(&w, cfg->softcap), put_f64(&w, cfg->rope_theta), put_f64(&w, cfg->norm_eps);
-    char json[8192];
-    tplan_to_json(plan, json, sizeof json);
+    char *json = tplan_json_alloc(plan);
+    if (!json) {
+        fclose(w.fp);
+        unlink(tmp);
+        return tfail(err, errlen, "out of memory writing checkpoint");
+    }
     put_str(&w, json);
+    free(json);
     put_i64(&w, st->steps_done), put_f64(&w, st->loss_scale), put_i64(&w, st->good_steps);
     put(&w, &st->seed, sizeof st->seed);
+    put(&w, &st->data_seed, sizeof st->data_seed);
     int np = tmodel_n_params(m);
     put_u32(&w, (uint32_t)np);
     void *buf = malloc(biggest_blob(m));
@@ -200,28 +206,37 @@ static int open_checked(reader *r, const char *path, char *err, size_t errlen)
     return 0;
 }
 
-static void read_header(reader *r, tmodel_config *cfg, char *plan_json, size_t plan_len, tckpt_state *st)
+/* Reads the header; the plan JSON into a fresh malloc'd string (NULL when
+ * malformed or out of memory: r->bad set). */
+static void read_header(reader *r, tmodel_config *cfg, char **plan_json, tckpt_state *st)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->kind = (tmodel_kind)get_i32(r);
     cfg->n_layer = get_i32(r), cfg->n_embd = get_i32(r), cfg->n_head = get_i32(r);
     cfg->vocab = get_i32(r), cfg->seq_len = get_i32(r), cfg->norm_gain = get_i32(r);
     cfg->softcap = get_f64(r), cfg->rope_theta = get_f64(r), cfg->norm_eps = get_f64(r);
-    get_str(r, plan_json, plan_len);
+    *plan_json = malloc(TPLAN_JSON_MAX);
+    if (!*plan_json) r->bad = 1;
+    else get_str(r, *plan_json, TPLAN_JSON_MAX);
     st->steps_done = (long)get_i64(r);
     st->loss_scale = get_f64(r);
     st->good_steps = (long)get_i64(r);
     get(r, &st->seed, sizeof st->seed);
+    get(r, &st->data_seed, sizeof st->data_seed);
 }
 
-int tckpt_peek(const char *path, tmodel_config *cfg, char *plan_json, size_t plan_len, tckpt_state *st, char *err,
-               size_t errlen)
+int tckpt_peek(const char *path, tmodel_config *cfg, char **plan_json, tckpt_state *st, char *err, size_t errlen)
 {
     reader r;
+    *plan_json = NULL;
     if (open_checked(&r, path, err, errlen)) return -1;
-    read_header(&r, cfg, plan_json, plan_len, st);
+    read_header(&r, cfg, plan_json, st);
     fclose(r.fp);
-    if (r.bad) return tfail(err, errlen, "checkpoint %s: malformed header", path);
+    if (r.bad) {
+        free(*plan_json);
+        *plan_json = NULL;
+        return tfail(err, errlen, "checkpoint %s: malformed header", path);
+    }
     return 0;
 }
 
@@ -231,8 +246,9 @@ int tckpt_load(const char *path, tmodel *m, char *err, size_t errlen)
     if (open_checked(&r, path, err, errlen)) return -1;
     tmodel_config cfg;
     tckpt_state st;
-    char json[8192];
-    read_header(&r, &cfg, json, sizeof json, &st);
+    char *json = NULL;
+    read_header(&r, &cfg, &json, &st);
+    free(json);
     tbackend *be = tmodel_backend(m);
     int np = (int)get_u32(&r), rc = 0;
     if (r.bad || np != tmodel_n_params(m))

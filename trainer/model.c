@@ -5,10 +5,13 @@
 #include "trainer/errbuf.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/activations.h"
+#include "kernels/cross_entropy.h"
 #include "precision/rng.h"
 
 typedef struct {
@@ -26,11 +29,19 @@ typedef struct {
 } layer_acts;
 
 #define N_WGRAD_TMP 3 /* one scratch per GEMM output format: fp32, bf16, fp16 */
+#define N_STORAGE 3   /* the formats a path stores activations in: fp32, bf16, fp16 */
+
+/* Scratch shared by the layers and written by a per-layer slot: one buffer
+ * per storage format the slot's layers use (one, unless per-layer choices
+ * differ), so that every tensor is stored in its writer's format. */
+typedef struct {
+    ktensor by_format[N_STORAGE];
+} fpool;
 
 struct tmodel {
     tmodel_config cfg;
     tbackend *be;
-    const tplan *plan;
+    tplan *plan;                       /* the model's own copy of the plan it runs */
     int B, T;
     tparam *params;
     tparam **param_ptrs;
@@ -42,8 +53,9 @@ struct tmodel {
     ktensor emb;                       /* [BT,C] */
     ktensor lnf, lnf_mean, lnf_rstd;
     ktensor logits, dlogits, losses;   /* [BT,V], [BT,V], [BT] */
-    ktensor attn_proj, mlp_out;        /* forward scratch [BT,C] */
-    ktensor dres, dlnf, da, dh, dln2, dtmp_mlp, dy_att, dq, dk, dv, dq_r, dk_r, dq_n, dk_n, dln1, dtmp_attn;
+    ktensor dlnf;                      /* [BT,C] */
+    fpool attn_proj, mlp_out;          /* forward scratch [BT,C] */
+    fpool dres, da, dh, dln2, dtmp_mlp, dy_att, dq, dk, dv, dq_r, dk_r, dq_n, dk_n, dln1, dtmp_attn;
     ktensor wgrad_tmp[N_WGRAD_TMP];
     int64_t wgrad_tmp_numel;
     void *tokens_dev, *targets_dev;
@@ -119,47 +131,23 @@ static ktensor view(const tmodel *m, const ktensor *t, int64_t offset, int64_t r
     return v;
 }
 
-static prec_format fmt_of(const tmodel *m, tslot s) { return tpath_storage(m->plan->slot[s].path); }
+/* The site the plan binds slot s of layer `layer` to (-1: a global slot). */
+static const tsite *site(const tmodel *m, tslot s, int layer) { return tbackend_site(m->be, s, layer); }
+
+/* Storage format of what slot s writes in layer `layer`. */
+static prec_format fmt_of(const tmodel *m, tslot s, int layer) { return tpath_storage(site(m, s, layer)->path); }
+
+static ktensor *pool_at(fpool *p, prec_format f)
+{
+    return &p->by_format[f == PREC_FP32 ? 0 : f == PREC_BF16 ? 1 : 2];
+}
+
+/* The pool's buffer for what slot s writes in layer `layer`. */
+static ktensor *pool_for(tmodel *m, fpool *p, tslot s, int layer) { return pool_at(p, fmt_of(m, s, layer)); }
 
 /* ---- parameters -------------------------------------------------------------------------- */
 
 typedef enum { INIT_NORMAL, INIT_UNIFORM, INIT_ONES, INIT_ZEROS } init_kind;
-
-static int add_param(tmodel *m, const char *name, int layer, int64_t rows, int64_t cols, int muon, int decay,
-                     int blocks)
-{
-    if (m->n_params == m->cap_params) {
-        int cap = m->cap_params ? 2 * m->cap_params : 32;
-        tparam *np = realloc(m->params, (size_t)cap * sizeof *np);
-        if (!np) return tbackend_fail(m->be, "out of memory");
-        m->params = np;
-        m->cap_params = cap;
-    }
-    tparam *p = &m->params[m->n_params];
-    memset(p, 0, sizeof *p);
-    if (layer >= 0) snprintf(p->name, sizeof p->name, "h%d.%s", layer, name);
-    else snprintf(p->name, sizeof p->name, "%s", name);
-    p->layer = layer;
-    p->muon = muon;
-    p->decay = decay;
-    p->blocks = blocks;
-    p->rows = (int)(rows / blocks);
-    p->cols = (int)(cols ? cols : 1);
-    const tplan *pl = m->plan;
-    kpath wpath = pl->slot[TSLOT_WEIGHTS].path;
-    int variant = pl->slot[TSLOT_WEIGHTS].variant;
-    prec_format work = tpath_storage(wpath), grad = fmt_of(m, TSLOT_GRAD_ACCUM);
-    if (alloc2(m, &p->w, work, rows, cols)) return -1;
-    if (wpath != KPATH_FP32 && variant == TWEIGHTS_MASTER && alloc2(m, &p->master, PREC_FP32, rows, cols)) return -1;
-    if (variant == TWEIGHTS_MANTISSA_BUFFER &&
-        m->be->alloc_raw(m->be, &p->lowbits, (size_t)(rows * (cols ? cols : 1)) * sizeof(uint16_t)))
-        return -1;
-    if (alloc2(m, &p->grad, grad, rows, cols)) return -1;
-    /* optimizer state is fp32 (the AdamW kernels keep m, v in fp32; Muon's momentum likewise) */
-    if (alloc2(m, &p->m, PREC_FP32, rows, cols)) return -1;
-    if (!muon && alloc2(m, &p->v, PREC_FP32, rows, cols)) return -1;
-    return m->n_params++;
-}
 
 /* Initial values, drawn in double, rounded to fp32 (the master format), then
  * stored as the weights slot says. */
@@ -199,6 +187,75 @@ static int init_param(tmodel *m, tparam *p, init_kind kind, double scale, prec_r
     return rc;
 }
 
+/* What a parameter is: decides its optimizer, weight decay and initial values. */
+typedef enum {
+    PARAM_EMBEDDING,  /* wte, wpe: AdamW, no decay */
+    PARAM_GAIN,       /* norm gains: AdamW, no decay, ones */
+    PARAM_BIAS,       /* norm biases: AdamW, no decay, zeros */
+    PARAM_MATRIX,     /* block matrices: decay; Muon in modern */
+    PARAM_OUT_PROJ    /* matrices writing into the residual stream (attn.out, mlp.down) */
+} param_kind;
+
+typedef struct {
+    param_kind kind;
+    tslot grad_slot;
+} param_role;
+
+/* Allocates a parameter with its gradient and optimizer state and draws its
+ * initial values from rng: gpt2 N(0, 0.02), residual projections
+ * 0.02/sqrt(2L) (GPT-2 paper, llm.c); modern uniform with std
+ * 0.5/sqrt(fan_in), output projections zero (modded-nanogpt), the embedding
+ * N(0, 0.02) as it doubles as the lm_head.  Returns its index or -1. */
+static int add_param(tmodel *m, const char *name, int layer, int64_t rows, int64_t cols, param_role role, int blocks,
+                     prec_rng *rng)
+{
+    if (m->n_params == m->cap_params) {
+        int cap = m->cap_params ? 2 * m->cap_params : 32;
+        tparam *np = realloc(m->params, (size_t)cap * sizeof *np);
+        if (!np) return tbackend_fail(m->be, "out of memory");
+        m->params = np;
+        m->cap_params = cap;
+    }
+    int matrix = role.kind == PARAM_MATRIX || role.kind == PARAM_OUT_PROJ;
+    int muon = matrix && m->cfg.kind == TMODEL_MODERN;
+    tparam *p = &m->params[m->n_params];
+    memset(p, 0, sizeof *p);
+    if (layer >= 0) snprintf(p->name, sizeof p->name, "h%d.%s", layer, name);
+    else snprintf(p->name, sizeof p->name, "%s", name);
+    p->layer = layer;
+    p->grad_slot = role.grad_slot;
+    p->muon = muon;
+    p->decay = matrix;
+    p->blocks = blocks;
+    p->rows = (int)(rows / blocks);
+    p->cols = (int)(cols ? cols : 1);
+    const tsite *weights = site(m, TSLOT_WEIGHTS, -1);
+    kpath wpath = weights->path;
+    int variant = weights->variant;
+    prec_format work = tpath_storage(wpath), grad = fmt_of(m, TSLOT_GRAD_ACCUM, -1);
+    if (alloc2(m, &p->w, work, rows, cols)) return -1;
+    if (wpath != KPATH_FP32 && variant == TWEIGHTS_MASTER && alloc2(m, &p->master, PREC_FP32, rows, cols)) return -1;
+    if (variant == TWEIGHTS_MANTISSA_BUFFER &&
+        m->be->alloc_raw(m->be, &p->lowbits, (size_t)(rows * (cols ? cols : 1)) * sizeof(uint16_t)))
+        return -1;
+    if (alloc2(m, &p->grad, grad, rows, cols)) return -1;
+    /* optimizer state is fp32 (the AdamW kernels keep m, v in fp32; Muon's momentum likewise) */
+    if (alloc2(m, &p->m, PREC_FP32, rows, cols)) return -1;
+    if (!muon && alloc2(m, &p->v, PREC_FP32, rows, cols)) return -1;
+    init_kind kind = INIT_NORMAL;
+    double scale = 0.02;
+    if (role.kind == PARAM_GAIN) kind = INIT_ONES;
+    else if (role.kind == PARAM_BIAS) kind = INIT_ZEROS;
+    else if (muon) {
+        kind = role.kind == PARAM_OUT_PROJ ? INIT_ZEROS : INIT_UNIFORM;
+        scale = sqrt(3.0) * 0.5 / sqrt((double)p->cols);
+    } else if (role.kind == PARAM_OUT_PROJ) {
+        scale = 0.02 / sqrt(2.0 * (double)m->cfg.n_layer);
+    }
+    if (init_param(m, p, kind, scale, rng)) return -1;
+    return m->n_params++;
+}
+
 static int create_params(tmodel *m, uint64_t seed)
 {
     const tmodel_config *c = &m->cfg;
@@ -206,48 +263,36 @@ static int create_params(tmodel *m, uint64_t seed)
     int gpt2 = c->kind == TMODEL_GPT2;
     prec_rng rng;
     prec_rng_seed(&rng, seed);
-    m->p_wte = add_param(m, "wte", -1, V, C, 0, 0, 1);
-    m->p_wpe = gpt2 ? add_param(m, "wpe", -1, c->seq_len, C, 0, 0, 1) : -1;
+    /* wte's gradient is last written by the embedding backward (gpt2) or the
+     * lm_head's transposed fold (modern) */
+    const param_role wte = {PARAM_EMBEDDING, gpt2 ? TSLOT_EMBEDDING : TSLOT_TRANSPOSE};
+    const param_role wpe = {PARAM_EMBEDDING, TSLOT_EMBEDDING};
+    m->p_wte = add_param(m, "wte", -1, V, C, wte, 1, &rng);
+    m->p_wpe = gpt2 ? add_param(m, "wpe", -1, c->seq_len, C, wpe, 1, &rng) : -1;
     if (m->p_wte < 0 || (gpt2 && m->p_wpe < 0)) return -1;
     int gains = gpt2 || c->norm_gain;
+    const param_role ln1_g = {PARAM_GAIN, TSLOT_NORM_ATTN}, ln1_b = {PARAM_BIAS, TSLOT_NORM_ATTN};
+    const param_role ln2_g = {PARAM_GAIN, TSLOT_NORM_MLP}, ln2_b = {PARAM_BIAS, TSLOT_NORM_MLP};
     for (int l = 0; l < L; l++) {
         layer_acts *A = &m->layers[l];
-        A->ln1_g = gains ? add_param(m, "norm.attn.g", l, C, 0, 0, 0, 1) : -1;
-        A->ln1_b = gpt2 ? add_param(m, "norm.attn.b", l, C, 0, 0, 0, 1) : -1;
-        A->qkv = add_param(m, "attn.qkv.w", l, 3 * C, C, !gpt2, 1, 3);
-        A->proj = add_param(m, "attn.out.w", l, C, C, !gpt2, 1, 1);
-        A->ln2_g = gains ? add_param(m, "norm.mlp.g", l, C, 0, 0, 0, 1) : -1;
-        A->ln2_b = gpt2 ? add_param(m, "norm.mlp.b", l, C, 0, 0, 0, 1) : -1;
-        A->up = add_param(m, "mlp.up.w", l, F, C, !gpt2, 1, 1);
-        A->down = add_param(m, "mlp.down.w", l, C, F, !gpt2, 1, 1);
+        A->ln1_g = gains ? add_param(m, "norm.attn.g", l, C, 0, ln1_g, 1, &rng) : -1;
+        A->ln1_b = gpt2 ? add_param(m, "norm.attn.b", l, C, 0, ln1_b, 1, &rng) : -1;
+        A->qkv = add_param(m, "attn.qkv.w", l, 3 * C, C, (param_role){PARAM_MATRIX, TSLOT_ATTN_QKV_WGRAD}, 3, &rng);
+        A->proj = add_param(m, "attn.out.w", l, C, C, (param_role){PARAM_OUT_PROJ, TSLOT_ATTN_OUT_WGRAD}, 1, &rng);
+        A->ln2_g = gains ? add_param(m, "norm.mlp.g", l, C, 0, ln2_g, 1, &rng) : -1;
+        A->ln2_b = gpt2 ? add_param(m, "norm.mlp.b", l, C, 0, ln2_b, 1, &rng) : -1;
+        A->up = add_param(m, "mlp.up.w", l, F, C, (param_role){PARAM_MATRIX, TSLOT_MLP_UP_WGRAD}, 1, &rng);
+        A->down = add_param(m, "mlp.down.w", l, C, F, (param_role){PARAM_OUT_PROJ, TSLOT_MLP_DOWN_WGRAD}, 1, &rng);
         if (A->qkv < 0 || A->proj < 0 || A->up < 0 || A->down < 0) return -1;
     }
-    m->p_lnf_g = gains ? add_param(m, "norm.final.g", -1, C, 0, 0, 0, 1) : -1;
-    m->p_lnf_b = gpt2 ? add_param(m, "norm.final.b", -1, C, 0, 0, 0, 1) : -1;
+    const param_role lnf_g = {PARAM_GAIN, TSLOT_NORM_FINAL}, lnf_b = {PARAM_BIAS, TSLOT_NORM_FINAL};
+    m->p_lnf_g = gains ? add_param(m, "norm.final.g", -1, C, 0, lnf_g, 1, &rng) : -1;
+    m->p_lnf_b = gpt2 ? add_param(m, "norm.final.b", -1, C, 0, lnf_b, 1, &rng) : -1;
     m->param_ptrs = malloc((size_t)m->n_params * sizeof *m->param_ptrs);
     if (!m->param_ptrs) return tbackend_fail(m->be, "out of memory");
     for (int i = 0; i < m->n_params; i++) m->param_ptrs[i] = &m->params[i];
-    /* gpt2: N(0, 0.02), residual projections 0.02/sqrt(2L) (GPT-2 paper, llm.c);
-     * modern: uniform with std 0.5/sqrt(fan_in), output projections zero
-     * (modded-nanogpt), embedding N(0, 0.02) as it doubles as the lm_head */
-    for (int i = 0; i < m->n_params; i++) {
-        tparam *p = &m->params[i];
-        const char *nm = strchr(p->name, '.') && p->layer >= 0 ? strchr(p->name, '.') + 1 : p->name;
-        init_kind kind = INIT_NORMAL;
-        double scale = 0.02;
-        if (strstr(nm, ".g")) kind = INIT_ONES;
-        else if (strstr(nm, ".b")) kind = INIT_ZEROS;
-        else if (!gpt2 && p->muon) {
-            int out = strcmp(nm, "attn.out.w") == 0 || strcmp(nm, "mlp.down.w") == 0;
-            kind = out ? INIT_ZEROS : INIT_UNIFORM;
-            scale = sqrt(3.0) * 0.5 / sqrt((double)p->cols);
-        } else if (gpt2 && (strcmp(nm, "attn.out.w") == 0 || strcmp(nm, "mlp.down.w") == 0)) {
-            scale = 0.02 / sqrt(2.0 * (double)L);
-        }
-        if (init_param(m, p, kind, scale, &rng)) return -1;
-    }
     if (!gpt2) {
-        prec_format work = fmt_of(m, TSLOT_WEIGHTS), grad = fmt_of(m, TSLOT_GRAD_ACCUM);
+        prec_format work = fmt_of(m, TSLOT_WEIGHTS, -1), grad = fmt_of(m, TSLOT_GRAD_ACCUM, -1);
         if (alloc2(m, &m->wlm, work, C, V) || alloc2(m, &m->dwlm, grad, C, V)) return -1;
         if (m->be->zero(m->be, &m->dwlm)) return -1;
     }
@@ -256,22 +301,19 @@ static int create_params(tmodel *m, uint64_t seed)
 
 /* ---- activations ----------------------------------------------------------------------- */
 
-static const char *variant_name(const tmodel *m, tslot s)
+/* relu2's store_grad variant keeps f'(x) from the forward (per layer) */
+static int stores_act_grad(const tmodel *m, int layer)
 {
-    const kop *op = tplan_kop(m->plan, s);
-    return op ? op->variants[m->plan->slot[s].variant].name : "";
+    const tsite *at = site(m, TSLOT_ACTIVATION, layer);
+    return at->op == TOP_RELU2 && at->variant == KRELU2_STORE_GRAD;
 }
-
-/* relu2's store_grad variant keeps f'(x) from the forward */
-static int stores_act_grad(const tmodel *m) { return strcmp(variant_name(m, TSLOT_ACTIVATION), "store_grad") == 0; }
 
 /* The cross-entropy's fp32_logits variant reads the lm_head's unrounded fp32
  * accumulator (bf16/fp16 GEMMs can write it; fp8 ones cannot) and writes
  * fp32 dlogits. */
 static int fp32_logits(const tmodel *m)
 {
-    kpath lm = m->plan->slot[TSLOT_LM_HEAD].path;
-    return strcmp(variant_name(m, TSLOT_CROSS_ENTROPY), "fp32_logits") == 0 && lm != KPATH_FP8;
+    return site(m, TSLOT_CROSS_ENTROPY, -1)->variant == KCE_FP32_LOGITS && site(m, TSLOT_LM_HEAD, -1)->path != KPATH_FP8;
 }
 
 static void free_acts(tmodel *m)
@@ -283,12 +325,23 @@ static void free_acts(tmodel *m)
                          &A->ln2_rstd, &A->h, &A->a, &A->act_g, &A->out};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) rel(m, ts[i]);
     }
-    ktensor *ts[] = {&m->emb, &m->lnf, &m->lnf_mean, &m->lnf_rstd, &m->logits, &m->dlogits, &m->losses,
-                     &m->attn_proj, &m->mlp_out, &m->dres, &m->dlnf, &m->da, &m->dh, &m->dln2, &m->dtmp_mlp,
-                     &m->dy_att, &m->dq, &m->dk, &m->dv, &m->dq_r, &m->dk_r, &m->dq_n, &m->dk_n, &m->dln1,
-                     &m->dtmp_attn};
+    ktensor *ts[] = {&m->emb, &m->lnf, &m->lnf_mean, &m->lnf_rstd, &m->logits, &m->dlogits, &m->losses, &m->dlnf};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) rel(m, ts[i]);
+    fpool *ps[] = {&m->attn_proj, &m->mlp_out, &m->dres, &m->da, &m->dh, &m->dln2, &m->dtmp_mlp, &m->dy_att, &m->dq,
+                   &m->dk, &m->dv, &m->dq_r, &m->dk_r, &m->dq_n, &m->dk_n, &m->dln1, &m->dtmp_attn};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        for (int f = 0; f < N_STORAGE; f++) rel(m, &ps[i]->by_format[f]);
     for (int i = 0; i < N_WGRAD_TMP; i++) rel(m, &m->wgrad_tmp[i]);
+}
+
+/* The pool's buffers for every format slot s writes in some layer. */
+static int alloc_pool(tmodel *m, fpool *p, tslot s, int64_t rows, int64_t cols)
+{
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        prec_format f = fmt_of(m, s, l);
+        if (!pool_at(p, f)->data && alloc2(m, pool_at(p, f), f, rows, cols)) return -1;
+    }
+    return 0;
 }
 
 static int alloc_acts(tmodel *m)
@@ -298,69 +351,71 @@ static int alloc_acts(tmodel *m)
     int gpt2 = c->kind == TMODEL_GPT2;
     const prec_format f32 = PREC_FP32;
     int rc = 0;
-#define A2(t, slot, r, cc) (rc = rc ? rc : alloc2(m, (t), fmt_of(m, slot), (r), (cc)))
+#define A2(t, slot, layer, r, cc) (rc = rc ? rc : alloc2(m, (t), fmt_of(m, slot, layer), (r), (cc)))
 #define S1(t, n) (rc = rc ? rc : alloc2(m, (t), f32, (n), 0))
+#define P2(p, slot, r, cc) (rc = rc ? rc : alloc_pool(m, (p), slot, (r), (cc)))
     for (int l = 0; l < c->n_layer; l++) {
         layer_acts *A = &m->layers[l];
-        A2(&A->ln1, TSLOT_NORM_ATTN, BT, C);
+        A2(&A->ln1, TSLOT_NORM_ATTN, l, BT, C);
         if (gpt2) S1(&A->ln1_mean, BT);
         S1(&A->ln1_rstd, BT);
-        A2(&A->q, TSLOT_ATTN_QKV, BT, C);
-        A2(&A->k, TSLOT_ATTN_QKV, BT, C);
-        A2(&A->v, TSLOT_ATTN_QKV, BT, C);
+        A2(&A->q, TSLOT_ATTN_QKV, l, BT, C);
+        A2(&A->k, TSLOT_ATTN_QKV, l, BT, C);
+        A2(&A->v, TSLOT_ATTN_QKV, l, BT, C);
         if (!gpt2) {
-            A2(&A->qn, TSLOT_NORM_QK, BT, C);
-            A2(&A->kn, TSLOT_NORM_QK, BT, C);
+            A2(&A->qn, TSLOT_NORM_QK, l, BT, C);
+            A2(&A->kn, TSLOT_NORM_QK, l, BT, C);
             S1(&A->qn_rstd, BT * H);
             S1(&A->kn_rstd, BT * H);
-            A2(&A->qr, TSLOT_ROPE, BT, C);
-            A2(&A->kr, TSLOT_ROPE, BT, C);
+            A2(&A->qr, TSLOT_ROPE, l, BT, C);
+            A2(&A->kr, TSLOT_ROPE, l, BT, C);
         }
-        A2(&A->att, TSLOT_ATTENTION, BT, C);
+        A2(&A->att, TSLOT_ATTENTION, l, BT, C);
         S1(&A->lse, BT * H);
-        A2(&A->mid, TSLOT_RESIDUAL, BT, C);
-        A2(&A->ln2, TSLOT_NORM_MLP, BT, C);
+        A2(&A->mid, TSLOT_RESIDUAL, l, BT, C);
+        A2(&A->ln2, TSLOT_NORM_MLP, l, BT, C);
         if (gpt2) S1(&A->ln2_mean, BT);
         S1(&A->ln2_rstd, BT);
-        A2(&A->h, TSLOT_MLP_UP, BT, F);
-        A2(&A->a, TSLOT_ACTIVATION, BT, F);
-        if (stores_act_grad(m)) A2(&A->act_g, TSLOT_ACTIVATION, BT, F);
-        A2(&A->out, TSLOT_RESIDUAL, BT, C);
+        A2(&A->h, TSLOT_MLP_UP, l, BT, F);
+        A2(&A->a, TSLOT_ACTIVATION, l, BT, F);
+        if (stores_act_grad(m, l)) A2(&A->act_g, TSLOT_ACTIVATION, l, BT, F);
+        A2(&A->out, TSLOT_RESIDUAL, l, BT, C);
     }
-    A2(&m->emb, TSLOT_EMBEDDING, BT, C);
-    A2(&m->lnf, TSLOT_NORM_FINAL, BT, C);
+    A2(&m->emb, TSLOT_EMBEDDING, -1, BT, C);
+    A2(&m->lnf, TSLOT_NORM_FINAL, -1, BT, C);
     if (gpt2) S1(&m->lnf_mean, BT);
     S1(&m->lnf_rstd, BT);
     if (fp32_logits(m)) {
         rc = rc ? rc : alloc2(m, &m->logits, f32, BT, V);
         rc = rc ? rc : alloc2(m, &m->dlogits, f32, BT, V);
     } else {
-        A2(&m->logits, TSLOT_LM_HEAD, BT, V);
-        A2(&m->dlogits, TSLOT_CROSS_ENTROPY, BT, V);
+        A2(&m->logits, TSLOT_LM_HEAD, -1, BT, V);
+        A2(&m->dlogits, TSLOT_CROSS_ENTROPY, -1, BT, V);
     }
     S1(&m->losses, BT);
-    A2(&m->attn_proj, TSLOT_ATTN_OUT, BT, C);
-    A2(&m->mlp_out, TSLOT_MLP_DOWN, BT, C);
-    A2(&m->dres, TSLOT_RESIDUAL, BT, C);
-    A2(&m->dlnf, TSLOT_LM_HEAD_DGRAD, BT, C);
-    A2(&m->da, TSLOT_MLP_DOWN_DGRAD, BT, F);
-    A2(&m->dh, TSLOT_ACTIVATION, BT, F);
-    A2(&m->dln2, TSLOT_MLP_UP_DGRAD, BT, C);
-    A2(&m->dtmp_mlp, TSLOT_NORM_MLP, BT, C);
-    A2(&m->dy_att, TSLOT_ATTN_OUT_DGRAD, BT, C);
-    A2(&m->dq, TSLOT_ATTENTION, BT, C);
-    A2(&m->dk, TSLOT_ATTENTION, BT, C);
-    A2(&m->dv, TSLOT_ATTENTION, BT, C);
+    A2(&m->dlnf, TSLOT_LM_HEAD_DGRAD, -1, BT, C);
+    P2(&m->attn_proj, TSLOT_ATTN_OUT, BT, C);
+    P2(&m->mlp_out, TSLOT_MLP_DOWN, BT, C);
+    P2(&m->dres, TSLOT_RESIDUAL, BT, C); /* norm.final writes it in the last layer's residual format */
+    P2(&m->da, TSLOT_MLP_DOWN_DGRAD, BT, F);
+    P2(&m->dh, TSLOT_ACTIVATION, BT, F);
+    P2(&m->dln2, TSLOT_MLP_UP_DGRAD, BT, C);
+    P2(&m->dtmp_mlp, TSLOT_NORM_MLP, BT, C);
+    P2(&m->dy_att, TSLOT_ATTN_OUT_DGRAD, BT, C);
+    P2(&m->dq, TSLOT_ATTENTION, BT, C);
+    P2(&m->dk, TSLOT_ATTENTION, BT, C);
+    P2(&m->dv, TSLOT_ATTENTION, BT, C);
     if (!gpt2) {
-        A2(&m->dq_r, TSLOT_ROPE, BT, C);
-        A2(&m->dk_r, TSLOT_ROPE, BT, C);
-        A2(&m->dq_n, TSLOT_NORM_QK, BT, C);
-        A2(&m->dk_n, TSLOT_NORM_QK, BT, C);
+        P2(&m->dq_r, TSLOT_ROPE, BT, C);
+        P2(&m->dk_r, TSLOT_ROPE, BT, C);
+        P2(&m->dq_n, TSLOT_NORM_QK, BT, C);
+        P2(&m->dk_n, TSLOT_NORM_QK, BT, C);
     }
-    A2(&m->dln1, TSLOT_ATTN_QKV_DGRAD, BT, C);
-    A2(&m->dtmp_attn, TSLOT_NORM_ATTN, BT, C);
+    P2(&m->dln1, TSLOT_ATTN_QKV_DGRAD, BT, C);
+    P2(&m->dtmp_attn, TSLOT_NORM_ATTN, BT, C);
 #undef A2
 #undef S1
+#undef P2
     /* weight-gradient GEMMs whose output format differs from grad_accum's
      * write a scratch in their own format, then add it in */
     int64_t biggest = 0;
@@ -368,13 +423,15 @@ static int alloc_acts(tmodel *m)
         if (ktensor_numel(&m->params[i].w) > biggest) biggest = ktensor_numel(&m->params[i].w);
     m->wgrad_tmp_numel = biggest;
     const prec_format tmp_formats[N_WGRAD_TMP] = {PREC_FP32, PREC_BF16, PREC_FP16};
-    prec_format grad = fmt_of(m, TSLOT_GRAD_ACCUM);
-    const tslot wgrads[] = {TSLOT_LM_HEAD_WGRAD, TSLOT_MLP_DOWN_WGRAD, TSLOT_MLP_UP_WGRAD, TSLOT_ATTN_OUT_WGRAD,
-                            TSLOT_ATTN_QKV_WGRAD};
+    prec_format grad = fmt_of(m, TSLOT_GRAD_ACCUM, -1);
     for (int i = 0; i < N_WGRAD_TMP && !rc; i++) {
+        if (tmp_formats[i] == grad) continue;
         int needed = 0;
-        for (size_t s = 0; s < sizeof wgrads / sizeof wgrads[0]; s++)
-            needed |= fmt_of(m, wgrads[s]) == tmp_formats[i] && tmp_formats[i] != grad;
+        for (int s = 0; s < TSLOT_COUNT; s++) {
+            if (tslot_get((tslot)s)->gemm != TGEMM_WGRAD || !m->plan->used[s]) continue;
+            int layers = tslot_get((tslot)s)->per_layer ? c->n_layer : 1;
+            for (int l = 0; l < layers; l++) needed |= fmt_of(m, (tslot)s, tslot_get((tslot)s)->per_layer ? l : -1) == tmp_formats[i];
+        }
         if (needed) rc = alloc2(m, &m->wgrad_tmp[i], tmp_formats[i], biggest, 0);
     }
     return rc;
@@ -394,7 +451,7 @@ tmodel *tmodel_create(const tmodel_config *cfg, tbackend *be, const tplan *plan,
         tfail(err, errlen, "micro-batch %d x %d: both must be positive and T <= context %d", B, T, cfg->seq_len);
         return NULL;
     }
-    if (tbackend_bind_plan(be, plan)) {
+    if (tbackend_bind_plan(be, plan, cfg->n_layer)) {
         tfail(err, errlen, "%s", tbackend_error(be));
         return NULL;
     }
@@ -405,12 +462,13 @@ tmodel *tmodel_create(const tmodel_config *cfg, tbackend *be, const tplan *plan,
     }
     m->cfg = *cfg;
     m->be = be;
-    m->plan = plan;
+    m->plan = malloc(sizeof *m->plan);
+    if (m->plan) *m->plan = *plan;
     m->B = B;
     m->T = T;
     m->layers = calloc((size_t)cfg->n_layer, sizeof *m->layers);
     m->loss_host = malloc((size_t)B * T * sizeof *m->loss_host);
-    int rc = !m->layers || !m->loss_host ? tbackend_fail(be, "out of memory") : 0;
+    int rc = !m->layers || !m->loss_host || !m->plan ? tbackend_fail(be, "out of memory") : 0;
     if (!rc) rc = be->alloc_raw(be, &m->tokens_dev, (size_t)B * T * sizeof(int32_t));
     if (!rc) rc = be->alloc_raw(be, &m->targets_dev, (size_t)B * T * sizeof(int32_t));
     if (!rc) rc = create_params(m, seed);
@@ -440,25 +498,26 @@ void tmodel_destroy(tmodel *m)
     free(m->param_ptrs);
     free(m->layers);
     free(m->loss_host);
+    free(m->plan);
     free(m);
 }
 
 int tmodel_rebind(tmodel *m, const tplan *plan, char *err, size_t errlen)
 {
-    /* state, or (allreduce) the NCCL communicator, fixed when the run starts */
-    static const tslot stateful[] = {TSLOT_WEIGHTS, TSLOT_GRAD_ACCUM, TSLOT_ADAMW, TSLOT_MUON, TSLOT_ALLREDUCE};
+    /* state, or (allreduce) the NCCL communicator, fixed when the run starts;
+     * those slots are global (tslot_info.fixed) */
     if (plan->model != m->plan->model) return tfail(err, errlen, "plan is for another model family");
-    for (size_t i = 0; i < sizeof stateful / sizeof stateful[0]; i++) {
-        tslot s = stateful[i];
-        if (plan->used[s] && (plan->slot[s].path != m->plan->slot[s].path ||
-                              ((s == TSLOT_WEIGHTS || s == TSLOT_ALLREDUCE) &&
-                               plan->slot[s].variant != m->plan->slot[s].variant)))
+    for (int s = 0; s < TSLOT_COUNT; s++) {
+        tfixed fixed = tslot_get((tslot)s)->fixed;
+        if (!plan->used[s] || fixed == TFIXED_NO) continue;
+        if (plan->slot[s].path != m->plan->slot[s].path ||
+            (fixed == TFIXED_CHOICE && plan->slot[s].variant != m->plan->slot[s].variant))
             return tfail(err, errlen, "slot %s is fixed for the whole run (it holds training state or the NCCL "
-                                         "communicator); start a run with it instead", tslot_get(s)->name);
+                                         "communicator); start a run with it instead", tslot_get((tslot)s)->name);
     }
-    if (tbackend_bind_plan(m->be, plan)) return tfail(err, errlen, "%s", tbackend_error(m->be));
+    if (tbackend_bind_plan(m->be, plan, m->cfg.n_layer)) return tfail(err, errlen, "%s", tbackend_error(m->be));
     free_acts(m);
-    m->plan = plan;
+    *m->plan = *plan;
     if (alloc_acts(m)) return tfail(err, errlen, "%s", tbackend_error(m->be));
     return 0;
 }
@@ -486,29 +545,32 @@ tparam *const *tmodel_params(tmodel *m) { return m->param_ptrs; }
 static const ktensor *pw(const tmodel *m, int i) { return i >= 0 ? &m->params[i].w : NULL; }
 static ktensor *pg(tmodel *m, int i) { return i >= 0 ? &m->params[i].grad : NULL; }
 
-/* dW (+)= op(a) op(b): straight into the gradient when the GEMM's output
- * format is the gradient's, else through a scratch in the GEMM's format. */
-static int wgrad(tmodel *m, tslot slot, ktensor *grad, const ktensor *a, int a_trans, const ktensor *b, int b_trans)
+/* dW (+)= op(a) op(b) for the weight-gradient GEMM `at`: straight into the
+ * gradient when the GEMM's output format is the gradient's, else through a
+ * scratch in the GEMM's format. */
+static int wgrad(tmodel *m, const tsite *at, ktensor *grad, const ktensor *a, int a_trans, const ktensor *b, int b_trans)
 {
     tbackend *be = m->be;
-    prec_format f = fmt_of(m, slot);
-    kpath path = m->plan->slot[slot].path;
-    int direct = m->plan->slot[TSLOT_GRAD_ACCUM].variant == TGRAD_ACCUM_GEMM_FP32 && grad->format == PREC_FP32 &&
-                 (path == KPATH_BF16 || path == KPATH_FP16);
+    prec_format f = tpath_storage(at->path);
+    int direct = site(m, TSLOT_GRAD_ACCUM, -1)->variant == TGRAD_ACCUM_GEMM_FP32 && grad->format == PREC_FP32 &&
+                 (at->path == KPATH_BF16 || at->path == KPATH_FP16);
     if (f == grad->format || direct) {
-        TRY(be->matmul(be, slot, grad, a, a_trans, b, b_trans, 1));
-        OBS(slot, -1, "dW", grad);
+        TRY(be->matmul(be, at, grad, a, a_trans, b, b_trans, 1));
+        OBS(at->slot, at->layer, "dW", grad);
         return 0;
     }
     ktensor *tmp = NULL;
     for (int i = 0; i < N_WGRAD_TMP; i++)
         if (m->wgrad_tmp[i].data && m->wgrad_tmp[i].format == f) tmp = &m->wgrad_tmp[i];
-    if (!tmp) return tbackend_fail(be, "slot %s: no %s scratch for its weight gradient", tslot_get(slot)->name,
-                                   prec_format_name(f));
+    if (!tmp) {
+        char name[64];
+        tsite_name(at, name, sizeof name);
+        return tbackend_fail(be, "%s: no %s scratch for its weight gradient", name, prec_format_name(f));
+    }
     ktensor t = view(m, tmp, 0, grad->shape[0], grad->ndim > 1 ? grad->shape[1] : 1);
-    TRY(be->matmul(be, slot, &t, a, a_trans, b, b_trans, 0));
-    TRY(be->accumulate(be, TSLOT_GRAD_ACCUM, grad, &t));
-    OBS(slot, -1, "dW", grad);
+    TRY(be->matmul(be, at, &t, a, a_trans, b, b_trans, 0));
+    TRY(be->accumulate(be, site(m, TSLOT_GRAD_ACCUM, -1), grad, &t));
+    OBS(at->slot, at->layer, "dW", grad);
     return 0;
 }
 
@@ -526,12 +588,15 @@ static int forward(tmodel *m, double dloss)
         layer_acts *A = &m->layers[l];
         const tparam *qkv = &m->params[A->qkv];
         ktensor wq = view(m, &qkv->w, 0, C, C), wk = view(m, &qkv->w, C * C, C, C), wv = view(m, &qkv->w, 2 * C * C, C, C);
-        TRY(be->norm_fwd(be, TSLOT_NORM_ATTN, &A->ln1, gpt2 ? &A->ln1_mean : NULL, &A->ln1_rstd, x, pw(m, A->ln1_g),
-                         pw(m, A->ln1_b), eps));
+        ktensor *attn_proj = pool_for(m, &m->attn_proj, TSLOT_ATTN_OUT, l);
+        ktensor *mlp_out = pool_for(m, &m->mlp_out, TSLOT_MLP_DOWN, l);
+        TRY(be->norm_fwd(be, site(m, TSLOT_NORM_ATTN, l), &A->ln1, gpt2 ? &A->ln1_mean : NULL, &A->ln1_rstd, x,
+                         pw(m, A->ln1_g), pw(m, A->ln1_b), eps));
         OBS(TSLOT_NORM_ATTN, l, "y", &A->ln1);
-        TRY(be->matmul(be, TSLOT_ATTN_QKV, &A->q, &A->ln1, 0, &wq, 1, 0));
-        TRY(be->matmul(be, TSLOT_ATTN_QKV, &A->k, &A->ln1, 0, &wk, 1, 0));
-        TRY(be->matmul(be, TSLOT_ATTN_QKV, &A->v, &A->ln1, 0, &wv, 1, 0));
+        const tsite *qkv_at = site(m, TSLOT_ATTN_QKV, l);
+        TRY(be->matmul(be, qkv_at, &A->q, &A->ln1, 0, &wq, 1, 0));
+        TRY(be->matmul(be, qkv_at, &A->k, &A->ln1, 0, &wk, 1, 0));
+        TRY(be->matmul(be, qkv_at, &A->v, &A->ln1, 0, &wv, 1, 0));
         OBS(TSLOT_ATTN_QKV, l, "q", &A->q);
         OBS(TSLOT_ATTN_QKV, l, "k", &A->k);
         OBS(TSLOT_ATTN_QKV, l, "v", &A->v);
@@ -540,44 +605,46 @@ static int forward(tmodel *m, double dloss)
             /* QK-norm: rows of D, one per (token, head) */
             ktensor q2 = view(m, &A->q, 0, BT * H, D), k2 = view(m, &A->k, 0, BT * H, D);
             ktensor qn2 = view(m, &A->qn, 0, BT * H, D), kn2 = view(m, &A->kn, 0, BT * H, D);
-            TRY(be->norm_fwd(be, TSLOT_NORM_QK, &qn2, NULL, &A->qn_rstd, &q2, NULL, NULL, eps));
-            TRY(be->norm_fwd(be, TSLOT_NORM_QK, &kn2, NULL, &A->kn_rstd, &k2, NULL, NULL, eps));
+            const tsite *qk_at = site(m, TSLOT_NORM_QK, l), *rope_at = site(m, TSLOT_ROPE, l);
+            TRY(be->norm_fwd(be, qk_at, &qn2, NULL, &A->qn_rstd, &q2, NULL, NULL, eps));
+            TRY(be->norm_fwd(be, qk_at, &kn2, NULL, &A->kn_rstd, &k2, NULL, NULL, eps));
             OBS(TSLOT_NORM_QK, l, "q", &A->qn);
             OBS(TSLOT_NORM_QK, l, "k", &A->kn);
-            TRY(be->rope_fwd(be, TSLOT_ROPE, &A->qr, &A->qn, B, T, H, c->rope_theta));
-            TRY(be->rope_fwd(be, TSLOT_ROPE, &A->kr, &A->kn, B, T, H, c->rope_theta));
+            TRY(be->rope_fwd(be, rope_at, &A->qr, &A->qn, B, T, H, c->rope_theta));
+            TRY(be->rope_fwd(be, rope_at, &A->kr, &A->kn, B, T, H, c->rope_theta));
             OBS(TSLOT_ROPE, l, "q", &A->qr);
             OBS(TSLOT_ROPE, l, "k", &A->kr);
             qa = &A->qr;
             ka = &A->kr;
         }
-        TRY(be->attention_fwd(be, TSLOT_ATTENTION, &A->att, &A->lse, qa, ka, &A->v, B, T, H));
+        TRY(be->attention_fwd(be, site(m, TSLOT_ATTENTION, l), &A->att, &A->lse, qa, ka, &A->v, B, T, H));
         OBS(TSLOT_ATTENTION, l, "y", &A->att);
-        TRY(be->matmul(be, TSLOT_ATTN_OUT, &m->attn_proj, &A->att, 0, pw(m, A->proj), 1, 0));
-        OBS(TSLOT_ATTN_OUT, l, "y", &m->attn_proj);
-        TRY(be->residual(be, TSLOT_RESIDUAL, &A->mid, x, &m->attn_proj));
+        TRY(be->matmul(be, site(m, TSLOT_ATTN_OUT, l), attn_proj, &A->att, 0, pw(m, A->proj), 1, 0));
+        OBS(TSLOT_ATTN_OUT, l, "y", attn_proj);
+        TRY(be->residual(be, site(m, TSLOT_RESIDUAL, l), &A->mid, x, attn_proj));
         OBS(TSLOT_RESIDUAL, l, "x_mid", &A->mid);
-        TRY(be->norm_fwd(be, TSLOT_NORM_MLP, &A->ln2, gpt2 ? &A->ln2_mean : NULL, &A->ln2_rstd, &A->mid,
+        TRY(be->norm_fwd(be, site(m, TSLOT_NORM_MLP, l), &A->ln2, gpt2 ? &A->ln2_mean : NULL, &A->ln2_rstd, &A->mid,
                          pw(m, A->ln2_g), pw(m, A->ln2_b), eps));
         OBS(TSLOT_NORM_MLP, l, "y", &A->ln2);
-        TRY(be->matmul(be, TSLOT_MLP_UP, &A->h, &A->ln2, 0, pw(m, A->up), 1, 0));
+        TRY(be->matmul(be, site(m, TSLOT_MLP_UP, l), &A->h, &A->ln2, 0, pw(m, A->up), 1, 0));
         OBS(TSLOT_MLP_UP, l, "y", &A->h);
-        TRY(be->activation_fwd(be, TSLOT_ACTIVATION, &A->a, A->act_g.data ? &A->act_g : NULL, &A->h));
+        TRY(be->activation_fwd(be, site(m, TSLOT_ACTIVATION, l), &A->a, A->act_g.data ? &A->act_g : NULL, &A->h));
         OBS(TSLOT_ACTIVATION, l, "y", &A->a);
-        TRY(be->matmul(be, TSLOT_MLP_DOWN, &m->mlp_out, &A->a, 0, pw(m, A->down), 1, 0));
-        OBS(TSLOT_MLP_DOWN, l, "y", &m->mlp_out);
-        TRY(be->residual(be, TSLOT_RESIDUAL, &A->out, &A->mid, &m->mlp_out));
+        TRY(be->matmul(be, site(m, TSLOT_MLP_DOWN, l), mlp_out, &A->a, 0, pw(m, A->down), 1, 0));
+        OBS(TSLOT_MLP_DOWN, l, "y", mlp_out);
+        TRY(be->residual(be, site(m, TSLOT_RESIDUAL, l), &A->out, &A->mid, mlp_out));
         OBS(TSLOT_RESIDUAL, l, "x_out", &A->out);
         x = &A->out;
     }
-    TRY(be->norm_fwd(be, TSLOT_NORM_FINAL, &m->lnf, gpt2 ? &m->lnf_mean : NULL, &m->lnf_rstd, x, pw(m, m->p_lnf_g),
-                     pw(m, m->p_lnf_b), eps));
+    TRY(be->norm_fwd(be, site(m, TSLOT_NORM_FINAL, -1), &m->lnf, gpt2 ? &m->lnf_mean : NULL, &m->lnf_rstd, x,
+                     pw(m, m->p_lnf_g), pw(m, m->p_lnf_b), eps));
     OBS(TSLOT_NORM_FINAL, -1, "y", &m->lnf);
-    if (gpt2) TRY(be->matmul(be, TSLOT_LM_HEAD, &m->logits, &m->lnf, 0, pw(m, m->p_wte), 1, 0)); /* [BT,C] [V,C]^T */
-    else TRY(be->matmul(be, TSLOT_LM_HEAD, &m->logits, &m->lnf, 0, &m->wlm, 0, 0));                /* [BT,C] [C,V] */
+    const tsite *lm = site(m, TSLOT_LM_HEAD, -1);
+    if (gpt2) TRY(be->matmul(be, lm, &m->logits, &m->lnf, 0, pw(m, m->p_wte), 1, 0)); /* [BT,C] [V,C]^T */
+    else TRY(be->matmul(be, lm, &m->logits, &m->lnf, 0, &m->wlm, 0, 0));                /* [BT,C] [C,V] */
     OBS(TSLOT_LM_HEAD, -1, "logits", &m->logits);
-    TRY(be->cross_entropy(be, TSLOT_CROSS_ENTROPY, &m->losses, dloss != 0.0 ? &m->dlogits : NULL, &m->logits,
-                          m->targets_dev, c->softcap, dloss));
+    TRY(be->cross_entropy(be, site(m, TSLOT_CROSS_ENTROPY, -1), &m->losses, dloss != 0.0 ? &m->dlogits : NULL,
+                          &m->logits, m->targets_dev, c->softcap, dloss));
     OBS(TSLOT_CROSS_ENTROPY, -1, "losses", &m->losses);
     if (dloss != 0.0) OBS(TSLOT_CROSS_ENTROPY, -1, "dlogits", &m->dlogits);
     return 0;
@@ -590,80 +657,99 @@ static int backward(tmodel *m)
     int B = m->B, T = m->T, H = c->n_head, gpt2 = c->kind == TMODEL_GPT2;
     int64_t BT = (int64_t)B * T, C = c->n_embd, D = C / H;
     int L = c->n_layer;
+    const tsite *lm_dgrad = site(m, TSLOT_LM_HEAD_DGRAD, -1), *lm_wgrad = site(m, TSLOT_LM_HEAD_WGRAD, -1);
     if (gpt2) {
-        TRY(be->matmul(be, TSLOT_LM_HEAD_DGRAD, &m->dlnf, &m->dlogits, 0, pw(m, m->p_wte), 0, 0)); /* [BT,V][V,C] */
+        TRY(be->matmul(be, lm_dgrad, &m->dlnf, &m->dlogits, 0, pw(m, m->p_wte), 0, 0)); /* [BT,V][V,C] */
         OBS(TSLOT_LM_HEAD_DGRAD, -1, "dx", &m->dlnf);
-        TRY(wgrad(m, TSLOT_LM_HEAD_WGRAD, pg(m, m->p_wte), &m->dlogits, 1, &m->lnf, 0));         /* [V,BT][BT,C] */
+        TRY(wgrad(m, lm_wgrad, pg(m, m->p_wte), &m->dlogits, 1, &m->lnf, 0));         /* [V,BT][BT,C] */
     } else {
-        TRY(be->matmul(be, TSLOT_LM_HEAD_DGRAD, &m->dlnf, &m->dlogits, 0, &m->wlm, 1, 0));        /* [BT,V][C,V]^T */
+        TRY(be->matmul(be, lm_dgrad, &m->dlnf, &m->dlogits, 0, &m->wlm, 1, 0));        /* [BT,V][C,V]^T */
         OBS(TSLOT_LM_HEAD_DGRAD, -1, "dx", &m->dlnf);
-        TRY(wgrad(m, TSLOT_LM_HEAD_WGRAD, &m->dwlm, &m->lnf, 1, &m->dlogits, 0));                 /* [C,BT][BT,V] */
+        TRY(wgrad(m, lm_wgrad, &m->dwlm, &m->lnf, 1, &m->dlogits, 0));                 /* [C,BT][BT,V] */
     }
+    /* d(residual stream): norm.final writes it in the last layer's residual
+     * format; each layer's residual slot rewrites it in its own */
     const ktensor *xL = L ? &m->layers[L - 1].out : &m->emb;
-    TRY(be->norm_bwd(be, TSLOT_NORM_FINAL, &m->dres, pg(m, m->p_lnf_g), pg(m, m->p_lnf_b), &m->dlnf, xL,
+    ktensor *dres = pool_for(m, &m->dres, TSLOT_RESIDUAL, L - 1);
+    TRY(be->norm_bwd(be, site(m, TSLOT_NORM_FINAL, -1), dres, pg(m, m->p_lnf_g), pg(m, m->p_lnf_b), &m->dlnf, xL,
                      pw(m, m->p_lnf_g), gpt2 ? &m->lnf_mean : NULL, &m->lnf_rstd));
-    OBS(TSLOT_NORM_FINAL, -1, "dx", &m->dres);
+    OBS(TSLOT_NORM_FINAL, -1, "dx", dres);
     for (int l = L - 1; l >= 0; l--) {
         layer_acts *A = &m->layers[l];
         const ktensor *x = l ? &m->layers[l - 1].out : &m->emb;
         tparam *qkv = &m->params[A->qkv];
+        ktensor *da = pool_for(m, &m->da, TSLOT_MLP_DOWN_DGRAD, l), *dh = pool_for(m, &m->dh, TSLOT_ACTIVATION, l);
+        ktensor *dln2 = pool_for(m, &m->dln2, TSLOT_MLP_UP_DGRAD, l);
+        ktensor *dtmp_mlp = pool_for(m, &m->dtmp_mlp, TSLOT_NORM_MLP, l);
+        ktensor *dres_l = pool_for(m, &m->dres, TSLOT_RESIDUAL, l);
+        ktensor *dy_att = pool_for(m, &m->dy_att, TSLOT_ATTN_OUT_DGRAD, l);
+        ktensor *dq = pool_for(m, &m->dq, TSLOT_ATTENTION, l), *dk = pool_for(m, &m->dk, TSLOT_ATTENTION, l);
+        ktensor *dv = pool_for(m, &m->dv, TSLOT_ATTENTION, l);
+        ktensor *dln1 = pool_for(m, &m->dln1, TSLOT_ATTN_QKV_DGRAD, l);
+        ktensor *dtmp_attn = pool_for(m, &m->dtmp_attn, TSLOT_NORM_ATTN, l);
+        const tsite *residual = site(m, TSLOT_RESIDUAL, l);
         /* MLP branch: out = mid + down(act(up(norm(mid)))) */
-        TRY(be->matmul(be, TSLOT_MLP_DOWN_DGRAD, &m->da, &m->dres, 0, pw(m, A->down), 0, 0)); /* [BT,C][C,F] */
-        OBS(TSLOT_MLP_DOWN_DGRAD, l, "dx", &m->da);
-        TRY(wgrad(m, TSLOT_MLP_DOWN_WGRAD, pg(m, A->down), &m->dres, 1, &A->a, 0));           /* [C,BT][BT,F] */
-        TRY(be->activation_bwd(be, TSLOT_ACTIVATION, &m->dh, &m->da, &A->h, A->act_g.data ? &A->act_g : NULL));
-        OBS(TSLOT_ACTIVATION, l, "dx", &m->dh);
-        TRY(be->matmul(be, TSLOT_MLP_UP_DGRAD, &m->dln2, &m->dh, 0, pw(m, A->up), 0, 0));      /* [BT,F][F,C] */
-        OBS(TSLOT_MLP_UP_DGRAD, l, "dx", &m->dln2);
-        TRY(wgrad(m, TSLOT_MLP_UP_WGRAD, pg(m, A->up), &m->dh, 1, &A->ln2, 0));              /* [F,BT][BT,C] */
-        TRY(be->norm_bwd(be, TSLOT_NORM_MLP, &m->dtmp_mlp, pg(m, A->ln2_g), pg(m, A->ln2_b), &m->dln2, &A->mid,
+        TRY(be->matmul(be, site(m, TSLOT_MLP_DOWN_DGRAD, l), da, dres, 0, pw(m, A->down), 0, 0)); /* [BT,C][C,F] */
+        OBS(TSLOT_MLP_DOWN_DGRAD, l, "dx", da);
+        TRY(wgrad(m, site(m, TSLOT_MLP_DOWN_WGRAD, l), pg(m, A->down), dres, 1, &A->a, 0));       /* [C,BT][BT,F] */
+        TRY(be->activation_bwd(be, site(m, TSLOT_ACTIVATION, l), dh, da, &A->h, A->act_g.data ? &A->act_g : NULL));
+        OBS(TSLOT_ACTIVATION, l, "dx", dh);
+        TRY(be->matmul(be, site(m, TSLOT_MLP_UP_DGRAD, l), dln2, dh, 0, pw(m, A->up), 0, 0));      /* [BT,F][F,C] */
+        OBS(TSLOT_MLP_UP_DGRAD, l, "dx", dln2);
+        TRY(wgrad(m, site(m, TSLOT_MLP_UP_WGRAD, l), pg(m, A->up), dh, 1, &A->ln2, 0));            /* [F,BT][BT,C] */
+        TRY(be->norm_bwd(be, site(m, TSLOT_NORM_MLP, l), dtmp_mlp, pg(m, A->ln2_g), pg(m, A->ln2_b), dln2, &A->mid,
                          pw(m, A->ln2_g), gpt2 ? &A->ln2_mean : NULL, &A->ln2_rstd));
-        OBS(TSLOT_NORM_MLP, l, "dx", &m->dtmp_mlp);
-        TRY(be->residual(be, TSLOT_RESIDUAL, &m->dres, &m->dres, &m->dtmp_mlp));
-        OBS(TSLOT_RESIDUAL, l, "dx_mid", &m->dres);
+        OBS(TSLOT_NORM_MLP, l, "dx", dtmp_mlp);
+        TRY(be->residual(be, residual, dres_l, dres, dtmp_mlp)); /* in place unless the format changes */
+        dres = dres_l;
+        OBS(TSLOT_RESIDUAL, l, "dx_mid", dres);
         /* attention branch: mid = x + out(attn(q, k, v)) */
-        TRY(be->matmul(be, TSLOT_ATTN_OUT_DGRAD, &m->dy_att, &m->dres, 0, pw(m, A->proj), 0, 0));
-        OBS(TSLOT_ATTN_OUT_DGRAD, l, "dx", &m->dy_att);
-        TRY(wgrad(m, TSLOT_ATTN_OUT_WGRAD, pg(m, A->proj), &m->dres, 1, &A->att, 0));
+        TRY(be->matmul(be, site(m, TSLOT_ATTN_OUT_DGRAD, l), dy_att, dres, 0, pw(m, A->proj), 0, 0));
+        OBS(TSLOT_ATTN_OUT_DGRAD, l, "dx", dy_att);
+        TRY(wgrad(m, site(m, TSLOT_ATTN_OUT_WGRAD, l), pg(m, A->proj), dres, 1, &A->att, 0));
         const ktensor *qa = gpt2 ? &A->q : &A->qr, *ka = gpt2 ? &A->k : &A->kr;
-        TRY(be->attention_bwd(be, TSLOT_ATTENTION, &m->dq, &m->dk, &m->dv, &m->dy_att, qa, ka, &A->v, &A->att,
-                              &A->lse, B, T, H));
-        OBS(TSLOT_ATTENTION, l, "dq", &m->dq);
-        OBS(TSLOT_ATTENTION, l, "dk", &m->dk);
-        OBS(TSLOT_ATTENTION, l, "dv", &m->dv);
-        const ktensor *dqa = &m->dq, *dka = &m->dk;
+        TRY(be->attention_bwd(be, site(m, TSLOT_ATTENTION, l), dq, dk, dv, dy_att, qa, ka, &A->v, &A->att, &A->lse, B,
+                              T, H));
+        OBS(TSLOT_ATTENTION, l, "dq", dq);
+        OBS(TSLOT_ATTENTION, l, "dk", dk);
+        OBS(TSLOT_ATTENTION, l, "dv", dv);
+        const ktensor *dqa = dq, *dka = dk;
         if (!gpt2) {
-            TRY(be->rope_bwd(be, TSLOT_ROPE, &m->dq_r, &m->dq, B, T, H, c->rope_theta));
-            TRY(be->rope_bwd(be, TSLOT_ROPE, &m->dk_r, &m->dk, B, T, H, c->rope_theta));
-            OBS(TSLOT_ROPE, l, "dq", &m->dq_r);
-            OBS(TSLOT_ROPE, l, "dk", &m->dk_r);
-            ktensor dqr2 = view(m, &m->dq_r, 0, BT * H, D), dkr2 = view(m, &m->dk_r, 0, BT * H, D);
-            ktensor dqn2 = view(m, &m->dq_n, 0, BT * H, D), dkn2 = view(m, &m->dk_n, 0, BT * H, D);
+            ktensor *dq_r = pool_for(m, &m->dq_r, TSLOT_ROPE, l), *dk_r = pool_for(m, &m->dk_r, TSLOT_ROPE, l);
+            ktensor *dq_n = pool_for(m, &m->dq_n, TSLOT_NORM_QK, l), *dk_n = pool_for(m, &m->dk_n, TSLOT_NORM_QK, l);
+            const tsite *qk_at = site(m, TSLOT_NORM_QK, l), *rope_at = site(m, TSLOT_ROPE, l);
+            TRY(be->rope_bwd(be, rope_at, dq_r, dq, B, T, H, c->rope_theta));
+            TRY(be->rope_bwd(be, rope_at, dk_r, dk, B, T, H, c->rope_theta));
+            OBS(TSLOT_ROPE, l, "dq", dq_r);
+            OBS(TSLOT_ROPE, l, "dk", dk_r);
+            ktensor dqr2 = view(m, dq_r, 0, BT * H, D), dkr2 = view(m, dk_r, 0, BT * H, D);
+            ktensor dqn2 = view(m, dq_n, 0, BT * H, D), dkn2 = view(m, dk_n, 0, BT * H, D);
             ktensor q2 = view(m, &A->q, 0, BT * H, D), k2 = view(m, &A->k, 0, BT * H, D);
-            TRY(be->norm_bwd(be, TSLOT_NORM_QK, &dqn2, NULL, NULL, &dqr2, &q2, NULL, NULL, &A->qn_rstd));
-            TRY(be->norm_bwd(be, TSLOT_NORM_QK, &dkn2, NULL, NULL, &dkr2, &k2, NULL, NULL, &A->kn_rstd));
-            OBS(TSLOT_NORM_QK, l, "dq", &m->dq_n);
-            OBS(TSLOT_NORM_QK, l, "dk", &m->dk_n);
-            dqa = &m->dq_n;
-            dka = &m->dk_n;
+            TRY(be->norm_bwd(be, qk_at, &dqn2, NULL, NULL, &dqr2, &q2, NULL, NULL, &A->qn_rstd));
+            TRY(be->norm_bwd(be, qk_at, &dkn2, NULL, NULL, &dkr2, &k2, NULL, NULL, &A->kn_rstd));
+            OBS(TSLOT_NORM_QK, l, "dq", dq_n);
+            OBS(TSLOT_NORM_QK, l, "dk", dk_n);
+            dqa = dq_n;
+            dka = dk_n;
         }
         ktensor wq = view(m, &qkv->w, 0, C, C), wk = view(m, &qkv->w, C * C, C, C), wv = view(m, &qkv->w, 2 * C * C, C, C);
         ktensor gq = view(m, &qkv->grad, 0, C, C), gk = view(m, &qkv->grad, C * C, C, C),
                 gv = view(m, &qkv->grad, 2 * C * C, C, C);
-        TRY(be->matmul(be, TSLOT_ATTN_QKV_DGRAD, &m->dln1, dqa, 0, &wq, 0, 0));
-        TRY(be->matmul(be, TSLOT_ATTN_QKV_DGRAD, &m->dln1, dka, 0, &wk, 0, 1));
-        TRY(be->matmul(be, TSLOT_ATTN_QKV_DGRAD, &m->dln1, &m->dv, 0, &wv, 0, 1));
-        OBS(TSLOT_ATTN_QKV_DGRAD, l, "dx", &m->dln1);
-        TRY(wgrad(m, TSLOT_ATTN_QKV_WGRAD, &gq, dqa, 1, &A->ln1, 0));
-        TRY(wgrad(m, TSLOT_ATTN_QKV_WGRAD, &gk, dka, 1, &A->ln1, 0));
-        TRY(wgrad(m, TSLOT_ATTN_QKV_WGRAD, &gv, &m->dv, 1, &A->ln1, 0));
-        TRY(be->norm_bwd(be, TSLOT_NORM_ATTN, &m->dtmp_attn, pg(m, A->ln1_g), pg(m, A->ln1_b), &m->dln1, x,
+        const tsite *qkv_dgrad = site(m, TSLOT_ATTN_QKV_DGRAD, l), *qkv_wgrad = site(m, TSLOT_ATTN_QKV_WGRAD, l);
+        TRY(be->matmul(be, qkv_dgrad, dln1, dqa, 0, &wq, 0, 0));
+        TRY(be->matmul(be, qkv_dgrad, dln1, dka, 0, &wk, 0, 1));
+        TRY(be->matmul(be, qkv_dgrad, dln1, dv, 0, &wv, 0, 1));
+        OBS(TSLOT_ATTN_QKV_DGRAD, l, "dx", dln1);
+        TRY(wgrad(m, qkv_wgrad, &gq, dqa, 1, &A->ln1, 0));
+        TRY(wgrad(m, qkv_wgrad, &gk, dka, 1, &A->ln1, 0));
+        TRY(wgrad(m, qkv_wgrad, &gv, dv, 1, &A->ln1, 0));
+        TRY(be->norm_bwd(be, site(m, TSLOT_NORM_ATTN, l), dtmp_attn, pg(m, A->ln1_g), pg(m, A->ln1_b), dln1, x,
                          pw(m, A->ln1_g), gpt2 ? &A->ln1_mean : NULL, &A->ln1_rstd));
-        OBS(TSLOT_NORM_ATTN, l, "dx", &m->dtmp_attn);
-        TRY(be->residual(be, TSLOT_RESIDUAL, &m->dres, &m->dres, &m->dtmp_attn));
-        OBS(TSLOT_RESIDUAL, l, "dx", &m->dres);
+        OBS(TSLOT_NORM_ATTN, l, "dx", dtmp_attn);
+        TRY(be->residual(be, residual, dres, dres, dtmp_attn));
+        OBS(TSLOT_RESIDUAL, l, "dx", dres);
     }
-    TRY(be->embedding_bwd(be, pg(m, m->p_wte), pg(m, m->p_wpe), &m->dres, m->tokens_dev, B, T));
+    TRY(be->embedding_bwd(be, pg(m, m->p_wte), pg(m, m->p_wpe), dres, m->tokens_dev, B, T));
     return 0;
 }
 
@@ -692,7 +778,7 @@ int tmodel_zero_grads(tmodel *m)
 int tmodel_finish_grads(tmodel *m)
 {
     if (m->cfg.kind != TMODEL_MODERN) return 0;
-    TRY(m->be->transpose(m->be, TSLOT_TRANSPOSE, &m->params[m->p_wte].grad, &m->dwlm, 1)); /* dE += dW_lm^T */
+    TRY(m->be->transpose(m->be, site(m, TSLOT_TRANSPOSE, -1), &m->params[m->p_wte].grad, &m->dwlm, 1)); /* dE += dW_lm^T */
     if (m->obs) TRY(m->obs(m->obs_ctx, TSLOT_TRANSPOSE, -1, "dwte", &m->params[m->p_wte].grad));
     return 0;
 }
@@ -700,5 +786,5 @@ int tmodel_finish_grads(tmodel *m)
 int tmodel_sync_weights(tmodel *m)
 {
     if (m->cfg.kind != TMODEL_MODERN) return 0;
-    return m->be->transpose(m->be, TSLOT_TRANSPOSE, &m->wlm, &m->params[m->p_wte].w, 0); /* W_lm = E^T */
+    return m->be->transpose(m->be, site(m, TSLOT_TRANSPOSE, -1), &m->wlm, &m->params[m->p_wte].w, 0); /* W_lm = E^T */
 }

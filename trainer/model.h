@@ -15,8 +15,9 @@
  *           gradient; Muon (polar express) on the block matrices, AdamW on
  *           the embedding and gains.
  *
- * Every op runs in the slot the plan gives it; every tensor is stored in the
- * format of the slot that writes it (tplan_explain prints the table). */
+ * Every op runs at the site (slot and layer) the plan binds it to; every
+ * tensor is stored in the format of the slot that writes it, in that layer
+ * (tplan_explain prints the table). */
 #ifndef ULPSCOPE_TRAINER_MODEL_H
 #define ULPSCOPE_TRAINER_MODEL_H
 
@@ -50,22 +51,26 @@ int64_t tmodel_param_count(const tmodel_config *c);
 double tmodel_flops_per_token(const tmodel_config *c);
 
 /* Called after every slot writes a tensor (forward and backward): hashes,
- * dumps, non-finite audits.  layer is -1 outside the layers.  Return
- * nonzero to stop the pass (it then fails with that status). */
+ * dumps, non-finite audits.  layer is -1 outside the layers (weight
+ * gradients "dW" carry their layer too).  Return nonzero to stop the pass
+ * (it then fails with that status). */
 typedef int (*tobserve_fn)(void *ctx, tslot slot, int layer, const char *tensor, const ktensor *t);
 
 typedef struct tmodel tmodel;
 
 /* Allocates parameters (working copy, master, gradients, optimizer state)
  * and the activations for micro-batches of B sequences of T tokens, in the
- * formats the plan gives, and initialises the parameters from seed. */
+ * formats the plan gives (per layer where it has per-layer choices), and
+ * initialises the parameters from seed.  The model keeps a copy of the plan
+ * and binds the backend to it. */
 tmodel *tmodel_create(const tmodel_config *cfg, tbackend *be, const tplan *plan, int B, int T, uint64_t seed,
                       char *err, size_t errlen);
 void tmodel_destroy(tmodel *m);
 
-/* Switch to another plan mid-run: activations are reallocated in the new
- * formats.  Slots that own state (weights, grad_accum, optimizer.adamw,
- * optimizer.muon) cannot change mid-run: -1 with a message. */
+/* Switch to another plan mid-run (copied): activations are reallocated in
+ * the new formats.  Slots that own state (tslot_info.fixed: weights,
+ * grad_accum, optimizer.adamw, optimizer.muon, allreduce) cannot change
+ * mid-run: -1 with a message. */
 int tmodel_rebind(tmodel *m, const tplan *plan, char *err, size_t errlen);
 
 void tmodel_set_observer(tmodel *m, tobserve_fn fn, void *ctx);

@@ -2,10 +2,13 @@
 #include "trainer/plan.h"
 #include "trainer/errbuf.h"
 
+#include <assert.h>
+#include <ctype.h>
 #include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
+
+#include "kernels/attention.h"
 
 /* ---- model families --------------------------------------------------------- */
 
@@ -21,96 +24,6 @@ int tmodel_kind_parse(const char *name, tmodel_kind *out)
             return 0;
         }
     return -1;
-}
-
-/* ---- slots -------------------------------------------------------------------- */
-
-static const tslot_info slot_table[TSLOT_COUNT] = {
-    [TSLOT_EMBEDDING] = {"embedding", "token (+ learned position) embedding lookup; backward scatters into the table"},
-    [TSLOT_NORM_ATTN] = {"norm.attn", "pre-attention norm of every layer"},
-    [TSLOT_ATTN_QKV] = {"attn.qkv", "q, k, v = x Wq^T, x Wk^T, x Wv^T"},
-    [TSLOT_NORM_QK] = {"norm.qk", "per-head rmsnorm of q and k (QK-norm)"},
-    [TSLOT_ROPE] = {"rope", "rotary position embedding of q and k"},
-    [TSLOT_ATTENTION] = {"attention", "causal softmax(q k^T / sqrt(D)) v per head"},
-    [TSLOT_ATTN_OUT] = {"attn.out", "attention output projection y Wo^T"},
-    [TSLOT_RESIDUAL] = {"residual", "residual stream x + f(x), forward and backward"},
-    [TSLOT_NORM_MLP] = {"norm.mlp", "pre-MLP norm of every layer"},
-    [TSLOT_MLP_UP] = {"mlp.up", "MLP up projection x Wup^T, C -> 4C"},
-    [TSLOT_ACTIVATION] = {"activation", "MLP nonlinearity"},
-    [TSLOT_MLP_DOWN] = {"mlp.down", "MLP down projection a Wdown^T, 4C -> C"},
-    [TSLOT_NORM_FINAL] = {"norm.final", "norm before the lm_head"},
-    [TSLOT_LM_HEAD] = {"lm_head", "logits = x W_lm (the embedding, tied)"},
-    [TSLOT_CROSS_ENTROPY] = {"cross_entropy", "(soft-capped) logits -> per-token loss and dlogits"},
-    [TSLOT_LM_HEAD_DGRAD] = {"lm_head.dgrad", "dx = dlogits W_lm^T"},
-    [TSLOT_LM_HEAD_WGRAD] = {"lm_head.wgrad", "dW_lm += x^T dlogits"},
-    [TSLOT_MLP_DOWN_DGRAD] = {"mlp.down.dgrad", "da = dy Wdown"},
-    [TSLOT_MLP_DOWN_WGRAD] = {"mlp.down.wgrad", "dWdown += dy^T a"},
-    [TSLOT_MLP_UP_DGRAD] = {"mlp.up.dgrad", "dx = dh Wup"},
-    [TSLOT_MLP_UP_WGRAD] = {"mlp.up.wgrad", "dWup += dh^T x"},
-    [TSLOT_ATTN_OUT_DGRAD] = {"attn.out.dgrad", "dy_att = dx Wo"},
-    [TSLOT_ATTN_OUT_WGRAD] = {"attn.out.wgrad", "dWo += dx^T y_att"},
-    [TSLOT_ATTN_QKV_DGRAD] = {"attn.qkv.dgrad", "dx = dq Wq + dk Wk + dv Wv"},
-    [TSLOT_ATTN_QKV_WGRAD] = {"attn.qkv.wgrad", "dWq,k,v += dq,k,v^T x"},
-    [TSLOT_TRANSPOSE] = {"transpose", "transposed lm_head kept in sync: W_lm = E^T (copy), dE += dW_lm^T (add)"},
-    [TSLOT_GRAD_ACCUM] = {"grad_accum", "format parameter gradients are accumulated and stored in"},
-    [TSLOT_ALLREDUCE] = {"allreduce", "data parallel gradient all-reduce: wire format and NCCL algorithm"},
-    [TSLOT_GRAD_NORM] = {"grad_norm", "global gradient 2-norm (clipping and logging)"},
-    [TSLOT_ADAMW] = {"optimizer.adamw", "AdamW update; the path is the format it reads gradients and writes weights in"},
-    [TSLOT_MUON] = {"optimizer.muon", "Muon: Nesterov momentum orthogonalised by polar express"},
-    [TSLOT_WEIGHTS] = {"weights", "parameter storage"},
-    [TSLOT_LOSS_SCALE] = {"loss_scale", "loss scaling: none, or dynamic (halve and skip on overflow)"},
-};
-
-const tslot_info *tslot_get(tslot s) { return (unsigned)s < TSLOT_COUNT ? &slot_table[s] : NULL; }
-
-static int is_matmul_slot(tslot s)
-{
-    switch (s) {
-    case TSLOT_ATTN_QKV: case TSLOT_ATTN_OUT: case TSLOT_MLP_UP: case TSLOT_MLP_DOWN: case TSLOT_LM_HEAD:
-    case TSLOT_LM_HEAD_DGRAD: case TSLOT_LM_HEAD_WGRAD: case TSLOT_MLP_DOWN_DGRAD: case TSLOT_MLP_DOWN_WGRAD:
-    case TSLOT_MLP_UP_DGRAD: case TSLOT_MLP_UP_WGRAD: case TSLOT_ATTN_OUT_DGRAD: case TSLOT_ATTN_OUT_WGRAD:
-    case TSLOT_ATTN_QKV_DGRAD: case TSLOT_ATTN_QKV_WGRAD:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-int tslot_is_gradient_gemm(tslot s)
-{
-    switch (s) {
-    case TSLOT_LM_HEAD_DGRAD: case TSLOT_LM_HEAD_WGRAD: case TSLOT_MLP_DOWN_DGRAD: case TSLOT_MLP_DOWN_WGRAD:
-    case TSLOT_MLP_UP_DGRAD: case TSLOT_MLP_UP_WGRAD: case TSLOT_ATTN_OUT_DGRAD: case TSLOT_ATTN_OUT_WGRAD:
-    case TSLOT_ATTN_QKV_DGRAD: case TSLOT_ATTN_QKV_WGRAD:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-const char *tslot_op(tslot s, tmodel_kind model)
-{
-    int modern = model == TMODEL_MODERN;
-    if (is_matmul_slot(s)) return "matmul";
-    switch (s) {
-    case TSLOT_EMBEDDING: return "embedding";
-    case TSLOT_NORM_ATTN: case TSLOT_NORM_MLP: case TSLOT_NORM_FINAL: return modern ? "rmsnorm" : "layernorm";
-    case TSLOT_NORM_QK: return modern ? "rmsnorm" : NULL;
-    case TSLOT_ROPE: return modern ? "rope" : NULL;
-    case TSLOT_ATTENTION: return "attention";
-    case TSLOT_RESIDUAL: return "residual";
-    case TSLOT_ACTIVATION: return modern ? "relu2" : "gelu_tanh";
-    case TSLOT_CROSS_ENTROPY: return "cross_entropy";
-    case TSLOT_TRANSPOSE: return modern ? "transpose" : NULL;
-    case TSLOT_GRAD_ACCUM: return "grad_accum";
-    case TSLOT_ALLREDUCE: return "allreduce";
-    case TSLOT_GRAD_NORM: return "grad_norm";
-    case TSLOT_ADAMW: return "adamw";
-    case TSLOT_MUON: return modern ? "polar_express" : NULL;
-    case TSLOT_WEIGHTS: return "weights";
-    case TSLOT_LOSS_SCALE: return "loss_scale";
-    default: return NULL;
-    }
 }
 
 /* ---- the trainer's own slots ---------------------------------------------------
@@ -157,46 +70,156 @@ static const kop loss_scale_op = {
     "loss_scale", "loss scaling for narrow-exponent gradients",
     PATH_BIT(KPATH_FP32), "the scale is an fp32 number", loss_scale_variants, 2};
 
-const kop *tslot_kop(tslot s, tmodel_kind model)
+/* ---- ops ------------------------------------------------------------------------ */
+
+static const struct {
+    const char *name; /* the registry's name */
+    const kop *own;   /* the trainer's own description, NULL for registry ops */
+} op_table[TOP_COUNT] = {
+    [TOP_NONE] = {"?", NULL},
+    [TOP_EMBEDDING] = {"embedding", NULL},
+    [TOP_LAYERNORM] = {"layernorm", NULL},
+    [TOP_RMSNORM] = {"rmsnorm", NULL},
+    [TOP_MATMUL] = {"matmul", NULL},
+    [TOP_MATMUL_FAST] = {"matmul_fast", NULL},
+    [TOP_MATMUL_BLOCK_FP8] = {"matmul_block_fp8", NULL},
+    [TOP_ROPE] = {"rope", NULL},
+    [TOP_ATTENTION] = {"attention", NULL},
+    [TOP_RESIDUAL] = {"residual", NULL},
+    [TOP_GELU_TANH] = {"gelu_tanh", NULL},
+    [TOP_RELU2] = {"relu2", NULL},
+    [TOP_CROSS_ENTROPY] = {"cross_entropy", NULL},
+    [TOP_TRANSPOSE] = {"transpose", NULL},
+    [TOP_GRAD_NORM] = {"grad_norm", NULL},
+    [TOP_ADAMW] = {"adamw", NULL},
+    [TOP_POLAR_EXPRESS] = {"polar_express", NULL},
+    [TOP_MUON_NEWTON_SCHULZ] = {"muon_newton_schulz", NULL},
+    [TOP_WEIGHTS] = {"weights", &weights_op},
+    [TOP_GRAD_ACCUM] = {"grad_accum", &grad_accum_op},
+    [TOP_ALLREDUCE] = {"allreduce", &allreduce_op},
+    [TOP_LOSS_SCALE] = {"loss_scale", &loss_scale_op},
+};
+
+const char *top_name(top_id op) { return (unsigned)op < TOP_COUNT ? op_table[op].name : "?"; }
+
+int top_is_kernel(top_id op) { return op > TOP_NONE && op < TOP_WEIGHTS; }
+
+const kop *top_lookup(top_id op)
 {
-    switch (s) {
-    case TSLOT_WEIGHTS: return &weights_op;
-    case TSLOT_GRAD_ACCUM: return &grad_accum_op;
-    case TSLOT_ALLREDUCE: return &allreduce_op;
-    case TSLOT_LOSS_SCALE: return &loss_scale_op;
-    default: break;
-    }
-    const char *op = tslot_op(s, model);
-    return op ? kregistry_find(op) : NULL;
+    if (op <= TOP_NONE || op >= TOP_COUNT) return NULL;
+    return op_table[op].own ? op_table[op].own : kregistry_find(op_table[op].name);
 }
 
-static const char *const matmul_family[] = {"matmul", "matmul_fast", "matmul_block_fp8"};
-static const char *const muon_family[] = {"polar_express", "muon_newton_schulz"};
+/* ---- slots ------------------------------------------------------------------------ */
 
-const char *tslot_family_op(tslot s, tmodel_kind model, int k)
+#define SAME(op) {{op}, {op}}
+#define BY_MODEL(gpt2, modern) {{gpt2}, {modern}}
+#define GEMM_OPS {TOP_MATMUL, TOP_MATMUL_FAST, TOP_MATMUL_BLOCK_FP8}
+#define GEMM(role, fwd) .family = {GEMM_OPS, GEMM_OPS}, .gemm = (role), .forward = (fwd)
+#define BOTH_MODELS 3u
+#define GPT2_ONLY 1u
+#define MODERN_ONLY 2u
+#define ACT TTENSOR_ACTIVATION
+#define GRAD TTENSOR_GRADIENT
+#define STAT TTENSOR_STATISTIC
+
+static const tslot_info slot_table[TSLOT_COUNT] = {
+    [TSLOT_EMBEDDING] = {"embedding", "token (+ learned position) embedding lookup; backward scatters into the table",
+                         .family = SAME(TOP_EMBEDDING)},
+    [TSLOT_NORM_ATTN] = {"norm.attn", "pre-attention norm of every layer",
+                         .family = BY_MODEL(TOP_LAYERNORM, TOP_RMSNORM), .per_layer = 1,
+                         .tensors = {{"norm.attn out", "B*T x C", ACT, BOTH_MODELS, 2},
+                                     {"norm mean", "B*T", STAT, GPT2_ONLY, 3},
+                                     {"norm rstd", "B*T", STAT, BOTH_MODELS, 4},
+                                     {"d(norm input), added to d(residual)", "B*T x C", GRAD, BOTH_MODELS, 29}}},
+    [TSLOT_ATTN_QKV] = {"attn.qkv", "q, k, v = x Wq^T, x Wk^T, x Wv^T", GEMM(TGEMM_FORWARD, TSLOT_ATTN_QKV),
+                        .per_layer = 1, .tensors = {{"q, k, v", "B*T x C each", ACT, BOTH_MODELS, 5}}},
+    [TSLOT_NORM_QK] = {"norm.qk", "per-head rmsnorm of q and k (QK-norm)", .family = BY_MODEL(TOP_NONE, TOP_RMSNORM),
+                       .per_layer = 1,
+                       .tensors = {{"q, k after QK-norm", "B*T*H x D", ACT, MODERN_ONLY, 6},
+                                   {"dq, dk before QK-norm", "B*T*H x D", GRAD, MODERN_ONLY, 27}}},
+    [TSLOT_ROPE] = {"rope", "rotary position embedding of q and k", .family = BY_MODEL(TOP_NONE, TOP_ROPE),
+                    .per_layer = 1,
+                    .tensors = {{"q, k after rope", "B*T x C", ACT, MODERN_ONLY, 7},
+                                {"dq, dk before rope", "B*T x C", GRAD, MODERN_ONLY, 26}}},
+    [TSLOT_ATTENTION] = {"attention", "causal softmax(q k^T / sqrt(D)) v per head", .family = SAME(TOP_ATTENTION),
+                         .per_layer = 1,
+                         .tensors = {{"attention out", "B*T x C", ACT, BOTH_MODELS, 8},
+                                     {"attention logsumexp", "B*H*T", STAT, BOTH_MODELS, 9},
+                                     {"dq, dk, dv", "B*T x C each", GRAD, BOTH_MODELS, 25}}},
+    [TSLOT_ATTN_OUT] = {"attn.out", "attention output projection y Wo^T", GEMM(TGEMM_FORWARD, TSLOT_ATTN_OUT),
+                        .per_layer = 1, .tensors = {{"attn.out out", "B*T x C", ACT, BOTH_MODELS, 10}}},
+    [TSLOT_RESIDUAL] = {"residual", "residual stream x + f(x), forward and backward", .family = SAME(TOP_RESIDUAL),
+                        .per_layer = 1,
+                        .tensors = {{"x (residual stream, per layer)", "B*T x C", ACT, BOTH_MODELS, 1},
+                                    {"d(residual stream)", "B*T x C", GRAD, BOTH_MODELS, 20}}},
+    [TSLOT_NORM_MLP] = {"norm.mlp", "pre-MLP norm of every layer", .family = BY_MODEL(TOP_LAYERNORM, TOP_RMSNORM),
+                        .per_layer = 1, .tensors = {{"norm.mlp out", "B*T x C", ACT, BOTH_MODELS, 11}}},
+    [TSLOT_MLP_UP] = {"mlp.up", "MLP up projection x Wup^T, C -> 4C", GEMM(TGEMM_FORWARD, TSLOT_MLP_UP), .per_layer = 1,
+                      .tensors = {{"mlp.up out (pre-activation)", "B*T x 4C", ACT, BOTH_MODELS, 12}}},
+    [TSLOT_ACTIVATION] = {"activation", "MLP nonlinearity", .family = BY_MODEL(TOP_GELU_TANH, TOP_RELU2),
+                          .per_layer = 1,
+                          .tensors = {{"activation out", "B*T x 4C", ACT, BOTH_MODELS, 13},
+                                      {"d(mlp.up out)", "B*T x 4C", GRAD, BOTH_MODELS, 22}}},
+    [TSLOT_MLP_DOWN] = {"mlp.down", "MLP down projection a Wdown^T, 4C -> C", GEMM(TGEMM_FORWARD, TSLOT_MLP_DOWN),
+                        .per_layer = 1, .tensors = {{"mlp.down out", "B*T x C", ACT, BOTH_MODELS, 14}}},
+    [TSLOT_NORM_FINAL] = {"norm.final", "norm before the lm_head", .family = BY_MODEL(TOP_LAYERNORM, TOP_RMSNORM),
+                          .tensors = {{"norm.final out", "B*T x C", ACT, BOTH_MODELS, 15}}},
+    [TSLOT_LM_HEAD] = {"lm_head", "logits = x W_lm (the embedding, tied)", GEMM(TGEMM_FORWARD, TSLOT_LM_HEAD),
+                       .tensors = {{"logits", "B*T x V", ACT, BOTH_MODELS, 16}}},
+    [TSLOT_CROSS_ENTROPY] = {"cross_entropy", "(soft-capped) logits -> per-token loss and dlogits",
+                             .family = SAME(TOP_CROSS_ENTROPY),
+                             .tensors = {{"per-token loss", "B*T", STAT, BOTH_MODELS, 17},
+                                         {"dlogits", "B*T x V", GRAD, BOTH_MODELS, 18}}},
+    [TSLOT_LM_HEAD_DGRAD] = {"lm_head.dgrad", "dx = dlogits W_lm^T", GEMM(TGEMM_DGRAD, TSLOT_LM_HEAD),
+                             .tensors = {{"dx into norm.final", "B*T x C", GRAD, BOTH_MODELS, 19}}},
+    [TSLOT_LM_HEAD_WGRAD] = {"lm_head.wgrad", "dW_lm += x^T dlogits", GEMM(TGEMM_WGRAD, TSLOT_LM_HEAD)},
+    [TSLOT_MLP_DOWN_DGRAD] = {"mlp.down.dgrad", "da = dy Wdown", GEMM(TGEMM_DGRAD, TSLOT_MLP_DOWN), .per_layer = 1,
+                              .tensors = {{"d(activation out)", "B*T x 4C", GRAD, BOTH_MODELS, 21}}},
+    [TSLOT_MLP_DOWN_WGRAD] = {"mlp.down.wgrad", "dWdown += dy^T a", GEMM(TGEMM_WGRAD, TSLOT_MLP_DOWN), .per_layer = 1},
+    [TSLOT_MLP_UP_DGRAD] = {"mlp.up.dgrad", "dx = dh Wup", GEMM(TGEMM_DGRAD, TSLOT_MLP_UP), .per_layer = 1,
+                            .tensors = {{"d(norm.mlp out)", "B*T x C", GRAD, BOTH_MODELS, 23}}},
+    [TSLOT_MLP_UP_WGRAD] = {"mlp.up.wgrad", "dWup += dh^T x", GEMM(TGEMM_WGRAD, TSLOT_MLP_UP), .per_layer = 1},
+    [TSLOT_ATTN_OUT_DGRAD] = {"attn.out.dgrad", "dy_att = dx Wo", GEMM(TGEMM_DGRAD, TSLOT_ATTN_OUT), .per_layer = 1,
+                              .tensors = {{"d(attention out)", "B*T x C", GRAD, BOTH_MODELS, 24}}},
+    [TSLOT_ATTN_OUT_WGRAD] = {"attn.out.wgrad", "dWo += dx^T y_att", GEMM(TGEMM_WGRAD, TSLOT_ATTN_OUT), .per_layer = 1},
+    [TSLOT_ATTN_QKV_DGRAD] = {"attn.qkv.dgrad", "dx = dq Wq + dk Wk + dv Wv", GEMM(TGEMM_DGRAD, TSLOT_ATTN_QKV),
+                              .per_layer = 1, .tensors = {{"d(norm.attn out)", "B*T x C", GRAD, BOTH_MODELS, 28}}},
+    [TSLOT_ATTN_QKV_WGRAD] = {"attn.qkv.wgrad", "dWq,k,v += dq,k,v^T x", GEMM(TGEMM_WGRAD, TSLOT_ATTN_QKV),
+                              .per_layer = 1},
+    [TSLOT_TRANSPOSE] = {"transpose", "transposed lm_head kept in sync: W_lm = E^T (copy), dE += dW_lm^T (add)",
+                         .family = BY_MODEL(TOP_NONE, TOP_TRANSPOSE)},
+    [TSLOT_GRAD_ACCUM] = {"grad_accum", "format parameter gradients are accumulated and stored in",
+                          .family = SAME(TOP_GRAD_ACCUM), .fixed = TFIXED_PATH},
+    [TSLOT_ALLREDUCE] = {"allreduce", "data parallel gradient all-reduce: wire format and NCCL algorithm",
+                         .family = SAME(TOP_ALLREDUCE), .fixed = TFIXED_CHOICE},
+    [TSLOT_GRAD_NORM] = {"grad_norm", "global gradient 2-norm (clipping and logging)", .family = SAME(TOP_GRAD_NORM)},
+    [TSLOT_ADAMW] = {"optimizer.adamw",
+                     "AdamW update; the path is the format it reads gradients and writes weights in",
+                     .family = SAME(TOP_ADAMW), .fixed = TFIXED_PATH},
+    [TSLOT_MUON] = {"optimizer.muon", "Muon: Nesterov momentum orthogonalised by polar express",
+                    .family = {{TOP_NONE}, {TOP_POLAR_EXPRESS, TOP_MUON_NEWTON_SCHULZ}}, .fixed = TFIXED_PATH},
+    [TSLOT_WEIGHTS] = {"weights", "parameter storage", .family = SAME(TOP_WEIGHTS), .fixed = TFIXED_CHOICE},
+    [TSLOT_LOSS_SCALE] = {"loss_scale", "loss scaling: none, or dynamic (halve and skip on overflow)",
+                          .family = SAME(TOP_LOSS_SCALE)},
+};
+
+const tslot_info *tslot_get(tslot s) { return (unsigned)s < TSLOT_COUNT ? &slot_table[s] : NULL; }
+
+top_id tslot_op(tslot s, tmodel_kind model)
 {
-    if (k == 0) return tslot_op(s, model);
-    if (k < 0) return NULL;
-    if (is_matmul_slot(s)) return k < 3 ? matmul_family[k] : NULL;
-    if (s == TSLOT_MUON && model == TMODEL_MODERN) return k < 2 ? muon_family[k] : NULL;
-    return NULL;
+    return (unsigned)s < TSLOT_COUNT && (unsigned)model < TMODEL_COUNT ? slot_table[s].family[model][0] : TOP_NONE;
 }
 
-/* Op k of the family; siblings must be registered (no stand-ins for them). */
-static const kop *family_kop(tslot s, tmodel_kind model, int k)
+/* Whether op belongs to slot s's family in this model. */
+static int in_family(tslot s, tmodel_kind model, top_id op)
 {
-    if (k == 0) return tslot_kop(s, model);
-    const char *name = tslot_family_op(s, model, k);
-    return name ? kregistry_find(name) : NULL;
+    for (int k = 0; k < TSLOT_FAMILY_MAX && slot_table[s].family[model][k] != TOP_NONE; k++)
+        if (slot_table[s].family[model][k] == op) return 1;
+    return 0;
 }
 
-const kop *tplan_kop(const tplan *p, tslot s) { return family_kop(s, p->model, p->slot[s].op); }
-
-
-int tslot_is_kernel(tslot s)
-{
-    return s != TSLOT_WEIGHTS && s != TSLOT_GRAD_ACCUM && s != TSLOT_ALLREDUCE && s != TSLOT_LOSS_SCALE;
-}
+const kop *tplan_kop(const tplan *p, tslot s) { return p->used[s] ? top_lookup(p->slot[s].op) : NULL; }
 
 /* ---- formats --------------------------------------------------------------------- */
 
@@ -232,13 +255,73 @@ static void variant_names_of(const kop *op, char *buf, size_t len)
         n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%s", n ? ", " : "", op->variants[v].name);
 }
 
-static void slot_names_of(const tplan *p, char *buf, size_t len)
+/* The slots of the plan's family (only the per-layer ones when per_layer_only). */
+static void slot_names_of(const tplan *p, int per_layer_only, char *buf, size_t len)
 {
     size_t n = 0;
     buf[0] = '\0';
     for (int s = 0; s < TSLOT_COUNT; s++)
-        if (p->used[s])
+        if (p->used[s] && (!per_layer_only || slot_table[s].per_layer))
             n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%s", n ? ", " : "", slot_table[s].name);
+}
+
+/* ---- per-layer choices ------------------------------------------------------------ */
+
+static int choice_equal(const tslot_choice *a, const tslot_choice *b)
+{
+    return a->path == b->path && a->op == b->op && a->variant == b->variant;
+}
+
+/* Index of the entry for (s, layer), or -(insertion point) - 1. */
+static int find_layer_choice(const tplan *p, tslot s, int layer)
+{
+    int lo = 0, hi = p->n_layer_choices;
+    long key = (long)s * TPLAN_MAX_LAYERS + layer;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        long k = (long)p->layer_choice[mid].slot * TPLAN_MAX_LAYERS + p->layer_choice[mid].layer;
+        if (k == key) return mid;
+        if (k < key) lo = mid + 1;
+        else hi = mid;
+    }
+    return -lo - 1;
+}
+
+const tslot_choice *tplan_choice_at(const tplan *p, tslot s, int layer)
+{
+    if (layer >= 0 && p->n_layer_choices && slot_table[s].per_layer) {
+        int i = find_layer_choice(p, s, layer);
+        if (i >= 0) return &p->layer_choice[i].choice;
+    }
+    return &p->slot[s];
+}
+
+static int set_layer_choice(tplan *p, tslot s, int layer, const tslot_choice *c, char *err, size_t errlen)
+{
+    int i = find_layer_choice(p, s, layer);
+    if (i >= 0) {
+        p->layer_choice[i].choice = *c;
+        return 0;
+    }
+    if (p->n_layer_choices == TPLAN_MAX_LAYER_CHOICES)
+        return tfail(err, errlen, "too many per-layer choices (at most %d)", TPLAN_MAX_LAYER_CHOICES);
+    i = -i - 1;
+    memmove(&p->layer_choice[i + 1], &p->layer_choice[i], (size_t)(p->n_layer_choices - i) * sizeof p->layer_choice[0]);
+    p->layer_choice[i].slot = (short)s;
+    p->layer_choice[i].layer = (short)layer;
+    p->layer_choice[i].choice = *c;
+    p->n_layer_choices++;
+    return 0;
+}
+
+/* An override without a layer selector replaces every layer's choice. */
+static void clear_layer_choices(tplan *p, tslot s)
+{
+    int n = 0;
+    for (int i = 0; i < p->n_layer_choices; i++)
+        if (p->layer_choice[i].slot != (short)s) p->layer_choice[n++] = p->layer_choice[i];
+    memset(&p->layer_choice[n], 0, (size_t)(p->n_layer_choices - n) * sizeof p->layer_choice[0]);
+    p->n_layer_choices = n;
 }
 
 /* ---- validation --------------------------------------------------------------------- */
@@ -246,13 +329,15 @@ static void slot_names_of(const tplan *p, char *buf, size_t len)
 /* One slot's choice against its op and the trainer's rules. */
 static int check_choice(const tplan *p, tslot s, tslot_choice c, char *err, size_t errlen)
 {
-    const char *opname = tslot_family_op(s, p->model, c.op);
-    const kop *op = family_kop(s, p->model, c.op);
     char names[1024];
+    if (!in_family(s, p->model, c.op))
+        return tfail(err, errlen, "slot %s: op %s is not one the slot runs in model %s", slot_table[s].name,
+                     top_name(c.op), tmodel_kind_name(p->model));
+    const kop *op = top_lookup(c.op);
     if (!op) {
         kregistry_op_names(names, sizeof names);
         return tfail(err, errlen, "slot %s: op %s is not in the kernel registry (ops: %s)", slot_table[s].name,
-                    opname ? opname : "?", names[0] ? names : "none registered yet");
+                    top_name(c.op), names[0] ? names : "none registered yet");
     }
     if ((unsigned)c.path >= KPATH_COUNT || !(op->paths & PATH_BIT(c.path))) {
         path_names_of(op, names, sizeof names);
@@ -271,7 +356,7 @@ static int check_choice(const tplan *p, tslot s, tslot_choice c, char *err, size
             return tfail(err, errlen, "slot weights: variant mantissa_buffer needs path bf16 (the 16 dropped bits of "
                                      "an fp32 master), not %s", kpath_name(c.path));
     }
-    if (c.path == KPATH_FP8 && !is_matmul_slot(s))
+    if (c.path == KPATH_FP8 && slot_table[s].gemm == TGEMM_NONE)
         return tfail(err, errlen, "slot %s: the trainer runs fp8 on GEMM slots only (activations between ops are "
                     "stored in bf16 or wider); paths here: fp32, bf16, fp16", slot_table[s].name);
     if (s == TSLOT_ADAMW) {
@@ -305,6 +390,27 @@ int tplan_validate(const tplan *p, char *err, size_t errlen)
         if (!p->used[s]) continue;
         if (check_choice(p, (tslot)s, p->slot[s], err, errlen)) return -1;
     }
+    if (p->n_layer_choices < 0 || p->n_layer_choices > TPLAN_MAX_LAYER_CHOICES)
+        return tfail(err, errlen, "plan holds %d per-layer choices (at most %d)", p->n_layer_choices,
+                     TPLAN_MAX_LAYER_CHOICES);
+    for (int i = 0; i < p->n_layer_choices; i++) {
+        const tlayer_choice *e = &p->layer_choice[i];
+        if ((unsigned)e->slot >= TSLOT_COUNT || !p->used[e->slot] || !slot_table[e->slot].per_layer ||
+            e->layer < 0 || e->layer >= TPLAN_MAX_LAYERS)
+            return tfail(err, errlen, "plan has a per-layer choice for slot #%d, layer %d, which does not exist",
+                         e->slot, e->layer);
+        if (check_choice(p, (tslot)e->slot, e->choice, err, errlen)) return -1;
+    }
+    return 0;
+}
+
+int tplan_check_layers(const tplan *p, int depth, char *err, size_t errlen)
+{
+    for (int i = 0; i < p->n_layer_choices; i++)
+        if (p->layer_choice[i].layer >= depth)
+            return tfail(err, errlen, "slot %s@%d: layer %d is outside the model's layers 0..%d (depth %d)",
+                         slot_table[p->layer_choice[i].slot].name, p->layer_choice[i].layer,
+                         p->layer_choice[i].layer, depth - 1, depth);
     return 0;
 }
 
@@ -328,8 +434,9 @@ int tplan_init(tplan *p, const char *preset, tmodel_kind model, char *err, size_
     kpath work = which == 0 ? KPATH_FP32 : which == 2 ? KPATH_FP16 : KPATH_BF16;
     kpath gemm = which == 3 ? KPATH_FP8 : work;
     for (int s = 0; s < TSLOT_COUNT; s++) {
-        p->used[s] = tslot_op((tslot)s, model) != NULL;
-        p->slot[s].path = is_matmul_slot((tslot)s) ? gemm : work;
+        p->slot[s].op = slot_table[s].family[model][0];
+        p->used[s] = p->slot[s].op != TOP_NONE;
+        p->slot[s].path = slot_table[s].gemm != TGEMM_NONE ? gemm : work;
         p->slot[s].variant = 0;
     }
     /* Gradients, their reduction and the optimizer state stay fp32 in every
@@ -344,11 +451,9 @@ int tplan_init(tplan *p, const char *preset, tmodel_kind model, char *err, size_
     /* the transpose slot's path is that of its add (the gradient fold); its
      * copy of the weights is exact in any format */
     p->slot[TSLOT_TRANSPOSE].path = KPATH_FP32;
-    /* attention: the flash kernel where the registry offers it (the naive one
-     * materialises T x T scores, rounded to the path's format) */
-    const kop *att = tslot_kop(TSLOT_ATTENTION, model);
-    int flash = att ? kregistry_variant(att, "flash") : -1;
-    if (flash >= 0) p->slot[TSLOT_ATTENTION].variant = flash;
+    /* attention: the flash kernel (the naive one materialises T x T scores,
+     * rounded to the path's format) */
+    p->slot[TSLOT_ATTENTION].variant = KATT_FLASH;
     return tplan_validate(p, err, errlen);
 }
 
@@ -360,7 +465,7 @@ static int parse_choice(const tplan *p, tslot s, const char *value, tslot_choice
     char path_str[32];
     const char *colon = strchr(value, ':');
     size_t plen = colon ? (size_t)(colon - value) : strlen(value);
-    const kop *op = tslot_kop(s, p->model);
+    const kop *op = top_lookup(slot_table[s].family[p->model][0]);
     char names[1024];
     if (!op) return check_choice(p, s, p->slot[s], err, errlen);
     if (plen == 0 || plen >= sizeof path_str) {
@@ -374,9 +479,13 @@ static int parse_choice(const tplan *p, tslot s, const char *value, tslot_choice
         path_names_of(op, names, sizeof names);
         return tfail(err, errlen, "slot %s: unknown path '%s' (paths: %s)", slot_table[s].name, path_str, names);
     }
-    int opk = 0, variant = 0;
+    top_id chosen = slot_table[s].family[p->model][0];
+    int variant = 0;
     if (colon) {
         const char *vs = colon + 1, *dot = strchr(vs, '.');
+        if (!*vs)
+            return tfail(err, errlen, "slot %s: empty variant after ':' in '%s' (drop the ':' for the default)",
+                         slot_table[s].name, value);
         char opname[64] = "";
         const char *vname = vs;
         if (dot && (size_t)(dot - vs) < sizeof opname) {
@@ -393,22 +502,23 @@ static int parse_choice(const tplan *p, tslot s, const char *value, tslot_choice
         for (size_t a = 0; a < sizeof family_aliases / sizeof family_aliases[0]; a++)
             if (strcmp(opname, family_aliases[a].alias) == 0) snprintf(opname, sizeof opname, "%s", family_aliases[a].op);
         /* a sibling op named (with or without a variant), else a variant of the slot's op */
-        opk = -1;
-        for (int k = 0; tslot_family_op(s, p->model, k); k++)
-            if (family_kop(s, p->model, k) && strcmp(tslot_family_op(s, p->model, k), opname) == 0) opk = k;
-        if (opk < 0 && !dot) {
-            opk = 0;
+        const top_id *family = slot_table[s].family[p->model];
+        chosen = TOP_NONE;
+        for (int k = 0; k < TSLOT_FAMILY_MAX && family[k] != TOP_NONE; k++)
+            if (top_lookup(family[k]) && strcmp(top_name(family[k]), opname) == 0) chosen = family[k];
+        if (chosen == TOP_NONE && !dot) {
+            chosen = family[0];
             vname = vs;
         }
-        const kop *vop = opk >= 0 ? family_kop(s, p->model, opk) : NULL;
+        const kop *vop = chosen != TOP_NONE ? top_lookup(chosen) : NULL;
         variant = vop && !vname ? 0 : -1;
         for (int v = 0; vop && vname && v < vop->n_variants; v++)
             if (strcmp(vop->variants[v].name, vname) == 0) variant = v;
         if (variant < 0) {
             variant_names_of(op, names, sizeof names);
             size_t n = strlen(names);
-            for (int k = 1; tslot_family_op(s, p->model, k); k++) {
-                const kop *sib = family_kop(s, p->model, k);
+            for (int k = 1; k < TSLOT_FAMILY_MAX && family[k] != TOP_NONE; k++) {
+                const kop *sib = top_lookup(family[k]);
                 if (!sib) continue;
                 n += (size_t)snprintf(names + n, n < sizeof names ? sizeof names - n : 0, ", %s[.", sib->name);
                 for (int v = 0; v < sib->n_variants; v++)
@@ -420,7 +530,7 @@ static int parse_choice(const tplan *p, tslot s, const char *value, tslot_choice
         }
     }
     out->path = path;
-    out->op = opk;
+    out->op = chosen;
     out->variant = variant;
     return check_choice(p, s, *out, err, errlen);
 }
@@ -431,65 +541,155 @@ static int key_matches(const tplan *p, const char *key, tslot s)
     if (!p->used[s]) return 0;
     if (strcmp(key, slot_table[s].name) == 0) return 1;
     if (strpbrk(key, "*?[") && fnmatch(key, slot_table[s].name, 0) == 0) return 1;
-    const char *op = tslot_op(s, p->model);
-    return op && strcmp(key, op) == 0;
+    return strcmp(key, top_name(tslot_op(s, p->model))) == 0;
+}
+
+/* "@3" or "@0-2" (after the '@'): first and last layer. */
+static int parse_layers(const char *sel, int *first, int *last)
+{
+    const char *q = sel;
+    long a = 0, b;
+    if (!isdigit((unsigned char)*q)) return -1;
+    while (isdigit((unsigned char)*q) && a < TPLAN_MAX_LAYERS) a = 10 * a + (*q++ - '0');
+    b = a;
+    if (*q == '-') {
+        q++;
+        if (!isdigit((unsigned char)*q)) return -1;
+        b = 0;
+        while (isdigit((unsigned char)*q) && b < TPLAN_MAX_LAYERS) b = 10 * b + (*q++ - '0');
+    }
+    if (*q || a >= TPLAN_MAX_LAYERS || b >= TPLAN_MAX_LAYERS || b < a) return -1;
+    *first = (int)a;
+    *last = (int)b;
+    return 0;
+}
+
+/* One override: key ("mlp.up", "attn.*@11", "rmsnorm@0-2") and value. */
+static int apply_override(tplan *next, const char *key_in, const char *value, char *err, size_t errlen)
+{
+    char key[128];
+    if (strlen(key_in) >= sizeof key) return tfail(err, errlen, "override key too long: '%.40s...'", key_in);
+    snprintf(key, sizeof key, "%s", key_in);
+    char *at = strchr(key, '@');
+    int first = -1, last = -1;
+    if (at) {
+        *at = '\0';
+        if (parse_layers(at + 1, &first, &last))
+            return tfail(err, errlen, "malformed layer selector '@%s' in '%s=%s' (expected SLOT@L or SLOT@A-B with "
+                         "layers 0..%d, e.g. mlp.up@0=bf16 or attn.*@0-2=fp32)", at + 1, key_in, value,
+                         TPLAN_MAX_LAYERS - 1);
+        if (!*key) return tfail(err, errlen, "malformed override '%s=%s' (no slot before '@')", key_in, value);
+    }
+    int matched = 0, global_named = -1;
+    char names[2048];
+    for (int s = 0; s < TSLOT_COUNT; s++) {
+        if (!key_matches(next, key, (tslot)s)) continue;
+        if (at && !slot_table[s].per_layer) {
+            /* a glob or op name applies to the per-layer slots it names; a
+             * global slot named outright is an error */
+            if (strcmp(key, slot_table[s].name) == 0) {
+                slot_names_of(next, 1, names, sizeof names);
+                return tfail(err, errlen, "slot %s is global (one choice for the whole model): it takes no layer "
+                             "selector '@%s' (per-layer slots: %s)", slot_table[s].name, at + 1, names);
+            }
+            if (global_named < 0) global_named = s;
+            continue;
+        }
+        matched++;
+        tslot_choice c;
+        if (parse_choice(next, (tslot)s, value, &c, err, errlen)) return -1;
+        if (!at) {
+            next->slot[s] = c;
+            clear_layer_choices(next, (tslot)s);
+            continue;
+        }
+        for (int l = first; l <= last; l++)
+            if (set_layer_choice(next, (tslot)s, l, &c, err, errlen)) return -1;
+    }
+    if (!matched && global_named >= 0) {
+        slot_names_of(next, 1, names, sizeof names);
+        return tfail(err, errlen, "'%s' names only global slots (such as %s): a layer selector '@%s' needs a per-layer "
+                     "slot (%s)", key, slot_table[global_named].name, at + 1, names);
+    }
+    if (!matched) {
+        slot_names_of(next, 0, names, sizeof names);
+        return tfail(err, errlen, "unknown slot '%s' for model %s (slots: %s; or an op name, or a glob such as "
+                     "'attn.*')", key, tmodel_kind_name(next->model), names);
+    }
+    return 0;
 }
 
 int tplan_set(tplan *p, const char *overrides, char *err, size_t errlen)
 {
     if (!overrides) return 0;
-    tplan next = *p;
+    tplan *next = malloc(sizeof *next);
     char *copy = strdup(overrides);
-    if (!copy) return tfail(err, errlen, "out of memory");
+    if (!next || !copy) {
+        free(next), free(copy);
+        return tfail(err, errlen, "out of memory");
+    }
+    *next = *p;
     int rc = 0;
-    char *save = NULL;
-    for (char *item = strtok_r(copy, ",", &save); item && !rc; item = strtok_r(NULL, ",", &save)) {
+    /* items split on every comma: an empty item is an error, not skipped */
+    char *item = copy;
+    for (;;) {
+        char *comma = strchr(item, ',');
+        if (comma) *comma = '\0';
         while (*item == ' ') item++;
         char *eq = strchr(item, '=');
+        if (!*item) {
+            rc = tfail(err, errlen, "empty override in '%s' (expected SLOT[@LAYERS]=PATH[:VARIANT],..., e.g. "
+                       "lm_head=fp8,mlp.up@0=bf16)", overrides);
+            break;
+        }
         if (!eq || eq == item) {
-            rc = tfail(err, errlen, "malformed override '%s' (expected SLOT=PATH[:VARIANT], e.g. lm_head=fp8)", item);
+            rc = tfail(err, errlen, "malformed override '%s' (expected SLOT[@LAYERS]=PATH[:VARIANT], e.g. lm_head=fp8)",
+                       item);
             break;
         }
         *eq = '\0';
-        const char *key = item, *value = eq + 1;
-        int matched = 0;
-        for (int s = 0; s < TSLOT_COUNT && !rc; s++) {
-            if (!key_matches(&next, key, (tslot)s)) continue;
-            matched++;
-            tslot_choice c;
-            if (parse_choice(&next, (tslot)s, value, &c, err, errlen)) rc = -1;
-            else next.slot[s] = c;
+        if (apply_override(next, item, eq + 1, err, errlen)) {
+            rc = -1;
+            break;
         }
-        if (!rc && !matched) {
-            char names[2048];
-            slot_names_of(&next, names, sizeof names);
-            rc = tfail(err, errlen, "unknown slot '%s' for model %s (slots: %s; or an op name, or a glob such as "
-                                   "'attn.*')", key, tmodel_kind_name(next.model), names);
-        }
+        if (!comma) break;
+        item = comma + 1;
     }
+    if (!rc) rc = tplan_validate(next, err, errlen);
+    if (!rc) *p = *next;
     free(copy);
-    if (rc) return -1;
-    if (tplan_validate(&next, err, errlen)) return -1;
-    *p = next;
-    return 0;
+    free(next);
+    return rc;
 }
 
 /* ---- naming ------------------------------------------------------------------------ */
 
-void tplan_variant_string(const tplan *p, tslot s, char *buf, size_t len)
+void tplan_choice_variant_string(const tplan *p, tslot s, const tslot_choice *c, char *buf, size_t len)
 {
-    const kop *op = tplan_kop(p, s);
-    int v = p->slot[s].variant;
+    const kop *op = top_lookup(c->op);
+    int v = c->variant;
     const char *vn = op && v >= 0 && v < op->n_variants ? op->variants[v].name : "?";
-    if (p->slot[s].op) snprintf(buf, len, "%s.%s", op ? op->name : "?", vn);
+    if (c->op != slot_table[s].family[p->model][0]) snprintf(buf, len, "%s.%s", op ? op->name : "?", vn);
     else snprintf(buf, len, "%s", vn);
 }
 
-void tplan_choice_string(const tplan *p, tslot s, char *buf, size_t len)
+static void choice_string(const tplan *p, tslot s, const tslot_choice *c, char *buf, size_t len)
 {
     char v[128];
-    tplan_variant_string(p, s, v, sizeof v);
-    snprintf(buf, len, "%s:%s", kpath_name(p->slot[s].path), v);
+    tplan_choice_variant_string(p, s, c, v, sizeof v);
+    snprintf(buf, len, "%s:%s", kpath_name(c->path), v);
+}
+
+void tplan_choice_string(const tplan *p, tslot s, char *buf, size_t len) { choice_string(p, s, &p->slot[s], buf, len); }
+
+/* Every per-layer choice of a agrees with b's at that layer. */
+static int layer_choices_agree(const tplan *a, const tplan *b)
+{
+    for (int i = 0; i < a->n_layer_choices; i++) {
+        const tlayer_choice *e = &a->layer_choice[i];
+        if (!choice_equal(&e->choice, tplan_choice_at(b, (tslot)e->slot, e->layer))) return 0;
+    }
+    return 1;
 }
 
 int tplan_equal(const tplan *a, const tplan *b)
@@ -497,14 +697,31 @@ int tplan_equal(const tplan *a, const tplan *b)
     if (a->model != b->model) return 0;
     for (int s = 0; s < TSLOT_COUNT; s++) {
         if (a->used[s] != b->used[s]) return 0;
-        if (a->used[s] && (a->slot[s].path != b->slot[s].path || a->slot[s].op != b->slot[s].op ||
-                           a->slot[s].variant != b->slot[s].variant))
-            return 0;
+        if (a->used[s] && !choice_equal(&a->slot[s], &b->slot[s])) return 0;
     }
-    return 1;
+    return layer_choices_agree(a, b) && layer_choices_agree(b, a);
 }
 
 /* ---- JSON -------------------------------------------------------------------------- */
+
+/* Runs of consecutive layers of one slot with the same choice: the entry
+ * index where the run after `i` starts (for "mlp.up@0-3"). */
+static int layer_run_end(const tplan *p, int i)
+{
+    int j = i + 1;
+    while (j < p->n_layer_choices && p->layer_choice[j].slot == p->layer_choice[i].slot &&
+           p->layer_choice[j].layer == p->layer_choice[j - 1].layer + 1 &&
+           choice_equal(&p->layer_choice[j].choice, &p->layer_choice[i].choice))
+        j++;
+    return j;
+}
+
+static void layer_key(const tplan *p, int i, int j, char *buf, size_t len)
+{
+    const tlayer_choice *a = &p->layer_choice[i], *b = &p->layer_choice[j - 1];
+    if (a->layer == b->layer) snprintf(buf, len, "%s@%d", slot_table[a->slot].name, a->layer);
+    else snprintf(buf, len, "%s@%d-%d", slot_table[a->slot].name, a->layer, b->layer);
+}
 
 int tplan_to_json(const tplan *p, char *buf, size_t len)
 {
@@ -512,21 +729,40 @@ int tplan_to_json(const tplan *p, char *buf, size_t len)
 #define PUT(...) n += (size_t)snprintf(buf + (n < len ? n : len), n < len ? len - n : 0, __VA_ARGS__)
     PUT("{\"preset\":\"%s\",\"model\":\"%s\",\"slots\":{", p->preset, tmodel_kind_name(p->model));
     int first = 1;
+    char choice[160], key[96];
     for (int s = 0; s < TSLOT_COUNT; s++) {
         if (!p->used[s]) continue;
-        char choice[160];
         tplan_choice_string(p, (tslot)s, choice, sizeof choice);
         PUT("%s\"%s\":\"%s\"", first ? "" : ",", slot_table[s].name, choice);
         first = 0;
     }
-    PUT("}}");
+    PUT("}");
+    if (p->n_layer_choices) {
+        PUT(",\"layers\":{");
+        for (int i = 0, j; i < p->n_layer_choices; i = j) {
+            j = layer_run_end(p, i);
+            layer_key(p, i, j, key, sizeof key);
+            choice_string(p, (tslot)p->layer_choice[i].slot, &p->layer_choice[i].choice, choice, sizeof choice);
+            PUT("%s\"%s\":\"%s\"", i ? "," : "", key, choice);
+        }
+        PUT("}");
+    }
+    PUT("}");
 #undef PUT
     return (int)n;
 }
 
+char *tplan_json_alloc(const tplan *p)
+{
+    int n = tplan_to_json(p, NULL, 0);
+    char *s = malloc((size_t)n + 1);
+    if (s) tplan_to_json(p, s, (size_t)n + 1);
+    return s;
+}
+
 /* A small reader for the one shape tplan_to_json writes: an object of
- * strings plus one nested object of strings.  Names are ASCII without
- * escapes; anything else is rejected. */
+ * strings and of objects of strings.  Names are ASCII without escapes;
+ * anything else is rejected. */
 typedef struct {
     const char *s;
 } jreader;
@@ -560,130 +796,128 @@ static int jstring(jreader *r, char *out, size_t len)
     return 0;
 }
 
+/* Skips {"key":"value",...}. */
+static int jskip_string_object(jreader *r)
+{
+    char k[96], v[160];
+    if (jexpect(r, '{')) return -1;
+    jskip(r);
+    if (*r->s == '}') {
+        r->s++;
+        return 0;
+    }
+    for (;;) {
+        if (jstring(r, k, sizeof k) || jexpect(r, ':') || jstring(r, v, sizeof v)) return -1;
+        jskip(r);
+        if (*r->s == ',') {
+            r->s++;
+            continue;
+        }
+        return jexpect(r, '}');
+    }
+}
+
+/* The entries of a nested object {"key":"value",...} applied to the plan as
+ * overrides; `listed` (may be NULL) marks slots named exactly.  layers: the
+ * keys must carry a layer selector (else must not). */
+static int json_overrides(jreader *r, tplan *next, int layers, unsigned char *listed, char *err, size_t errlen)
+{
+    const char *what = layers ? "layers" : "slots";
+    char key[96], value[160];
+    if (jexpect(r, '{')) return tfail(err, errlen, "plan JSON: \"%s\" is not an object", what);
+    jskip(r);
+    if (*r->s == '}') {
+        r->s++;
+        return 0;
+    }
+    for (;;) {
+        if (jstring(r, key, sizeof key) || jexpect(r, ':') || jstring(r, value, sizeof value))
+            return tfail(err, errlen, "plan JSON: malformed %s entry", layers ? "layer" : "slot");
+        if (!strchr(key, '@') != !layers)
+            return tfail(err, errlen, "plan JSON: \"%s\" in \"%s\": %s", key, what,
+                         layers ? "expected SLOT@LAYERS" : "layer selectors belong in \"layers\"");
+        if (apply_override(next, key, value, err, errlen)) return -1;
+        for (int s = 0; listed && s < TSLOT_COUNT; s++)
+            if (strcmp(key, slot_table[s].name) == 0) listed[s] = 1;
+        jskip(r);
+        if (*r->s == ',') {
+            r->s++;
+            continue;
+        }
+        if (jexpect(r, '}')) return tfail(err, errlen, "plan JSON: unterminated \"%s\"", what);
+        return 0;
+    }
+}
+
 int tplan_from_json(tplan *p, const char *json, char *err, size_t errlen)
 {
+    /* preset and model first (they make the plan the entries edit): one pass
+     * for the top-level strings, one to apply "slots" then "layers" */
     jreader r = {json};
     char key[64], value[160], preset[160] = "", model[160] = "";
-    char overrides[4096];
-    size_t on = 0;
-    int saw_slots = 0;
-    overrides[0] = '\0';
+    const char *slots_at = NULL, *layers_at = NULL;
     if (jexpect(&r, '{')) return tfail(err, errlen, "plan JSON: expected '{'");
     for (;;) {
         if (jstring(&r, key, sizeof key) || jexpect(&r, ':')) return tfail(err, errlen, "plan JSON: malformed key");
-        if (strcmp(key, "slots") == 0) {
-            saw_slots = 1;
-            if (jexpect(&r, '{')) return tfail(err, errlen, "plan JSON: \"slots\" is not an object");
+        if (strcmp(key, "slots") == 0 || strcmp(key, "layers") == 0) {
+            const char **at = strcmp(key, "slots") == 0 ? &slots_at : &layers_at;
+            if (*at) return tfail(err, errlen, "plan JSON: \"%s\" appears twice", key);
             jskip(&r);
-            if (*r.s == '}') r.s++;
-            else for (;;) {
-                if (jstring(&r, key, sizeof key) || jexpect(&r, ':') || jstring(&r, value, sizeof value))
-                    return tfail(err, errlen, "plan JSON: malformed slot entry");
-                on += (size_t)snprintf(overrides + on, on < sizeof overrides ? sizeof overrides - on : 0, "%s%s=%s",
-                                       on ? "," : "", key, value);
-                jskip(&r);
-                if (*r.s == ',') { r.s++; continue; }
-                if (jexpect(&r, '}')) return tfail(err, errlen, "plan JSON: unterminated \"slots\"");
-                break;
-            }
+            *at = r.s;
+            if (jskip_string_object(&r)) return tfail(err, errlen, "plan JSON: malformed \"%s\" (an object of strings)", key);
         } else {
             if (jstring(&r, value, sizeof value)) return tfail(err, errlen, "plan JSON: \"%s\" is not a string", key);
             if (strcmp(key, "preset") == 0) snprintf(preset, sizeof preset, "%s", value);
             else if (strcmp(key, "model") == 0) snprintf(model, sizeof model, "%s", value);
-            else return tfail(err, errlen, "plan JSON: unknown key \"%s\" (keys: preset, model, slots)", key);
+            else return tfail(err, errlen, "plan JSON: unknown key \"%s\" (keys: preset, model, slots, layers)", key);
         }
         jskip(&r);
-        if (*r.s == ',') { r.s++; continue; }
+        if (*r.s == ',') {
+            r.s++;
+            continue;
+        }
         if (jexpect(&r, '}')) return tfail(err, errlen, "plan JSON: expected ',' or '}'");
         break;
     }
     jskip(&r);
     if (*r.s) return tfail(err, errlen, "plan JSON: trailing characters");
-    if (on >= sizeof overrides) return tfail(err, errlen, "plan JSON: too many slots");
     tmodel_kind kind;
     if (tmodel_kind_parse(model, &kind)) return tfail(err, errlen, "plan JSON: unknown model '%s' (gpt2, modern)", model);
-    if (!saw_slots) return tfail(err, errlen, "plan JSON: no \"slots\"");
-    tplan next;
-    if (tplan_init(&next, preset, kind, err, errlen)) return -1;
-    if (tplan_set(&next, overrides, err, errlen)) return -1;
+    if (!slots_at) return tfail(err, errlen, "plan JSON: no \"slots\"");
+    tplan *next = malloc(sizeof *next);
+    if (!next) return tfail(err, errlen, "out of memory");
+    unsigned char listed[TSLOT_COUNT] = {0};
+    int rc = tplan_init(next, preset, kind, err, errlen);
+    jreader rs = {slots_at}, rl = {layers_at};
+    if (!rc) rc = json_overrides(&rs, next, 0, listed, err, errlen);
+    if (!rc && layers_at) rc = json_overrides(&rl, next, 1, NULL, err, errlen);
     /* every slot of the family must be listed: a plan is explicit */
-    for (int s = 0; s < TSLOT_COUNT; s++) {
-        if (!next.used[s]) continue;
-        char needle[80];
-        snprintf(needle, sizeof needle, "%s=", slot_table[s].name);
-        int found = 0;
-        for (const char *q = overrides; (q = strstr(q, needle)) != NULL; q++)
-            if (q == overrides || q[-1] == ',') found = 1;
-        if (!found) return tfail(err, errlen, "plan JSON: slot %s missing", slot_table[s].name);
-    }
-    *p = next;
-    return 0;
+    for (int s = 0; s < TSLOT_COUNT && !rc; s++)
+        if (next->used[s] && !listed[s]) rc = tfail(err, errlen, "plan JSON: slot %s missing", slot_table[s].name);
+    if (!rc) rc = tplan_validate(next, err, errlen);
+    if (!rc) *p = *next;
+    free(next);
+    return rc;
 }
 
 /* ---- explain --------------------------------------------------------------------- */
 
-/* A tensor of the model: who writes it and in which format (from plan
- * rules that trainer/model.c applies through the same functions). */
-typedef struct {
-    const char *name;
-    const char *shape;
-    tslot writer;      /* slot whose path decides the storage format */
-    int kind;          /* 0 activation, 1 activation gradient, 2 fp32 statistic */
-    int modern_only, gpt2_only;
-} tensor_row;
-
-static const tensor_row tensor_rows[] = {
-    {"x (residual stream, per layer)", "B*T x C", TSLOT_RESIDUAL, 0, 0, 0},
-    {"norm.attn out", "B*T x C", TSLOT_NORM_ATTN, 0, 0, 0},
-    {"norm mean", "B*T", TSLOT_NORM_ATTN, 2, 0, 1},
-    {"norm rstd", "B*T", TSLOT_NORM_ATTN, 2, 0, 0},
-    {"q, k, v", "B*T x C each", TSLOT_ATTN_QKV, 0, 0, 0},
-    {"q, k after QK-norm", "B*T*H x D", TSLOT_NORM_QK, 0, 1, 0},
-    {"q, k after rope", "B*T x C", TSLOT_ROPE, 0, 1, 0},
-    {"attention out", "B*T x C", TSLOT_ATTENTION, 0, 0, 0},
-    {"attention logsumexp", "B*H*T", TSLOT_ATTENTION, 2, 0, 0},
-    {"attn.out out", "B*T x C", TSLOT_ATTN_OUT, 0, 0, 0},
-    {"norm.mlp out", "B*T x C", TSLOT_NORM_MLP, 0, 0, 0},
-    {"mlp.up out (pre-activation)", "B*T x 4C", TSLOT_MLP_UP, 0, 0, 0},
-    {"activation out", "B*T x 4C", TSLOT_ACTIVATION, 0, 0, 0},
-    {"mlp.down out", "B*T x C", TSLOT_MLP_DOWN, 0, 0, 0},
-    {"norm.final out", "B*T x C", TSLOT_NORM_FINAL, 0, 0, 0},
-    {"logits", "B*T x V", TSLOT_LM_HEAD, 0, 0, 0},
-    {"per-token loss", "B*T", TSLOT_CROSS_ENTROPY, 2, 0, 0},
-    {"dlogits", "B*T x V", TSLOT_CROSS_ENTROPY, 1, 0, 0},
-    {"dx into norm.final", "B*T x C", TSLOT_LM_HEAD_DGRAD, 1, 0, 0},
-    {"d(residual stream)", "B*T x C", TSLOT_RESIDUAL, 1, 0, 0},
-    {"d(activation out)", "B*T x 4C", TSLOT_MLP_DOWN_DGRAD, 1, 0, 0},
-    {"d(mlp.up out)", "B*T x 4C", TSLOT_ACTIVATION, 1, 0, 0},
-    {"d(norm.mlp out)", "B*T x C", TSLOT_MLP_UP_DGRAD, 1, 0, 0},
-    {"d(attention out)", "B*T x C", TSLOT_ATTN_OUT_DGRAD, 1, 0, 0},
-    {"dq, dk, dv", "B*T x C each", TSLOT_ATTENTION, 1, 0, 0},
-    {"dq, dk before rope", "B*T x C", TSLOT_ROPE, 1, 1, 0},
-    {"dq, dk before QK-norm", "B*T*H x D", TSLOT_NORM_QK, 1, 1, 0},
-    {"d(norm.attn out)", "B*T x C", TSLOT_ATTN_QKV_DGRAD, 1, 0, 0},
-    {"d(norm input), added to d(residual)", "B*T x C", TSLOT_NORM_ATTN, 1, 0, 0},
-};
-
-/* What a slot reads, accumulates in and writes, in words. */
-static void slot_formats(const tplan *p, tslot s, char *buf, size_t len)
+/* What slot s reads, accumulates in and writes under choice c, in words. */
+static void slot_formats(const tplan *p, tslot s, const tslot_choice *c, char *buf, size_t len)
 {
-    kpath path = p->slot[s].path;
+    kpath path = c->path;
     const char *st = prec_format_name(tpath_storage(path));
-    if (is_matmul_slot(s)) {
-        int grad_a = s == TSLOT_LM_HEAD_DGRAD || s == TSLOT_MLP_DOWN_DGRAD || s == TSLOT_MLP_UP_DGRAD ||
-                     s == TSLOT_ATTN_OUT_DGRAD || s == TSLOT_ATTN_QKV_DGRAD;
-        int wgrad = s == TSLOT_LM_HEAD_WGRAD || s == TSLOT_MLP_DOWN_WGRAD || s == TSLOT_MLP_UP_WGRAD ||
-                    s == TSLOT_ATTN_OUT_WGRAD || s == TSLOT_ATTN_QKV_WGRAD;
-        const char *a = prec_format_name(tpath_operand(path, grad_a || wgrad));
+    tgemm_role role = slot_table[s].gemm;
+    if (role != TGEMM_NONE) {
+        int dgrad = role == TGEMM_DGRAD, wgrad = role == TGEMM_WGRAD;
+        const char *a = prec_format_name(tpath_operand(path, dgrad || wgrad));
         const char *b = prec_format_name(tpath_operand(path, 0));
-        const kop *op = tplan_kop(p, s);
-        const char *opn = op ? op->name : "";
         const char *acc = "acc fp32";
-        if (strcmp(opn, "matmul_fast") == 0)
+        if (c->op == TOP_MATMUL_FAST)
             acc = path == KPATH_FP8 ? "acc in the tensor cores, never promoted (fast accumulation)" : "inputs rounded to tf32; acc fp32";
-        else if (strcmp(opn, "matmul_block_fp8") == 0) acc = "scales per 1x128 / 128x128 tile; acc promoted to fp32 every 128";
+        else if (c->op == TOP_MATMUL_BLOCK_FP8) acc = "scales per 1x128 / 128x128 tile; acc promoted to fp32 every 128";
         else if (path == KPATH_FP8) acc = "acc fp32 (cuBLASLt's periodic promotion)";
-        const char *scale = path == KPATH_FP8 && strcmp(opn, "matmul_block_fp8") != 0 ? " (per-tensor scales)" : "";
+        const char *scale = path == KPATH_FP8 && c->op != TOP_MATMUL_BLOCK_FP8 ? " (per-tensor scales)" : "";
         prec_format grad = tpath_storage(p->slot[TSLOT_GRAD_ACCUM].path);
         int direct = p->slot[TSLOT_GRAD_ACCUM].variant == TGRAD_ACCUM_GEMM_FP32 && grad == PREC_FP32 &&
                      (path == KPATH_BF16 || path == KPATH_FP16);
@@ -694,7 +928,7 @@ static void slot_formats(const tplan *p, tslot s, char *buf, size_t len)
         else if (wgrad)
             snprintf(buf, len, "dy %s, x %s%s; %s; dW %s, then added into %s grads", a, b, scale, acc, st,
                      prec_format_name(grad));
-        else if (grad_a)
+        else if (dgrad)
             snprintf(buf, len, "dy %s, W %s%s; %s; dx %s", a, b, scale, acc, st);
         else
             snprintf(buf, len, "x %s, W %s%s; %s; y %s", a, b, scale, acc, st);
@@ -702,7 +936,7 @@ static void slot_formats(const tplan *p, tslot s, char *buf, size_t len)
     }
     switch (s) {
     case TSLOT_WEIGHTS: {
-        tweights_variant v = (tweights_variant)p->slot[s].variant;
+        tweights_variant v = (tweights_variant)c->variant;
         if (path == KPATH_FP32) snprintf(buf, len, "weights fp32 (they are the master)");
         else if (v == TWEIGHTS_MASTER) snprintf(buf, len, "master fp32; working copy %s (RNE after each update)", st);
         else if (v == TWEIGHTS_SR) snprintf(buf, len, "weights %s only; update rounded stochastically", st);
@@ -724,13 +958,10 @@ static void slot_formats(const tplan *p, tslot s, char *buf, size_t len)
     case TSLOT_MUON: snprintf(buf, len, "momentum fp32; polar express iterates %s, acc fp32", st); return;
     case TSLOT_LOSS_SCALE: snprintf(buf, len, "scale fp32"); return;
     case TSLOT_CROSS_ENTROPY: snprintf(buf, len, "logits read as stored; softmax fp32; loss fp32; dlogits %s", st); return;
-    case TSLOT_ATTENTION: {
-        const kop *op = tplan_kop(p, s);
-        int naive = op && strcmp(op->variants[p->slot[s].variant].name, "naive") == 0;
-        if (naive) snprintf(buf, len, "q, k, v %s; scores and probabilities stored %s (T x T); acc fp32; out %s", st, st, st);
+    case TSLOT_ATTENTION:
+        if (c->variant == KATT_NAIVE) snprintf(buf, len, "q, k, v %s; scores and probabilities stored %s (T x T); acc fp32; out %s", st, st, st);
         else snprintf(buf, len, "q, k, v %s; scores, online softmax, acc fp32; out %s; lse fp32", st, st);
         return;
-    }
     case TSLOT_RESIDUAL: snprintf(buf, len, "stream and its gradient %s; add in fp32, rounded once", st); return;
     case TSLOT_EMBEDDING:
         snprintf(buf, len, "lookup exact%s%s; backward: per-row fp32 sums added into the %s grads",
@@ -744,29 +975,55 @@ static void slot_formats(const tplan *p, tslot s, char *buf, size_t len)
     }
 }
 
+static void explain_row(const tplan *p, tslot s, const char *name, int width, const tslot_choice *c, FILE *fp)
+{
+    char formats[256], variant[128];
+    slot_formats(p, s, c, formats, sizeof formats);
+    tplan_choice_variant_string(p, s, c, variant, sizeof variant);
+    const kop *op = top_lookup(c->op);
+    int sibling = c->op != slot_table[s].family[p->model][0];
+    fprintf(fp, "%-*s %-16s %-5s %-16s %s\n", width, name, op ? op->name : "?", kpath_name(c->path),
+            sibling ? strchr(variant, '.') + 1 : variant, formats);
+}
+
 void tplan_explain(const tplan *p, FILE *fp)
 {
-    char json[8192];
-    tplan_to_json(p, json, sizeof json);
     fprintf(fp, "plan %s for model %s\n\n", p->preset, tmodel_kind_name(p->model));
     fprintf(fp, "%-16s %-16s %-5s %-16s %s\n", "slot", "op", "path", "variant", "formats (storage / compute)");
-    for (int s = 0; s < TSLOT_COUNT; s++) {
-        if (!p->used[s]) continue;
-        char formats[256];
-        slot_formats(p, (tslot)s, formats, sizeof formats);
-        char variant[128];
-        tplan_variant_string(p, (tslot)s, variant, sizeof variant);
-        const kop *op = tplan_kop(p, (tslot)s);
-        fprintf(fp, "%-16s %-16s %-5s %-16s %s\n", slot_table[s].name, op ? op->name : "?",
-                kpath_name(p->slot[s].path), p->slot[s].op ? strchr(variant, '.') + 1 : variant, formats);
-    }
+    for (int s = 0; s < TSLOT_COUNT; s++)
+        if (p->used[s]) explain_row(p, (tslot)s, slot_table[s].name, 16, &p->slot[s], fp);
+    /* per-layer choices that differ from their slot's row, runs of layers
+     * merged, in a column as wide as their longest name */
+    char key[96];
+    int width = 16, shown = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0, j; i < p->n_layer_choices; i = j) {
+            j = layer_run_end(p, i);
+            const tlayer_choice *e = &p->layer_choice[i];
+            if (choice_equal(&e->choice, &p->slot[e->slot])) continue;
+            layer_key(p, i, j, key, sizeof key);
+            if (pass == 0) {
+                if ((int)strlen(key) > width) width = (int)strlen(key);
+                continue;
+            }
+            if (!shown++) fprintf(fp, "\nper-layer choices (where they differ from the slot's row above)\n");
+            explain_row(p, (tslot)e->slot, key, width, &e->choice, fp);
+        }
+    /* the tensors, in execution order */
     fprintf(fp, "\n%-38s %-14s %-6s %s\n", "tensor", "shape", "dtype", "written by");
-    for (size_t i = 0; i < sizeof tensor_rows / sizeof tensor_rows[0]; i++) {
-        const tensor_row *t = &tensor_rows[i];
-        if (t->modern_only && p->model != TMODEL_MODERN) continue;
-        if (t->gpt2_only && p->model != TMODEL_GPT2) continue;
-        prec_format f = t->kind == 2 ? PREC_FP32 : tpath_storage(p->slot[t->writer].path);
-        fprintf(fp, "%-38s %-14s %-6s %s\n", t->name, t->shape, prec_format_name(f), slot_table[t->writer].name);
+    for (int row = 1;; row++) {
+        const ttensor_info *t = NULL;
+        int writer = 0;
+        for (int s = 0; s < TSLOT_COUNT && !t; s++)
+            for (int k = 0; k < TSLOT_TENSORS_MAX && slot_table[s].tensors[k].row; k++)
+                if (slot_table[s].tensors[k].row == row) {
+                    t = &slot_table[s].tensors[k];
+                    writer = s;
+                }
+        if (!t) break;
+        if (!(t->models & (1u << p->model))) continue;
+        prec_format f = t->kind == TTENSOR_STATISTIC ? PREC_FP32 : tpath_storage(p->slot[writer].path);
+        fprintf(fp, "%-38s %-14s %-6s %s\n", t->label, t->shape, prec_format_name(f), slot_table[writer].name);
     }
     /* parameters and their optimizer state */
     prec_format work = tpath_storage(p->slot[TSLOT_WEIGHTS].path);
@@ -779,8 +1036,128 @@ void tplan_explain(const tplan *p, FILE *fp)
                                                                          : "parameters (master)",
                 "", p->slot[TSLOT_WEIGHTS].variant == TWEIGHTS_MANTISSA_BUFFER ? "u16" : "fp32", "weights");
     fprintf(fp, "%-38s %-14s %-6s %s\n", "parameter gradients", "", prec_format_name(grad), "grad_accum");
-    fprintf(fp, "%-38s %-14s %-6s %s\n", "AdamW m, v", "", "fp32",
-            "optimizer.adamw");
+    fprintf(fp, "%-38s %-14s %-6s %s\n", "AdamW m, v", "", "fp32", "optimizer.adamw");
     if (p->used[TSLOT_MUON]) fprintf(fp, "%-38s %-14s %-6s %s\n", "Muon momentum", "", "fp32", "optimizer.muon");
-    fprintf(fp, "\n%s\n", json);
+    char *json = tplan_json_alloc(p);
+    fprintf(fp, "\n%s\n", json ? json : "(out of memory)");
+    free(json);
+}
+
+/* ---- differences between plans ------------------------------------------------------ */
+
+int tplan_diff(const tplan *a, const tplan *b, int depth, tplan_unit *units, int max_units)
+{
+    if (a->model != b->model) return -1;
+    int n = 0;
+    for (int s = 0; s < TSLOT_COUNT; s++) {
+        if (!a->used[s]) continue;
+        if (!slot_table[s].per_layer) {
+            if (!choice_equal(&a->slot[s], &b->slot[s])) {
+                if (n < max_units) units[n] = (tplan_unit){(tslot)s, -1};
+                n++;
+            }
+            continue;
+        }
+        for (int l = 0; l < depth; l++)
+            if (!choice_equal(tplan_choice_at(a, (tslot)s, l), tplan_choice_at(b, (tslot)s, l))) {
+                if (n < max_units) units[n] = (tplan_unit){(tslot)s, l};
+                n++;
+            }
+    }
+    return n;
+}
+
+int tplan_apply_units(const tplan *base, const tplan *other, const tplan_unit *units, int n, tplan *out, char *err,
+                      size_t errlen)
+{
+    if (base->model != other->model)
+        return tfail(err, errlen, "plans for different model families (%s, %s)", tmodel_kind_name(base->model),
+                     tmodel_kind_name(other->model));
+    tplan *next = malloc(sizeof *next);
+    if (!next) return tfail(err, errlen, "out of memory");
+    *next = *base;
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        tslot s = units[i].slot;
+        int layer = units[i].layer;
+        if ((unsigned)s >= TSLOT_COUNT || !base->used[s])
+            rc = tfail(err, errlen, "unit %d: slot #%d is not a slot of model %s", i, (int)s,
+                       tmodel_kind_name(base->model));
+        else if (slot_table[s].per_layer != (layer >= 0) || layer >= TPLAN_MAX_LAYERS)
+            rc = tfail(err, errlen, "unit %d: slot %s %s", i, slot_table[s].name,
+                       slot_table[s].per_layer ? "is per-layer: the unit needs a layer" : "is global: it has no layers");
+        else if (layer < 0)
+            next->slot[s] = other->slot[s];
+        else
+            rc = set_layer_choice(next, s, layer, tplan_choice_at(other, s, layer), err, errlen);
+    }
+    if (!rc) rc = tplan_validate(next, err, errlen);
+    if (!rc) *out = *next;
+    free(next);
+    return rc;
+}
+
+void tplan_unit_string(const tplan_unit *u, char *buf, size_t len)
+{
+    const char *name = (unsigned)u->slot < TSLOT_COUNT ? slot_table[u->slot].name : "?";
+    if (u->layer >= 0) snprintf(buf, len, "%s@%d", name, u->layer);
+    else snprintf(buf, len, "%s", name);
+}
+
+/* ---- binding ---------------------------------------------------------------------------- */
+
+int tplan_bind(tbinding *b, const tplan *p, int depth, char *err, size_t errlen)
+{
+    memset(b, 0, sizeof *b);
+    if (depth < 1 || depth > TPLAN_MAX_LAYERS)
+        return tfail(err, errlen, "model depth %d outside 1..%d", depth, TPLAN_MAX_LAYERS);
+    if (tplan_check_layers(p, depth, err, errlen)) return -1;
+    int n = 0;
+    for (int s = 0; s < TSLOT_COUNT; s++) {
+        b->first[s] = n;
+        n += slot_table[s].per_layer ? depth : 1;
+    }
+    b->sites = calloc((size_t)n, sizeof *b->sites);
+    if (!b->sites) return tfail(err, errlen, "out of memory");
+    b->depth = depth;
+    for (int s = 0; s < TSLOT_COUNT; s++) {
+        int layers = slot_table[s].per_layer ? depth : 1;
+        for (int l = 0; l < layers; l++) {
+            tsite *at = &b->sites[b->first[s] + l];
+            const tslot_choice *c = tplan_choice_at(p, (tslot)s, slot_table[s].per_layer ? l : -1);
+            at->slot = (tslot)s;
+            at->layer = slot_table[s].per_layer ? l : -1;
+            if (!p->used[s]) continue; /* op TOP_NONE */
+            at->op = c->op;
+            at->path = c->path;
+            at->variant = c->variant;
+            at->desc = top_lookup(c->op);
+            if (!at->desc) {
+                tbinding_free(b);
+                return tfail(err, errlen, "slot %s: op %s is not in the kernel registry", slot_table[s].name,
+                             top_name(c->op));
+            }
+        }
+    }
+    return 0;
+}
+
+void tbinding_free(tbinding *b)
+{
+    free(b->sites);
+    memset(b, 0, sizeof *b);
+}
+
+const tsite *tbinding_site(const tbinding *b, tslot s, int layer)
+{
+    assert((unsigned)s < TSLOT_COUNT && b->sites);
+    if (!slot_table[s].per_layer) return &b->sites[b->first[s]];
+    assert(layer >= 0 && layer < b->depth);
+    return &b->sites[b->first[s] + layer];
+}
+
+void tsite_name(const tsite *at, char *buf, size_t len)
+{
+    if (at->layer >= 0) snprintf(buf, len, "slot %s@%d", slot_table[at->slot].name, at->layer);
+    else snprintf(buf, len, "slot %s", slot_table[at->slot].name);
 }

@@ -1,19 +1,30 @@
 /* trainer/plan.h — the numerics plan: which path (storage format) and which
- * variant every kernel slot of the model runs.
+ * variant every kernel slot of the model runs, per layer where wanted.
  *
- * A slot is one role in the model, e.g. "attn.qkv" (the forward qkv GEMM of
- * every layer), "attn.qkv.dgrad" (its input-gradient GEMM), "norm.mlp",
- * "optimizer.adamw" or "weights" (how parameters are stored).  Slots that run
- * a GPU kernel name an op of the kernel registry (kernels/registry.h) and
- * are validated against it: the op's paths and variants are the accepted
- * values.  A few slots are the trainer's own (weight storage, gradient
- * accumulation, all-reduce, loss scaling); their paths and variants are
- * listed here and validated the same way.
+ * A slot is one role in the model, e.g. "attn.qkv" (the forward qkv GEMM),
+ * "attn.qkv.dgrad" (its input-gradient GEMM), "norm.mlp", "optimizer.adamw"
+ * or "weights" (how parameters are stored).  One descriptor table (tslot_get)
+ * holds every fact about a slot: the op it runs in each model family and the
+ * sibling ops a plan may name instead, whether it is a GEMM and in which
+ * role, whether it runs once per layer, whether it holds training state, and
+ * the tensors it writes.  Slots that run a GPU kernel name an op of the
+ * kernel registry (kernels/registry.h) and are validated against it: the
+ * op's paths and variants are the accepted values.  A few slots are the
+ * trainer's own (weight storage, gradient accumulation, all-reduce, loss
+ * scaling); their paths and variants are described here the same way.
  *
  * A plan starts from a preset (fp32, bf16, fp16, fp8) for a model family and
- * takes overrides "KEY=PATH[:VARIANT],..." where KEY is a slot name, a glob
- * over slot names ("attn.*") or an op name ("rmsnorm": every slot running
- * that op).  It serialises to one JSON object and parses back. */
+ * takes overrides "KEY[@LAYERS]=PATH[:VARIANT],..." where KEY is a slot name,
+ * a glob over slot names ("attn.*") or an op name ("rmsnorm": every slot
+ * running that op), and LAYERS one layer ("3") or a range ("0-2") of a
+ * per-layer slot.  Later overrides win; an override without a selector
+ * replaces every layer's choice of the slots it names.  A plan serialises to
+ * one JSON object and parses back.
+ *
+ * Binding a plan to a model depth (tplan_bind) resolves every (slot, layer)
+ * once into a tsite: the op as a typed handle (top_id) with its registry
+ * entry, path and variant.  The backends dispatch on those handles and on
+ * the kernels' variant enums, never on names. */
 #ifndef ULPSCOPE_TRAINER_PLAN_H
 #define ULPSCOPE_TRAINER_PLAN_H
 
@@ -33,25 +44,66 @@ typedef enum { TMODEL_GPT2 = 0, TMODEL_MODERN, TMODEL_COUNT } tmodel_kind;
 const char *tmodel_kind_name(tmodel_kind k);
 int tmodel_kind_parse(const char *name, tmodel_kind *out);
 
+/* ---- ops: the typed handles the backends dispatch on ---------------------------------- */
+
+/* Every op a slot can run.  The registry ops are found by name in one place
+ * (top_lookup); the trainer's own ops (TOP_WEIGHTS and after) are described
+ * in trainer/plan.c.  A variant index is the op's own kernel enum
+ * (kmatmul_variant, katt_variant, ...), the registry's order. */
+typedef enum {
+    TOP_NONE = 0,
+    TOP_EMBEDDING,
+    TOP_LAYERNORM,
+    TOP_RMSNORM,
+    TOP_MATMUL,
+    TOP_MATMUL_FAST,       /* tf32 inputs, or fp8 fast accumulation */
+    TOP_MATMUL_BLOCK_FP8,  /* block-scaled fp8 */
+    TOP_ROPE,
+    TOP_ATTENTION,
+    TOP_RESIDUAL,
+    TOP_GELU_TANH,
+    TOP_RELU2,
+    TOP_CROSS_ENTROPY,
+    TOP_TRANSPOSE,
+    TOP_GRAD_NORM,
+    TOP_ADAMW,
+    TOP_POLAR_EXPRESS,
+    TOP_MUON_NEWTON_SCHULZ, /* polar express' iteration with Muon's quintic */
+    TOP_WEIGHTS,           /* the trainer's own from here on */
+    TOP_GRAD_ACCUM,
+    TOP_ALLREDUCE,
+    TOP_LOSS_SCALE,
+    TOP_COUNT
+} top_id;
+
+const char *top_name(top_id op); /* "matmul_fast"; "?" for TOP_NONE */
+/* 1 for registry ops (a GPU kernel), 0 for the trainer's own. */
+int top_is_kernel(top_id op);
+/* The op's description: the registry entry, looked up by name here and only
+ * here, or the trainer's own; NULL when the registry lacks it. */
+const kop *top_lookup(top_id op);
+
+/* ---- slots ------------------------------------------------------------------------------ */
+
 /* Slots in the order the model runs them (forward, backward, update). */
 typedef enum {
-    TSLOT_EMBEDDING = 0,  /* token (+ position) embedding lookup and its backward */
-    TSLOT_NORM_ATTN,      /* pre-attention norm of every layer */
-    TSLOT_ATTN_QKV,       /* q, k, v = x Wq^T, x Wk^T, x Wv^T */
-    TSLOT_NORM_QK,        /* modern: per-head rmsnorm of q and k */
-    TSLOT_ROPE,           /* modern: rotary positions on q and k */
-    TSLOT_ATTENTION,      /* causal softmax(q k^T / sqrt(d)) v */
-    TSLOT_ATTN_OUT,       /* attention output projection */
-    TSLOT_RESIDUAL,       /* the residual stream: x + f(x) */
-    TSLOT_NORM_MLP,       /* pre-MLP norm */
-    TSLOT_MLP_UP,         /* C -> 4C */
-    TSLOT_ACTIVATION,     /* gelu (gpt2) or relu^2 (modern) */
-    TSLOT_MLP_DOWN,       /* 4C -> C */
-    TSLOT_NORM_FINAL,     /* norm before the lm_head */
-    TSLOT_LM_HEAD,        /* logits = x W_lm */
-    TSLOT_CROSS_ENTROPY,  /* (soft-capped) logits -> loss and dlogits */
-    TSLOT_LM_HEAD_DGRAD,  /* backward GEMMs: dgrad = input gradient, */
-    TSLOT_LM_HEAD_WGRAD,  /*                 wgrad = weight gradient */
+    TSLOT_EMBEDDING = 0,
+    TSLOT_NORM_ATTN,
+    TSLOT_ATTN_QKV,
+    TSLOT_NORM_QK,
+    TSLOT_ROPE,
+    TSLOT_ATTENTION,
+    TSLOT_ATTN_OUT,
+    TSLOT_RESIDUAL,
+    TSLOT_NORM_MLP,
+    TSLOT_MLP_UP,
+    TSLOT_ACTIVATION,
+    TSLOT_MLP_DOWN,
+    TSLOT_NORM_FINAL,
+    TSLOT_LM_HEAD,
+    TSLOT_CROSS_ENTROPY,
+    TSLOT_LM_HEAD_DGRAD,
+    TSLOT_LM_HEAD_WGRAD,
     TSLOT_MLP_DOWN_DGRAD,
     TSLOT_MLP_DOWN_WGRAD,
     TSLOT_MLP_UP_DGRAD,
@@ -60,57 +112,97 @@ typedef enum {
     TSLOT_ATTN_OUT_WGRAD,
     TSLOT_ATTN_QKV_DGRAD,
     TSLOT_ATTN_QKV_WGRAD,
-    TSLOT_TRANSPOSE,      /* modern: lm_head = embedding^T (copy) and its gradient (add) */
-    TSLOT_GRAD_ACCUM,     /* format gradients are accumulated and stored in */
-    TSLOT_ALLREDUCE,      /* data parallel gradient all-reduce: format and NCCL algorithm */
-    TSLOT_GRAD_NORM,      /* global gradient norm (clipping, logging) */
-    TSLOT_ADAMW,          /* AdamW update (all parameters in gpt2; embeddings, gains in modern) */
-    TSLOT_MUON,           /* modern: Muon with polar express on the matrices */
-    TSLOT_WEIGHTS,        /* parameter storage: fp32 master, bf16 + SR, bf16 + mantissa buffer */
-    TSLOT_LOSS_SCALE,     /* none, or dynamic loss scaling (fp16) */
+    TSLOT_TRANSPOSE,
+    TSLOT_GRAD_ACCUM,
+    TSLOT_ALLREDUCE,
+    TSLOT_GRAD_NORM,
+    TSLOT_ADAMW,
+    TSLOT_MUON,
+    TSLOT_WEIGHTS,
+    TSLOT_LOSS_SCALE,
     TSLOT_COUNT
 } tslot;
 
+/* A GEMM slot's role: the forward product, the input gradient (dgrad) or the
+ * weight gradient (wgrad).  The first operand of dgrad and wgrad is a
+ * gradient (e5m2 under fp8). */
+typedef enum { TGEMM_NONE = 0, TGEMM_FORWARD, TGEMM_DGRAD, TGEMM_WGRAD } tgemm_role;
+
+/* Slots that hold training state (or the NCCL communicator) cannot change
+ * mid-run: their path, or their whole choice. */
+typedef enum { TFIXED_NO = 0, TFIXED_PATH, TFIXED_CHOICE } tfixed;
+
+typedef enum { TTENSOR_ACTIVATION = 0, TTENSOR_GRADIENT, TTENSOR_STATISTIC /* fp32 always */ } ttensor_kind;
+
+/* A tensor a slot writes, as tplan_explain lists it. */
 typedef struct {
-    const char *name;    /* "attn.qkv" */
-    const char *summary; /* one line */
+    const char *label;    /* "norm.attn out" */
+    const char *shape;    /* "B*T x C" */
+    ttensor_kind kind;
+    unsigned models;      /* bit (1 << tmodel_kind) per family that has it */
+    int row;              /* its place in execution order: explain's row; 0 ends the list */
+} ttensor_info;
+
+#define TSLOT_FAMILY_MAX 3
+#define TSLOT_TENSORS_MAX 4
+
+typedef struct {
+    const char *name;     /* "attn.qkv" */
+    const char *summary;  /* one line */
+    /* per family: [0] the slot's own op (TOP_NONE: the slot does not exist
+     * there), then sibling ops a plan may name instead ("fp8:matmul_fast") */
+    top_id family[TMODEL_COUNT][TSLOT_FAMILY_MAX];
+    tgemm_role gemm;      /* TGEMM_NONE: not a GEMM */
+    tslot forward;        /* a GEMM's forward slot (its own for the forward role) */
+    int per_layer;        /* runs in every layer, one choice per layer */
+    tfixed fixed;
+    ttensor_info tensors[TSLOT_TENSORS_MAX]; /* what it writes (row 1 upward) */
 } tslot_info;
 
 const tslot_info *tslot_get(tslot s);
-/* The op a slot runs in a model family ("matmul", "rmsnorm", "weights", ...);
- * NULL when the slot does not exist in that family. */
-const char *tslot_op(tslot s, tmodel_kind model);
-/* Whether a matmul slot is a backward GEMM whose first operand is a gradient
- * (the *_DGRAD and *_WGRAD slots): under fp8 that operand is e5m2. */
-int tslot_is_gradient_gemm(tslot s);
-/* 1 for slots that run a registry op (validated against kernels/registry.h),
- * 0 for the trainer's own slots (weights, grad_accum, allreduce, loss_scale). */
-int tslot_is_kernel(tslot s);
-/* The op description: the registry's entry or the trainer's own; NULL
- * when the registry lacks it. */
-const kop *tslot_kop(tslot s, tmodel_kind model);
-/* A slot's op family: op k (0: tslot_op) or NULL past the end.  GEMM slots
- * may run matmul, matmul_fast (tf32 / fp8 fast accumulation) or
- * matmul_block_fp8 (block-scaled fp8), the Muon slot polar_express or
- * muon_newton_schulz (Muon's quintic); a plan names a sibling op in the
- * variant: "fp8:matmul_fast" or "fp8:matmul_fast.split_k". */
-const char *tslot_family_op(tslot s, tmodel_kind model, int k);
+/* The slot's own op in a model family; TOP_NONE where the slot is absent. */
+top_id tslot_op(tslot s, tmodel_kind model);
+/* dgrad and wgrad GEMMs: their first operand is a gradient. */
+static inline int tslot_is_gradient_gemm(tslot s)
+{
+    tgemm_role r = tslot_get(s)->gemm;
+    return r == TGEMM_DGRAD || r == TGEMM_WGRAD;
+}
 
+/* ---- plans ------------------------------------------------------------------------------- */
 
 typedef struct {
     kpath path;
-    int op;              /* which op of the slot's family (0: the slot's own op) */
+    top_id op;           /* a member of the slot's family (family[model][0] unless a sibling was named) */
     int variant;         /* index into that op's variants */
 } tslot_choice;
+
+/* Layer selectors accept layers 0..TPLAN_MAX_LAYERS-1 before a depth is
+ * known; binding to a model checks them against its depth. */
+#define TPLAN_MAX_LAYERS 1024
+#define TPLAN_MAX_LAYER_CHOICES 2048
+
+typedef struct {
+    short slot;          /* a per-layer tslot */
+    short layer;
+    tslot_choice choice;
+} tlayer_choice;
 
 typedef struct {
     char preset[16];     /* the preset the plan started from */
     tmodel_kind model;
     unsigned char used[TSLOT_COUNT];  /* slot exists in this model family */
-    tslot_choice slot[TSLOT_COUNT];
+    tslot_choice slot[TSLOT_COUNT];   /* every layer's choice unless layer_choice says otherwise */
+    int n_layer_choices;
+    /* per-layer overrides, sorted by (slot, layer), one per pair; an entry
+     * may equal the slot's choice (it still names a layer the depth must have) */
+    tlayer_choice layer_choice[TPLAN_MAX_LAYER_CHOICES];
 } tplan;
 
-/* The op a plan runs in slot s (its family op), or NULL. */
+/* The choice a plan makes for slot s in layer `layer` (-1 or a global slot:
+ * the slot's own choice). */
+const tslot_choice *tplan_choice_at(const tplan *p, tslot s, int layer);
+/* The op a plan runs in slot s (its layers' default), or NULL. */
 const kop *tplan_kop(const tplan *p, tslot s);
 
 /* Preset names: "fp32, bf16, fp16, fp8". */
@@ -120,20 +212,25 @@ const char *tplan_preset_names(void);
  * (unknown preset; a slot whose op or path the registry lacks). */
 int tplan_init(tplan *p, const char *preset, tmodel_kind model, char *err, size_t errlen);
 
-/* Apply overrides "KEY=PATH[:VARIANT][,KEY=...]".  A key matching no slot, a
- * path the op lacks or an unknown variant is an error that lists the accepted
+/* Apply overrides "KEY[@LAYERS]=PATH[:VARIANT][,KEY=...]".  A key matching
+ * no slot, a path the op lacks, an unknown variant, a selector on a global
+ * slot or an empty item is an error that names it and lists the accepted
  * names; the plan is left unchanged on error.  Returns 0 or -1. */
 int tplan_set(tplan *p, const char *overrides, char *err, size_t errlen);
 
-/* Check every used slot against the registry and the trainer's rules.
- * tplan_init/tplan_set/tplan_from_json call it; exposed for callers that
- * edit a plan by hand. */
+/* Check every used slot (and per-layer choice) against the registry and the
+ * trainer's rules.  tplan_init/tplan_set/tplan_from_json call it. */
 int tplan_validate(const tplan *p, char *err, size_t errlen);
+/* Every per-layer choice names a layer below depth: 0, or -1 naming the
+ * slot, the layer and the valid range. */
+int tplan_check_layers(const tplan *p, int depth, char *err, size_t errlen);
 
 /* "two_pass", or "matmul_fast.fused" for a sibling op */
-void tplan_variant_string(const tplan *p, tslot s, char *buf, size_t len);
+void tplan_choice_variant_string(const tplan *p, tslot s, const tslot_choice *c, char *buf, size_t len);
 /* "bf16:two_pass" */
 void tplan_choice_string(const tplan *p, tslot s, char *buf, size_t len);
+/* Same model family and the same choice for every slot and every layer any
+ * of the two plans names. */
 int tplan_equal(const tplan *a, const tplan *b);
 
 /* Storage format of a path's outputs: fp8 ops write bf16. */
@@ -148,16 +245,73 @@ typedef enum { TALLREDUCE_RING = 0, TALLREDUCE_TREE } tallreduce_variant;
 typedef enum { TGRAD_ACCUM_SUM = 0, TGRAD_ACCUM_GEMM_FP32 } tgrad_accum_variant;
 typedef enum { TLOSS_SCALE_NONE = 0, TLOSS_SCALE_DYNAMIC } tloss_scale_variant;
 
-/* JSON: {"preset":"bf16","model":"gpt2","slots":{"embedding":"bf16:default",...}}
- * (slots of the model family only).  tplan_to_json returns the length it
- * needed (snprintf semantics). */
+/* JSON: {"preset":"bf16","model":"gpt2","slots":{"embedding":"bf16:sorted",...}}
+ * (slots of the model family only), plus "layers":{"mlp.up@0-1":"fp32:fused",...}
+ * when the plan has per-layer choices.  tplan_to_json returns the length it
+ * needed (snprintf semantics); TPLAN_JSON_MAX always suffices. */
+#define TPLAN_JSON_MAX 131072
 int tplan_to_json(const tplan *p, char *buf, size_t len);
+/* The JSON in a fresh malloc'd string (NULL when out of memory). */
+char *tplan_json_alloc(const tplan *p);
+/* Parses JSON of that shape; "layers" is optional (plans written before
+ * per-layer slots have none). */
 int tplan_from_json(tplan *p, const char *json, char *err, size_t errlen);
 
 /* Print the plan: one row per slot (op, path, variant, operand, accumulate
- * and output formats), then every tensor of the model with its storage
- * format and the slot that writes it. */
+ * and output formats), then the per-layer choices that differ from their
+ * slot's row, then every tensor of the model with its storage format and the
+ * slot that writes it. */
 void tplan_explain(const tplan *p, FILE *fp);
+
+/* ---- differences between plans, for bisection -------------------------------------------- */
+
+/* One assignment: a global slot (layer -1), or one layer of a per-layer
+ * slot.  GEMM roles are slots of their own (mlp.up, mlp.up.dgrad,
+ * mlp.up.wgrad). */
+typedef struct {
+    tslot slot;
+    int layer;
+} tplan_unit;
+
+/* The units where a and b (same model family) assign differently, for a
+ * model of `depth` layers, in slot then layer order.  Writes at most
+ * max_units and returns how many there are; -1 when the families differ. */
+int tplan_diff(const tplan *a, const tplan *b, int depth, tplan_unit *units, int max_units);
+/* out = base with the n units assigned as in other.  Returns 0, or -1 with
+ * a message when the mixture breaks a rule of the trainer (for example
+ * weights=bf16:sr without its optimizer.adamw=bf16). */
+int tplan_apply_units(const tplan *base, const tplan *other, const tplan_unit *units, int n, tplan *out, char *err,
+                      size_t errlen);
+/* "mlp.up@3" or "lm_head" */
+void tplan_unit_string(const tplan_unit *u, char *buf, size_t len);
+
+/* ---- binding: every (slot, layer) resolved once ------------------------------------------ */
+
+typedef struct {
+    tslot slot;
+    int layer;           /* -1 for global slots */
+    top_id op;           /* TOP_NONE: the slot does not exist in this family */
+    const kop *desc;     /* the op's registry entry (or the trainer's own) */
+    kpath path;
+    int variant;         /* index into desc->variants = the kernel's variant enum */
+} tsite;
+
+typedef struct {
+    int depth;
+    tsite *sites;        /* global slots one site, per-layer slots `depth` */
+    int first[TSLOT_COUNT];
+} tbinding;
+
+/* Resolve every (slot, layer) of plan p for a model of depth layers.
+ * Returns 0, or -1 with a message (a layer past the depth, an op the
+ * registry lacks). */
+int tplan_bind(tbinding *b, const tplan *p, int depth, char *err, size_t errlen);
+void tbinding_free(tbinding *b);
+/* The site of slot s in layer `layer` (ignored for global slots; a
+ * per-layer slot needs 0 <= layer < depth). */
+const tsite *tbinding_site(const tbinding *b, tslot s, int layer);
+/* "slot mlp.up" or "slot mlp.up@3", for messages */
+void tsite_name(const tsite *at, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

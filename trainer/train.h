@@ -36,7 +36,7 @@ typedef enum { TSCHED_COSINE = 0, TSCHED_LINEAR } tschedule;
 
 typedef struct {
     long step;              /* the plan changes before this step runs */
-    char overrides[512];    /* "SLOT=PATH[:VARIANT],..." */
+    const char *overrides;  /* "SLOT[@LAYERS]=PATH[:VARIANT],..." (the caller keeps it alive) */
 } tswitch;
 
 typedef struct {
@@ -54,7 +54,8 @@ typedef struct {
     double weight_decay, beta1, beta2, adam_eps, grad_clip;
     double muon_lr, muon_momentum;
     double loss_scale_init; /* dynamic loss scaling starts here (65536) */
-    uint64_t seed;
+    uint64_t seed;          /* initialisation and stochastic-rounding streams */
+    uint64_t data_seed;     /* the order of the training batches (train: = seed unless --data-seed) */
     long val_every;         /* 0: only at the end */
     int val_batches;
     const char *log_path;   /* JSON Lines; NULL: none */
@@ -139,13 +140,14 @@ typedef struct {
     double loss_scale;
     long good_steps;
     uint64_t seed;
+    uint64_t data_seed;
 } tckpt_state;
 
 int tckpt_save(const char *path, tmodel *m, const tmodel_config *cfg, const tplan *plan, const tckpt_state *st,
                char *err, size_t errlen);
-/* Reads the configuration and plan JSON (plan_json: at least 8192 bytes). */
-int tckpt_peek(const char *path, tmodel_config *cfg, char *plan_json, size_t plan_len, tckpt_state *st, char *err,
-               size_t errlen);
+/* Reads the configuration and the plan JSON (*plan_json: a malloc'd string
+ * the caller frees; NULL on error). */
+int tckpt_peek(const char *path, tmodel_config *cfg, char **plan_json, tckpt_state *st, char *err, size_t errlen);
 /* Loads tensors into a model built from the peeked configuration and plan. */
 int tckpt_load(const char *path, tmodel *m, char *err, size_t errlen);
 

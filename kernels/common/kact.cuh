@@ -7,6 +7,7 @@
 #define ULPSCOPE_KERNELS_COMMON_KACT_CUH
 
 #include "kernels/common/kelementwise.cuh"
+#include "kernels/common/klaunch.cuh"
 
 template <typename T> __host__ __device__ constexpr int kact_vec() { return 16 / (int)sizeof(T) > 8 ? 8 : 16 / (int)sizeof(T); }
 
@@ -74,7 +75,7 @@ int kact_forward_launch(const char *op, ktensor *y, ktensor *g, const ktensor *x
     const int bug = kernels_planted_bug();
     switch (x->format) {
 #define KACT_FWD(T)                                                                                             \
-    kact_forward<Act, VAR, T><<<kelem_blocks(n, kact_vec<T>()), kElemBlock>>>(                                  \
+    kact_forward<Act, VAR, T><<<kelem_blocks(n, kact_vec<T>()), kElemBlock, 0, kstream()>>>(                    \
         (T *)y->data, g ? (T *)g->data : nullptr, (const T *)x->data, x->scale, y->scale, g ? g->scale : nullptr, n, bug);
     case PREC_FP32: KACT_FWD(float) break;
     case PREC_BF16: KACT_FWD(__nv_bfloat16) break;
@@ -99,7 +100,7 @@ int kact_backward_launch(const char *op, ktensor *dx, const ktensor *dy, const k
                             prec_format_name(saved->format), prec_format_name(dy->format));
     switch (dy->format) {
 #define KACT_BWD(TA, TG)                                                                                         \
-    kact_backward<Act, VAR, FROM_GRAD, TA, TG><<<kelem_blocks(n, 8), kElemBlock>>>(                              \
+    kact_backward<Act, VAR, FROM_GRAD, TA, TG><<<kelem_blocks(n, 8), kElemBlock, 0, kstream()>>>(                \
         (TG *)dx->data, (const TG *)dy->data, (const TA *)saved->data, dx->scale, dy->scale, saved->scale, n, bug);
     case PREC_FP32: KACT_BWD(float, float) break;
     case PREC_BF16: KACT_BWD(__nv_bfloat16, __nv_bfloat16) break;

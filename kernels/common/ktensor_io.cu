@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/common/kelem.cuh"
+#include "kernels/common/klaunch.cuh"
 #include "kernels/common/ktensor_io.h"
 
 static int cuda_fail(const char *what, const char *call, cudaError_t err)
@@ -36,22 +37,26 @@ extern "C" void kdevice_free(void *ptr)
     if (ptr) cudaFree(ptr); // freeing is not checked: nothing useful to do on failure
 }
 
+// Uploads from pageable host memory are staged before cudaMemcpyAsync
+// returns, so src may be reused at once; the copy is ordered on the stream.
 extern "C" int kdevice_upload(void *dst, const void *src, size_t bytes, const char *what)
 {
-    cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
-    return err == cudaSuccess ? 0 : cuda_fail(what, "cudaMemcpy(host to device)", err);
+    cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, kstream());
+    return err == cudaSuccess ? 0 : cuda_fail(what, "cudaMemcpyAsync(host to device)", err);
 }
 
 extern "C" int kdevice_download(void *dst, const void *src, size_t bytes, const char *what)
 {
-    cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
-    return err == cudaSuccess ? 0 : cuda_fail(what, "cudaMemcpy(device to host)", err);
+    cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, kstream());
+    if (err != cudaSuccess) return cuda_fail(what, "cudaMemcpyAsync(device to host)", err);
+    err = cudaStreamSynchronize(kstream());
+    return err == cudaSuccess ? 0 : cuda_fail(what, "cudaStreamSynchronize after the download", err);
 }
 
 extern "C" int kdevice_fill_bytes(void *dst, int byte, size_t bytes, const char *what)
 {
-    cudaError_t err = cudaMemset(dst, byte, bytes);
-    return err == cudaSuccess ? 0 : cuda_fail(what, "cudaMemset", err);
+    cudaError_t err = cudaMemsetAsync(dst, byte, bytes, kstream());
+    return err == cudaSuccess ? 0 : cuda_fail(what, "cudaMemsetAsync", err);
 }
 
 extern "C" int kernels_sync(const char *what)
@@ -168,8 +173,8 @@ extern "C" int kdevice_describe(kdevice_props *props)
 
 extern "C" int kdevice_copy(void *dst, const void *src, size_t bytes, const char *what)
 {
-    cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice);
-    return err == cudaSuccess ? 0 : cuda_fail(what, "cudaMemcpy(device to device)", err);
+    cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, kstream());
+    return err == cudaSuccess ? 0 : cuda_fail(what, "cudaMemcpyAsync(device to device)", err);
 }
 
 struct ktimer {
@@ -200,13 +205,13 @@ extern "C" void ktimer_destroy(ktimer *t)
 
 extern "C" int ktimer_start(ktimer *t)
 {
-    cudaError_t err = cudaEventRecord(t->start, 0);
+    cudaError_t err = cudaEventRecord(t->start, kstream());
     return err == cudaSuccess ? 0 : cuda_fail("ktimer_start", "cudaEventRecord", err);
 }
 
 extern "C" int ktimer_stop(ktimer *t, float *ms)
 {
-    cudaError_t err = cudaEventRecord(t->stop, 0);
+    cudaError_t err = cudaEventRecord(t->stop, kstream());
     if (err == cudaSuccess) err = cudaEventSynchronize(t->stop);
     if (err == cudaSuccess) err = cudaGetLastError();
     if (err == cudaSuccess) err = cudaEventElapsedTime(ms, t->start, t->stop);
@@ -237,11 +242,11 @@ extern "C" int ktensor_fill_uniform(ktensor *t, uint64_t seed, float lo, float h
     int64_t n = ktensor_numel(t);
     unsigned blocks = (unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
     switch (t->format) {
-    case PREC_FP32: fill_uniform_kernel<float><<<blocks, 256>>>((float *)t->data, n, seed, lo, hi); break;
-    case PREC_BF16: fill_uniform_kernel<__nv_bfloat16><<<blocks, 256>>>((__nv_bfloat16 *)t->data, n, seed, lo, hi); break;
-    case PREC_FP16: fill_uniform_kernel<__half><<<blocks, 256>>>((__half *)t->data, n, seed, lo, hi); break;
-    case PREC_E4M3: fill_uniform_kernel<__nv_fp8_e4m3><<<blocks, 256>>>((__nv_fp8_e4m3 *)t->data, n, seed, lo, hi); break;
-    case PREC_E5M2: fill_uniform_kernel<__nv_fp8_e5m2><<<blocks, 256>>>((__nv_fp8_e5m2 *)t->data, n, seed, lo, hi); break;
+    case PREC_FP32: fill_uniform_kernel<float><<<blocks, 256, 0, kstream()>>>((float *)t->data, n, seed, lo, hi); break;
+    case PREC_BF16: fill_uniform_kernel<__nv_bfloat16><<<blocks, 256, 0, kstream()>>>((__nv_bfloat16 *)t->data, n, seed, lo, hi); break;
+    case PREC_FP16: fill_uniform_kernel<__half><<<blocks, 256, 0, kstream()>>>((__half *)t->data, n, seed, lo, hi); break;
+    case PREC_E4M3: fill_uniform_kernel<__nv_fp8_e4m3><<<blocks, 256, 0, kstream()>>>((__nv_fp8_e4m3 *)t->data, n, seed, lo, hi); break;
+    case PREC_E5M2: fill_uniform_kernel<__nv_fp8_e5m2><<<blocks, 256, 0, kstream()>>>((__nv_fp8_e5m2 *)t->data, n, seed, lo, hi); break;
     default: return kernels_fail("ktensor_fill_uniform: no %s fill", prec_format_name(t->format));
     }
     return kernels_sync("ktensor_fill_uniform");

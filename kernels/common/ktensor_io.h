@@ -40,7 +40,9 @@ int ktensor_poison(ktensor *t);
 int ktensor_set_scale(ktensor *t, float scale);
 int ktensor_get_scale(const ktensor *t, float *scale);
 
-/* Raw device buffers (indices, workspaces). */
+/* Raw device buffers (indices, workspaces).  Uploads, fills and copies are
+ * ordered on the current stream (kernels_stream()) without waiting for the
+ * device; a download waits for that stream. */
 int kdevice_alloc(void **ptr, size_t bytes, const char *what);
 void kdevice_free(void *ptr);
 int kdevice_upload(void *dst, const void *src, size_t bytes, const char *what);
@@ -57,10 +59,10 @@ typedef struct {
 } kdevice_props;
 int kdevice_describe(kdevice_props *props);
 
-/* Device-to-device copy (cudaMemcpy), for copy-bandwidth baselines. */
+/* Device-to-device copy on the current stream, for copy-bandwidth baselines. */
 int kdevice_copy(void *dst, const void *src, size_t bytes, const char *what);
 
-/* CUDA-event timing for benchmarks: start records an event on the default
+/* CUDA-event timing for benchmarks: start records an event on the current
  * stream, stop records another, waits for it and returns the milliseconds
  * between them. */
 typedef struct ktimer ktimer;

@@ -1,4 +1,5 @@
-// kernels/common/runtime.cu — paths, tensors, error reporting and device discovery.
+// kernels/common/runtime.cu — paths, tensors, error reporting, the current stream and device
+// discovery.
 #include <cuda_runtime.h>
 
 #include <cstdarg>
@@ -20,6 +21,11 @@ extern "C" int kernels_fail(const char *fmt, ...)
     va_end(ap);
     return -1;
 }
+
+static cudaStream_t current_stream = nullptr;
+
+extern "C" void kernels_set_stream(void *cuda_stream) { current_stream = (cudaStream_t)cuda_stream; }
+extern "C" void *kernels_stream(void) { return (void *)current_stream; }
 
 static kbug planted_bug = KBUG_NONE;
 

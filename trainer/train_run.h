@@ -1,0 +1,135 @@
+/* trainer/train_run.h — the parts of a training run, for the trainer's own
+ * files: train.c drives a run through the step (train_step.c), the records
+ * it writes (train_log.c) and its checkpoints (train_ckpt.c).
+ *
+ * Everything one run owns lives in one trun, and nothing in these files is
+ * static and mutable, so that several runs (replicas) can live in one
+ * process, each with its own seed, weights, optimizer state and log. */
+#ifndef ULPSCOPE_TRAINER_TRAIN_RUN_H
+#define ULPSCOPE_TRAINER_TRAIN_RUN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "trainer/data.h"
+#include "trainer/train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- one run ---------------------------------------------------------------------- */
+
+typedef struct {
+    const ttrain_config *cfg;
+    ttrain_result *res;
+    tdata data;
+    int data_open;
+    tbackend *be;
+    tmodel *m;
+    tplan plan;             /* the plan in force (switches change it between steps) */
+    tckpt_state st;         /* steps done, loss scale, seed: what a checkpoint restores */
+    int dynamic;            /* dynamic loss scaling */
+    int32_t *tok, *tgt;     /* host batch [B*T] */
+    /* the log (rank 0): JSON Lines written to log_tmp, renamed to the path when the run ends */
+    FILE *log;
+    char log_tmp[4160];
+    /* the step in progress */
+    long step;
+    int micro;
+    int hooks_now;          /* hash/dump hooks fire during this step */
+    int audit;              /* non-finite audit: stop at the first NaN/Inf */
+    int found;
+    char where_slot[48], where_tensor[48];
+    int where_layer;
+    int failed;             /* an observer hit an I/O error */
+    /* timing */
+    double prof_ms[TSLOT_COUNT + 2]; /* per slot, then the optimizer and the rest of the step */
+    double prof_last;
+    int prof_on;            /* inside a training step (validation is not profiled) */
+    double tokens_per_step, flops_per_token, time_sum;
+    long timed_steps;
+    size_t mem_before;
+    unsigned char *buf;     /* host copy of a tensor image */
+    size_t buf_len;
+} trun;
+
+/* res->error with status; returns status. */
+int trun_fail(trun *r, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+double trun_now(void);
+/* r->buf at least n bytes: 0 or -1 */
+int trun_grow_buf(trun *r, size_t n);
+
+/* ---- the step (train_step.c) ---------------------------------------------------------- */
+
+typedef struct {
+    double loss, grad_norm; /* training loss; gradient norm before clipping, unscaled */
+    double lr;
+    int skipped;            /* dynamic loss scaling: overflow, update skipped */
+} tstep_out;
+
+/* The model's observer: hooks, profiling and the non-finite audit. */
+int trun_observe(void *ctx, tslot slot, int layer, const char *tensor, const ktensor *t);
+/* Apply the --switch-at changes scheduled before step s.  0 or a status. */
+int trun_switch_plan(trun *r, long s);
+/* One optimizer step s: micro-batches, gradient sync, norm, non-finite
+ * detection (a named first NaN/Inf: status 3), loss scaling, the update.
+ * 0 or a status with res->error set. */
+int trun_step(trun *r, long s, tstep_out *out);
+/* Mean validation loss over cfg->val_batches batches. */
+int trun_validate(trun *r, double *out);
+/* FNV-1a of every parameter's and optimizer state's bytes. */
+uint64_t trun_state_hash(trun *r);
+
+/* ---- records (train_log.c) --------------------------------------------------------------- */
+
+/* A small JSON Lines record writer: trec_begin, fields, trec_end.  With a
+ * NULL file every call does nothing. */
+typedef struct {
+    FILE *fp;
+} trecord;
+
+void trec_begin(trecord *w, FILE *fp, const char *record); /* {"record":"step" */
+void trec_int(trecord *w, const char *key, long long v);
+void trec_size(trecord *w, const char *key, size_t v);
+void trec_num(trecord *w, const char *key, double v);          /* %.17g; NaN and inf as strings */
+void trec_num_or_null(trecord *w, const char *key, double v);  /* NaN: null */
+void trec_str(trecord *w, const char *key, const char *s);     /* escaped */
+void trec_hex64(trecord *w, const char *key, uint64_t v);      /* "%016llx" */
+void trec_bool(trecord *w, const char *key, int v);
+void trec_json(trecord *w, const char *key, const char *json); /* a ready JSON value */
+void trec_end(trecord *w);                                     /* "}\n" */
+
+/* Open the log's temporary file (rank 0 with a log path): 0 or a status. */
+int trun_log_open(trun *r);
+/* Close it: kept (renamed over the path) when status is 0 or 3, else
+ * removed.  Returns the status, 1 when closing or renaming failed. */
+int trun_log_close(trun *r, int status);
+void trun_log_header(trun *r, long start_step);
+void trun_log_switch(trun *r, long s, const char *overrides);
+void trun_log_step(trun *r, long s, const tstep_out *o, double val, double ms, double tokens_per_s);
+void trun_log_nonfinite(trun *r, const tstep_out *o);
+void trun_log_hash(trun *r, tslot slot, int layer, const char *tensor, const ktensor *t, uint64_t hash);
+void trun_log_dump(trun *r, tslot slot, int layer, const char *tensor, const ktensor *t, const char *path);
+void trun_log_final(trun *r);
+/* The readable progress line (stderr) of step s, when it is due. */
+void trun_progress(trun *r, long s, long first, long last, const tstep_out *o, double val, double ms,
+                   double tokens_per_s);
+/* --profile: where the steps' time went. */
+void trun_profile_report(trun *r);
+
+/* ---- checkpoints (train_ckpt.c) ------------------------------------------------------------- */
+
+/* --resume: the checkpoint's state, after checking that it was written for
+ * this run's model and plan and is not past --steps.  0 or status 2. */
+int trun_resume_peek(trun *r);
+/* Load the checkpoint's tensors into the model.  0 or status 2. */
+int trun_resume_load(trun *r);
+/* Write the checkpoint after step s when it is due (every ckpt_every steps,
+ * the run's last step, or when the time budget ran out).  0 or status 1. */
+int trun_checkpoint(trun *r, long s, long last, int out_of_time);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
