@@ -15,9 +15,9 @@
 
 #include "kernels/activations.h"
 #include "kernels/check/check.h"
+#include "kernels/common/ktensor_io.h"
 #include "kernels/embedding.h"
 #include "kernels/grad_norm.h"
-#include "kernels/common/ktensor_io.h"
 #include "kernels/layernorm.h"
 #include "kernels/logsumexp.h"
 #include "kernels/residual.h"

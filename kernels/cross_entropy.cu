@@ -7,10 +7,10 @@
 #include <cmath>
 #include <cstdio>
 
-#include "kernels/cross_entropy.h"
 #include "kernels/common/kelem.cuh"
 #include "kernels/common/klaunch.cuh"
 #include "kernels/common/kreduce.cuh"
+#include "kernels/cross_entropy.h"
 #include "kernels/matmul.h"
 #include "kernels/registry.h"
 

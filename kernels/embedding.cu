@@ -11,9 +11,9 @@
 
 #include <cub/cub.cuh>
 
-#include "kernels/embedding.h"
 #include "kernels/common/kelementwise.cuh"
 #include "kernels/common/klaunch.cuh"
+#include "kernels/embedding.h"
 #include "kernels/registry.h"
 
 // ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----

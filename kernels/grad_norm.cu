@@ -10,9 +10,9 @@
 // stage 2 reduces them in the single call's order into norm[r].
 #include <cuda_runtime.h>
 
-#include "kernels/grad_norm.h"
 #include "kernels/common/klaunch.cuh"
 #include "kernels/common/kreduce.cuh"
+#include "kernels/grad_norm.h"
 #include "kernels/registry.h"
 
 // ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----

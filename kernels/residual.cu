@@ -3,8 +3,8 @@
 //   scalar  one element per thread per step, grid-stride
 #include "kernels/common/kelementwise.cuh"
 #include "kernels/common/klaunch.cuh"
-#include "kernels/residual.h"
 #include "kernels/registry.h"
+#include "kernels/residual.h"
 
 // ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
 

@@ -12,8 +12,8 @@
 
 #include "kernels/common/klaunch.cuh"
 #include "kernels/common/kreduce.cuh"
-#include "kernels/rmsnorm.h"
 #include "kernels/registry.h"
+#include "kernels/rmsnorm.h"
 
 // ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
 

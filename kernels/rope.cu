@@ -11,8 +11,8 @@
 #include "kernels/common/kelem.cuh"
 #include "kernels/common/klaunch.cuh"
 #include "kernels/common/kreduce.cuh"
-#include "kernels/rope.h"
 #include "kernels/registry.h"
+#include "kernels/rope.h"
 
 // ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
 

@@ -7,8 +7,8 @@
 #include "kernels/common/kexp.cuh"
 #include "kernels/common/klaunch.cuh"
 #include "kernels/common/kreduce.cuh"
-#include "kernels/softmax.h"
 #include "kernels/registry.h"
+#include "kernels/softmax.h"
 
 // ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
 

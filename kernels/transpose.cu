@@ -16,8 +16,8 @@
 #include "kernels/common/kelem.cuh"
 #include "kernels/common/klaunch.cuh"
 #include "kernels/common/kreduce.cuh"
-#include "kernels/transpose.h"
 #include "kernels/registry.h"
+#include "kernels/transpose.h"
 
 // ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
 

@@ -11,9 +11,9 @@
 #include <string.h>
 
 #include "kernels/check/check.h"
+#include "kernels/common/ktensor_io.h"
 #include "kernels/embedding.h"
 #include "kernels/grad_norm.h"
-#include "kernels/common/ktensor_io.h"
 #include "kernels/layernorm.h"
 #include "tests/test_util.h"
 

@@ -28,8 +28,8 @@
 #include <string.h>
 
 #include "kernels/check/checks.h"
-#include "kernels/cross_entropy.h"
 #include "kernels/common/ktensor_io.h"
+#include "kernels/cross_entropy.h"
 #include "kernels/matmul.h"
 #include "reference/cross_entropy.h"
 

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 
 #include "kernels/check/checks.h"
-#include "kernels/embedding.h"
 #include "kernels/common/ktensor_io.h"
+#include "kernels/embedding.h"
 #include "reference/embedding.h"
 
 typedef struct {

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 
 #include "kernels/check/checks.h"
-#include "kernels/grad_norm.h"
 #include "kernels/common/ktensor_io.h"
+#include "kernels/grad_norm.h"
 #include "reference/grad_norm.h"
 
 #define MAXT 4

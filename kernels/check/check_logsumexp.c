@@ -7,8 +7,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "kernels/check/checks.h"
 #include "kernels/check/check_kexp.h"
+#include "kernels/check/checks.h"
 #include "kernels/common/ktensor_io.h"
 #include "kernels/logsumexp.h"
 #include "reference/logsumexp.h"

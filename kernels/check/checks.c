@@ -1,38 +1,14 @@
 /* kernels/check/checks.c — the table attaching each op (by its registry
- * name) to its check; adding an op is one line here and one prototype in
- * checks.h.  tests/test_check_harness.c holds the table and the registry to
- * each other: every op has a check, every check names an op. */
+ * name) to its check, generated from KCHECK_OPS (checks.h): adding an op's
+ * check is one line there.  tests/test_check_harness.c holds the table and
+ * the registry to each other: every op has a check, every check names an op. */
 #include "kernels/check/checks.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static const kcheck_entry table[] = {
-    {"embedding", kcheck_embedding},
-    {"rmsnorm", kcheck_rmsnorm},
-    {"layernorm", kcheck_layernorm},
-    {"softmax", kcheck_softmax},
-    {"logsumexp", kcheck_logsumexp},
-    {"gelu_tanh", kcheck_gelu_tanh},
-    {"gelu_erf", kcheck_gelu_erf},
-    {"relu2", kcheck_relu2},
-    {"leaky_relu2", kcheck_leaky_relu2},
-    {"residual", kcheck_residual},
-    {"transpose", kcheck_transpose},
-    {"grad_norm", kcheck_grad_norm},
-    {"rope", kcheck_rope},
-    {"matmul", kcheck_matmul},
-    {"matmul_fast", kcheck_matmul_fast},
-    {"matmul_block_fp8", kcheck_matmul_block_fp8},
-    {"adamw", kcheck_adamw},
-    {"adamw_sr", kcheck_adamw_sr},
-    {"adamw_split", kcheck_adamw_split},
-    {"cross_entropy", kcheck_cross_entropy},
-    {"linear_cross_entropy", kcheck_linear_cross_entropy},
-    {"polar_express", kcheck_polar_express},
-    {"muon_newton_schulz", kcheck_muon_newton_schulz},
-    {"attention", kcheck_attention},
-};
+#define KCHECK_ENTRY(name) {#name, kcheck_##name},
+static const kcheck_entry table[] = {KCHECK_OPS(KCHECK_ENTRY)};
 
 const kcheck_entry *kcheck_table(int *count)
 {

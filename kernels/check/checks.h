@@ -1,5 +1,5 @@
 /* kernels/check/checks.h — one check per op of kernels/registry.c, attached
- * by the op's name in kernels/check/checks.c.
+ * by the op's name (KCHECK_OPS below; the table is kernels/check/checks.c).
  *
  * A check runs the op on the GPU at (path, variant) on fresh random inputs
  * in every check shape (fewer and smaller under kcheck_quick()), compares
@@ -19,30 +19,36 @@
 extern "C" {
 #endif
 
-int kcheck_embedding(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_rmsnorm(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_layernorm(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_softmax(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_logsumexp(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_gelu_tanh(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_gelu_erf(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_relu2(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_leaky_relu2(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_residual(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_transpose(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_grad_norm(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_rope(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_matmul(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_matmul_fast(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_matmul_block_fp8(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_adamw(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_adamw_sr(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_adamw_split(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_cross_entropy(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_linear_cross_entropy(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_polar_express(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_muon_newton_schulz(kcheck_ctx *ctx, kpath path, int variant);
-int kcheck_attention(kcheck_ctx *ctx, kpath path, int variant);
+/* The checked ops, one line each, by registry name: each line declares
+ * kcheck_<name> here and puts it in checks.c's table. */
+#define KCHECK_OPS(X)       \
+    X(embedding)            \
+    X(rmsnorm)              \
+    X(layernorm)            \
+    X(softmax)              \
+    X(logsumexp)            \
+    X(gelu_tanh)            \
+    X(gelu_erf)             \
+    X(relu2)                \
+    X(leaky_relu2)          \
+    X(residual)             \
+    X(transpose)            \
+    X(grad_norm)            \
+    X(rope)                 \
+    X(matmul)               \
+    X(matmul_fast)          \
+    X(matmul_block_fp8)     \
+    X(adamw)                \
+    X(adamw_sr)             \
+    X(adamw_split)          \
+    X(cross_entropy)        \
+    X(linear_cross_entropy) \
+    X(polar_express)        \
+    X(muon_newton_schulz)   \
+    X(attention)
+
+#define KCHECK_DECLARE(name) int kcheck_##name(kcheck_ctx *ctx, kpath path, int variant);
+KCHECK_OPS(KCHECK_DECLARE)
 
 #ifdef __cplusplus
 }

@@ -17,8 +17,8 @@
 
 #include <cstdint>
 
-#include "kernels/kernels.h"
 #include "kernels/common/klaunch.cuh"
+#include "kernels/kernels.h"
 #include "kernels/probe/probe_gpu.h"
 
 namespace {

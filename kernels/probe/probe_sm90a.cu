@@ -18,8 +18,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/kernels.h"
 #include "kernels/common/klaunch.cuh"
+#include "kernels/kernels.h"
 #include "kernels/probe/probe_gpu.h"
 
 namespace {
