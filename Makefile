@@ -29,6 +29,8 @@ $(shell mkdir -p $(BUILD); [ "$$(cat $(GIT_STAMP) 2>/dev/null)" = "$(GIT_REV)" ]
 CPPFLAGS   += -I. -D_GNU_SOURCE
 CFLAGS     ?= -O2 -g
 CFLAGS     += -std=c11 -Wall -Wextra -Wno-unused-parameter -MMD -MP
+CXXFLAGS   ?= -O2 -g
+CXXFLAGS   += -std=c++17 -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -MMD -MP
 NVCC_ARCH  ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90
 NVCCFLAGS  ?= -O3 -lineinfo
 NVCCFLAGS  += -std=c++17 -I. -I$(CUDA_HOME)/include -Xcompiler -Wall -MMD -MP
@@ -58,7 +60,9 @@ ALL_LIBS   := $(foreach f,$(FLOORS),$(call floor_lib,$(f)))
 # through tables, not through calls the linker could follow.
 LINK_ALL   := -Wl,--whole-archive $(ALL_LIBS) -Wl,--no-whole-archive
 TEST_SRCS  := $(wildcard tests/test_*.c)
-TEST_BINS  := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+# C++ tests: only ones that compile CUDA kernel source for the host (tests/simt_emu.h)
+TEST_CXX   := $(wildcard tests/test_*.cc)
+TEST_BINS  := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(TEST_CXX:tests/%.cc=$(BUILD)/tests/%)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 DEPS_OK    := $(BUILD)/.deps-ok
@@ -83,6 +87,13 @@ $(BUILD)/obj/base/jsonl.o: $(GIT_STAMP)
 $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+# -O0: see the note in tests/test_attention_mma_simt.cc (a GCC 12 miscompilation at -O1 and above)
+$(BUILD)/obj/tests/test_attention_mma_simt.o: CXXFLAGS += -O0
+
+$(BUILD)/obj/%.o: %.cc | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) -I$(CUDA_HOME)/include $(CXXFLAGS) -c $< -o $@
 
 $(BUILD)/obj/%_sm80.o: %_sm80.cu | $(DEPS_OK)
 	@mkdir -p $(@D)

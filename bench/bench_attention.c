@@ -1,13 +1,18 @@
 /* bench/bench_attention.c — causal attention forward and backward times,
- * bf16, BH = 96 (gpt2 d12 at batch 8: 8 x 12 heads), D = 64, T = 1024 and
- * 2048, flash and naive: the median of REPS runs timed with CUDA events after
- * one warm-up, on uniform random inputs (never zeros).  The backward is
- * timed on the forward's own o and lse.  Without a GPU: one line saying so,
- * exit 0.
+ * bf16, every variant, at T = 1024 and 4096 and head dimension D = 64 (BH =
+ * 96: gpt2 d12 at batch 8, 8 x 12 heads) and D = 128 (BH = 48, the same
+ * tokens x width): the median of REPS runs timed with CUDA events after one
+ * warm-up, on uniform random inputs (never zeros).  The backward is timed on
+ * the forward's own o and lse (the flash variants' backward includes the
+ * delta pre-pass).  Beside each time: the speed-up over the CUDA-core flash
+ * variant at the same shape, and the rate in TFLOP/s counting the causal
+ * half of the products (forward 2 matmuls, backward 5, as FlashAttention
+ * reports them).  Without a GPU: one line saying so, exit 0.
  *
  *   bench_attention [--reps N]   the table
  *   bench_attention --dump FILE  no timing: runs every path x variant x
- *       planted bug on small odd shapes and writes the raw output bytes (o,
+ *       planted bug on small odd shapes (the combinations a variant offers:
+ *       kattention_supports) and writes the raw output bytes (o,
  *       lse, dq, dk, dv) to FILE, so that two builds of the kernels (before
  *       and after a change meant to keep the numerics) can be compared
  *       bitwise with cmp.  The inputs are a hash of (seed, index), the same
@@ -94,26 +99,35 @@ static int time_pass(const att_tensors *t, int which, int variant, int64_t BH, i
 
 static int table(int reps)
 {
-    const int64_t BH = 96, D = 64, Ts[] = {1024, 2048};
-    const int variants[] = {KATT_FLASH, KATT_NAIVE};
-    printf("attention bf16, BH %lld, D %lld: median ms of %d runs (CUDA events)\n", (long long)BH, (long long)D, reps);
-    printf("%-6s %-8s %12s %12s\n", "T", "variant", "forward", "backward");
-    for (size_t a = 0; a < 2; a++)
-        for (size_t b = 0; b < 2; b++) {
+    static const int64_t shapes[][3] = {{96, 1024, 64}, {96, 4096, 64}, {48, 1024, 128}, {48, 4096, 128}}; /* BH, T, D */
+    /* the CUDA-core flash first: the others are compared with it */
+    static const int variants[] = {KATT_FLASH, KATT_FLASH_EXP2, KATT_FLASH_MMA, KATT_FLASH_MMA_EXP2, KATT_NAIVE};
+    printf("attention bf16: median ms of %d runs (CUDA events); x: speed-up over flash; TF/s: causal FLOPs "
+           "(forward 4 BH T^2 D / 2, backward 2.5 times that)\n", reps);
+    printf("%-4s %-6s %-4s %-15s %10s %7s %7s %10s %7s %7s\n", "BH", "T", "D", "variant", "forward", "x", "TF/s",
+           "backward", "x", "TF/s");
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t BH = shapes[s][0], T = shapes[s][1], D = shapes[s][2];
+        const double flops = 4.0 * (double)BH * (double)T * (double)T * (double)D / 2;
+        double f0 = 0, g0 = 0;
+        for (size_t b = 0; b < sizeof variants / sizeof variants[0]; b++) {
             att_tensors t;
             double f = 0, g = 0;
-            int bad = alloc_all(&t, KPATH_BF16, BH, Ts[a], D, 0xbe7c4) ||
-                      time_pass(&t, 0, variants[b], BH, Ts[a], D, reps, &f) ||
-                      time_pass(&t, 1, variants[b], BH, Ts[a], D, reps, &g);
+            int bad = alloc_all(&t, KPATH_BF16, BH, T, D, 0xbe7c4) || time_pass(&t, 0, variants[b], BH, T, D, reps, &f) ||
+                      time_pass(&t, 1, variants[b], BH, T, D, reps, &g);
             free_all(&t);
             kattention_release();
             if (bad) {
                 fprintf(stderr, "bench_attention: %s\n", kernels_last_error());
                 return 1;
             }
-            printf("%-6lld %-8s %12.3f %12.3f\n", (long long)Ts[a], katt_variants[variants[b]].name, f, g);
+            if (variants[b] == KATT_FLASH) f0 = f, g0 = g;
+            printf("%-4lld %-6lld %-4lld %-15s %10.3f %7.2f %7.1f %10.3f %7.2f %7.1f\n", (long long)BH, (long long)T,
+                   (long long)D, katt_variants[variants[b]].name, f, f0 / f, flops / (f * 1e9), g, g0 / g,
+                   2.5 * flops / (g * 1e9));
             fflush(stdout);
         }
+    }
     return 0;
 }
 
@@ -140,6 +154,8 @@ static int dump(const char *path)
             for (int var = 0; var < KATT_NVARIANTS; var++)
                 for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
                     const int64_t BH = shapes[s][0], T = shapes[s][1], D = shapes[s][2];
+                    char why[256];
+                    if (!kattention_supports((kpath)p, var, D, why, sizeof why)) continue; /* flash_mma: fp32, D % 8 */
                     att_tensors t;
                     kernels_set_planted_bug((kbug)bug);
                     int bad = alloc_all(&t, (kpath)p, BH, T, D, 0xd0 + s) || forward(&t, p, var, BH, T, D) ||

@@ -15,5 +15,7 @@ int cmd_check(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
+int cmd_noise(int argc, char **argv);
 
 #endif

@@ -13,6 +13,8 @@ static const cli_command commands[] = {
     {"probe", "probe, model and compare matrix-unit (tensor core) arithmetic", cmd_probe},
     {"plan", "print or explain a numerics plan for the trainer", cmd_plan},
     {"train", "train a GPT whose every kernel slot follows a numerics plan", cmd_train},
+    {"compare", "do these plans give different final losses? paired seeds, a null arm, a verdict per arm", cmd_compare},
+    {"noise", "a recipe's noise floor: seed and chaos spread, runs needed per shift", cmd_noise},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "kernels/attention.h"
+#include "kernels/attention_mma.cuh"
 #include "kernels/common/kelem.cuh"
 #include "kernels/common/klaunch.cuh"
 #include "kernels/common/kreduce.cuh"
@@ -18,6 +19,9 @@ extern "C" const kvariant katt_variants[KATT_NVARIANTS] = {
     {"naive", "scores S and probabilities P [T,T] materialised in the path's format; dP and dS likewise"},
     {"flash", "one warp per query row, keys in tiles of 32, online softmax in fp32; backward recomputes P from lse"},
     {"flash_exp2", "flash with log2(e) folded into the score scale and exp2f instead of expf"},
+    {"flash_mma", "flash on the tensor cores (mma.sync m16n8k16, fp32 accumulators, P and dS rounded to the path's "
+                  "format), 64 query rows per block of 4 warps, keys in tiles of 64; bf16 and fp16 only"},
+    {"flash_mma_exp2", "flash_mma with log2(e) folded into the score scale and exp2f instead of expf"},
 };
 
 // ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
@@ -562,6 +566,8 @@ static int validate(const char *ctx, kpath path, int variant, int64_t BH, int64_
     if (D > KATT_MAX_D) return kernels_fail("%s: D = %lld above the kernels' %d", ctx, (long long)D, KATT_MAX_D);
     if (T > INT32_MAX / 2) return kernels_fail("%s: T too large", ctx);
     if (BH * ((T + FL_ROWS - 1) / FL_ROWS) > INT32_MAX) return kernels_fail("%s: BH x T too large", ctx);
+    char why[192];
+    if (!kattention_supports(path, variant, D, why, sizeof why)) return kernels_fail("%s: %s", ctx, why);
     return 0;
 }
 
@@ -605,6 +611,11 @@ static int flash_backward(const char *ctx, int64_t BH, int Tn, int D, float scal
                                           (const T *)dout, lse, (const float *)delta, (T *)dq, (T *)dk, (T *)dv, bug);
 }
 
+template <class T> static kpath kpath_of();
+template <> kpath kpath_of<float>() { return KPATH_FP32; }
+template <> kpath kpath_of<__nv_bfloat16>() { return KPATH_BF16; }
+template <> kpath kpath_of<__half>() { return KPATH_FP16; }
+
 template <class T>
 static int naive_probabilities(const char *ctx, const T *q, const T *k, int64_t BH, int Tn, int D, float scale, T *SP,
                                float *lse, int bug)
@@ -627,6 +638,8 @@ static int forward_t(const char *ctx, int variant, int64_t BH, int Tn, int D, fl
         pv_kernel<T><<<grid_of(BH * Tn * (int64_t)D, 256), 256, 0, kstream()>>>((const T *)S, (const T *)v, BH, Tn, D, (T *)o, bug);
         return klaunched(ctx, "pv_kernel");
     }
+    if (katt_is_mma(variant))
+        return katt_mma_forward(ctx, kpath_of<T>(), katt_is_exp2(variant), BH, Tn, D, scale, q, k, v, o, lse, bug);
     const unsigned grid = (unsigned)(BH * ((Tn + FL_ROWS - 1) / FL_ROWS));
     const size_t smem = ((size_t)(FL_ROWS + 2 * KATT_TILE) * fl_ld(D) + FL_ROWS * (FL_PAIR_LD + 2)) * sizeof(float);
     if (variant == KATT_FLASH_EXP2)
@@ -667,12 +680,28 @@ static int backward_t(const char *ctx, int variant, int64_t BH, int Tn, int D, f
                                                             (const T *)dout, BH, Tn, D, scale, (T *)dk, (T *)dv, bug);
         return klaunched(ctx, "dkv_naive_kernel");
     }
+    if (katt_is_mma(variant) && katt_mma_device(ctx)) return -1; // before any launch
     void *delta;
     if (att_get(ctx, WS_DELTA, (size_t)rows * sizeof(float), &delta)) return -1;
     delta_kernel<T><<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32, 0, kstream()>>>((const T *)dout, (const T *)o, rows, D, (float *)delta);
     if (klaunched(ctx, "delta_kernel")) return -1;
+    if (katt_is_mma(variant))
+        return katt_mma_backward(ctx, kpath_of<T>(), katt_is_exp2(variant), BH, Tn, D, scale, q, k, v, dout, lse,
+                                 (const float *)delta, dq, dk, dv, bug);
     return variant == KATT_FLASH_EXP2 ? flash_backward<T, 1>(ctx, BH, Tn, D, scale, q, k, v, dout, lse, delta, dq, dk, dv, bug)
                                       : flash_backward<T, 0>(ctx, BH, Tn, D, scale, q, k, v, dout, lse, delta, dq, dk, dv, bug);
+}
+
+extern "C" int kattention_supports(kpath path, int variant, int64_t D, char *why, size_t why_len)
+{
+    const char *reason = nullptr;
+    if (path != KPATH_FP32 && path != KPATH_BF16 && path != KPATH_FP16)
+        reason = "paths fp32, bf16, fp16 (fp8 attention would need its own scaled kernels)";
+    else if (variant < 0 || variant >= KATT_NVARIANTS) reason = "unknown variant";
+    else if (D > KATT_MAX_D) reason = "D above 128";
+    else if (katt_is_mma(variant)) reason = katt_mma_refusal(path, D);
+    if (why && why_len) snprintf(why, why_len, "%s", reason ? reason : "");
+    return reason == nullptr;
 }
 
 extern "C" int kattention_forward(kpath path, int variant, int64_t BH, int64_t T, int64_t D, float scale,

@@ -23,9 +23,16 @@
  *               recomputes P from lse, one warp per query row for dq and one
  *               per key row for dk, dv: no atomics, deterministic
  *   flash_exp2  flash with log2(e) folded into the score scale and exp2f
- * Dot products accumulate sequentially in fp32 with fma; expf / exp2f (2
- * ulps), logf / log2f (1 ulp).  No float atomics anywhere: bitwise
- * repeatable.
+ *   flash_mma   the flash algorithm on the tensor cores (bf16 and fp16 paths
+ *               only; D a multiple of 8; sm_80 or newer): mma.sync m16n8k16
+ *               with fp32 accumulators for q k^T, P v and every backward
+ *               product, P (and dS) rounded to the path's format to enter
+ *               the tensor cores; see kernels/attention_mma.cu
+ *   flash_mma_exp2  flash_mma with log2(e) folded into the score scale
+ * Dot products of naive and flash accumulate sequentially in fp32 with fma;
+ * those of flash_mma inside the tensor cores (precision/mma.h models them);
+ * expf / exp2f (2 ulps), logf / log2f (1 ulp).  No float atomics anywhere:
+ * bitwise repeatable.
  *
  * Replicas: BH = R x batch x heads.  Each output row (and in the naive
  * kernels each element) is one fixed-order computation inside one head; the
@@ -39,6 +46,7 @@
 #ifndef ULPSCOPE_KERNELS_ATTENTION_H
 #define ULPSCOPE_KERNELS_ATTENTION_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/kernels.h"
@@ -48,11 +56,27 @@
 extern "C" {
 #endif
 
-typedef enum { KATT_NAIVE = 0, KATT_FLASH, KATT_FLASH_EXP2, KATT_NVARIANTS } katt_variant;
+typedef enum {
+    KATT_NAIVE = 0,
+    KATT_FLASH,
+    KATT_FLASH_EXP2,
+    KATT_FLASH_MMA,
+    KATT_FLASH_MMA_EXP2,
+    KATT_NVARIANTS
+} katt_variant;
 extern const kvariant katt_variants[KATT_NVARIANTS];
 
 #define KATT_MAX_D 128
-#define KATT_TILE 32 /* keys (or queries) per tile of the flash kernels */
+#define KATT_TILE 32     /* keys (or queries) per tile of the flash kernels */
+#define KATT_MMA_KEYS 64 /* keys per tile of flash_mma's forward: the online softmax rescales between tiles */
+
+static inline int katt_is_mma(int variant) { return variant == KATT_FLASH_MMA || variant == KATT_FLASH_MMA_EXP2; }
+static inline int katt_is_exp2(int variant) { return variant == KATT_FLASH_EXP2 || variant == KATT_FLASH_MMA_EXP2; }
+
+/* 1 when (path, variant) runs at head dimension D (D <= 0: any D the
+ * variant accepts), else 0 with the reason in why.  flash_mma exists on the
+ * bf16 and fp16 paths only, for D a multiple of 8. */
+int kattention_supports(kpath path, int variant, int64_t D, char *why, size_t why_len);
 
 int kattention_forward(kpath path, int variant, int64_t BH, int64_t T, int64_t D, float scale, const void *q,
                        const void *k, const void *v, void *o, float *lse);

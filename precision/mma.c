@@ -206,3 +206,52 @@ double mma_dot_values(const mma_arith *p, int k, const double *a, const double *
     }
     return prec_decode(cb, p->out);
 }
+
+/* ---- error bounds (derivation in mma.h) ------------------------------------ */
+
+static int format_emin(prec_format f)
+{
+    switch (f) {
+    case PREC_FP16: return -14;
+    case PREC_E4M3: return -6;
+    case PREC_E5M2: return -14;
+    default: return -126; /* fp32, tf32, bf16 */
+    }
+}
+
+double mma_exp_scale(prec_format f, double x)
+{
+    const double lo = ldexp(1.0, format_emin(f));
+    return fabs(x) > lo ? fabs(x) : lo;
+}
+
+double mma_align_bound(const mma_arith *p, int nonzero_terms, double emax_scale)
+{
+    return (double)nonzero_terms * ldexp(emax_scale, -p->frac_bits);
+}
+
+double mma_out_bound(const mma_arith *p, double s_abs)
+{
+    const int fo = p->out_frac_bits, emin = format_emin(p->out);
+    const double half = p->out_mode == PREC_RNE ? 0.5 : 1.0;
+    return half * (ldexp(s_abs, -fo) + ldexp(1.0, emin - fo));
+}
+
+double mma_block_bound(const mma_arith *p, int n, const double *a, const double *b, double c_abs, double y_abs)
+{
+    double M = ldexp(1.0, p->zero_exp);
+    int N = 0;
+    if (c_abs > 0) {
+        const double e = mma_exp_scale(p->out, c_abs);
+        if (e > M) M = e;
+        N++;
+    }
+    for (int i = 0; i < n; i++) {
+        if (a[i] == 0 || b[i] == 0) continue;
+        const double e = mma_exp_scale(p->in, a[i]) * mma_exp_scale(p->in, b[i]);
+        if (e > M) M = e;
+        N++;
+    }
+    const double A = mma_align_bound(p, N, M);
+    return A + mma_out_bound(p, y_abs + A);
+}

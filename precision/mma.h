@@ -133,6 +133,43 @@ void mma_store(prec_format f, void *base, long idx, double x);
  * format, c a value of the output format; returns the modelled output. */
 double mma_dot_values(const mma_arith *p, int k, const double *a, const double *b, double c);
 
+/* ---- error bounds (mma.c) ---------------------------------------------
+ * A rigorous bound on what one block of a native model (split NONE) adds to
+ * the error of d = c + sum_{i<n} a_i b_i, for a_i, b_i values of p->in and an
+ * accumulator c (a value of p->out).  Derivation, step by step in the
+ * model's terms:
+ *  - every finite x of a format decodes to mant * 2^(exp - fb) with 2^exp <=
+ *    max(|x|, 2^emin) (normal: 2^exp <= |x| < 2^(exp+1); subnormal: exp =
+ *    emin > log2 |x|), so a product's exponent ex + ey satisfies 2^(ex+ey) <=
+ *    E(a_i) E(b_i), E(x) = max(|x|, 2^emin(in)); c's exponent 2^exp(c) <=
+ *    max(|c|, 2^emin(out)); a zero term contributes 2^zero_exp.  Hence
+ *    2^emax <= M := max(max over nonzero products of E(a_i) E(b_i),
+ *    max(|c|, 2^emin(out)) if c != 0, 2^zero_exp);
+ *  - each nonzero term is truncated to a multiple of 2^(emax - F): its error
+ *    is below 2^(emax - F) <= 2^-F M (zero terms lose nothing), and the
+ *    aligned terms add exactly; so the aligned sum S differs from the exact
+ *    y = c + sum a_i b_i by at most A = N 2^-F M, N = the number of nonzero
+ *    terms (nonzero products, plus one for c != 0);
+ *  - S is rounded once into the output keeping fo = out_frac_bits fraction
+ *    bits: RZ errs by less than one unit in the last place of |S|, i.e. at
+ *    most 2^-fo |S| for a normal result and 2^(emin(out) - fo) below the
+ *    normal range; RNE by half of that.  |S| <= |y| + A.
+ * Total: |d - y| <= A + 2^-fo (|y| + A) + 2^(emin(out) - fo) (RZ; RNE halves
+ * the last two terms).  Valid while nothing overflows and no input is
+ * infinite or NaN.  A chain of blocks (mma_dot) adds the bounds, each block
+ * taking the previous result as its c: with |c - c_exact| <= e, use |c| <=
+ * |c_exact| + e in M and |y| <= |y_exact| + e. */
+
+/* 2^exp as the unit decodes x of format f is at most this: max(|x|, 2^emin(f)). */
+double mma_exp_scale(prec_format f, double x);
+/* A = N 2^-F M: the alignment part, from N nonzero terms and the bound M on 2^emax. */
+double mma_align_bound(const mma_arith *p, int nonzero_terms, double emax_scale);
+/* The output rounding of an aligned sum of magnitude at most s_abs. */
+double mma_out_bound(const mma_arith *p, double s_abs);
+/* The whole block bound for exact inputs a, b (n values of p->in), |c| <= c_abs
+ * (c_abs = 0: c is zero) and |c + sum a_i b_i| <= y_abs. */
+double mma_block_bound(const mma_arith *p, int n, const double *a, const double *b, double c_abs, double y_abs);
+
 /* ---- the arithmetic, host and device ---------------------------------- */
 
 typedef struct {

@@ -16,6 +16,8 @@ command -v compute-sanitizer >/dev/null 2>&1 && sanitizer=$(command -v compute-s
 "$sanitizer" --tool memcheck --error-exitcode 1 --print-limit 20 "$build/ulpscope" check --quick --path bf16
 "$sanitizer" --tool memcheck --error-exitcode 1 --print-limit 20 "$build/ulpscope" check --quick --path fp8
 "$sanitizer" --tool racecheck --error-exitcode 1 --print-limit 20 "$build/ulpscope" check --quick --path fp32
+# the tensor-core attention (shared-memory double buffering) exists on bf16 and fp16 only
+"$sanitizer" --tool racecheck --error-exitcode 1 --print-limit 20 "$build/ulpscope" check attention --quick --path bf16
 # matrix units (H6): 10^5 random dot products per instruction, hardware against the H100 model
 "$build/ulpscope" probe --validate 100000 >/dev/null
 # trainer (H7): every preset and family trains a few steps on the CUDA backend,

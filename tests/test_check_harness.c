@@ -215,6 +215,34 @@ static void test_every_op_has_a_check(void **state)
     assert_non_null(strstr(msg, table[drop].op));
 }
 
+/* A variant that does not exist on a path (flash_mma on fp32) is reported
+ * as not offered, with its reason, and counted neither as a twin nor as an
+ * error; it needs no GPU, since the check refuses before any launch. */
+static void test_not_offered(void **state)
+{
+    (void)state;
+    for (int bug = KBUG_NONE; bug <= KBUG_DROP_TERM; bug++) {
+        char *table = NULL, *json = NULL;
+        size_t tlen = 0, jlen = 0;
+        kcheck_options o = {"attention", KPATH_FP32, "flash_mma", (kbug)bug, 1, 1, NULL, NULL};
+        o.table = open_memstream(&table, &tlen);
+        o.json = open_memstream(&json, &jlen);
+        kcheck_summary sum;
+        const int rc = kcheck_run(&o, &sum);
+        fclose(o.table);
+        fclose(o.json);
+        assert_int_equal(sum.twins, 0);
+        assert_int_equal(sum.errors, 0);
+        assert_int_equal(sum.rows, 0);
+        assert_int_equal(rc, 1); /* nothing was checked */
+        assert_non_null(strstr(table, "(not offered: "));
+        assert_non_null(strstr(table, "bf16 and fp16"));
+        assert_non_null(strstr(json, "\"record\":\"not_offered\""));
+        free(table);
+        free(json);
+    }
+}
+
 static int run_check(int argc, const char **argv)
 {
     return cmd_check(argc, (char **)argv);
@@ -264,6 +292,7 @@ int main(void)
         cmocka_unit_test(test_depths_and_gammas),
         cmocka_unit_test(test_report_and_json),
         cmocka_unit_test(test_every_op_has_a_check),
+        cmocka_unit_test(test_not_offered),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,4 +1,5 @@
 /* tests/test_kernels_gpu_attention.c — on a GPU: the blocked flash kernels
+ * (flash, flash_exp2, and flash_mma, flash_mma_exp2 where they exist)
  * compute every row on its own.  Causality makes the forward's rows i < T'
  * (o, lse) and the backward's dq rows i < T' functions of the first T' rows
  * of q, k, v, dout alone, so the run on the prefix of length T' must
@@ -6,7 +7,9 @@
  * 64-row blocks and 32-key tiles fall differently in the two runs).  Every
  * output element must be written (outputs are poisoned with NaN first).
  * Twin: a change to a key inside the prefix must be seen by the same
- * comparison.  Fresh inputs per run (test_seed).  Skips without a GPU. */
+ * comparison.  Fresh inputs per run (test_seed).  Skips without a GPU.
+ * Without a GPU too: which (path, variant, D) the tensor-core variants
+ * refuse, and that the refusal names the reason. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -102,8 +105,10 @@ static void check_prefix(int perturb)
     prec_rng_seed(&rng, test_seed(perturb ? "flash_prefix_twin" : "flash_prefix"));
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int p = KPATH_FP32; p <= KPATH_FP16; p++)
-            for (int var = KATT_FLASH; var <= KATT_FLASH_EXP2; var++) {
+            for (int var = KATT_FLASH; var < KATT_NVARIANTS; var++) {
                 const int64_t BH = shapes[s].BH, T = shapes[s].T, D = shapes[s].D;
+                char why[256];
+                if (!kattention_supports((kpath)p, var, D, why, sizeof why)) continue; /* fp32 or D 17 for flash_mma */
                 const int64_t Tp = 1 + (int64_t)(prec_rng_uniform(&rng) * (double)(T - 1)); /* 1 .. T-1 */
                 const size_t n = (size_t)(BH * T * D), np = (size_t)(BH * Tp * D);
                 double *in[4], *inp[4];
@@ -163,9 +168,28 @@ static void test_flash_prefix_twin_fails(void **state)
     check_prefix(1);
 }
 
+static void test_mma_refusals(void **state)
+{
+    (void)state;
+    char why[256];
+    assert_false(kattention_supports(KPATH_FP32, KATT_FLASH_MMA, 64, why, sizeof why));
+    assert_non_null(strstr(why, "bf16 and fp16"));
+    assert_false(kattention_supports(KPATH_FP32, KATT_FLASH_MMA_EXP2, 0, why, sizeof why));
+    assert_false(kattention_supports(KPATH_BF16, KATT_FLASH_MMA, 17, why, sizeof why));
+    assert_non_null(strstr(why, "multiple of 8"));
+    assert_false(kattention_supports(KPATH_FP8, KATT_FLASH, 64, why, sizeof why));
+    for (int64_t D = 8; D <= KATT_MAX_D; D += 8) {
+        assert_true(kattention_supports(KPATH_BF16, KATT_FLASH_MMA, D, why, sizeof why));
+        assert_true(kattention_supports(KPATH_FP16, KATT_FLASH_MMA_EXP2, D, why, sizeof why));
+    }
+    assert_true(kattention_supports(KPATH_FP32, KATT_FLASH, 17, why, sizeof why));
+    assert_false(kattention_supports(KPATH_BF16, KATT_FLASH, 129, why, sizeof why));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mma_refusals),
         cmocka_unit_test(test_flash_prefix_bitwise),
         cmocka_unit_test(test_flash_prefix_twin_fails),
     };

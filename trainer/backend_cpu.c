@@ -32,12 +32,16 @@
 
 /* ---- rounding -------------------------------------------------------------------- */
 
-/* Round into f as the GPU kernels store: RNE; fp8 saturates (kelem.cuh). */
+/* Round into f as the GPU kernels store: RNE; fp8 saturates (kelem.cuh).
+ * Under the planted bug KBUG_TRUNCATE_OUTPUT (kernels.h), narrow stores
+ * truncate toward zero as the kernels then do: a systematic bias that
+ * experiments' self-tests must detect (compare --plant). */
 static inline float rnd(double x, prec_format f)
 {
     if (f == PREC_FP32) return (float)x;
-    if (f == PREC_E4M3 || f == PREC_E5M2)
-        return (float)prec_round(x, f, (prec_rounding){PREC_RNE, PREC_OVF_SATURATE, false}, 0);
+    int truncate = kernels_planted_bug() == KBUG_TRUNCATE_OUTPUT;
+    if (f == PREC_E4M3 || f == PREC_E5M2 || truncate)
+        return (float)prec_round(x, f, (prec_rounding){truncate ? PREC_RZ : PREC_RNE, PREC_OVF_SATURATE, false}, 0);
     return (float)prec_rne(x, f);
 }
 

@@ -171,6 +171,7 @@ static int cuda_supports(tbackend *be, const tbinding *b, const tsite *at, char 
     if (at->op == TOP_MATMUL || at->op == TOP_MATMUL_FAST || at->op == TOP_MATMUL_BLOCK_FP8)
         return kmatmul_supports(at->path, accum_of(at->op), matmul_variant(at), why, len) ? 0 : -1;
     if (at->op == TOP_ADAMW) return kadamw_supports(at->path, adamw_storage(b), why, len) ? 0 : -1;
+    if (at->op == TOP_ATTENTION) return kattention_supports(at->path, at->variant, 0, why, len) ? 0 : -1; // flash_mma: no fp32
     return 0; // the registry's paths and variants, which tplan_validate checked
 }
 

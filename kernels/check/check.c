@@ -262,20 +262,48 @@ static void json_error(FILE *fp, const kcheck_ctx *ctx, const char *message)
     fputs("}\n", fp);
 }
 
+int kcheck_not_offered(kcheck_ctx *ctx, const char *why)
+{
+    snprintf(ctx->not_offered, sizeof ctx->not_offered, "%s", why && why[0] ? why : "not offered");
+    return 0;
+}
+
+static void json_not_offered(FILE *fp, const kcheck_ctx *ctx)
+{
+    fputs("{\"record\":\"not_offered\",\"op\":", fp);
+    base_json_string(fp, ctx->op->name);
+    fputs(",\"path\":", fp);
+    base_json_string(fp, kpath_name(ctx->path));
+    fputs(",\"variant\":", fp);
+    base_json_string(fp, variant_name(ctx));
+    fputs(",\"why\":", fp);
+    base_json_string(fp, ctx->not_offered);
+    fputs("}\n", fp);
+}
+
 static void run_twin(run_state *st, kcheck_ctx *ctx)
 {
     const kcheck_options *o = st->o;
     st->twin_rows = st->twin_failed = 0;
     ctx->draws = 0;
+    ctx->not_offered[0] = '\0';
     kernels_fail("%s", ""); /* clear the last error */
     kernels_set_planted_bug(o->bug);
     kcheck_fn check = kcheck_find(ctx->op->name);
     int rc = check ? check(ctx, ctx->path, ctx->variant) : kernels_fail("no check attached to op %s", ctx->op->name);
     kernels_set_planted_bug(KBUG_NONE);
+    if (rc == 0 && ctx->not_offered[0] && st->twin_rows == 0) {
+        if (o->table)
+            fprintf(o->table, "%-12s %-4s %-12s (not offered: %s)\n", ctx->op->name, kpath_name(ctx->path),
+                    variant_name(ctx), ctx->not_offered);
+        if (o->json) json_not_offered(o->json, ctx);
+        return;
+    }
     st->s->twins++;
     char message[1100];
     message[0] = '\0';
     if (rc != 0) snprintf(message, sizeof message, "%s", kernels_last_error()[0] ? kernels_last_error() : "check failed");
+    else if (ctx->not_offered[0]) snprintf(message, sizeof message, "the check reported rows of a combination it calls not offered");
     else if (st->twin_rows == 0) snprintf(message, sizeof message, "the check reported no rows");
     if (message[0]) {
         st->s->errors++;

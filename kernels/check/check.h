@@ -100,6 +100,7 @@ struct kcheck_ctx {
     uint64_t draws;     /* seeds handed out for the current (op, path, variant) */
     kcheck_sink sink;   /* receives every row */
     void *user;
+    char not_offered[192]; /* set by kcheck_not_offered: why (path, variant) does not exist */
 };
 
 void kcheck_report(kcheck_ctx *ctx, const kcheck_row *row);
@@ -109,6 +110,12 @@ void kcheck_report(kcheck_ctx *ctx, const kcheck_row *row);
 uint64_t kcheck_seed(kcheck_ctx *ctx);
 static inline void kcheck_rng(kcheck_ctx *ctx, prec_rng *rng) { prec_rng_seed(rng, kcheck_seed(ctx)); }
 static inline int kcheck_quick(const kcheck_ctx *ctx) { return ctx->quick; }
+/* The registry lists paths per op, not per variant: a check whose variant
+ * does not exist on this path (e.g. a tensor-core kernel for 16-bit inputs
+ * asked for fp32) returns kcheck_not_offered(ctx, why) without running.  The
+ * harness prints the reason and counts the combination neither as a twin
+ * nor as an error; reporting rows as well is an error.  Returns 0. */
+int kcheck_not_offered(kcheck_ctx *ctx, const char *why);
 
 /* ---- inputs ---------------------------------------------------------------- */
 

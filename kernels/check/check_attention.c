@@ -24,6 +24,9 @@
  *    p = exp(s - lse) from the stored lse (its forward error), ds in fp32.
  *    dq, dk, dv are sequential fma chains over the keys (queries), times the
  *    scale, stored.
+ *  - flash_mma, flash_mma_exp2: every product inside the tensor cores,
+ *    bounded through the GPU's matrix-unit model (check_attention_mma.c);
+ *    they exist on the bf16 and fp16 paths only (fp32: not offered).
  * expf/exp2f 2 ulps, logf/log2f 1 ulp: CUDA C++ Programming Guide,
  * "Mathematical Functions".  All fp32 roundings are to nearest; the RMS
  * verdict uses the probabilistic counterparts (kval.p). */
@@ -32,6 +35,7 @@
 #include <string.h>
 
 #include "kernels/attention.h"
+#include "kernels/check/check_attention_mma.h"
 #include "kernels/check/checks.h"
 #include "kernels/common/ktensor_io.h"
 #include "reference/attention.h"
@@ -42,7 +46,9 @@ typedef struct {
     int64_t BH, T, D;
 } att_shape;
 
-static const att_shape shapes[] = {{2, 17, 32}, {1, 70, 16}, {3, 33, 64}, {2, 5, 128}};
+/* {1, 150, 64}: three 64-row blocks and 64-key tiles (flash_mma rescales
+ * twice, a ragged last block), five 32-key tiles for flash */
+static const att_shape shapes[] = {{2, 17, 32}, {1, 70, 16}, {3, 33, 64}, {2, 5, 128}, {1, 150, 64}};
 
 static double exp_d(double x) { return exp(x); }
 static double exp2_d(double x) { return exp2(x); }
@@ -245,7 +251,35 @@ done:
     return rc;
 }
 
-static int check_shape(kcheck_ctx *ctx, kpath path, int variant, const att_shape *s)
+/* The backward rows of one head of a flash_mma variant. */
+static void mma_rows(const katt_mma_head *mh, kval c2, kval log2e, const kval *o, const kval *lse, const att_buffers *b,
+                     int64_t off, int64_t hb, kcheck_acc *aq, kcheck_acc *ak, kcheck_acc *av)
+{
+    const int64_t n = mh->T * mh->D;
+    const double u32 = prec_format_get(F32)->unit_roundoff;
+    kval *rq = malloc(3 * n * sizeof(kval));
+    double *sq = malloc(3 * n * sizeof(double));
+    if (!rq || !sq) abort();
+    kval *rk = rq + n, *rv = rk + n;
+    double *sk = sq + n, *sv = sk + n;
+    katt_mma_backward_bounds(mh, mh->exp2 ? c2 : kval_exact(mh->scale), log2e, o, lse, rq, sq, rk, sk, rv, sv);
+    for (int64_t e = 0; e < n; e++) {
+        const int64_t x = off + e, row = e / mh->D, d = e % mh->D;
+        if (kcheck_acc_add(aq, x, b->dq[x], b->dq_r[x], rq[e].e, rq[e].p, sq[e] + u32))
+            kcheck_acc_detail(aq, "head %lld row %lld d %lld: got %.9g ref %.17g", (long long)hb, (long long)row,
+                              (long long)d, b->dq[x], b->dq_r[x]);
+        if (kcheck_acc_add(ak, x, b->dk[x], b->dk_r[x], rk[e].e, rk[e].p, sk[e] + u32))
+            kcheck_acc_detail(ak, "head %lld key %lld d %lld: got %.9g ref %.17g", (long long)hb, (long long)row,
+                              (long long)d, b->dk[x], b->dk_r[x]);
+        if (kcheck_acc_add(av, x, b->dv[x], b->dv_r[x], rv[e].e, rv[e].p, sv[e] + u32))
+            kcheck_acc_detail(av, "head %lld key %lld d %lld: got %.9g ref %.17g", (long long)hb, (long long)row,
+                              (long long)d, b->dv[x], b->dv_r[x]);
+    }
+    free(rq);
+    free(sq);
+}
+
+static int check_shape(kcheck_ctx *ctx, kpath path, int variant, const att_shape *s, const mma_arith *mma)
 {
     const prec_format f = kcheck_path_format(path);
     const double u = prec_format_get(f)->unit_roundoff, u32 = prec_format_get(F32)->unit_roundoff;
@@ -297,7 +331,9 @@ static int check_shape(kcheck_ctx *ctx, kpath path, int variant, const att_shape
     for (int64_t hb = 0; hb < BH; hb++) {
         const int64_t off = hb * T * D;
         head h = {b.q + off, b.k + off, b.v + off, b.g + off, T, D, scale, variant, f};
-        forward_bounds(&h, c2p, ln2p, o, lse);
+        katt_mma_head mh = {b.q + off, b.k + off, b.v + off, b.g + off, T, D, scale, katt_is_exp2(variant), f, mma};
+        if (mma) katt_mma_forward_bounds(&mh, katt_is_exp2(variant) ? c2p : kval_exact(scale), ln2p, o, lse);
+        else forward_bounds(&h, c2p, ln2p, o, lse);
         for (int64_t i = 0; i < T; i++) {
             if (kcheck_acc_add(&al, hb * T + i, b.lse[hb * T + i], b.lse_r[hb * T + i], lse[i].e, lse[i].p,
                                fabs(b.lse_r[hb * T + i]) + 1.0))
@@ -313,6 +349,10 @@ static int check_shape(kcheck_ctx *ctx, kpath path, int variant, const att_shape
                                       (long long)i, (long long)d, b.o[x], b.o_r[x]);
             }
             lse[i].v = b.lse_r[hb * T + i];
+        }
+        if (mma) {
+            mma_rows(&mh, c2p, log2ep, o, lse, &b, off, hb, &aq, &ak, &av);
+            continue;
         }
         backward_terms(&h, c2p, log2ep, o, lse, p, ds);
         for (int64_t i = 0; i < T; i++)
@@ -358,9 +398,17 @@ static int check_shape(kcheck_ctx *ctx, kpath path, int variant, const att_shape
 
 int kcheck_attention(kcheck_ctx *ctx, kpath path, int variant)
 {
+    char why[256];
+    if (!kattention_supports(path, variant, 0, why, sizeof why)) return kcheck_not_offered(ctx, why);
+    const mma_arith *mma = NULL;
+    if (katt_is_mma(variant) && !(mma = katt_mma_model(kcheck_path_format(path), why, sizeof why)))
+        return kernels_fail("attention check %s/%s: %s", kpath_name(path), katt_variants[variant].name, why);
     int n = (int)(sizeof shapes / sizeof shapes[0]);
     if (kcheck_quick(ctx)) n = 2;
-    for (int i = 0; i < n; i++)
-        if (check_shape(ctx, path, variant, &shapes[i]) != 0) return -1;
+    for (int i = 0; i < n; i++) {
+        if (!kattention_supports(path, variant, shapes[i].D, why, sizeof why))
+            return kernels_fail("attention check: shape D=%lld: %s", (long long)shapes[i].D, why);
+        if (check_shape(ctx, path, variant, &shapes[i], mma) != 0) return -1;
+    }
     return 0;
 }

@@ -1,0 +1,150 @@
+/* cli/experiment.c — shared by compare and noise (experiment.h). */
+#include "cli/experiment.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/jsonl.h"
+#include "base/outfile.h"
+#include "base/parse.h"
+
+void experiment_options_defaults(experiment_options *e)
+{
+    memset(e, 0, sizeof *e);
+    e->vary = "both";
+    e->val_tokens = 1L << 20;
+    e->alpha = 0.05;
+    e->power = 0.8;
+}
+
+#define MAX_SEEDS 100000
+
+int experiment_parse_seeds(const char *spec, uint64_t **seeds, int *n, char *err, size_t errlen)
+{
+    *seeds = NULL;
+    *n = 0;
+    if (!spec || !*spec) {
+        snprintf(err, errlen, "--seeds is empty");
+        return -1;
+    }
+    uint64_t a, b;
+    const char *dash = strchr(spec, '-');
+    if (!strchr(spec, ',') && !dash) {
+        /* N: seeds 1..N */
+        if (base_parse_seed(spec, &b) || b < 2 || b > MAX_SEEDS) {
+            snprintf(err, errlen, "--seeds %s: give a count 2..%d, a range A-B or a list A,B,...", spec, MAX_SEEDS);
+            return -1;
+        }
+        a = 1;
+    } else if (dash && !strchr(spec, ',')) {
+        char lo[32];
+        size_t k = (size_t)(dash - spec);
+        if (k == 0 || k >= sizeof lo) {
+            snprintf(err, errlen, "--seeds %s: malformed range (A-B)", spec);
+            return -1;
+        }
+        memcpy(lo, spec, k);
+        lo[k] = '\0';
+        if (base_parse_seed(lo, &a) || base_parse_seed(dash + 1, &b) || b < a || b - a + 1 < 2 || b - a >= MAX_SEEDS) {
+            snprintf(err, errlen, "--seeds %s: a range A-B with A < B and at most %d seeds", spec, MAX_SEEDS);
+            return -1;
+        }
+    } else {
+        int count = 1;
+        for (const char *p = spec; *p; p++) count += *p == ',';
+        if (count > MAX_SEEDS) {
+            snprintf(err, errlen, "--seeds: more than %d seeds", MAX_SEEDS);
+            return -1;
+        }
+        *seeds = malloc((size_t)count * sizeof **seeds);
+        char *copy = strdup(spec);
+        if (!*seeds || !copy) {
+            free(*seeds);
+            free(copy);
+            *seeds = NULL;
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        char *tok = copy;
+        int m = 0, bad = 0;
+        /* strtok would skip empty items: walk the commas by hand */
+        for (char *p = copy;; p++) {
+            if (*p == ',' || *p == '\0') {
+                int end = *p == '\0';
+                *p = '\0';
+                if (!*tok || base_parse_seed(tok, &(*seeds)[m])) {
+                    snprintf(err, errlen, "--seeds %s: '%s' is not a seed (decimal or 0x hex)", spec, tok);
+                    bad = 1;
+                    break;
+                }
+                m++;
+                if (end) break;
+                tok = p + 1;
+            }
+        }
+        free(copy);
+        if (bad) {
+            free(*seeds);
+            *seeds = NULL;
+            return -1;
+        }
+        *n = m;
+        return 0;
+    }
+    *n = (int)(b - a + 1);
+    *seeds = malloc((size_t)*n * sizeof **seeds);
+    if (!*seeds) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < *n; i++) (*seeds)[i] = a + (uint64_t)i;
+    return 0;
+}
+
+int experiment_setup(const char *cmd, train_options *t, const experiment_options *e, cmp_vary vary,
+                     cmp_train_ctx *ctx, char **recipe)
+{
+    char err[1024];
+    memset(ctx, 0, sizeof *ctx);
+    ctx->base = t->cfg;
+    ttrain_config *c = &ctx->base;
+    if (c->resume_path || c->ckpt_path || c->log_path || c->dump_dir || c->n_at_steps || c->n_switches || c->world > 1)
+        return base_error(cmd, "%s runs many trainings: --resume, --ckpt, --log, hooks, --switch-at and --world "
+                              "do not apply", cmd);
+    if (copt_given(&t->seen, "--seed") || copt_given(&t->seen, "--data-seed"))
+        if (vary == CMP_VARY_BOTH)
+            return base_error(cmd, "--seed/--data-seed fix what does not vary: use them with --vary init or data");
+    if (copt_given(&t->seen, "--val-batches"))
+        return base_error(cmd, "%s scores every run on the validation split up to --val-tokens; drop --val-batches", cmd);
+    long val_tokens;
+    if (cmp_train_val_batches(c, e->val_tokens, &c->val_batches, &val_tokens, err, sizeof err))
+        return base_error(cmd, "%s", err);
+    if (!copt_given(&t->seen, "--val-every")) c->val_every = c->steps >= 8 ? c->steps / 8 : 1;
+    *recipe = cmp_train_recipe(c, vary, vary == CMP_VARY_INIT ? c->data_seed : c->seed, err, sizeof err);
+    if (!*recipe) return base_error(cmd, "%s", err);
+    ctx->progress = t->quiet ? NULL : stderr;
+    return 0;
+}
+
+int experiment_write_json(const char *cmd, const char *json_path, const char *recipe, const cmp_config *c,
+                          const cmp_report *rep, void (*extra)(FILE *fp, void *ctx), void *extra_ctx)
+{
+    if (!json_path) return 0;
+    base_outfile o;
+    if (base_outfile_open(&o, cmd, json_path)) return 1;
+    size_t n = strlen(recipe) + 32;
+    char *hdr = malloc(n);
+    if (!hdr) {
+        base_outfile_abort(&o);
+        return 1;
+    }
+    snprintf(hdr, n, "\"recipe\":%s", recipe);
+    base_json_header(o.fp, cmd, hdr);
+    free(hdr);
+    cmp_write_run_records(o.fp, c, rep);
+    cmp_write_arm_records(o.fp, c, rep);
+    if (extra) extra(o.fp, extra_ctx);
+    return base_outfile_commit(&o, cmd) ? 1 : 0;
+}

@@ -1,0 +1,38 @@
+/* cli/experiment.h — what the commands that run training arms share
+ * (compare, noise): their options beside the training options, seed lists,
+ * the trainer-backed runner with its validation windows and recipe, and the
+ * JSON Lines output. */
+#ifndef ULPSCOPE_CLI_EXPERIMENT_H
+#define ULPSCOPE_CLI_EXPERIMENT_H
+
+#include "cli/train_options.h"
+#include "studies/compare.h"
+#include "studies/compare_train.h"
+
+typedef struct {
+    const char *seeds;        /* "N" (1..N), "A-B" or "A,B,C" */
+    const char *vary;         /* both|init|data */
+    const char *results_dir;
+    const char *json_path;
+    long val_tokens;          /* validation windows cover the split up to this many tokens */
+    double alpha, power;
+} experiment_options;
+
+void experiment_options_defaults(experiment_options *e);
+
+/* Parses a seed list; *seeds malloc'd.  Returns 0 or -1 with err. */
+int experiment_parse_seeds(const char *spec, uint64_t **seeds, int *n, char *err, size_t errlen);
+
+/* Fills the runner context from the finished training options: the base
+ * config (validation batches over the split up to val_tokens, a curve of
+ * about 8 points unless --val-every was given) and the recipe JSON
+ * (*recipe malloc'd).  Returns 0 or BASE_EXIT_USAGE after an error line. */
+int experiment_setup(const char *cmd, train_options *t, const experiment_options *e, cmp_vary vary,
+                     cmp_train_ctx *ctx, char **recipe);
+
+/* Writes the header, every run and every arm record to the --json output
+ * (nothing when json_path is NULL).  Returns 0 or 1. */
+int experiment_write_json(const char *cmd, const char *json_path, const char *recipe, const cmp_config *c,
+                          const cmp_report *rep, void (*extra)(FILE *fp, void *ctx), void *extra_ctx);
+
+#endif

@@ -1,0 +1,211 @@
+/* tests/test_compare_cli.c — `ulpscope compare` and `ulpscope noise` end to
+ * end on the CPU backend with a tiny model (runs are deterministic there, so
+ * each verdict below is fixed by the seeds, not drawn):
+ *   - an arm with a planted bias (its stores truncate) comes out SHIFT up; the
+ *     null arm (one flipped ulp), judged by the same machinery, does not;
+ *   - the results directory: a second call with more seeds reuses the runs it
+ *     has; a call under another recipe is refused, naming the field;
+ *   - the --json output parses, with a record per run and per arm;
+ *   - bad input: one line naming the problem, exit 2, nothing left behind;
+ *   - noise prints its table from the same cache.
+ * Drives the binary named by ULPSCOPE_BIN (make test sets it). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/json_read.h"
+
+#define TINY "--depth 1 --width 16 --heads 2 --seq 16 --batch 4 --steps 24 --lr 3e-3 --quiet"
+
+static char tmp[64];
+
+static int setup(void **state)
+{
+    (void)state;
+    if (!getenv("ULPSCOPE_BIN")) return 0;
+    snprintf(tmp, sizeof tmp, "/tmp/ulpscope_cmpcli_XXXXXX");
+    return mkdtemp(tmp) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (!tmp[0]) return 0;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Runs `ulpscope ARGS` in the temporary directory: stdout into out, stderr
+ * into err; returns the exit status. */
+static int run(const char *args, char *out, size_t out_len, char *err, size_t err_len)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >out.txt 2>err.txt", tmp, getenv("ULPSCOPE_BIN"), args);
+    int status = system(cmd);
+    char path[128];
+    char *bufs[2] = {out, err};
+    size_t lens[2] = {out_len, err_len};
+    const char *names[2] = {"out.txt", "err.txt"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", tmp, names[i]);
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(bufs[i], 1, lens[i] - 1, f) : 0;
+        bufs[i][n] = '\0';
+        if (f) fclose(f);
+        remove(path);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+#define SKIP_WITHOUT_BIN()                                                              \
+    do {                                                                                \
+        if (!getenv("ULPSCOPE_BIN")) {                                                  \
+            print_message("skipping: ULPSCOPE_BIN is not set (make test sets it)\n"); \
+            skip();                                                                     \
+        }                                                                               \
+    } while (0)
+
+/* The table row of an arm. */
+static const char *row_of(const char *out, const char *arm)
+{
+    char key[64];
+    snprintf(key, sizeof key, "\n%s ", arm);
+    const char *p = strstr(out, key);
+    return p ? p + 1 : NULL;
+}
+
+static int row_says(const char *out, const char *arm, const char *what)
+{
+    const char *r = row_of(out, arm);
+    if (!r) return 0;
+    const char *end = strchr(r, '\n');
+    const char *hit = strstr(r, what);
+    return hit && (!end || hit < end);
+}
+
+static void test_planted_bias_is_a_shift(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    static char out[16384], err[16384];
+    int rc = run("compare " TINY " --seeds 5 --alpha 0.01 --arm trunc=residual=bf16 --plant-truncation trunc "
+                 "--results res --json cmp.jsonl",
+                 out, sizeof out, err, sizeof err);
+    print_message("%s", out);
+    if (rc) fail_msg("compare failed (%d): %s", rc, err);
+    assert_true(row_says(out, "trunc", "SHIFT up"));
+    /* the null arm: the same statistics on pure chaos */
+    assert_non_null(row_of(out, "null"));
+    assert_false(row_says(out, "null", "SHIFT"));
+    assert_non_null(strstr(out, "15 runs (15 executed now, 0 from the cache)"));
+    /* the JSON output: a header, 15 runs, 3 arms, the noise record */
+    char path[128];
+    snprintf(path, sizeof path, "%s/cmp.jsonl", tmp);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[16384];
+    int runs = 0, arms = 0, header = 0, noise = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_value *v;
+        char jerr[256];
+        if (json_parse(line, strlen(line), &v, jerr, sizeof jerr)) fail_msg("bad JSON line: %s", jerr);
+        const json_value *rec = json_get(v, "record");
+        assert_non_null(rec);
+        runs += strcmp(rec->text, "run") == 0;
+        arms += strcmp(rec->text, "arm") == 0;
+        header += strcmp(rec->text, "header") == 0;
+        noise += strcmp(rec->text, "noise") == 0;
+        if (strcmp(rec->text, "arm") == 0 && strcmp(json_get(v, "arm")->text, "trunc") == 0)
+            assert_string_equal(json_get(v, "verdict")->text, "SHIFT up");
+        json_free(v);
+    }
+    fclose(f);
+    assert_int_equal(header, 1);
+    assert_int_equal(runs, 15);
+    assert_int_equal(arms, 3);
+    assert_int_equal(noise, 1);
+
+    /* more seeds: the 15 finished runs come from the cache */
+    rc = run("compare " TINY " --seeds 6 --alpha 0.01 --arm trunc=residual=bf16 --plant-truncation trunc --results res",
+             out, sizeof out, err, sizeof err);
+    if (rc) fail_msg("compare failed (%d): %s", rc, err);
+    assert_non_null(strstr(out, "18 runs (3 executed now, 15 from the cache)"));
+
+    /* noise reads the base and null runs from the same cache */
+    rc = run("noise " TINY " --seeds 6 --results res", out, sizeof out, err, sizeof err);
+    if (rc) fail_msg("noise failed (%d): %s", rc, err);
+    assert_non_null(strstr(out, "chaos sd"));
+    assert_non_null(strstr(out, "12 runs (0 executed now, 12 from the cache)"));
+
+    /* another recipe in the same directory is refused before any run */
+    rc = run("compare --depth 1 --width 16 --heads 2 --seq 16 --batch 4 --steps 25 --lr 3e-3 --quiet --seeds 5 "
+             "--arm trunc=residual=bf16 --plant-truncation trunc --results res",
+             out, sizeof out, err, sizeof err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "another recipe"));
+    assert_non_null(strstr(err, "steps"));
+}
+
+static int exists(const char *name)
+{
+    char path[160];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    return stat(path, &st) == 0;
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    static const struct {
+        const char *args, *says;
+    } cases[] = {
+        {"--arm x=mlp.up=fp32 --arm x=mlp.down=fp32", "duplicate arm name 'x'"},
+        {"--arm x=nosuchslot=bf16", "nosuchslot"},
+        {"--arm x=mlp.up=bf16:", "mlp.up"},
+        {"--arm 'x'", "expected NAME=OVERRIDES"},
+        {"--arm base=mlp.up=fp32", "names 'base' and 'null'"},
+        {"--arm x=mlp.up=bf16", "run the same plan"},
+        {"--arm x=mlp.up=fp32 --seeds 0", "--seeds 0"},
+        {"--arm x=mlp.up=fp32 --seeds 3,3", "listed twice"},
+        {"--arm x=mlp.up=fp32 --seeds 3,,4", "is not a seed"},
+        {"--arm x=mlp.up=fp32 --null-arm no", "--margin"},
+        {"--arm x=mlp.up=fp32 --vary sideways", "--vary sideways"},
+        {"--arm x=mlp.up=fp32 --max-runs 10", "go with --until-decided"},
+        {"--arm x=mlp.up=fp32 --plant-truncation y", "no such arm"},
+        {"--arm x=norm.*=bf16:welford", "arm x: "},
+        {"", "no --arm given"},
+    };
+    static char out[8192], err[8192];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[512];
+        snprintf(args, sizeof args, "compare " TINY " %s --results bad --json bad.jsonl", cases[i].args);
+        int rc = run(args, out, sizeof out, err, sizeof err);
+        if (rc != 2 || !strstr(err, cases[i].says))
+            fail_msg("'%s': exit %d, expected 2 and a message with '%s'; got: %s", cases[i].args, rc, cases[i].says, err);
+        if (strchr(err, '\n') != err + strlen(err) - 1) fail_msg("'%s': more than one line: %s", cases[i].args, err);
+        assert_false(exists("bad"));
+        assert_false(exists("bad.jsonl"));
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_planted_bias_is_a_shift),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
