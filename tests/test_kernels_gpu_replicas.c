@@ -235,6 +235,8 @@ static int replicas_differ(const char *label, op_call call, const void *op, cons
     return rc ? -1 : differ;
 }
 
+static int algo_twin_caught, algo_twin_unplantable;
+
 /* The case's verdicts: batched R = 3 and R = 1 equal to the single calls; each
  * listed twin caught (some replica differs). */
 static void check_case(const char *label, op_call call, const void *op, const arr *spec, int n_arr, prec_rng *rng,
@@ -244,8 +246,16 @@ static void check_case(const char *label, op_call call, const void *op, const ar
     assert_int_equal(replicas_differ(label, call, op, spec, n_arr, 1, rng, TWIN_NONE), 0);
     for (int k = 0; k < n_twins; k++) {
         int d = replicas_differ(label, call, op, spec, n_arr, R_MANY, rng, twins[k]);
+        /* the algorithm twin needs a split-K configuration cuBLASLt accepts for
+         * the batched layouts; where none exists it cannot be planted (counted:
+         * the matmul test requires it caught somewhere) */
+        if (twins[k] == TWIN_ALGO && d < 0 && strstr(kernels_last_error(), "no split-K configuration")) {
+            algo_twin_unplantable++;
+            continue;
+        }
         if (d < 1) print_message("%s: twin %s NOT caught (%d replicas differ)\n", label, twin_names[twins[k]], d);
         assert_true(d >= 1);
+        if (twins[k] == TWIN_ALGO) algo_twin_caught++;
     }
 }
 
@@ -369,12 +379,23 @@ static void test_matmul_replicas(void **state)
                         else mm_check(&o, &rng, data_only, 2);
                     }
         }
+    /* the algorithm twin also where cuBLASLt offers split-K for the batched
+     * layouts (a long K, small M and N); at the shapes above it often cannot
+     * be planted */
+    for (int p = 0; p < 3; p++) {
+        mm_case o = {plain_paths[p], KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, 64, 64, 4096, 0, 1, 0, 0, 0, 0,
+                     PREC_FP32, PREC_FP32, 0};
+        const twin algo_only[] = {TWIN_ALGO};
+        mm_check(&o, &rng, algo_only, 1);
+    }
     kmatmul_batch_stats st;
     kmatmul_batch_stats_get(&st);
     print_message("batched GEMMs so far: %lld strided (pinned), %lld fallbacks to single calls, %lld fp8 loops, "
                   "%lld own kernel\n", (long long)st.strided, (long long)st.loop_fallback, (long long)st.loop_fp8,
                   (long long)st.kernel);
     assert_true(st.strided > 0);
+    print_message("algorithm twin: caught in %d cases, not plantable in %d\n", algo_twin_caught, algo_twin_unplantable);
+    assert_true(algo_twin_caught > 0);
     if (device_cc() < 89) {
         print_message("skipping the fp8 cases: compute capability below 8.9\n");
         return;
@@ -549,7 +570,8 @@ static void test_norm_replicas(void **state)
                     char label[120];
                     snprintf(label, sizeof label, "rmsnorm %s variant %d N=%lld C=%lld%s", kpath_name(o.path), v,
                              (long long)N, (long long)C, gain ? " gain" : "");
-                    check_case(label, rmsnorm_call, &o, s, NORM_ARRS, &rng, twins, gain ? 2 : 1);
+                    /* weightless: no gain to share, only the shifted input can bite */
+                    check_case(label, rmsnorm_call, &o, s, NORM_ARRS, &rng, gain ? twins : twins + 1, gain ? 2 : 1);
                 }
         }
 }
@@ -889,6 +911,7 @@ static void test_transpose_ce_attention_rope_replicas(void **state)
         for (int v = 0; v < KATT_NVARIANTS; v++)
             for (int d = 0; d < 2; d++) {
                 att_case o = {path, v, 4, 45, d ? 64 : 40};
+                if (!kattention_supports(path, v, o.D, NULL, 0)) continue; /* flash_mma: no fp32 path */
                 const int64_t n = o.BH * o.T * o.D;
                 arr s[ATT_ARRS];
                 s[AQ] = fp(f, n, IN, -1, 1);
@@ -1051,6 +1074,13 @@ static void graph_free(graph_case *g)
 }
 
 /* stray = 1: the layernorm goes to the legacy default stream (the twins). */
+/* A failing step names the call and the kernels' error (a silent -1 tells nothing). */
+static int step_fail(const char *what)
+{
+    print_message("graph step: %s failed: %s\n", what, kernels_last_error());
+    return -1;
+}
+
 static int graph_step(graph_case *g, int stray)
 {
     arr *a = g->a;
@@ -1062,29 +1092,33 @@ static int graph_step(graph_case *g, int stray)
     int rc = klayernorm_forward_replicas(GR, &y, a[GMEAN].dev, a[GRSTD].dev, &x, &gain, &bias, 1e-5f,
                                          KLAYERNORM_TWO_PASS);
     kernels_set_stream(g->stream);
-    if (rc) return -1;
+    if (rc) return step_fail("layernorm");
     /* z = y W^T + b per replica: fused, then split-K, then fp8 from the bf16 operands */
     kmatmul_args mm = {GN, GO, GC, 0, 1, a[GY].dev, a[GW].dev, a[GZ].dev, NULL, 1.0f, 0.0f, a[GB2].dev, 0,
                        PREC_FP32, PREC_FP32, NULL, NULL, 0};
     kmatmul_batch b = {GR, GN * GC, GO * GC, 0, GN * GO, GO, 0, 0};
-    if (kmatmul_batched(KPATH_BF16, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &mm, &b)) return -1;
+    if (kmatmul_batched(KPATH_BF16, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &mm, &b)) return step_fail("matmul fused");
     mm.y = a[GZ2].dev;
-    if (kmatmul_batched(KPATH_BF16, KMATMUL_ACC_DEFAULT, KMATMUL_SPLIT_K, &mm, &b)) return -1;
+    if (kmatmul_batched(KPATH_BF16, KMATMUL_ACC_DEFAULT, KMATMUL_SPLIT_K, &mm, &b)) return step_fail("matmul split-K");
     mm.y = a[GZQ].dev;
+    mm.bias = NULL; /* as the trainer's fp8 GEMMs: cuBLASLt refused this shape's fp8 GEMM with a bf16 bias
+                       epilogue ("not supported", H100, 2026-11-23): a finding for kmatmul_quantized, not capture */
     if (g->fp8 && kmatmul_quantized_batched(KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &mm, &b, PREC_BF16, PREC_E4M3,
                                             PREC_E4M3))
-        return -1;
+        return step_fail("matmul fp8");
     /* the embedding gradient, zeroed first; y stands for its upstream gradient */
     if (kdevice_fill_bytes(a[GDT].dev, 0, (size_t)GR * GVOC * GC * 2, "zero dtable") ||
         kembedding_backward_replicas(GR, &dt, &y, a[GTOK].dev, g->ws_emb, g->wsb_emb, KEMBED_SORTED))
-        return -1;
-    if (kgrad_norm_replicas(GR, a[GNORM].dev, grads, 2, g->ws_gn, g->wsb_gn, KGRADNORM_BLOCK_TREE)) return -1;
+        return step_fail("embedding backward");
+    if (kgrad_norm_replicas(GR, a[GNORM].dev, grads, 2, g->ws_gn, g->wsb_gn, KGRADNORM_BLOCK_TREE)) return step_fail("grad norm");
     kadamw_replicas rep = {a[GSCALE].dev, a[GSEED].dev, a[GSKIP].dev, g->hparams};
     if (kadamw_step_replicas(KPATH_BF16, KADAMW_MASTER_FP32, KADAMW_LLMC, GR, GVOC * GC, a[GP].dev, a[GMASTER].dev,
                              NULL, a[GM].dev, a[GV].dev, a[GDT].dev, NULL, &rep))
-        return -1;
-    return kpolar_express_batched(KPATH_BF16, KPE_WIDE_FUSED, KPE_POLAR_EXPRESS, GR, GO, GC, GO * GC, a[GW].dev,
-                                  a[GXP].dev);
+        return step_fail("adamw");
+    if (kpolar_express_batched(KPATH_BF16, KPE_WIDE_FUSED, KPE_POLAR_EXPRESS, GR, GO, GC, GO * GC, a[GW].dev,
+                               a[GXP].dev))
+        return step_fail("polar express");
+    return 0;
 }
 
 /* Host copies of every input (and initial state) of a step. */
