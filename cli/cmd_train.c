@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/error.h"
 #include "cli/commands.h"
-#include "cli/output.h"
 #include "cli/train_options.h"
 #include "trainer/train.h"
 
@@ -22,7 +22,7 @@ static void usage(FILE *fp, train_options *t)
 int cmd_train(int argc, char **argv)
 {
     train_options *t = malloc(sizeof *t);
-    if (!t) return cli_error("train", "out of memory");
+    if (!t) return base_error("train", "out of memory");
     train_options_defaults(t);
     copt_table table = train_options_table(t);
     int status = copt_parse("train", argc, argv, &table, 1, &t->seen);
@@ -39,8 +39,8 @@ int cmd_train(int argc, char **argv)
     ttrain_result res;
     status = ttrain_run(&t->cfg, &res);
     if (status == 2) {
-        cli_error("train", "%s", res.error);
-        status = CLI_EXIT_USAGE;
+        base_error("train", "%s", res.error);
+        status = BASE_EXIT_USAGE;
     } else if (status) {
         fprintf(stderr, "ulpscope train: error: %s\n", res.error);
     } else if (!t->quiet) {

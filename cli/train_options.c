@@ -7,7 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cli/output.h"
+#include "base/error.h"
+#include "base/parse.h"
 
 #define F(field) offsetof(train_options, field)
 #define BIG 1048576.0 /* 2^20: sizes past it are typos, not models this trainer runs */
@@ -120,8 +121,8 @@ static int parse_slots(const char *cmd, const char *opt, const char *list, const
                 if (plan->used[s])
                     k += (size_t)snprintf(names + k, k < sizeof names ? sizeof names - k : 0, "%s%s", k ? " " : "",
                                           tslot_get((tslot)s)->name);
-            if (!n) return cli_error(cmd, "%s '%s': empty slot name (slots: %s; or all)", opt, list, names);
-            return cli_error(cmd, "unknown slot '%.*s' for hooks (slots: %s; or all)", (int)n, item, names);
+            if (!n) return base_error(cmd, "%s '%s': empty slot name (slots: %s; or all)", opt, list, names);
+            return base_error(cmd, "unknown slot '%.*s' for hooks (slots: %s; or all)", (int)n, item, names);
         }
         if (!comma) return 0;
         item = comma + 1;
@@ -138,16 +139,16 @@ static int parse_at_steps(const char *cmd, const char *list, ttrain_config *c)
         size_t n = comma ? (size_t)(comma - item) : strlen(item);
         long v;
         if (n == 0 || n >= sizeof num)
-            return cli_error(cmd, "--at-steps needs steps like 0,10,20, got '%s'", list);
+            return base_error(cmd, "--at-steps needs steps like 0,10,20, got '%s'", list);
         memcpy(num, item, n);
         num[n] = '\0';
-        if (cli_parse_long(num, &v) || v < 0)
-            return cli_error(cmd, "--at-steps: '%s' is not a step (an integer >= 0)", num);
+        if (base_parse_long(num, &v) || v < 0)
+            return base_error(cmd, "--at-steps: '%s' is not a step (an integer >= 0)", num);
         if (v >= c->steps)
-            return cli_error(cmd, "--at-steps %ld can never fire: the run has steps 0..%ld (--steps %ld)", v,
+            return base_error(cmd, "--at-steps %ld can never fire: the run has steps 0..%ld (--steps %ld)", v,
                              c->steps - 1, c->steps);
         if (c->n_at_steps == TTRAIN_MAX_AT_STEPS)
-            return cli_error(cmd, "--at-steps lists more than %d steps", TTRAIN_MAX_AT_STEPS);
+            return base_error(cmd, "--at-steps lists more than %d steps", TTRAIN_MAX_AT_STEPS);
         c->at_steps[c->n_at_steps++] = v;
         if (!comma) return 0;
         item = comma + 1;
@@ -161,21 +162,21 @@ static int parse_switch(const char *cmd, const char *v, ttrain_config *c)
     char num[32];
     long step;
     if (!colon || colon == v || (size_t)(colon - v) >= sizeof num)
-        return cli_error(cmd, "--switch-at needs STEP:SLOT[@LAYERS]=PATH[:VARIANT],..., got '%s'", v);
+        return base_error(cmd, "--switch-at needs STEP:SLOT[@LAYERS]=PATH[:VARIANT],..., got '%s'", v);
     memcpy(num, v, (size_t)(colon - v));
     num[colon - v] = '\0';
-    if (cli_parse_long(num, &step) || step < 0) return cli_error(cmd, "--switch-at: bad step '%s'", num);
+    if (base_parse_long(num, &step) || step < 0) return base_error(cmd, "--switch-at: bad step '%s'", num);
     if (step >= c->steps)
-        return cli_error(cmd, "--switch-at %ld can never fire: the run has steps 0..%ld (--steps %ld)", step,
+        return base_error(cmd, "--switch-at %ld can never fire: the run has steps 0..%ld (--steps %ld)", step,
                          c->steps - 1, c->steps);
-    if (c->n_switches == TTRAIN_MAX_SWITCHES) return cli_error(cmd, "more than %d --switch-at", TTRAIN_MAX_SWITCHES);
+    if (c->n_switches == TTRAIN_MAX_SWITCHES) return base_error(cmd, "more than %d --switch-at", TTRAIN_MAX_SWITCHES);
     tplan *probe = malloc(sizeof *probe);
-    if (!probe) return cli_error(cmd, "out of memory");
+    if (!probe) return base_error(cmd, "out of memory");
     *probe = c->plan;
     char err[2048];
     int bad = tplan_set(probe, colon + 1, err, sizeof err) || tplan_check_layers(probe, c->model.n_layer, err, sizeof err);
     free(probe);
-    if (bad) return cli_error(cmd, "--switch-at %ld: %s", step, err);
+    if (bad) return base_error(cmd, "--switch-at %ld: %s", step, err);
     c->switches[c->n_switches].step = step;
     c->switches[c->n_switches].overrides = colon + 1;
     c->n_switches++;
@@ -189,7 +190,7 @@ static int build_model_and_plan(train_options *t, const char *cmd)
     char err[2048];
     tmodel_kind kind;
     if (tmodel_kind_parse(t->model_name, &kind))
-        return cli_error(cmd, "unknown model '%s' (models: gpt2, modern)", t->model_name);
+        return base_error(cmd, "unknown model '%s' (models: gpt2, modern)", t->model_name);
     int is_shards = 0;
     struct stat st;
     if (c->data_path && stat(c->data_path, &st) == 0) {
@@ -199,20 +200,20 @@ static int build_model_and_plan(train_options *t, const char *cmd)
     int vocab = t->vocab ? t->vocab : is_shards ? 50304 : 256; /* GPT-2's 50257 padded to a multiple of 128 (llm.c) */
     if (tmodel_config_init(&c->model, kind, t->depth, t->width, t->heads, vocab, t->context ? t->context : c->seq, err,
                            sizeof err))
-        return cli_error(cmd, "%s", err);
+        return base_error(cmd, "%s", err);
     if (t->norm_gain >= 0) {
-        if (kind != TMODEL_MODERN) return cli_error(cmd, "--norm-gain applies to --model modern only");
+        if (kind != TMODEL_MODERN) return base_error(cmd, "--norm-gain applies to --model modern only");
         c->model.norm_gain = t->norm_gain != 0;
     }
     if (copt_given(&t->seen, "--softcap")) {
-        if (kind != TMODEL_MODERN) return cli_error(cmd, "--softcap applies to --model modern only");
+        if (kind != TMODEL_MODERN) return base_error(cmd, "--softcap applies to --model modern only");
         c->model.softcap = t->softcap;
     }
     if (is_shards) c->shard_vocab = vocab < 50257 ? vocab : 50257;
-    if (tplan_init(&c->plan, t->preset, kind, err, sizeof err)) return cli_error(cmd, "%s", err);
+    if (tplan_init(&c->plan, t->preset, kind, err, sizeof err)) return base_error(cmd, "%s", err);
     for (int i = 0; i < t->sets.n; i++)
-        if (tplan_set(&c->plan, t->sets.items[i], err, sizeof err)) return cli_error(cmd, "%s", err);
-    if (tplan_check_layers(&c->plan, c->model.n_layer, err, sizeof err)) return cli_error(cmd, "%s", err);
+        if (tplan_set(&c->plan, t->sets.items[i], err, sizeof err)) return base_error(cmd, "%s", err);
+    if (tplan_check_layers(&c->plan, c->model.n_layer, err, sizeof err)) return base_error(cmd, "%s", err);
     return 0;
 }
 
@@ -223,7 +224,7 @@ static int take_from_checkpoint(train_options *t, const char *cmd)
                                         "--vocab", "--norm-gain", "--softcap", "--seed", "--data-seed", NULL};
     const char *given = copt_first_given(&t->seen, fixed);
     if (given)
-        return cli_error(cmd, "--resume takes the model, plan and seed from the checkpoint; drop %s (use --switch-at "
+        return base_error(cmd, "--resume takes the model, plan and seed from the checkpoint; drop %s (use --switch-at "
                          "to change slots)", given);
     ttrain_config *c = &t->cfg;
     char err[2048], *json = NULL;
@@ -232,7 +233,7 @@ static int take_from_checkpoint(train_options *t, const char *cmd)
               tplan_from_json(&c->plan, json, err, sizeof err) ||
               tplan_check_layers(&c->plan, c->model.n_layer, err, sizeof err);
     free(json);
-    if (bad) return cli_error(cmd, "%s", err);
+    if (bad) return base_error(cmd, "%s", err);
     c->seed = st.seed;
     c->data_seed = st.data_seed;
     return 0;
@@ -243,31 +244,31 @@ int train_options_finish(train_options *t, const char *cmd)
     ttrain_config *c = &t->cfg;
     if (strcmp(t->schedule, "cosine") == 0) c->schedule = TSCHED_COSINE;
     else if (strcmp(t->schedule, "linear") == 0) c->schedule = TSCHED_LINEAR;
-    else return cli_error(cmd, "unknown schedule '%s' (schedules: cosine, linear)", t->schedule);
+    else return base_error(cmd, "unknown schedule '%s' (schedules: cosine, linear)", t->schedule);
     if (strcmp(c->backend, "cpu") != 0 && strcmp(c->backend, "cuda") != 0)
-        return cli_error(cmd, "unknown backend '%s' (backends: cpu, cuda)", c->backend);
+        return base_error(cmd, "unknown backend '%s' (backends: cpu, cuda)", c->backend);
     /* data parallel */
-    if (c->world > 1 && !c->nccl_id_file) return cli_error(cmd, "--world %d needs --nccl-id FILE", c->world);
+    if (c->world > 1 && !c->nccl_id_file) return base_error(cmd, "--world %d needs --nccl-id FILE", c->world);
     if (c->world == 1 && (copt_given(&t->seen, "--rank") || copt_given(&t->seen, "--nccl-id")))
-        return cli_error(cmd, "%s applies to data parallel runs only (--world N > 1)",
+        return base_error(cmd, "%s applies to data parallel runs only (--world N > 1)",
                          copt_given(&t->seen, "--rank") ? "--rank" : "--nccl-id");
-    if (c->rank >= c->world) return cli_error(cmd, "--rank %d of --world %d: need rank < world", c->rank, c->world);
+    if (c->rank >= c->world) return base_error(cmd, "--rank %d of --world %d: need rank < world", c->rank, c->world);
     if (!copt_given(&t->seen, "--data-seed")) c->data_seed = c->seed;
-    if (c->resume_path ? take_from_checkpoint(t, cmd) : build_model_and_plan(t, cmd)) return CLI_EXIT_USAGE;
+    if (c->resume_path ? take_from_checkpoint(t, cmd) : build_model_and_plan(t, cmd)) return BASE_EXIT_USAGE;
     /* hooks: each must be able to fire */
-    if (t->hash_list && parse_slots(cmd, "--hash-slots", t->hash_list, &c->plan, c->hash_slot)) return CLI_EXIT_USAGE;
-    if (t->dump_list && parse_slots(cmd, "--dump-slots", t->dump_list, &c->plan, c->dump_slot)) return CLI_EXIT_USAGE;
+    if (t->hash_list && parse_slots(cmd, "--hash-slots", t->hash_list, &c->plan, c->hash_slot)) return BASE_EXIT_USAGE;
+    if (t->dump_list && parse_slots(cmd, "--dump-slots", t->dump_list, &c->plan, c->dump_slot)) return BASE_EXIT_USAGE;
     if ((t->hash_list || t->dump_list) && !t->at_steps)
-        return cli_error(cmd, "--hash-slots/--dump-slots need --at-steps (the steps to fire at)");
+        return base_error(cmd, "--hash-slots/--dump-slots need --at-steps (the steps to fire at)");
     if (t->at_steps && !t->hash_list && !t->dump_list)
-        return cli_error(cmd, "--at-steps needs --hash-slots or --dump-slots (what to record at those steps)");
-    if (t->at_steps && parse_at_steps(cmd, t->at_steps, c)) return CLI_EXIT_USAGE;
-    if (c->dump_dir && !t->dump_list) return cli_error(cmd, "--dump-dir needs --dump-slots (nothing else is dumped)");
+        return base_error(cmd, "--at-steps needs --hash-slots or --dump-slots (what to record at those steps)");
+    if (t->at_steps && parse_at_steps(cmd, t->at_steps, c)) return BASE_EXIT_USAGE;
+    if (c->dump_dir && !t->dump_list) return base_error(cmd, "--dump-dir needs --dump-slots (nothing else is dumped)");
     for (int i = 0; i < t->switches.n; i++)
-        if (parse_switch(cmd, t->switches.items[i], c)) return CLI_EXIT_USAGE;
+        if (parse_switch(cmd, t->switches.items[i], c)) return BASE_EXIT_USAGE;
     /* progress output */
     if (t->quiet && (copt_given(&t->seen, "--progress-every") || c->profile))
-        return cli_error(cmd, "--quiet silences the progress lines %s prints; drop one of them",
+        return base_error(cmd, "--quiet silences the progress lines %s prints; drop one of them",
                          c->profile ? "--profile" : "--progress-every");
     c->progress = t->quiet ? NULL : stderr;
     if (t->peak_tflops > 0) c->peak_flops = t->peak_tflops * 1e12;

@@ -8,8 +8,8 @@
  *     train_options t;
  *     train_options_defaults(&t);
  *     copt_table tables[] = {train_options_table(&t), {own_opts, n_own, &own}};
- *     if (copt_parse("compare", argc, argv, tables, 2, &t.seen)) return CLI_EXIT_USAGE;
- *     if (train_options_finish(&t, "compare")) return CLI_EXIT_USAGE;
+ *     if (copt_parse("compare", argc, argv, tables, 2, &t.seen)) return BASE_EXIT_USAGE;
+ *     if (train_options_finish(&t, "compare")) return BASE_EXIT_USAGE;
  *     ... t.cfg is the run's ttrain_config ...
  *
  * train_options_finish turns the parsed values into t.cfg (model
@@ -43,7 +43,7 @@ typedef struct {
 void train_options_defaults(train_options *t);
 /* The training options' table with t as its target. */
 copt_table train_options_table(train_options *t);
-/* Builds t->cfg from the parsed values.  Returns 0, or CLI_EXIT_USAGE after
+/* Builds t->cfg from the parsed values.  Returns 0, or BASE_EXIT_USAGE after
  * printing one line "ulpscope CMD: error: ..." naming the problem. */
 int train_options_finish(train_options *t, const char *cmd);
 

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/output.h"
+#include "base/jsonl.h"
 
 /* ---- the record writer ------------------------------------------------------------------ */
 
@@ -38,19 +38,19 @@ void trec_size(trecord *w, const char *k, size_t v)
 
 void trec_num(trecord *w, const char *k, double v)
 {
-    if (key(w, k)) cli_json_double(w->fp, v);
+    if (key(w, k)) base_json_double(w->fp, v);
 }
 
 void trec_num_or_null(trecord *w, const char *k, double v)
 {
     if (!key(w, k)) return;
     if (isnan(v)) fputs("null", w->fp);
-    else cli_json_double(w->fp, v);
+    else base_json_double(w->fp, v);
 }
 
 void trec_str(trecord *w, const char *k, const char *s)
 {
-    if (key(w, k)) cli_json_string(w->fp, s);
+    if (key(w, k)) base_json_string(w->fp, s);
 }
 
 void trec_hex64(trecord *w, const char *k, uint64_t v)
@@ -123,7 +123,7 @@ void trun_log_header(trun *r, long start_step)
                  cfg->schedule == TSCHED_LINEAR ? "linear" : "cosine", cfg->cooldown_frac, cfg->min_lr_frac,
                  cfg->weight_decay, cfg->grad_clip, cfg->muon_lr, (unsigned long long)cfg->seed,
                  (unsigned long long)cfg->data_seed, (long long)r->data.train_tokens, (long long)r->data.val_tokens);
-    cli_json_header(r->log, "train", json && extra ? extra : "\"error\":\"out of memory\"");
+    base_json_header(r->log, "train", json && extra ? extra : "\"error\":\"out of memory\"");
     free(json), free(extra);
     trecord w;
     trec_begin(&w, r->log, "data");
