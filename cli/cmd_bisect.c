@@ -6,6 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/error.h"
+#include "base/jsonl.h"
+#include "base/outfile.h"
 #include "cli/commands.h"
 #include "cli/experiment.h"
 #include "studies/bisect.h"
@@ -100,7 +103,7 @@ int cmd_bisect(int argc, char **argv)
         bisect_report rep;
     } state;
     state *s = calloc(1, sizeof *s);
-    if (!s) return cli_error("bisect", "out of memory");
+    if (!s) return base_error("bisect", "out of memory");
     train_options_defaults(&s->t);
     experiment_options_defaults(&s->o.e);
     s->o.e.alpha = 0.01;
@@ -123,9 +126,9 @@ int cmd_bisect(int argc, char **argv)
     bisect_config *c = &s->c;
     char err[1024], *recipe = NULL, tmpdir[64] = "";
     if (!status && !!s->o.bad == !!s->o.bad_plan)
-        status = cli_error("bisect", "give the bad plan with exactly one of --bad OVERRIDES or --bad-plan PRESET");
+        status = base_error("bisect", "give the bad plan with exactly one of --bad OVERRIDES or --bad-plan PRESET");
     if (!status && parse_schedule(s->o.schedule, c))
-        status = cli_error("bisect", "--schedule %s: increasing seed counts >= 2, comma separated (e.g. 4,8,16)",
+        status = base_error("bisect", "--schedule %s: increasing seed counts >= 2, comma separated (e.g. 4,8,16)",
                            s->o.schedule);
     if (!status) status = experiment_setup("bisect", &s->t, &s->o.e, CMP_VARY_BOTH, &c->train, &recipe);
     if (!status) {
@@ -136,23 +139,23 @@ int cmd_bisect(int argc, char **argv)
             char preset[32];
             const char *comma = strchr(s->o.bad_plan, ',');
             size_t k = comma ? (size_t)(comma - s->o.bad_plan) : strlen(s->o.bad_plan);
-            if (k == 0 || k >= sizeof preset) status = cli_error("bisect", "--bad-plan %s: no preset name", s->o.bad_plan);
+            if (k == 0 || k >= sizeof preset) status = base_error("bisect", "--bad-plan %s: no preset name", s->o.bad_plan);
             else {
                 memcpy(preset, s->o.bad_plan, k);
                 preset[k] = '\0';
                 if (tplan_init(&c->bad, preset, s->t.cfg.model.kind, err, sizeof err))
-                    status = cli_error("bisect", "--bad-plan: %s", err);
+                    status = base_error("bisect", "--bad-plan: %s", err);
                 over = comma ? comma + 1 : NULL;
             }
         }
-        if (!status && over && tplan_set(&c->bad, over, err, sizeof err)) status = cli_error("bisect", "bad plan: %s", err);
+        if (!status && over && tplan_set(&c->bad, over, err, sizeof err)) status = base_error("bisect", "bad plan: %s", err);
         if (!status && tplan_check_layers(&c->bad, s->t.cfg.model.n_layer, err, sizeof err))
-            status = cli_error("bisect", "bad plan: %s", err);
+            status = base_error("bisect", "bad plan: %s", err);
     }
     if (!status && s->o.plant) {
         int slot, layer, variant;
         if (parse_plant(s->o.plant, &c->bad, s->t.cfg.model.n_layer, &slot, &layer, &variant))
-            status = cli_error("bisect", "--plant-truncation %s: expected SLOT[@LAYER][:VARIANT] of the bad plan", s->o.plant);
+            status = base_error("bisect", "--plant-truncation %s: expected SLOT[@LAYER][:VARIANT] of the bad plan", s->o.plant);
         else {
             for (int a = 0; a < CMP_MAX_ARMS; a++) c->train.planted[a] = KBUG_TRUNCATE_OUTPUT;
             tbackend_cpu_plant_site(slot, layer, variant);
@@ -165,12 +168,12 @@ int cmd_bisect(int argc, char **argv)
         snprintf(arms[0].name, CMP_NAME_MAX, "good");
         snprintf(arms[1].name, CMP_NAME_MAX, "bad");
         cmp_train_ctx *tc = malloc(sizeof *tc);
-        if (!tc) status = cli_error("bisect", "out of memory");
+        if (!tc) status = base_error("bisect", "out of memory");
         else {
             *tc = c->train;
             tc->plans[0] = c->good;
             tc->plans[1] = c->bad;
-            if (cmp_train_check_arms(tc, arms, 2, err, sizeof err)) status = cli_error("bisect", "%s", err);
+            if (cmp_train_check_arms(tc, arms, 2, err, sizeof err)) status = base_error("bisect", "%s", err);
             free(tc);
         }
     }
@@ -178,7 +181,7 @@ int cmd_bisect(int argc, char **argv)
         snprintf(tmpdir, sizeof tmpdir, "/tmp/ulpscope_bisect_XXXXXX");
         if (!mkdtemp(tmpdir)) {
             tmpdir[0] = '\0';
-            status = cli_error("bisect", "cannot create a temporary results directory");
+            status = base_error("bisect", "cannot create a temporary results directory");
         }
     }
     if (!status) {
@@ -190,31 +193,29 @@ int cmd_bisect(int argc, char **argv)
         c->recipe_json = recipe;
         c->progress = s->t.quiet ? NULL : stderr;
         if (s->o.e.json_path && strcmp(s->o.e.json_path, "-") != 0) {
-            cli_outfile probe;
-            if (cli_outfile_open(&probe, "bisect", s->o.e.json_path)) status = CLI_EXIT_USAGE;
-            else cli_outfile_abort(&probe);
+            if (base_outfile_check("bisect", s->o.e.json_path)) status = BASE_EXIT_USAGE; /* before any run */
         }
     }
     if (!status) {
         status = bisect_run(c, &s->rep, err, sizeof err);
-        if (status == 2) status = cli_error("bisect", "%s", err);
+        if (status == 2) status = base_error("bisect", "%s", err);
         else if (status) fprintf(stderr, "ulpscope bisect: error: %s\n", err);
     }
     if (!status) {
         FILE *fp = s->o.e.json_path && strcmp(s->o.e.json_path, "-") == 0 ? stderr : stdout;
         bisect_print(fp, c, &s->rep);
         if (s->o.e.json_path) {
-            cli_outfile o;
-            if (cli_outfile_open(&o, "bisect", s->o.e.json_path)) status = 1;
+            base_outfile o;
+            if (base_outfile_open(&o, "bisect", s->o.e.json_path)) status = 1;
             else {
                 size_t n = strlen(recipe) + 32;
                 char *hdr = malloc(n);
                 if (hdr) snprintf(hdr, n, "\"recipe\":%s", recipe);
-                cli_json_header(o.fp, "bisect", hdr ? hdr : "\"error\":\"out of memory\"");
+                base_json_header(o.fp, "bisect", hdr ? hdr : "\"error\":\"out of memory\"");
                 free(hdr);
                 bisect_write_records(o.fp, c, &s->rep);
                 if (s->rep.confirm.n_arms > 1) cmp_write_arm_records(o.fp, &s->rep.confirm_cfg, &s->rep.confirm);
-                status = cli_outfile_commit(&o, "bisect") ? 1 : 0;
+                status = base_outfile_commit(&o, "bisect") ? 1 : 0;
             }
         }
     }
