@@ -1,7 +1,7 @@
 /* tests/test_cli.c — the command line's contract, across every command:
  * --help works, bad input gets one line naming the problem and exit status 2,
- * and a failed run leaves no output file behind.  Drives the binary named by
- * ULPSCOPE_BIN (make test sets it). */
+ * and a failed run leaves no output file behind.  Drives the binary test_bin()
+ * finds (ULPSCOPE_BIN, or the build's own beside the tests). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -15,20 +15,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static const char *bin(void)
-{
-    const char *b = getenv("ULPSCOPE_BIN");
-    return b ? b : "build/ulpscope";
-}
+#include "tests/test_util.h"
 
 /* Runs `ulpscope ARGS` in dir; returns the exit status, stderr in err. */
 static int run(const char *dir, const char *args, char *err, size_t err_len)
 {
-    char cmd[2048], errfile[] = "/tmp/ulpscope_cli_err_XXXXXX";
+    TEST_REQUIRE_BIN();
+    char cmd[4096], errfile[] = "/tmp/ulpscope_cli_err_XXXXXX";
     int fd = mkstemp(errfile);
     assert_true(fd >= 0);
     close(fd);
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >/dev/null 2>'%s'", dir, bin(), args, errfile);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >/dev/null 2>'%s'", dir, test_bin(), args, errfile);
     int status = system(cmd);
     FILE *f = fopen(errfile, "r");
     size_t n = f ? fread(err, 1, err_len - 1, f) : 0;
@@ -116,6 +113,25 @@ static void test_verdict_fails_on_valid_input(void **state)
     assert_false(rejected_properly("plan --plan bf16", "bf16"));
 }
 
+/* A command that needs a GPU, on a machine without one: bad input (exit 2,
+ * one line saying why), never a failure while running (1). */
+static void test_no_gpu_is_bad_input(void **state)
+{
+    (void)state;
+    char why[256];
+    if (kernels_gpu_available(why, sizeof why)) {
+        print_message("skipping: this machine has a GPU (the no-GPU exit status is checked on CPU machines)\n");
+        skip();
+    }
+    int failures = 0;
+    failures += !rejected_properly("check rmsnorm", "GPU");
+    failures += !rejected_properly("check --bug drop-term --quick", "GPU");
+    failures += !rejected_properly("probe", "GPU");
+    failures += !rejected_properly("probe --validate 10", "GPU");
+    failures += !rejected_properly("train --backend cuda --steps 1", "GPU");
+    assert_int_equal(failures, 0);
+}
+
 /* A run that fails on bad input after naming an output file writes nothing. */
 static void test_failed_run_leaves_no_output(void **state)
 {
@@ -151,6 +167,7 @@ int main(void)
         cmocka_unit_test(test_help_for_every_command),
         cmocka_unit_test(test_bad_input_is_named_and_exits_2),
         cmocka_unit_test(test_verdict_fails_on_valid_input),
+        cmocka_unit_test(test_no_gpu_is_bad_input),
         cmocka_unit_test(test_failed_run_leaves_no_output),
         cmocka_unit_test(test_good_input_is_accepted),
     };

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
+
 void ttrain_config_defaults(ttrain_config *c)
 {
     memset(c, 0, sizeof *c);
@@ -71,6 +73,8 @@ static int setup_run(trun *r)
     if (cfg->world < 1 || cfg->rank < 0 || cfg->rank >= cfg->world)
         return trun_fail(r, 2, "rank %d of world %d: need 0 <= rank < world", cfg->rank, cfg->world);
     if (tplan_check_layers(&cfg->plan, cfg->model.n_layer, err, sizeof err)) return trun_fail(r, 2, "%s", err);
+    if (strcmp(cfg->backend, "cuda") == 0 && !kernels_gpu_available(err, sizeof err))
+        return trun_fail(r, 2, "--backend cuda needs a GPU: %s", err);
     res->loss = malloc((size_t)cfg->steps * sizeof *res->loss);
     res->grad_norm = malloc((size_t)cfg->steps * sizeof *res->grad_norm);
     res->val_loss = malloc((size_t)cfg->steps * sizeof *res->val_loss);
