@@ -202,10 +202,7 @@ static void test_atomic_write(void **state)
 static void test_resume_cli(void **state)
 {
     (void)state;
-    if (!getenv("ULPSCOPE_BIN")) {
-        print_message("skipping CLI test: ULPSCOPE_BIN not set (make test sets it)\n");
-        skip();
-    }
+    TEST_REQUIRE_BIN();
     static char out[65536];
     char args[512];
     snprintf(args, sizeof args, "--steps 2 --width 32 --heads 2 --seq 16 --batch 2 --set mlp.up@1=fp32 --ckpt %s --quiet",

@@ -343,10 +343,7 @@ static void final_state_hash(const char *log, char out[32])
 static void test_cli(void **state)
 {
     (void)state;
-    if (!getenv("ULPSCOPE_BIN")) {
-        print_message("skipping CLI test: ULPSCOPE_BIN not set (make test sets it)\n");
-        skip();
-    }
+    TEST_REQUIRE_BIN();
     static char out[65536];
     char log[] = "/tmp/ulpscope_test_train_XXXXXX";
     int fd = mkstemp(log);
