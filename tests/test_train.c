@@ -325,21 +325,6 @@ static void test_dump_hook(void **state)
 
 /* ---- the command line ------------------------------------------------------------------- */
 
-/* The "state_hash" of a log's final record. */
-static void final_state_hash(const char *log, char out[32])
-{
-    FILE *fp = fopen(log, "r");
-    assert_non_null(fp);
-    char line[16384];
-    out[0] = '\0';
-    while (fgets(line, sizeof line, fp)) {
-        const char *h = strstr(line, "\"state_hash\":\"");
-        if (strstr(line, "\"record\":\"final\"") && h) snprintf(out, 32, "%.16s", h + strlen("\"state_hash\":\""));
-    }
-    fclose(fp);
-    assert_int_equal(strlen(out), 16);
-}
-
 static void test_cli(void **state)
 {
     (void)state;
