@@ -450,7 +450,7 @@ static void test_memory_refused_up_front(void **state)
     static char out[65536];
     char log[128], args[1024];
     path_in(log, sizeof log, "mem.jsonl");
-    snprintf(args, sizeof args, "--batch 100000 --steps 1 --quiet --log %s", log);
+    snprintf(args, sizeof args, "--batch 1000000 --steps 1 --quiet --log %s", log); /* about 1 TiB */
     int st = test_run_cli("train", args, out, sizeof out);
     if (st != 2 || !strstr(out, "the run needs about") || !strstr(out, "GiB are available") ||
         strchr(out, '\n') != strrchr(out, '\n'))
