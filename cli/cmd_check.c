@@ -39,8 +39,8 @@ static void usage(FILE *fp)
             "                 (FILE - is stdout; the table then goes to stderr)\n"
             "  --list         list ops, paths and variants (needs no GPU) and exit\n\n"
             "Exit status: 0 when every row passes; with --bug, 0 only when EVERY twin was\n"
-            "caught (had a FAIL row); 1 otherwise, or when a check errors or no GPU is\n"
-            "usable; 2 for bad arguments.\n");
+            "caught (had a FAIL row); 1 otherwise, or when a check errors; 2 for bad\n"
+            "arguments or when no GPU is usable.\n");
 }
 
 static void list_ops(FILE *fp)
@@ -159,8 +159,7 @@ int cmd_check(int argc, char **argv)
     if (json_path && base_outfile_check("check", json_path)) return BASE_EXIT_USAGE; /* before any work */
     char why[256];
     if (!kernels_gpu_available(why, sizeof why)) {
-        fprintf(stderr, "ulpscope check: error: no GPU to run the kernels on: %s\n", why);
-        return 1;
+        return base_error("check", "no GPU to run the kernels on: %s", why);
     }
     if (!have_seed) o.seed = fresh_seed();
 

@@ -4,7 +4,7 @@
  * accum, norms, check, probe) are checked before any work and never replace
  * what is not theirs: /dev/stdout, /dev/full, a symlink, a FIFO, a
  * directory, a missing directory, an unwritable directory.  Drives the
- * binary named by ULPSCOPE_BIN (make test sets it). */
+ * binary test_bin() finds (ULPSCOPE_BIN, or the build's own beside the tests). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -22,20 +22,15 @@
 
 #include "tests/test_util.h"
 
-static const char *bin(void)
-{
-    const char *b = getenv("ULPSCOPE_BIN");
-    return b ? b : "build/ulpscope";
-}
-
 /* Runs `ulpscope ARGS` in dir; returns the exit status, stderr in err. */
 static int run(const char *dir, const char *args, char *err, size_t err_len)
 {
-    char cmd[2048], errfile[] = "/tmp/ulpscope_cli_err_XXXXXX";
+    TEST_REQUIRE_BIN();
+    char cmd[4096], errfile[] = "/tmp/ulpscope_cli_err_XXXXXX";
     int fd = mkstemp(errfile);
     assert_true(fd >= 0);
     close(fd);
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >/dev/null 2>'%s'", dir, bin(), args, errfile);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >/dev/null 2>'%s'", dir, test_bin(), args, errfile);
     int status = system(cmd);
     FILE *f = fopen(errfile, "r");
     size_t n = f ? fread(err, 1, err_len - 1, f) : 0;
@@ -145,6 +140,25 @@ static void test_verdict_fails_on_valid_input(void **state)
     assert_false(rejected_properly("plan --plan bf16", "bf16"));
 }
 
+/* A command that needs a GPU, on a machine without one: bad input (exit 2,
+ * one line saying why), never a failure while running (1). */
+static void test_no_gpu_is_bad_input(void **state)
+{
+    (void)state;
+    char why[256];
+    if (kernels_gpu_available(why, sizeof why)) {
+        print_message("skipping: this machine has a GPU (the no-GPU exit status is checked on CPU machines)\n");
+        skip();
+    }
+    int failures = 0;
+    failures += !rejected_properly("check rmsnorm", "GPU");
+    failures += !rejected_properly("check --bug drop-term --quick", "GPU");
+    failures += !rejected_properly("probe", "GPU");
+    failures += !rejected_properly("probe --validate 10", "GPU");
+    failures += !rejected_properly("train --backend cuda --steps 1", "GPU");
+    assert_int_equal(failures, 0);
+}
+
 /* A run that fails on bad input after naming an output file writes nothing. */
 static void test_failed_run_leaves_no_output(void **state)
 {
@@ -182,7 +196,7 @@ static int run_out(const char *dir, const char *args, const char *out, char *err
     int fd = mkstemp(errfile);
     assert_true(fd >= 0);
     close(fd);
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >'%s' 2>'%s'", dir, bin(), args, out, errfile);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >'%s' 2>'%s'", dir, test_bin(), args, out, errfile);
     int status = system(cmd);
     FILE *f = fopen(errfile, "r");
     size_t n = f ? fread(err, 1, err_len - 1, f) : 0;
@@ -345,7 +359,7 @@ static void test_symlink_and_fifo_outputs(void **state)
     /* the FIFO: a reader in the background, the writer in front */
     snprintf(cmd, sizeof cmd, "cd '%s' && { timeout 60 cat pipe > got & reader=$!; timeout 60 '%s' probe --model a100 "
                               "--json pipe >/dev/null; status=$?; wait $reader && exit $status; }",
-             dir, bin());
+             dir, test_bin());
     assert_int_equal(system(cmd), 0);
     snprintf(path, sizeof path, "%s/got", dir);
     assert_true(pure_jsonl(slurp(path)));
@@ -416,12 +430,12 @@ static void test_unwritable_output_refused(void **state)
     snprintf(cmd, sizeof cmd, "mkdir '%s/ro' && chmod 0555 '%s/ro' && chmod 0755 '%s' && command -v setpriv >/dev/null && "
                               "[ \"$(id -u)\" = 0 ] && setpriv --reuid=65534 --regid=65534 --clear-groups '%s' --version "
                               ">/dev/null 2>&1",
-             dir, dir, dir, bin());
+             dir, dir, dir, test_bin());
     if (system(cmd) == 0) {
         char errfile[300];
         snprintf(errfile, sizeof errfile, "%s.err", dir);
         snprintf(cmd, sizeof cmd, "cd '%s' && setpriv --reuid=65534 --regid=65534 --clear-groups '%s' accum --json "
-                                  "ro/out.jsonl >/dev/null 2>'%s'", dir, bin(), errfile);
+                                  "ro/out.jsonl >/dev/null 2>'%s'", dir, test_bin(), errfile);
         int st = system(cmd);
         const char *e = slurp(errfile);
         print_message("as nobody, mode 0555: status %d: %s", WEXITSTATUS(st), e ? e : "");
@@ -444,6 +458,7 @@ int main(void)
         cmocka_unit_test(test_help_for_every_command),
         cmocka_unit_test(test_bad_input_is_named_and_exits_2),
         cmocka_unit_test(test_verdict_fails_on_valid_input),
+        cmocka_unit_test(test_no_gpu_is_bad_input),
         cmocka_unit_test(test_failed_run_leaves_no_output),
         cmocka_unit_test(test_good_input_is_accepted),
         cmocka_unit_test(test_seed_is_decimal_not_octal),

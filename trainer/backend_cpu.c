@@ -996,6 +996,11 @@ static int cpu_dp_init(tbackend *be, int world, int rank, const char *id_file)
 
 static int cpu_allreduce(tbackend *be, tparam *const *params, int n) { return 0; }
 
+static int cpu_mem_available(tbackend *be, size_t *bytes, char *what, size_t what_len)
+{
+    return tbackend_host_available(bytes, what, what_len) ? tbackend_fail(be, "cannot read the available memory") : 0;
+}
+
 static void cpu_destroy(tbackend *be)
 {
     tbinding_free(&be->bound);
@@ -1023,6 +1028,7 @@ tbackend *tbackend_cpu_create(void)
     be->count_nonfinite = cpu_count_nonfinite;
     be->sync = cpu_sync;
     be->mem_used = cpu_mem_used;
+    be->mem_available = cpu_mem_available;
     be->embedding_fwd = cpu_embedding_fwd;
     be->embedding_bwd = cpu_embedding_bwd;
     be->norm_fwd = cpu_norm_fwd;

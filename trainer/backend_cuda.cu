@@ -263,6 +263,15 @@ static int cuda_mem_used(tbackend *be, size_t *bytes)
     return 0;
 }
 
+static int cuda_mem_available(tbackend *be, size_t *bytes, char *what, size_t what_len)
+{
+    size_t free_b = 0, total = 0;
+    if (cuda_check(be, cudaMemGetInfo(&free_b, &total), "cudaMemGetInfo")) return -1;
+    *bytes = free_b;
+    snprintf(what, what_len, "the GPU's free memory (cudaMemGetInfo)");
+    return 0;
+}
+
 // ---- matmul -----------------------------------------------------------------------------------
 
 static int cuda_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
@@ -818,6 +827,7 @@ extern "C" tbackend *tbackend_cuda_create(char *why, size_t why_len)
     be->count_nonfinite = cuda_count_nonfinite;
     be->sync = cuda_sync;
     be->mem_used = cuda_mem_used;
+    be->mem_available = cuda_mem_available;
     be->embedding_fwd = cuda_embedding_fwd;
     be->embedding_bwd = cuda_embedding_bwd;
     be->norm_fwd = cuda_norm_fwd;
