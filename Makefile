@@ -1,7 +1,8 @@
 # ulpscope — build, test, demo, bench.
 #
 #   make            build build/ulpscope (and the libraries behind it)
-#   make test       build and run every CMocka test (GPU tests skip visibly without a GPU)
+#   make test       build and run every CMocka test (GPU tests skip visibly without a GPU),
+#                   after link-check (the trainer links without the check harness and MPFR)
 #   make test-gpu   on a GPU machine: GPU tests must run (no skips), the full check matrix,
 #                   and a compute-sanitizer pass
 #   make demo       the main job on embedded defaults, results under results/
@@ -20,7 +21,7 @@ CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null || ech
 NVCC       ?= $(CUDA_HOME)/bin/nvcc
 PYTHON     ?= python3
 
-# The revision stamped into every result header; output.o is rebuilt whenever
+# The revision stamped into every result header; base/jsonl.o is rebuilt whenever
 # it changes (the stamp file is rewritten only then).
 GIT_REV    := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 GIT_STAMP  := $(BUILD)/.git-rev
@@ -41,13 +42,31 @@ NVCCFLAGS  ?= -O3 -lineinfo
 REQUIRED_NVCCFLAGS := -std=c++17 -I. -I$(CUDA_HOME)/include -Xcompiler -Wall -MMD -MP
 LDFLAGS    ?=
 LDLIBS     ?=
-REQUIRED_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
-              -lcublasLt -lcublas -lcudart -lmpfr -lgmp -lstdc++ -lpthread -lm -ldl
+# The CUDA libraries every binary needs; MPFR only where references are linked.
+CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
+SYS_LIBS   := -lstdc++ -lpthread -lm -ldl
+REQUIRED_LDLIBS := $(CUDA_LIBS) -lmpfr -lgmp $(SYS_LIBS)
 
-C_DIRS     := base precision reference kernels trainer studies cli
-LIB_C      := $(filter-out cli/main.c,$(wildcard $(addsuffix /*.c,$(C_DIRS))))
-LIB_CU     := $(wildcard kernels/*.cu trainer/*.cu)
-LIB_OBJS   := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.o)
+# One static library per floor; a floor uses only the floors listed before it
+# (reference/, kernels/check/ and studies/ are the ones that need MPFR; the
+# trainer's floor sits on base, precision and kernels alone, which
+# `make link-check` proves).  Sources are found by wildcard in each folder.
+FLOORS         := base precision reference kernels check probe trainer studies cli
+base_SRCS      := $(wildcard base/*.c)
+precision_SRCS := $(wildcard precision/*.c)
+reference_SRCS := $(wildcard reference/*.c)
+kernels_SRCS   := $(wildcard kernels/*.c kernels/*.cu kernels/common/*.c kernels/common/*.cu)
+check_SRCS     := $(wildcard kernels/check/*.c)
+probe_SRCS     := $(wildcard kernels/probe/*.c kernels/probe/*.cu)
+trainer_SRCS   := $(wildcard trainer/*.c trainer/*.cu)
+studies_SRCS   := $(wildcard studies/*.c)
+cli_SRCS       := $(filter-out cli/main.c,$(wildcard cli/*.c))
+objects_of  = $(patsubst %.cu,$(BUILD)/obj/%.o,$(patsubst %.c,$(BUILD)/obj/%.o,$(1)))
+floor_lib   = $(BUILD)/lib/libulpscope_$(1).a
+ALL_LIBS   := $(foreach f,$(FLOORS),$(call floor_lib,$(f)))
+# Every library whole: the registry's entries and the checks are reached
+# through tables, not through calls the linker could follow.
+LINK_ALL   := -Wl,--whole-archive $(ALL_LIBS) -Wl,--no-whole-archive
 TEST_SRCS  := $(wildcard tests/test_*.c)
 # C++ tests: only ones that compile CUDA kernel source for the host (tests/simt_emu.h)
 TEST_CXX   := $(wildcard tests/test_*.cc)
@@ -57,7 +76,7 @@ BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 DEPS_OK    := $(BUILD)/.deps-ok
 
 .SECONDARY:
-.PHONY: all test test-gpu demo bench notebooks deps clean
+.PHONY: all test test-gpu link-check demo bench notebooks deps clean
 all: $(BUILD)/ulpscope
 
 # ---- dependencies -----------------------------------------------------------
@@ -70,8 +89,8 @@ $(DEPS_OK): tests/deps.sh
 	@mkdir -p $(@D) && touch $@
 
 # ---- build --------------------------------------------------------------------
-$(BUILD)/obj/cli/output.o: CPPFLAGS += -DULPSCOPE_GIT_REV=\"$(GIT_REV)\"
-$(BUILD)/obj/cli/output.o: $(GIT_STAMP)
+$(BUILD)/obj/base/jsonl.o: REQUIRED_CPPFLAGS += -DULPSCOPE_GIT_REV=\"$(GIT_REV)\"
+$(BUILD)/obj/base/jsonl.o: $(GIT_STAMP)
 
 $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(@D)
@@ -96,24 +115,41 @@ $(BUILD)/obj/%.o: %.cu | $(DEPS_OK)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) $(REQUIRED_NVCCFLAGS) $(NVCC_ARCH) -c $< -o $@
 
-$(BUILD)/libulpscope.a: $(LIB_OBJS)
-	@rm -f $@
-	ar rcs $@ $^
+# A library is rebuilt when its list of members changes too (a file moved to
+# another floor), not only when a member is newer: the list is kept in
+# LIB.members, rewritten only when it differs.
+define floor_rule
+$(shell mkdir -p $(BUILD)/lib; echo "$(call objects_of,$($(1)_SRCS))" > $(BUILD)/lib/.members.tmp; \
+        cmp -s $(BUILD)/lib/.members.tmp $(call floor_lib,$(1)).members || \
+        mv $(BUILD)/lib/.members.tmp $(call floor_lib,$(1)).members)
+$(call floor_lib,$(1)): $(call objects_of,$($(1)_SRCS)) $(call floor_lib,$(1)).members
+	@rm -f $$@
+	ar rcs $$@ $$(filter %.o,$$^)
+endef
+$(foreach f,$(FLOORS),$(eval $(call floor_rule,$(f))))
 
-$(BUILD)/ulpscope: $(BUILD)/obj/cli/main.o $(BUILD)/libulpscope.a
-	$(CXX) $(LDFLAGS) -o $@ $< -Wl,--whole-archive $(BUILD)/libulpscope.a -Wl,--no-whole-archive $(LDLIBS) $(REQUIRED_LDLIBS)
+$(BUILD)/ulpscope: $(BUILD)/obj/cli/main.o $(ALL_LIBS)
+	$(CXX) $(LDFLAGS) -o $@ $< $(LINK_ALL) $(LDLIBS) $(REQUIRED_LDLIBS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/libulpscope.a
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(ALL_LIBS)
 	@mkdir -p $(@D)
-	$(CXX) $(LDFLAGS) -o $@ $< -Wl,--whole-archive $(BUILD)/libulpscope.a -Wl,--no-whole-archive $(LDLIBS) -lcmocka $(REQUIRED_LDLIBS)
+	$(CXX) $(LDFLAGS) -o $@ $< $(LINK_ALL) $(LDLIBS) -lcmocka $(REQUIRED_LDLIBS)
 
-$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libulpscope.a
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
 	@mkdir -p $(@D)
-	$(CXX) $(LDFLAGS) -o $@ $< -Wl,--whole-archive $(BUILD)/libulpscope.a -Wl,--no-whole-archive $(LDLIBS) $(REQUIRED_LDLIBS)
+	$(CXX) $(LDFLAGS) -o $@ $< $(LINK_ALL) $(LDLIBS) $(REQUIRED_LDLIBS)
+
+# The trainer's floor links, whole, against base, precision and kernels
+# alone: no check harness, no references, no MPFR (tests/link_check.sh; its
+# twin adds the check harness to the same link, which must then fail).
+TRAINER_ONLY_LIBS := $(foreach f,base precision kernels trainer,$(call floor_lib,$(f)))
+link-check: $(BUILD)/obj/tests/link_trainer.o $(TRAINER_ONLY_LIBS) $(call floor_lib,check)
+	@sh tests/link_check.sh "$(CXX) $(LDFLAGS)" $(BUILD) "$(CUDA_LIBS) $(SYS_LIBS)" $(BUILD)/obj/tests/link_trainer.o \
+	    "$(TRAINER_ONLY_LIBS)" $(call floor_lib,check)
 
 # ---- run ----------------------------------------------------------------------
 # Tests that drive the command line find it through ULPSCOPE_BIN.
-test: $(TEST_BINS) $(BUILD)/ulpscope
+test: link-check $(TEST_BINS) $(BUILD)/ulpscope
 	@ULPSCOPE_BIN=$(abspath $(BUILD)/ulpscope) sh tests/run_tests.sh $(TEST_BINS)
 
 test-gpu: $(TEST_BINS) $(BUILD)/ulpscope
@@ -157,8 +193,6 @@ FUZZ_CC        ?= clang
 FUZZ_CXX       ?= clang++
 FUZZ_TARGETS   := $(patsubst fuzz/%.c,%,$(wildcard fuzz/fuzz_*.c))
 CUDA_OBJS      := $(patsubst %.cu,%.o,$(wildcard kernels/*.cu kernels/*/*.cu trainer/*.cu))
-# The library the sanitizer and fuzz binaries link whole, in the build they are made in.
-SAN_LIBS        = $(BUILD)/libulpscope.a
 
 # clang, for make sanitize too: with GCC's separate libubsan, UBSan reports of
 # an ASan+UBSan build ignore UBSAN_OPTIONS=log_path and go to stderr, where a
@@ -193,9 +227,9 @@ sanitize: $(addprefix $(BUILD)/obj/,$(CUDA_OBJS))
 # The fuzz targets, in the build they are made in (make fuzz makes them in $(FUZZ_BUILD)).
 fuzz-bins: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%)
 
-$(BUILD)/fuzz/%: $(BUILD)/obj/fuzz/%.o $(SAN_LIBS)
+$(BUILD)/fuzz/%: $(BUILD)/obj/fuzz/%.o $(ALL_LIBS)
 	@mkdir -p $(@D)
-	$(CXX) $(LDFLAGS) -o $@ $< -Wl,--whole-archive $(SAN_LIBS) -Wl,--no-whole-archive $(LDLIBS) $(REQUIRED_LDLIBS)
+	$(CXX) $(LDFLAGS) -o $@ $< $(LINK_ALL) $(LDLIBS) $(REQUIRED_LDLIBS)
 
 fuzz: fuzz-deps $(addprefix $(BUILD)/obj/,$(CUDA_OBJS))
 	$(call share_cuda_objects,$(FUZZ_BUILD))

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "kernels/attention.h"
-#include "kernels/ktensor_io.h"
+#include "kernels/common/ktensor_io.h"
 
 typedef struct {
     ktensor q, k, v, o, g, dq, dk, dv, lse;

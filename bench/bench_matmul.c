@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/common/ktensor_io.h"
 #include "kernels/cross_entropy.h"
-#include "kernels/ktensor_io.h"
 #include "kernels/matmul.h"
 #include "precision/rng.h"
 

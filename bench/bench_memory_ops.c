@@ -14,10 +14,10 @@
 #include <string.h>
 
 #include "kernels/activations.h"
-#include "kernels/check.h"
+#include "kernels/check/check.h"
+#include "kernels/common/ktensor_io.h"
 #include "kernels/embedding.h"
 #include "kernels/grad_norm.h"
-#include "kernels/ktensor_io.h"
 #include "kernels/layernorm.h"
 #include "kernels/logsumexp.h"
 #include "kernels/residual.h"

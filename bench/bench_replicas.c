@@ -22,10 +22,10 @@
 
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
+#include "kernels/common/ktensor_io.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
 #include "kernels/grad_norm.h"
-#include "kernels/ktensor_io.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/polar_express.h"

@@ -1,15 +1,17 @@
 /* cli/cmd_accum.c — `ulpscope accum`: the accumulation study
- * (precision/accum_study.h).  No options: the classic table.  Options: a
- * sweep over n, data, algorithms, rounding modes and format pairs, as a
- * table on stdout and/or JSON Lines. */
+ * (studies/accum.h).  No options: the classic table.  Options (parsed by
+ * cli/accum_args.c): a sweep over n, data, algorithms, rounding modes and
+ * format pairs, as a table on stdout and/or JSON Lines. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
+#include "base/jsonl.h"
+#include "base/outfile.h"
+#include "cli/accum_args.h"
 #include "cli/commands.h"
-#include "cli/output.h"
-#include "precision/accum_study.h"
 
 static void print_help(void)
 {
@@ -36,7 +38,8 @@ static void print_help(void)
            "                       fp32/fp32 fp16/fp16 bf16/bf16 fp32/fp16 fp32/bf16 e4m3/e4m3\n"
            "                       e5m2/e5m2 fp32/e4m3 fp32/e5m2\n"
            "  --block B            block size of the blocked algorithm (default 32)\n"
-           "  --seed S             seed of the random data and of stochastic rounding (default 1)\n"
+           "  --seed S             seed of the random data and of stochastic rounding (default 1;\n"
+           "                       decimal or 0x hex)\n"
            "  --fail-prob P        failure probability of the probabilistic bound (default 1e-6)\n"
            "  --json FILE          JSON Lines: a header record, then one record per row\n"
            "                       (FILE '-' = stdout, which replaces the table)\n"
@@ -52,31 +55,31 @@ typedef struct {
 static void json_row(FILE *fp, const accum_dataset *d, const accum_result *r, uint64_t seed)
 {
     fputs("{\"record\":\"row\",\"acc\":", fp);
-    cli_json_string(fp, prec_format_name(r->m.acc));
+    base_json_string(fp, prec_format_name(r->m.acc));
     fputs(",\"addend\":", fp);
-    cli_json_string(fp, prec_format_name(d->addend));
+    base_json_string(fp, prec_format_name(d->addend));
     fputs(",\"algo\":", fp);
-    cli_json_string(fp, prec_sum_algo_name(r->m.algo));
+    base_json_string(fp, prec_sum_algo_name(r->m.algo));
     fputs(",\"round\":", fp);
-    cli_json_string(fp, prec_round_mode_name(r->m.round));
+    base_json_string(fp, prec_round_mode_name(r->m.round));
     fputs(",\"data\":", fp);
-    cli_json_string(fp, accum_data_name(d->kind));
+    base_json_string(fp, accum_data_name(d->kind));
     fprintf(fp, ",\"n\":%zu,\"x\":", d->n);
-    cli_json_double(fp, d->x);
+    base_json_double(fp, d->x);
     if (d->kind == ACCUM_CONSTANT && d->n) {
         fputs(",\"x_stored\":", fp);
-        cli_json_double(fp, d->v[0]);
+        base_json_double(fp, d->v[0]);
     }
     const char *keys[] = {"value", "exact", "exact_unrounded", "sum_abs", "abs_err", "rel_err", "bound", "prob_bound"};
     double vals[] = {r->value, r->exact, d->exact_unrounded, d->sum_abs, r->abs_err, r->rel_err, r->bound, r->prob_bound};
     for (int k = 0; k < 8; k++) {
         fprintf(fp, ",\"%s\":", keys[k]);
-        cli_json_double(fp, vals[k]);
+        base_json_double(fp, vals[k]);
     }
     fputs(",\"prob_status\":", fp);
-    cli_json_string(fp, prec_prob_status_name(r->prob_status));
+    base_json_string(fp, prec_prob_status_name(r->prob_status));
     fputs(",\"fail_prob\":", fp);
-    cli_json_double(fp, r->m.fail_prob);
+    base_json_double(fp, r->m.fail_prob);
     fprintf(fp, ",\"block\":%zu,\"stagnant\":%zu,\"nonfinite\":%s,\"seed\":%llu}\n", r->m.block, r->stagnant,
             r->nonfinite ? "true" : "false", (unsigned long long)seed);
 }
@@ -181,26 +184,27 @@ int cmd_accum(int argc, char **argv)
 {
     accum_options o;
     char err[512];
-    if (accum_parse_args(argc, argv, &o, err, sizeof err)) return cli_error("accum", "%s", err);
+    if (accum_parse_args(argc, argv, &o, err, sizeof err)) return base_error("accum", "%s", err);
     if (o.help) {
         print_help();
         return 0;
     }
-    cli_outfile json = {0};
+    if (o.json && base_outfile_check("accum", o.json)) return BASE_EXIT_USAGE; /* before any work */
+    base_outfile json = {0};
     sinks out = {NULL, stdout};
     if (o.json) {
-        if (cli_outfile_open(&json, "accum", o.json)) return CLI_EXIT_USAGE;
+        if (base_outfile_open(&json, "accum", o.json)) return 1;
         out.json = json.fp;
-        if (strcmp(o.json, "-") == 0) out.table = NULL;
+        if (base_outfile_is_stdout(o.json)) out.table = NULL; /* stdout holds the JSON alone */
         char extra[128];
         snprintf(extra, sizeof extra, "\"study\":\"accum\",\"seed\":%llu,\"fail_prob\":%.17g",
                  (unsigned long long)o.seed, o.fail_prob);
-        cli_json_header(out.json, "ulpscope accum", extra);
+        base_json_header(out.json, "ulpscope accum", extra);
     }
     if (run_rows(&o, &out)) {
-        if (o.json) cli_outfile_abort(&json);
-        return cli_error("accum", "out of memory");
+        if (o.json) base_outfile_abort(&json);
+        return base_error("accum", "out of memory");
     }
-    if (o.json && cli_outfile_commit(&json, "accum")) return 1;
+    if (o.json && base_outfile_commit(&json, "accum")) return 1;
     return 0;
 }

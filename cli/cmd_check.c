@@ -1,14 +1,16 @@
 /* cli/cmd_check.c — `ulpscope check`: every GPU kernel (op x path x variant)
  * against the MPFR reference, with bounds computed from the inputs. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
+#include "base/jsonl.h"
+#include "base/outfile.h"
+#include "base/parse.h"
 #include "cli/commands.h"
-#include "cli/output.h"
-#include "kernels/check.h"
-#include "kernels/ktensor_io.h"
+#include "kernels/check/check.h"
+#include "kernels/common/ktensor_io.h"
 
 static void usage(FILE *fp)
 {
@@ -30,13 +32,15 @@ static void usage(FILE *fp)
             "                 truncate-output (outputs rounded toward zero; fp32 outputs\n"
             "                 truncated to bf16 precision).  Each (op, path, variant) twin\n"
             "                 must then FAIL at least one row\n"
-            "  --seed S       base seed of the random inputs (default: fresh, printed)\n"
+            "  --seed S       base seed of the random inputs, decimal or 0x hex (default:\n"
+            "                 fresh, printed)\n"
             "  --quick        fewer, smaller shapes (for sanitizer runs)\n"
             "  --json FILE    also write JSON Lines: a header, one record per row, a summary\n"
+            "                 (FILE - is stdout; the table then goes to stderr)\n"
             "  --list         list ops, paths and variants (needs no GPU) and exit\n\n"
             "Exit status: 0 when every row passes; with --bug, 0 only when EVERY twin was\n"
-            "caught (had a FAIL row); 1 otherwise, or when a check errors or no GPU is\n"
-            "usable; 2 for bad arguments.\n");
+            "caught (had a FAIL row); 1 otherwise, or when a check errors; 2 for bad\n"
+            "arguments or when no GPU is usable.\n");
 }
 
 static void list_ops(FILE *fp)
@@ -52,17 +56,6 @@ static void list_ops(FILE *fp)
             fprintf(fp, "    %-12s%s %s\n", ops[i]->variants[v].name, v == 0 ? "*" : " ", ops[i]->variants[v].summary);
     }
     fprintf(fp, "(* default variant)\n");
-}
-
-static int parse_seed(const char *s, uint64_t *out)
-{
-    if (!s || !*s || *s == '-') return -1;
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || !end || *end) return -1;
-    *out = v;
-    return 0;
 }
 
 static uint64_t fresh_seed(void)
@@ -82,15 +75,15 @@ int cmd_check(int argc, char **argv)
     o.path = -1;
     const char *json_path = NULL;
     int list = 0, have_seed = 0;
-    static const char *const with_value[] = {"--path", "--variant", "--bug", "--seed", "--json"};
-    unsigned seen = 0; /* options with a value given so far, by their index in with_value[] */
+    static const char *const options[] = {"--path", "--variant", "--bug", "--seed", "--json", "--quick", "--list"};
+    unsigned seen = 0; /* options given so far, by their index in options[] */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         /* a following option is not a value: "--json --quick" forgot the file */
         int has_value = i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0;
-        for (unsigned k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
-            if (strcmp(a, with_value[k]) == 0) {
-                if (seen & (1u << k)) return cli_error("check", "%s given twice", a);
+        for (unsigned k = 0; k < sizeof options / sizeof options[0]; k++)
+            if (strcmp(a, options[k]) == 0) {
+                if (seen & (1u << k)) return base_error("check", "%s given twice", a);
                 seen |= 1u << k;
             }
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -102,15 +95,15 @@ int cmd_check(int argc, char **argv)
             o.quick = 1;
         } else if (strcmp(a, "--path") == 0) {
             kpath p;
-            if (!has_value) return cli_error("check", "--path needs a value (%s)", kpath_names());
+            if (!has_value) return base_error("check", "--path needs a value (%s)", kpath_names());
             if (kpath_parse(argv[++i], &p) != 0)
-                return cli_error("check", "unknown path '%s' (paths: %s)", argv[i], kpath_names());
+                return base_error("check", "unknown path '%s' (paths: %s)", argv[i], kpath_names());
             o.path = p;
         } else if (strcmp(a, "--variant") == 0) {
-            if (!has_value) return cli_error("check", "--variant needs a value");
+            if (!has_value) return base_error("check", "--variant needs a value");
             o.variant = argv[++i];
         } else if (strcmp(a, "--bug") == 0) {
-            if (!has_value) return cli_error("check", "--bug needs a value (drop-term, truncate-output)");
+            if (!has_value) return base_error("check", "--bug needs a value (drop-term, truncate-output)");
             const char *b = argv[++i];
             int found = 0;
             for (int k = 1; k < KBUG_COUNT; k++)
@@ -118,21 +111,21 @@ int cmd_check(int argc, char **argv)
                     o.bug = (kbug)k;
                     found = 1;
                 }
-            if (!found) return cli_error("check", "unknown bug '%s' (bugs: drop-term, truncate-output)", b);
+            if (!found) return base_error("check", "unknown bug '%s' (bugs: drop-term, truncate-output)", b);
         } else if (strcmp(a, "--seed") == 0) {
-            if (!has_value) return cli_error("check", "--seed needs a value");
-            if (parse_seed(argv[++i], &o.seed) != 0)
-                return cli_error("check", "bad seed '%s' (a non-negative integer, decimal or 0x hex)", argv[i]);
+            if (!has_value) return base_error("check", "--seed needs a value");
+            if (base_parse_seed(argv[++i], &o.seed) != 0)
+                return base_error("check", "bad seed '%s' (" BASE_SEED_SYNTAX ")", argv[i]);
             have_seed = 1;
         } else if (strcmp(a, "--json") == 0) {
-            if (!has_value || !*argv[i + 1]) return cli_error("check", "--json needs a file name (or - for stdout)");
+            if (!has_value || !*argv[i + 1]) return base_error("check", "--json needs a file name (or - for stdout)");
             json_path = argv[++i];
         } else if (a[0] == '-' && a[1]) {
-            return cli_error("check", "unknown option '%s' (options: --path --variant --bug --seed --quick --json --list --help)", a);
+            return base_error("check", "unknown option '%s' (options: --path --variant --bug --seed --quick --json --list --help)", a);
         } else if (!o.op) {
             o.op = a;
         } else {
-            return cli_error("check", "more than one op ('%s' and '%s'); give one or none", o.op, a);
+            return base_error("check", "more than one op ('%s' and '%s'); give one or none", o.op, a);
         }
     }
     char names[1024];
@@ -141,21 +134,21 @@ int cmd_check(int argc, char **argv)
         op = kregistry_find(o.op);
         if (!op) {
             kregistry_op_names(names, sizeof names);
-            return cli_error("check", "unknown op '%s' (ops: %s)", o.op, names);
+            return base_error("check", "unknown op '%s' (ops: %s)", o.op, names);
         }
         o.op = op->name;
         if (o.path >= 0 && !kop_has_path(op, (kpath)o.path)) {
             kregistry_path_names(op, names, sizeof names);
-            return cli_error("check", "op %s has no %s path (paths: %s); %s", op->name, kpath_name((kpath)o.path),
+            return base_error("check", "op %s has no %s path (paths: %s); %s", op->name, kpath_name((kpath)o.path),
                              names, op->fp8_note);
         }
     }
     if (o.variant) {
-        if (!op) return cli_error("check", "--variant needs an OP (variant names belong to an op)");
+        if (!op) return base_error("check", "--variant needs an OP (variant names belong to an op)");
         int v = kregistry_variant(op, o.variant);
         if (v < 0) {
             kregistry_variant_names(op, names, sizeof names);
-            return cli_error("check", "unknown variant '%s' of %s (variants: %s)", o.variant, op->name, names);
+            return base_error("check", "unknown variant '%s' of %s (variants: %s)", o.variant, op->name, names);
         }
         o.variant = op->variants[v].name;
     }
@@ -163,10 +156,10 @@ int cmd_check(int argc, char **argv)
         list_ops(stdout);
         return 0;
     }
+    if (json_path && base_outfile_check("check", json_path)) return BASE_EXIT_USAGE; /* before any work */
     char why[256];
     if (!kernels_gpu_available(why, sizeof why)) {
-        fprintf(stderr, "ulpscope check: error: no GPU to run the kernels on: %s\n", why);
-        return 1;
+        return base_error("check", "no GPU to run the kernels on: %s", why);
     }
     if (!have_seed) o.seed = fresh_seed();
 
@@ -175,9 +168,9 @@ int cmd_check(int argc, char **argv)
         fprintf(stderr, "ulpscope check: error: %s\n", kernels_last_error());
         return 1;
     }
-    cli_outfile out = {0};
-    if (json_path && cli_outfile_open(&out, "check", json_path) != 0) return 1;
-    FILE *table = json_path && strcmp(json_path, "-") == 0 ? stderr : stdout;
+    base_outfile out = {0};
+    if (json_path && base_outfile_open(&out, "check", json_path) != 0) return 1;
+    FILE *table = json_path && base_outfile_is_stdout(json_path) ? stderr : stdout;
     fprintf(table, "ulpscope check: %s (cc %d.%d, %d SMs), driver %d, runtime %d; seed 0x%llx%s%s%s\n", dev.name,
             dev.cc_major, dev.cc_minor, dev.multiprocessors, dev.driver_version, dev.runtime_version,
             (unsigned long long)o.seed, o.bug ? "; planted bug " : "", o.bug ? kbug_name(o.bug) : "",
@@ -195,11 +188,11 @@ int cmd_check(int argc, char **argv)
                  dev_json, dev.cc_major, dev.cc_minor, dev.driver_version, dev.runtime_version,
                  (unsigned long long)o.seed, kbug_name(o.bug), o.quick ? "true" : "false", o.op ? o.op : "all",
                  o.path >= 0 ? kpath_name((kpath)o.path) : "all", o.variant ? o.variant : "all");
-        cli_json_header(out.fp, "check", extra);
+        base_json_header(out.fp, "check", extra);
         o.json = out.fp;
     }
     kcheck_summary summary;
     int status = kcheck_run(&o, &summary);
-    if (json_path && cli_outfile_commit(&out, "check") != 0) return 1;
+    if (json_path && base_outfile_commit(&out, "check") != 0) return 1;
     return status;
 }

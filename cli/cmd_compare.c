@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
+#include "base/outfile.h"
 #include "cli/commands.h"
 #include "cli/experiment.h"
 
@@ -78,12 +80,12 @@ static int build_arm(const char *spec, const train_options *t, cmp_arm *arm, tpl
 {
     const char *eq = strchr(spec, '=');
     if (!eq || !valid_arm_name(spec, (size_t)(eq - spec)))
-        return cli_error("compare", "--arm %s: expected NAME=OVERRIDES, NAME in [A-Za-z0-9_.-] (at most %d characters)",
+        return base_error("compare", "--arm %s: expected NAME=OVERRIDES, NAME in [A-Za-z0-9_.-] (at most %d characters)",
                          spec, CMP_NAME_MAX - 1);
     memset(arm, 0, sizeof *arm);
     memcpy(arm->name, spec, (size_t)(eq - spec));
     if (strcmp(arm->name, "base") == 0 || strcmp(arm->name, "null") == 0)
-        return cli_error("compare", "--arm %s: the names 'base' and 'null' are the base plan's and the null arm's",
+        return base_error("compare", "--arm %s: the names 'base' and 'null' are the base plan's and the null arm's",
                          arm->name);
     arm->spec = eq + 1;
     char err[1024];
@@ -93,17 +95,17 @@ static int build_arm(const char *spec, const train_options *t, cmp_arm *arm, tpl
         char preset[32];
         const char *comma = strchr(overrides + 7, ',');
         size_t k = comma ? (size_t)(comma - overrides - 7) : strlen(overrides + 7);
-        if (k == 0 || k >= sizeof preset) return cli_error("compare", "--arm %s: preset name missing or too long", spec);
+        if (k == 0 || k >= sizeof preset) return base_error("compare", "--arm %s: preset name missing or too long", spec);
         memcpy(preset, overrides + 7, k);
         preset[k] = '\0';
         if (tplan_init(plan, preset, t->cfg.model.kind, err, sizeof err))
-            return cli_error("compare", "--arm %s: %s", arm->name, err);
+            return base_error("compare", "--arm %s: %s", arm->name, err);
         overrides = comma ? comma + 1 : NULL;
     }
     if (overrides && tplan_set(plan, overrides, err, sizeof err))
-        return cli_error("compare", "--arm %s: %s", arm->name, err);
+        return base_error("compare", "--arm %s: %s", arm->name, err);
     if (tplan_check_layers(plan, t->cfg.model.n_layer, err, sizeof err))
-        return cli_error("compare", "--arm %s: %s", arm->name, err);
+        return base_error("compare", "--arm %s: %s", arm->name, err);
     return 0;
 }
 
@@ -143,7 +145,7 @@ static void state_free(compare_state *s)
 int cmd_compare(int argc, char **argv)
 {
     compare_state *s = calloc(1, sizeof *s);
-    if (!s) return cli_error("compare", "out of memory");
+    if (!s) return base_error("compare", "out of memory");
     train_options_defaults(&s->t);
     experiment_options_defaults(&s->o.e);
     s->o.e.seeds = "8";
@@ -164,24 +166,24 @@ int cmd_compare(int argc, char **argv)
     cmp_vary vary = CMP_VARY_BOTH;
     cmp_config *c = &s->c;
     if (!status && cmp_vary_parse(s->o.e.vary, &vary))
-        status = cli_error("compare", "--vary %s: expected both, init or data", s->o.e.vary);
+        status = base_error("compare", "--vary %s: expected both, init or data", s->o.e.vary);
     int with_null = 0;
     if (!status) {
         if (strcmp(s->o.null_arm, "yes") == 0) with_null = 1;
-        else if (strcmp(s->o.null_arm, "no") != 0) status = cli_error("compare", "--null-arm %s: expected yes or no", s->o.null_arm);
+        else if (strcmp(s->o.null_arm, "no") != 0) status = base_error("compare", "--null-arm %s: expected yes or no", s->o.null_arm);
     }
-    if (!status && s->o.arms.n == 0) status = cli_error("compare", "no --arm given: nothing to compare with the base");
+    if (!status && s->o.arms.n == 0) status = base_error("compare", "no --arm given: nothing to compare with the base");
     if (!status && s->o.arms.n + 1 + with_null > CMP_MAX_ARMS)
-        status = cli_error("compare", "%d arms: at most %d besides the base and the null arm", s->o.arms.n,
+        status = base_error("compare", "%d arms: at most %d besides the base and the null arm", s->o.arms.n,
                            CMP_MAX_ARMS - 2);
     if (!status && !s->o.until_decided &&
         (copt_given(&s->t.seen, "--max-runs") || copt_given(&s->t.seen, "--seed-batch") ||
          copt_given(&s->t.seen, "--first-seed")))
-        status = cli_error("compare", "--max-runs, --seed-batch and --first-seed go with --until-decided");
+        status = base_error("compare", "--max-runs, --seed-batch and --first-seed go with --until-decided");
     if (!status && s->o.until_decided && copt_given(&s->t.seen, "--seeds"))
-        status = cli_error("compare", "--until-decided chooses the seeds (--first-seed, --seed-batch); drop --seeds");
+        status = base_error("compare", "--until-decided chooses the seeds (--first-seed, --seed-batch); drop --seeds");
     if (!status && !with_null && !(s->o.margin > 0))
-        status = cli_error("compare", "--null-arm no needs --margin (the default margin is the null arm's chaos sd)");
+        status = base_error("compare", "--null-arm no needs --margin (the default margin is the null arm's chaos sd)");
     if (!status) status = experiment_setup("compare", &s->t, &s->o.e, vary, &s->ctx, &s->recipe);
     /* arms: base, null, then the user's */
     if (!status) {
@@ -207,19 +209,19 @@ int cmd_compare(int argc, char **argv)
                     s->ctx.planted[a] = KBUG_TRUNCATE_OUTPUT;
                     found = 1;
                 }
-            if (!found) status = cli_error("compare", "--plant-truncation %s: no such arm (give one of the --arm names)", s->o.plant);
+            if (!found) status = base_error("compare", "--plant-truncation %s: no such arm (give one of the --arm names)", s->o.plant);
         }
         for (int a = 0; a < c->n_arms && !status; a++) {
             if (!(s->ids[a] = identity_of(&s->ctx.plans[a], c->arms[a].is_null, s->ctx.planted[a])))
-                status = cli_error("compare", "out of memory");
+                status = base_error("compare", "out of memory");
             c->arms[a].identity = s->ids[a];
         }
     }
     if (!status && cmp_train_check_arms(&s->ctx, c->arms, c->n_arms, err, sizeof err))
-        status = cli_error("compare", "%s", err);
+        status = base_error("compare", "%s", err);
     if (!status && !s->o.until_decided &&
         experiment_parse_seeds(s->o.e.seeds, &s->seeds, &c->n_seeds, err, sizeof err))
-        status = cli_error("compare", "%s", err);
+        status = base_error("compare", "%s", err);
     if (!status) {
         c->seeds = s->seeds;
         c->vary = vary;
@@ -235,17 +237,13 @@ int cmd_compare(int argc, char **argv)
         c->recipe_json = s->recipe;
         c->progress = s->t.quiet ? NULL : stderr;
         /* the JSON output is checked before any run */
-        if (s->o.e.json_path && strcmp(s->o.e.json_path, "-") != 0) {
-            cli_outfile probe;
-            if (cli_outfile_open(&probe, "compare", s->o.e.json_path)) status = CLI_EXIT_USAGE;
-            else cli_outfile_abort(&probe);
-        }
+        if (s->o.e.json_path && base_outfile_check("compare", s->o.e.json_path)) status = BASE_EXIT_USAGE; /* before any run */
     }
     if (!status) {
         cmp_runner runner;
         cmp_train_runner(&runner, &s->ctx);
         status = cmp_run_study(c, &runner, &s->rep, err, sizeof err);
-        if (status == 2) status = cli_error("compare", "%s", err);
+        if (status == 2) status = base_error("compare", "%s", err);
         else if (status) fprintf(stderr, "ulpscope compare: error: %s\n", err);
     }
     if (!status) {

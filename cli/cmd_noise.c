@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
+#include "base/outfile.h"
 #include "cli/commands.h"
 #include "cli/experiment.h"
 #include "studies/noise.h"
@@ -49,7 +51,7 @@ int cmd_noise(int argc, char **argv)
         noise_point points[CMP_MAX_CURVE];
     } state;
     state *s = calloc(1, sizeof *s);
-    if (!s) return cli_error("noise", "out of memory");
+    if (!s) return base_error("noise", "out of memory");
     train_options_defaults(&s->t);
     experiment_options_defaults(&s->e);
     s->e.seeds = "16";
@@ -70,17 +72,17 @@ int cmd_noise(int argc, char **argv)
     uint64_t *seeds = NULL;
     cmp_vary vary = CMP_VARY_BOTH;
     if (!status && cmp_vary_parse(s->e.vary, &vary))
-        status = cli_error("noise", "--vary %s: expected both, init or data", s->e.vary);
+        status = base_error("noise", "--vary %s: expected both, init or data", s->e.vary);
     if (!status) status = experiment_setup("noise", &s->t, &s->e, vary, &s->ctx, &recipe);
     if (!status && experiment_parse_seeds(s->e.seeds, &seeds, &s->c.n_seeds, err, sizeof err))
-        status = cli_error("noise", "%s", err);
+        status = base_error("noise", "%s", err);
     cmp_config *c = &s->c;
     if (!status) {
         char *plan = tplan_json_alloc(&s->t.cfg.plan);
         size_t n = plan ? strlen(plan) + 16 : 0;
         ids[0] = plan;
         ids[1] = plan ? malloc(n) : NULL;
-        if (!ids[1]) status = cli_error("noise", "out of memory");
+        if (!ids[1]) status = base_error("noise", "out of memory");
         else snprintf(ids[1], n, "%s|null-flip", plan);
     }
     if (!status) {
@@ -99,17 +101,13 @@ int cmd_noise(int argc, char **argv)
         c->results_dir = s->e.results_dir;
         c->recipe_json = recipe;
         c->progress = s->t.quiet ? NULL : stderr;
-        if (s->e.json_path && strcmp(s->e.json_path, "-") != 0) {
-            cli_outfile probe;
-            if (cli_outfile_open(&probe, "noise", s->e.json_path)) status = CLI_EXIT_USAGE;
-            else cli_outfile_abort(&probe);
-        }
+        if (s->e.json_path && base_outfile_check("noise", s->e.json_path)) status = BASE_EXIT_USAGE; /* before any run */
     }
     if (!status) {
         cmp_runner runner;
         cmp_train_runner(&runner, &s->ctx);
         status = cmp_run_study(c, &runner, &s->rep, err, sizeof err);
-        if (status == 2) status = cli_error("noise", "%s", err);
+        if (status == 2) status = base_error("noise", "%s", err);
         else if (status) fprintf(stderr, "ulpscope noise: error: %s\n", err);
     }
     if (!status) {

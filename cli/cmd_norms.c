@@ -1,14 +1,17 @@
 /* cli/cmd_norms.c — `ulpscope norms`: the LayerNorm / RMSNorm stability study
- * (precision/norms_study.h) on a grid of cases, as a table on stdout and
+ * (studies/norms.h) on a grid of cases, as a table on stdout and
  * optionally JSON Lines. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
+#include "base/jsonl.h"
+#include "base/outfile.h"
+#include "base/parse.h"
 #include "cli/commands.h"
-#include "cli/output.h"
-#include "precision/norms_study.h"
+#include "studies/norms.h"
 
 #define CMD "norms"
 #define MAX_LIST 32
@@ -44,9 +47,10 @@ static void usage(FILE *fp)
         "  --rows N          rows per case (default 4; dgamma/dbeta sum over them;\n"
         "                    rows x width at most %ld)\n"
         "  --eps E           epsilon inside the square root (default 1e-5 as an fp32)\n"
-        "  --seed S          input seed (default 1)\n"
+        "  --seed S          input seed (default 1; decimal or 0x hex)\n"
         "  --quick           a smaller default grid (for tests and notebooks)\n"
-        "  --json FILE       JSON Lines: a header, then one record per result\n"
+        "  --json FILE       JSON Lines: a header, then one record per result (FILE - is\n"
+        "                    stdout, which then holds the JSON alone)\n"
         "  --help            this text\n"
         "\n"
         "Default grid: mean/std 0, 1, 10, 100, 1e3, 1e4 at width 1024; widths 64 .. 16384 at\n"
@@ -79,14 +83,14 @@ static int parse_flags(const char *opt, const char *value, bool *flags, int nfla
                        int (*parse)(const char *, int *), const char *accepted)
 {
     char buf[512], *items[MAX_LIST];
-    if (strlen(value) >= sizeof buf) return cli_error(CMD, "%s: list too long", opt);
+    if (strlen(value) >= sizeof buf) return base_error(CMD, "%s: list too long", opt);
     strcpy(buf, value);
     int n = split_list(buf, items);
-    if (n < 0) return cli_error(CMD, "%s: empty item or more than %d in '%s'", opt, MAX_LIST, value);
+    if (n < 0) return base_error(CMD, "%s: empty item or more than %d in '%s'", opt, MAX_LIST, value);
     for (int i = 0; i < nflags; i++) flags[i] = false;
     for (int i = 0; i < n; i++) {
         int k;
-        if (parse(items[i], &k)) return cli_error(CMD, "unknown %s '%s' (accepted: %s)", opt + 2, items[i], accepted);
+        if (parse(items[i], &k)) return base_error(CMD, "unknown %s '%s' (accepted: %s)", opt + 2, items[i], accepted);
         flags[k] = true;
     }
     return 0;
@@ -125,31 +129,31 @@ static void json_record(FILE *fp, const norms_record *r)
 {
     const norms_variant *v = &r->variant;
     fputs("{\"record\":\"norms\",\"norm\":", fp);
-    cli_json_string(fp, norms_norm_name(v->norm));
+    base_json_string(fp, norms_norm_name(v->norm));
     fputs(",\"pass\":", fp);
-    cli_json_string(fp, norms_pass_name(r->pass));
+    base_json_string(fp, norms_pass_name(r->pass));
     fputs(",\"output\":", fp);
-    cli_json_string(fp, r->output);
+    base_json_string(fp, r->output);
     fputs(",\"format\":", fp);
-    cli_json_string(fp, prec_format_name(v->format));
+    base_json_string(fp, prec_format_name(v->format));
     fputs(",\"acc\":", fp);
-    cli_json_string(fp, norms_acc_name(v->acc));
+    base_json_string(fp, norms_acc_name(v->acc));
     fputs(",\"variance_algo\":", fp);
-    cli_json_string(fp, norms_variance_name(v->variance));
+    base_json_string(fp, norms_variance_name(v->variance));
     fputs(",\"upcast\":", fp);
-    cli_json_string(fp, norms_upcast_name(v->upcast));
+    base_json_string(fp, norms_upcast_name(v->upcast));
     fprintf(fp, ",\"width\":%ld,\"rows\":%ld,\"mean_over_std\":", r->kase.width, r->kase.rows);
-    cli_json_double(fp, r->kase.mean_over_std);
+    base_json_double(fp, r->kase.mean_over_std);
     fputs(",\"data\":", fp);
-    cli_json_string(fp, norms_data_name(r->kase.data));
+    base_json_string(fp, norms_data_name(r->kase.data));
     fputs(",\"scale\":", fp);
-    cli_json_double(fp, r->scale);
+    base_json_double(fp, r->scale);
     fputs(",\"unit_roundoff\":", fp);
-    cli_json_double(fp, prec_format_get(v->format)->unit_roundoff);
+    base_json_double(fp, prec_format_get(v->format)->unit_roundoff);
     fprintf(fp, ",\"n\":%ld,\"max_err_u\":", r->err.n);
-    cli_json_double(fp, r->err.max_err_u);
+    base_json_double(fp, r->err.max_err_u);
     fputs(",\"rms_err_u\":", fp);
-    cli_json_double(fp, r->err.rms_err_u);
+    base_json_double(fp, r->err.rms_err_u);
     fprintf(fp, ",\"worst_index\":%ld,\"nonfinite\":%ld,\"stats_nonfinite\":%ld,\"ref_unproven\":%ld}\n",
             r->err.worst_index, r->err.nonfinite, r->stats_nonfinite, r->ref_unproven);
 }
@@ -261,7 +265,8 @@ int cmd_norms(int argc, char **argv)
     all_true(plan.accs, NORMS_NACCS);
     all_true(plan.upcasts, NORMS_NUPCASTS);
 
-    long widths[MAX_LIST], nwidths = 0, rows = 4, seed = 1;
+    long widths[MAX_LIST], nwidths = 0, rows = 4;
+    uint64_t seed = 1;
     double ratios[MAX_LIST], eps = (double)1e-5f;
     int nratios = 0;
     bool datas[NORMS_NDATA] = {false}, data_given = false, quick = false;
@@ -275,6 +280,7 @@ int cmd_norms(int argc, char **argv)
             return 0;
         }
         if (strcmp(opt, "--quick") == 0) {
+            if (quick) return base_error(CMD, "--quick given twice (give each option once)");
             quick = true;
             continue;
         }
@@ -285,13 +291,13 @@ int cmd_norms(int argc, char **argv)
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
             if (strcmp(opt, with_value[k]) == 0) option = (int)k;
         if (option < 0)
-            return cli_error(CMD, "unknown option '%s' (options: --norm --pass --format --variance --acc "
+            return base_error(CMD, "unknown option '%s' (options: --norm --pass --format --variance --acc "
                                   "--upcast --width --ratio --data --rows --eps --seed --quick --json --help)", opt);
-        if (seen & (1u << option)) return cli_error(CMD, "%s given twice (give it once, with a comma-separated list)", opt);
+        if (seen & (1u << option)) return base_error(CMD, "%s given twice (give it once, with a comma-separated list)", opt);
         seen |= 1u << option;
         /* a following option is not a value: "--json --quick" forgot the file */
         if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)
-            return cli_error(CMD, "%s needs a value%s%s", opt, i + 1 < argc ? ", got the option " : "",
+            return base_error(CMD, "%s needs a value%s%s", opt, i + 1 < argc ? ", got the option " : "",
                              i + 1 < argc ? argv[i + 1] : "");
         const char *val = argv[++i];
         int rc = 0;
@@ -313,36 +319,37 @@ int cmd_norms(int argc, char **argv)
         } else if (strcmp(opt, "--width") == 0 || strcmp(opt, "--ratio") == 0) {
             char buf[512], *items[MAX_LIST];
             bool is_width = opt[2] == 'w';
-            if (strlen(val) >= sizeof buf) return cli_error(CMD, "%s: list too long", opt);
+            if (strlen(val) >= sizeof buf) return base_error(CMD, "%s: list too long", opt);
             strcpy(buf, val);
             int n = split_list(buf, items);
-            if (n < 0) return cli_error(CMD, "%s: empty item or more than %d values in '%s'", opt, MAX_LIST, val);
+            if (n < 0) return base_error(CMD, "%s: empty item or more than %d values in '%s'", opt, MAX_LIST, val);
             for (int k = 0; k < n; k++) {
                 if (is_width) {
                     long w;
-                    if (cli_parse_long(items[k], &w) || w < 2 || w > MAX_WIDTH)
-                        return cli_error(CMD, "bad --width '%s' (an integer from 2 to %ld)", items[k], MAX_WIDTH);
+                    if (base_parse_long(items[k], &w) || w < 2 || w > MAX_WIDTH)
+                        return base_error(CMD, "bad --width '%s' (an integer from 2 to %ld)", items[k], MAX_WIDTH);
                     widths[k] = w;
                 } else {
                     double r;
-                    if (cli_parse_double(items[k], &r) || !(r >= 0.0) || isinf(r) || r > 1e15)
-                        return cli_error(CMD, "bad --ratio '%s' (a number from 0 to 1e15)", items[k]);
+                    if (base_parse_double(items[k], &r) || !(r >= 0.0) || isinf(r) || r > 1e15)
+                        return base_error(CMD, "bad --ratio '%s' (a number from 0 to 1e15)", items[k]);
                     ratios[k] = r;
                 }
             }
             if (is_width) nwidths = n;
             else nratios = n;
         } else if (strcmp(opt, "--rows") == 0) {
-            if (cli_parse_long(val, &rows) || rows < 1 || rows > 4096)
-                return cli_error(CMD, "bad --rows '%s' (an integer from 1 to 4096)", val);
+            if (base_parse_long(val, &rows) || rows < 1 || rows > 4096)
+                return base_error(CMD, "bad --rows '%s' (an integer from 1 to 4096)", val);
         } else if (strcmp(opt, "--eps") == 0) {
-            if (cli_parse_double(val, &eps) || !(eps >= 0.0) || isinf(eps))
-                return cli_error(CMD, "bad --eps '%s' (a finite number >= 0)", val);
+            if (base_parse_double(val, &eps) || !(eps >= 0.0) || isinf(eps))
+                return base_error(CMD, "bad --eps '%s' (a finite number >= 0)", val);
         } else if (strcmp(opt, "--seed") == 0) {
-            if (cli_parse_long(val, &seed) || seed < 0)
-                return cli_error(CMD, "bad --seed '%s' (an integer >= 0)", val);
+            if (base_parse_seed(val, &seed))
+                return base_error(CMD, "bad --seed '%s' (" BASE_SEED_SYNTAX ")", val);
         } else {
-            if (!*val) return cli_error(CMD, "--json: empty file name (a path, or - for stdout)");
+            if (!*val) return base_error(CMD, "--json: empty file name (a path, or - for stdout)");
+            if (base_outfile_check(CMD, val)) return BASE_EXIT_USAGE; /* before any work */
             json_path = val;
         }
         if (rc) return rc;
@@ -358,50 +365,50 @@ int cmd_norms(int argc, char **argv)
         for (int d = 0; d < NORMS_NDATA; d++)
             for (int r = 0; r < nratios && datas[d]; r++)
                 for (long w = 0; w < nwidths; w++)
-                    cases[ncases++] = (norms_case){rows, widths[w], ratios[r], (norms_data)d, (uint64_t)seed, eps};
+                    cases[ncases++] = (norms_case){rows, widths[w], ratios[r], (norms_data)d, seed, eps};
     } else {
         static const double sweep_ratios[] = {0, 1, 10, 100, 1e3, 1e4};
         static const long sweep_widths[] = {64, 256, 1024, 4096, 16384};
         long ratio_width = quick ? 256 : 1024, data_width = quick ? 256 : 4096;
         int nw = quick ? 4 : 5;
         for (int r = 0; r < 6; r++)
-            cases[ncases++] = (norms_case){rows, ratio_width, sweep_ratios[r], NORMS_DATA_NORMAL, (uint64_t)seed, eps};
+            cases[ncases++] = (norms_case){rows, ratio_width, sweep_ratios[r], NORMS_DATA_NORMAL, seed, eps};
         for (int w = 0; w < nw; w++)
             if (sweep_widths[w] != ratio_width)
-                cases[ncases++] = (norms_case){rows, sweep_widths[w], 1.0, NORMS_DATA_NORMAL, (uint64_t)seed, eps};
-        cases[ncases++] = (norms_case){rows, data_width, 0.0, NORMS_DATA_OUTLIERS, (uint64_t)seed, eps};
-        cases[ncases++] = (norms_case){rows, data_width, 0.0, NORMS_DATA_LARGE, (uint64_t)seed, eps};
+                cases[ncases++] = (norms_case){rows, sweep_widths[w], 1.0, NORMS_DATA_NORMAL, seed, eps};
+        cases[ncases++] = (norms_case){rows, data_width, 0.0, NORMS_DATA_OUTLIERS, seed, eps};
+        cases[ncases++] = (norms_case){rows, data_width, 0.0, NORMS_DATA_LARGE, seed, eps};
     }
     for (long c = 0; c < ncases; c++)
         if (rows * cases[c].width > MAX_ELEMENTS)
-            return cli_error(CMD, "--rows %ld at width %ld is %ld elements per case, above the limit %ld "
+            return base_error(CMD, "--rows %ld at width %ld is %ld elements per case, above the limit %ld "
                                   "(the MPFR reference is computed for every element)",
                              rows, cases[c].width, rows * cases[c].width, MAX_ELEMENTS);
     plan.cases = cases;
     plan.ncases = ncases;
 
-    cli_outfile out = {0};
+    base_outfile out = {0};
     sink s = {0};
     if (json_path) {
-        if (cli_outfile_open(&out, CMD, json_path)) return CLI_EXIT_USAGE;
+        if (base_outfile_open(&out, CMD, json_path)) return 1;
         char extra[256];
-        snprintf(extra, sizeof extra, "\"seed\":%ld,\"rows\":%ld,\"eps\":%.17g,\"quick\":%s,\"cases\":%ld",
-                 seed, rows, eps, quick ? "true" : "false", ncases);
-        cli_json_header(out.fp, "norms", extra);
+        snprintf(extra, sizeof extra, "\"seed\":%llu,\"rows\":%ld,\"eps\":%.17g,\"quick\":%s,\"cases\":%ld",
+                 (unsigned long long)seed, rows, eps, quick ? "true" : "false", ncases);
+        base_json_header(out.fp, "norms", extra);
         s.json = out.fp;
     }
     int status = norms_run(&plan, collect, &s);
     if (status || s.oom) {
-        if (json_path) cli_outfile_abort(&out);
+        if (json_path) base_outfile_abort(&out);
         free(s.recs);
         fprintf(stderr, "ulpscope norms: error: out of memory\n");
         return 1;
     }
-    if (json_path && cli_outfile_commit(&out, CMD)) {
+    if (json_path && base_outfile_commit(&out, CMD)) {
         free(s.recs);
         return 1;
     }
-    if (!json_path || strcmp(json_path, "-") != 0) print_table(&s); /* stdout holds the JSON otherwise */
+    if (!json_path || !base_outfile_is_stdout(json_path)) print_table(&s); /* stdout holds the JSON otherwise */
     free(s.recs);
     return 0;
 }

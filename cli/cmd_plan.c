@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "cli/output.h"
 #include "trainer/plan.h"
 
 typedef struct {
@@ -63,26 +63,26 @@ int cmd_plan(int argc, char **argv)
     plan_options o = {"bf16", "gpt2", NULL, {{0}, 0}, 2, 0, 0};
     copt_table table = {plan_opts, (int)(sizeof plan_opts / sizeof plan_opts[0]), &o};
     copt_seen seen;
-    if (copt_parse("plan", argc, argv, &table, 1, &seen)) return CLI_EXIT_USAGE;
+    if (copt_parse("plan", argc, argv, &table, 1, &seen)) return BASE_EXIT_USAGE;
     if (o.help) {
         usage(stdout);
         return 0;
     }
     static const char *const fixed_by_json[] = {"--plan", "--model", NULL};
     const char *ignored = o.from_json ? copt_first_given(&seen, fixed_by_json) : NULL;
-    if (ignored) return cli_error("plan", "--from-json fixes the preset and the model; drop %s", ignored);
+    if (ignored) return base_error("plan", "--from-json fixes the preset and the model; drop %s", ignored);
     tmodel_kind kind;
     if (tmodel_kind_parse(o.model_name, &kind))
-        return cli_error("plan", "unknown model '%s' (models: gpt2, modern)", o.model_name);
+        return base_error("plan", "unknown model '%s' (models: gpt2, modern)", o.model_name);
     tplan *p = malloc(sizeof *p);
-    if (!p) return cli_error("plan", "out of memory");
+    if (!p) return base_error("plan", "out of memory");
     char err[2048];
     int bad = o.from_json ? tplan_from_json(p, o.from_json, err, sizeof err) : tplan_init(p, o.preset, kind, err, sizeof err);
     for (int i = 0; i < o.sets.n && !bad; i++) bad = tplan_set(p, o.sets.items[i], err, sizeof err);
     if (!bad) bad = tplan_check_layers(p, o.depth, err, sizeof err);
     if (bad) {
         free(p);
-        return cli_error("plan", "%s", err);
+        return base_error("plan", "%s", err);
     }
     if (o.explain) {
         tplan_explain(p, stdout);
@@ -90,7 +90,7 @@ int cmd_plan(int argc, char **argv)
         char *json = tplan_json_alloc(p);
         if (json) printf("%s\n", json);
         free(json);
-        if (!json) bad = cli_error("plan", "out of memory");
+        if (!json) bad = base_error("plan", "out of memory");
     }
     free(p);
     return bad;

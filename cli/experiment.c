@@ -5,6 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
+#include "base/jsonl.h"
+#include "base/outfile.h"
+#include "base/parse.h"
+
 void experiment_options_defaults(experiment_options *e)
 {
     memset(e, 0, sizeof *e);
@@ -28,7 +33,7 @@ int experiment_parse_seeds(const char *spec, uint64_t **seeds, int *n, char *err
     const char *dash = strchr(spec, '-');
     if (!strchr(spec, ',') && !dash) {
         /* N: seeds 1..N */
-        if (copt_parse_seed(spec, &b) || b < 2 || b > MAX_SEEDS) {
+        if (base_parse_seed(spec, &b) || b < 2 || b > MAX_SEEDS) {
             snprintf(err, errlen, "--seeds %s: give a count 2..%d, a range A-B or a list A,B,...", spec, MAX_SEEDS);
             return -1;
         }
@@ -42,7 +47,7 @@ int experiment_parse_seeds(const char *spec, uint64_t **seeds, int *n, char *err
         }
         memcpy(lo, spec, k);
         lo[k] = '\0';
-        if (copt_parse_seed(lo, &a) || copt_parse_seed(dash + 1, &b) || b < a || b - a + 1 < 2 || b - a >= MAX_SEEDS) {
+        if (base_parse_seed(lo, &a) || base_parse_seed(dash + 1, &b) || b < a || b - a + 1 < 2 || b - a >= MAX_SEEDS) {
             snprintf(err, errlen, "--seeds %s: a range A-B with A < B and at most %d seeds", spec, MAX_SEEDS);
             return -1;
         }
@@ -69,7 +74,7 @@ int experiment_parse_seeds(const char *spec, uint64_t **seeds, int *n, char *err
             if (*p == ',' || *p == '\0') {
                 int end = *p == '\0';
                 *p = '\0';
-                if (!*tok || copt_parse_seed(tok, &(*seeds)[m])) {
+                if (!*tok || base_parse_seed(tok, &(*seeds)[m])) {
                     snprintf(err, errlen, "--seeds %s: '%s' is not a seed (decimal or 0x hex)", spec, tok);
                     bad = 1;
                     break;
@@ -106,19 +111,19 @@ int experiment_setup(const char *cmd, train_options *t, const experiment_options
     ctx->base = t->cfg;
     ttrain_config *c = &ctx->base;
     if (c->resume_path || c->ckpt_path || c->log_path || c->dump_dir || c->n_at_steps || c->n_switches || c->world > 1)
-        return cli_error(cmd, "%s runs many trainings: --resume, --ckpt, --log, hooks, --switch-at and --world "
+        return base_error(cmd, "%s runs many trainings: --resume, --ckpt, --log, hooks, --switch-at and --world "
                               "do not apply", cmd);
     if (copt_given(&t->seen, "--seed") || copt_given(&t->seen, "--data-seed"))
         if (vary == CMP_VARY_BOTH)
-            return cli_error(cmd, "--seed/--data-seed fix what does not vary: use them with --vary init or data");
+            return base_error(cmd, "--seed/--data-seed fix what does not vary: use them with --vary init or data");
     if (copt_given(&t->seen, "--val-batches"))
-        return cli_error(cmd, "%s scores every run on the validation split up to --val-tokens; drop --val-batches", cmd);
+        return base_error(cmd, "%s scores every run on the validation split up to --val-tokens; drop --val-batches", cmd);
     long val_tokens;
     if (cmp_train_val_batches(c, e->val_tokens, &c->val_batches, &val_tokens, err, sizeof err))
-        return cli_error(cmd, "%s", err);
+        return base_error(cmd, "%s", err);
     if (!copt_given(&t->seen, "--val-every")) c->val_every = c->steps >= 8 ? c->steps / 8 : 1;
     *recipe = cmp_train_recipe(c, vary, vary == CMP_VARY_INIT ? c->data_seed : c->seed, err, sizeof err);
-    if (!*recipe) return cli_error(cmd, "%s", err);
+    if (!*recipe) return base_error(cmd, "%s", err);
     ctx->progress = t->quiet ? NULL : stderr;
     return 0;
 }
@@ -127,19 +132,19 @@ int experiment_write_json(const char *cmd, const char *json_path, const char *re
                           const cmp_report *rep, void (*extra)(FILE *fp, void *ctx), void *extra_ctx)
 {
     if (!json_path) return 0;
-    cli_outfile o;
-    if (cli_outfile_open(&o, cmd, json_path)) return 1;
+    base_outfile o;
+    if (base_outfile_open(&o, cmd, json_path)) return 1;
     size_t n = strlen(recipe) + 32;
     char *hdr = malloc(n);
     if (!hdr) {
-        cli_outfile_abort(&o);
+        base_outfile_abort(&o);
         return 1;
     }
     snprintf(hdr, n, "\"recipe\":%s", recipe);
-    cli_json_header(o.fp, cmd, hdr);
+    base_json_header(o.fp, cmd, hdr);
     free(hdr);
     cmp_write_run_records(o.fp, c, rep);
     cmp_write_arm_records(o.fp, c, rep);
     if (extra) extra(o.fp, extra_ctx);
-    return cli_outfile_commit(&o, cmd) ? 1 : 0;
+    return base_outfile_commit(&o, cmd) ? 1 : 0;
 }

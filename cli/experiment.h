@@ -5,7 +5,6 @@
 #ifndef ULPSCOPE_CLI_EXPERIMENT_H
 #define ULPSCOPE_CLI_EXPERIMENT_H
 
-#include "cli/output.h"
 #include "cli/train_options.h"
 #include "studies/compare.h"
 #include "studies/compare_train.h"
@@ -27,7 +26,7 @@ int experiment_parse_seeds(const char *spec, uint64_t **seeds, int *n, char *err
 /* Fills the runner context from the finished training options: the base
  * config (validation batches over the split up to val_tokens, a curve of
  * about 8 points unless --val-every was given) and the recipe JSON
- * (*recipe malloc'd).  Returns 0 or CLI_EXIT_USAGE after an error line. */
+ * (*recipe malloc'd).  Returns 0 or BASE_EXIT_USAGE after an error line. */
 int experiment_setup(const char *cmd, train_options *t, const experiment_options *e, cmp_vary vary,
                      cmp_train_ctx *ctx, char **recipe);
 

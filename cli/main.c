@@ -2,8 +2,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/error.h"
+#include "base/version.h"
 #include "cli/commands.h"
-#include "cli/output.h"
 
 static const cli_command commands[] = {
     {"accum", "accumulation study: error of sums by format, algorithm, rounding and n", cmd_accum},
@@ -14,6 +15,7 @@ static const cli_command commands[] = {
     {"train", "train a GPT whose every kernel slot follows a numerics plan", cmd_train},
     {"compare", "do these plans give different final losses? paired seeds, a null arm, a verdict per arm", cmd_compare},
     {"noise", "a recipe's noise floor: seed and chaos spread, runs needed per shift", cmd_noise},
+    {"bisect", "which slots (per layer and GEMM role) of a bad plan move the loss: delta debugging", cmd_bisect},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
 
@@ -30,7 +32,7 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr, "ulpscope: error: no command given; usage: ulpscope <command> [options] "
                         "(ulpscope --help lists the commands)\n");
-        return CLI_EXIT_USAGE;
+        return BASE_EXIT_USAGE;
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
         usage(stdout);
@@ -45,5 +47,5 @@ int main(int argc, char **argv)
     fprintf(stderr, "ulpscope: error: unknown command '%s' (commands:", argv[1]);
     for (int i = 0; i < n_commands; i++) fprintf(stderr, " %s", commands[i].name);
     fprintf(stderr, ")\n");
-    return CLI_EXIT_USAGE;
+    return BASE_EXIT_USAGE;
 }

@@ -5,7 +5,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "cli/output.h"
+#include "base/error.h"
+#include "base/parse.h"
 
 static const copt *find(const copt_table *tables, int n_tables, const char *name, void **target)
 {
@@ -16,30 +17,6 @@ static const copt *find(const copt_table *tables, int n_tables, const char *name
                 return &tables[t].opts[i];
             }
     return NULL;
-}
-
-int copt_parse_seed(const char *s, uint64_t *out)
-{
-    uint64_t v = 0;
-    if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
-        size_t n = strlen(s + 2);
-        if (n == 0 || n > 16) return -1;
-        for (const char *q = s + 2; *q; q++) {
-            if (!isxdigit((unsigned char)*q)) return -1;
-            v = v << 4 | (uint64_t)(isdigit((unsigned char)*q) ? *q - '0' : tolower((unsigned char)*q) - 'a' + 10);
-        }
-        *out = v;
-        return 0;
-    }
-    if (!isdigit((unsigned char)s[0]) || (s[0] == '0' && s[1])) return -1; /* a sign, empty, or octal-looking */
-    for (const char *q = s; *q; q++) {
-        if (!isdigit((unsigned char)*q)) return -1;
-        uint64_t d = (uint64_t)(*q - '0');
-        if (v > (UINT64_MAX - d) / 10) return -1;
-        v = 10 * v + d;
-    }
-    *out = v;
-    return 0;
 }
 
 /* "1..1048576", "0..1 (1 excluded)", ">= 0" */
@@ -58,40 +35,40 @@ static int parse_value(const char *cmd, const copt *o, const char *v, void *fiel
     case COPT_INT:
     case COPT_LONG: {
         long x;
-        if (cli_parse_long(v, &x) || (double)x < o->min || (double)x > o->max)
-            return cli_error(cmd, "%s needs an integer %s, got '%s'", o->name, range, v);
+        if (base_parse_long(v, &x) || (double)x < o->min || (double)x > o->max)
+            return base_error(cmd, "%s needs an integer %s, got '%s'", o->name, range, v);
         if (o->kind == COPT_INT) *(int *)field = (int)x;
         else *(long *)field = x;
         return 0;
     }
     case COPT_DOUBLE: {
         double x;
-        int bad = cli_parse_double(v, &x) || !isfinite(x) || x < o->min || x > o->max ||
+        int bad = base_parse_double(v, &x) || !isfinite(x) || x < o->min || x > o->max ||
                   ((o->flags & COPT_MAX_OPEN) && x >= o->max);
-        if (bad) return cli_error(cmd, "%s needs a number %s, got '%s'", o->name, range, v);
+        if (bad) return base_error(cmd, "%s needs a number %s, got '%s'", o->name, range, v);
         *(double *)field = x;
         return 0;
     }
     case COPT_STRING: *(const char **)field = v; return 0;
     case COPT_SEED:
-        if (copt_parse_seed(v, (uint64_t *)field))
-            return cli_error(cmd, "%s needs a seed: decimal or 0x hex up to 2^64-1 (no sign, no leading zeros), got "
+        if (base_parse_seed(v, (uint64_t *)field))
+            return base_error(cmd, "%s needs a seed: decimal or 0x hex up to 2^64-1 (no sign, no leading zeros), got "
                              "'%s'", o->name, v);
         return 0;
     case COPT_LIST: {
         copt_list *l = field;
-        if (l->n == COPT_LIST_MAX) return cli_error(cmd, "%s given more than %d times", o->name, COPT_LIST_MAX);
+        if (l->n == COPT_LIST_MAX) return base_error(cmd, "%s given more than %d times", o->name, COPT_LIST_MAX);
         l->items[l->n++] = v;
         return 0;
     }
     case COPT_CALL: {
         char err[1024] = "";
-        if (o->handler(v, field, err, sizeof err)) return cli_error(cmd, "%s: %s", o->name, err);
+        if (o->handler(v, field, err, sizeof err)) return base_error(cmd, "%s: %s", o->name, err);
         return 0;
     }
     case COPT_FLAG: break;
     }
-    return cli_error(cmd, "%s: option table error", o->name);
+    return base_error(cmd, "%s: option table error", o->name);
 }
 
 int copt_parse(const char *cmd, int argc, char **argv, const copt_table *tables, int n_tables, copt_seen *seen)
@@ -101,18 +78,18 @@ int copt_parse(const char *cmd, int argc, char **argv, const copt_table *tables,
         const char *a = argv[i];
         void *target = NULL;
         const copt *o = find(tables, n_tables, a, &target);
-        if (!o) return cli_error(cmd, "unknown option '%s' (ulpscope %s --help lists them)", a, cmd);
+        if (!o) return base_error(cmd, "unknown option '%s' (ulpscope %s --help lists them)", a, cmd);
         if (copt_given(seen, o->name) && o->kind != COPT_LIST && !(o->flags & COPT_REPEATABLE))
-            return cli_error(cmd, "%s given twice (each option once; see ulpscope %s --help)", o->name, cmd);
-        if (seen->n_given == COPT_MAX_GIVEN) return cli_error(cmd, "too many options (at most %d)", COPT_MAX_GIVEN);
+            return base_error(cmd, "%s given twice (each option once; see ulpscope %s --help)", o->name, cmd);
+        if (seen->n_given == COPT_MAX_GIVEN) return base_error(cmd, "too many options (at most %d)", COPT_MAX_GIVEN);
         seen->given[seen->n_given++] = o;
         void *field = (char *)target + o->offset;
         if (o->kind == COPT_FLAG) {
             *(int *)field = 1;
             continue;
         }
-        if (i + 1 >= argc) return cli_error(cmd, "%s needs a value (%s)", o->name, o->arg ? o->arg : "see --help");
-        if (parse_value(cmd, o, argv[++i], field)) return CLI_EXIT_USAGE;
+        if (i + 1 >= argc) return base_error(cmd, "%s needs a value (%s)", o->name, o->arg ? o->arg : "see --help");
+        if (parse_value(cmd, o, argv[++i], field)) return BASE_EXIT_USAGE;
     }
     return 0;
 }

@@ -67,7 +67,7 @@ typedef struct {
     int n_given;
 } copt_seen;
 
-/* Parses argv[1..argc-1] against the tables.  Returns 0, or CLI_EXIT_USAGE
+/* Parses argv[1..argc-1] against the tables.  Returns 0, or BASE_EXIT_USAGE
  * (2) after printing one line naming the problem (unknown option, missing
  * value, malformed or out-of-range number, repeated option). */
 int copt_parse(const char *cmd, int argc, char **argv, const copt_table *tables, int n_tables, copt_seen *seen);
@@ -75,10 +75,6 @@ int copt_parse(const char *cmd, int argc, char **argv, const copt_table *tables,
 int copt_given(const copt_seen *seen, const char *name);
 /* The first of names[] (NULL-terminated) that was given, or NULL. */
 const char *copt_first_given(const copt_seen *seen, const char *const *names);
-
-/* A seed: decimal (no leading zeros) or 0x followed by 1 to 16 hex digits;
- * no sign.  Returns 0 or -1. */
-int copt_parse_seed(const char *s, uint64_t *out);
 
 /* The options grouped as their tables order the groups:
  * "group:   --name ARG help  --name ARG help ..." wrapped at 100 columns. */

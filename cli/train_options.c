@@ -2,24 +2,26 @@
 #include "cli/train_options.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cli/output.h"
+#include "base/error.h"
+#include "base/parse.h"
 
 #define F(field) offsetof(train_options, field)
-#define BIG 1048576.0 /* 2^20: sizes past it are typos, not models this trainer runs */
-#define STEPS_MAX 1e9
+#define BIG ((double)TTRAIN_SIZE_MAX)
+#define STEPS_MAX ((double)TTRAIN_STEPS_MAX)
 
 static const copt train_opts[] = {
     {"--model", COPT_STRING, F(model_name), 0, 0, "model", "gpt2|modern", "(gpt2)", NULL, 0},
     {"--depth", COPT_INT, F(depth), 1, TPLAN_MAX_LAYERS, "model", "L", "(2)", NULL, 0},
-    {"--width", COPT_INT, F(width), 1, 65536, "model", "C", "(64)", NULL, 0},
-    {"--heads", COPT_INT, F(heads), 1, 4096, "model", "H", "(4)", NULL, 0},
-    {"--context", COPT_INT, F(context), 1, BIG, "model", "N", "(= --seq)", NULL, 0},
-    {"--vocab", COPT_INT, F(vocab), 2, BIG, "model", "V", "(256 for text, 50304 for shards)", NULL, 0},
+    {"--width", COPT_INT, F(width), 1, TMODEL_WIDTH_MAX, "model", "C", "(64)", NULL, 0},
+    {"--heads", COPT_INT, F(heads), 1, TMODEL_HEADS_MAX, "model", "H", "(4)", NULL, 0},
+    {"--context", COPT_INT, F(context), 1, TMODEL_CONTEXT_MAX, "model", "N", "(= --seq)", NULL, 0},
+    {"--vocab", COPT_INT, F(vocab), 2, TMODEL_VOCAB_MAX, "model", "V", "(256 for text, 50304 for shards)", NULL, 0},
     {"--norm-gain", COPT_INT, F(norm_gain), 0, 1, "model", "0|1", "(modern: 0)", NULL, 0},
     {"--softcap", COPT_DOUBLE, F(softcap), 0, INFINITY, "model", "X", "(modern: 0 = off)", NULL, 0},
     {"--plan", COPT_STRING, F(preset), 0, 0, "plan", "fp32|bf16|fp16|fp8", "(bf16)", NULL, 0},
@@ -49,16 +51,18 @@ static const copt train_opts[] = {
     {"--data-seed", COPT_SEED, F(cfg.data_seed), 0, 0, "run", "S", "(= --seed: the batch order; init uses --seed)", NULL, 0},
     {"--val-every", COPT_LONG, F(cfg.val_every), 0, STEPS_MAX, "run", "N", "(0: end only)", NULL, 0},
     {"--val-batches", COPT_INT, F(cfg.val_batches), 1, BIG, "run", "N", "(4)", NULL, 0},
-    {"--log", COPT_STRING, F(cfg.log_path), 0, 0, "run", "FILE.jsonl", "", NULL, 0},
+    {"--log", COPT_STRING, F(cfg.log_path), 0, 0, "run", "FILE.jsonl", "(written as the run goes; - : stdout)", NULL, 0},
     {"--progress-every", COPT_LONG, F(cfg.progress_every), 1, STEPS_MAX, "run", "N", "(10)", NULL, 0},
     {"--quiet", COPT_FLAG, F(quiet), 0, 0, "run", NULL, "", NULL, 0},
     {"--peak-tflops", COPT_DOUBLE, F(peak_tflops), 0, INFINITY, "run", "X",
      "(MFU denominator; cuda on H100/H200: 989.4)", NULL, 0},
     {"--profile", COPT_FLAG, F(cfg.profile), 0, 0, "run", NULL, "(synchronise after every slot; print where the time goes)",
      NULL, 0},
-    {"--ckpt", COPT_STRING, F(cfg.ckpt_path), 0, 0, "ckpt", "FILE", "", NULL, 0},
+    {"--ckpt", COPT_STRING, F(cfg.ckpt_path), 0, 0, "ckpt", "FILE",
+     "(at the end, every --ckpt-every steps, and when interrupted)", NULL, 0},
     {"--ckpt-every", COPT_LONG, F(cfg.ckpt_every), 0, STEPS_MAX, "ckpt", "N", "", NULL, 0},
-    {"--resume", COPT_STRING, F(cfg.resume_path), 0, 0, "ckpt", "FILE", "(model, plan and seed come from it)", NULL, 0},
+    {"--resume", COPT_STRING, F(cfg.resume_path), 0, 0, "ckpt", "FILE", "(settings not given come from it; see below)",
+     NULL, 0},
     {"--stop-after", COPT_LONG, F(cfg.stop_after), 1, STEPS_MAX, "ckpt", "K", "", NULL, 0},
     {"--max-seconds", COPT_DOUBLE, F(cfg.max_seconds), 0, INFINITY, "ckpt", "S",
      "(stop after S seconds of training; the schedule still assumes --steps)", NULL, 0},
@@ -68,7 +72,7 @@ static const copt train_opts[] = {
     {"--dump-dir", COPT_STRING, F(cfg.dump_dir), 0, 0, "hooks", "DIR", "", NULL, 0},
     {"--switch-at", COPT_LIST, F(switches), 0, 0, "hooks", "STEP:SLOT[@LAYERS]=PATH[:VARIANT],...",
      "(repeatable: change slots before that step)", NULL, 0},
-    {"--world", COPT_INT, F(cfg.world), 1, 1024, "dp", "N", "(one process per GPU, --backend cuda)", NULL, 0},
+    {"--world", COPT_INT, F(cfg.world), 1, TTRAIN_WORLD_MAX, "dp", "N", "(one process per GPU, --backend cuda)", NULL, 0},
     {"--rank", COPT_INT, F(cfg.rank), 0, 1023, "dp", "R", "", NULL, 0},
     {"--nccl-id", COPT_STRING, F(cfg.nccl_id_file), 0, 0, "dp", "FILE", "", NULL, 0},
     {"--help", COPT_FLAG, F(help), 0, 0, "help", NULL, "", NULL, 0},
@@ -120,8 +124,8 @@ static int parse_slots(const char *cmd, const char *opt, const char *list, const
                 if (plan->used[s])
                     k += (size_t)snprintf(names + k, k < sizeof names ? sizeof names - k : 0, "%s%s", k ? " " : "",
                                           tslot_get((tslot)s)->name);
-            if (!n) return cli_error(cmd, "%s '%s': empty slot name (slots: %s; or all)", opt, list, names);
-            return cli_error(cmd, "unknown slot '%.*s' for hooks (slots: %s; or all)", (int)n, item, names);
+            if (!n) return base_error(cmd, "%s '%s': empty slot name (slots: %s; or all)", opt, list, names);
+            return base_error(cmd, "unknown slot '%.*s' for hooks (slots: %s; or all)", (int)n, item, names);
         }
         if (!comma) return 0;
         item = comma + 1;
@@ -138,16 +142,16 @@ static int parse_at_steps(const char *cmd, const char *list, ttrain_config *c)
         size_t n = comma ? (size_t)(comma - item) : strlen(item);
         long v;
         if (n == 0 || n >= sizeof num)
-            return cli_error(cmd, "--at-steps needs steps like 0,10,20, got '%s'", list);
+            return base_error(cmd, "--at-steps needs steps like 0,10,20, got '%s'", list);
         memcpy(num, item, n);
         num[n] = '\0';
-        if (cli_parse_long(num, &v) || v < 0)
-            return cli_error(cmd, "--at-steps: '%s' is not a step (an integer >= 0)", num);
+        if (base_parse_long(num, &v) || v < 0)
+            return base_error(cmd, "--at-steps: '%s' is not a step (an integer >= 0)", num);
         if (v >= c->steps)
-            return cli_error(cmd, "--at-steps %ld can never fire: the run has steps 0..%ld (--steps %ld)", v,
+            return base_error(cmd, "--at-steps %ld can never fire: the run has steps 0..%ld (--steps %ld)", v,
                              c->steps - 1, c->steps);
         if (c->n_at_steps == TTRAIN_MAX_AT_STEPS)
-            return cli_error(cmd, "--at-steps lists more than %d steps", TTRAIN_MAX_AT_STEPS);
+            return base_error(cmd, "--at-steps lists more than %d steps", TTRAIN_MAX_AT_STEPS);
         c->at_steps[c->n_at_steps++] = v;
         if (!comma) return 0;
         item = comma + 1;
@@ -161,24 +165,36 @@ static int parse_switch(const char *cmd, const char *v, ttrain_config *c)
     char num[32];
     long step;
     if (!colon || colon == v || (size_t)(colon - v) >= sizeof num)
-        return cli_error(cmd, "--switch-at needs STEP:SLOT[@LAYERS]=PATH[:VARIANT],..., got '%s'", v);
+        return base_error(cmd, "--switch-at needs STEP:SLOT[@LAYERS]=PATH[:VARIANT],..., got '%s'", v);
     memcpy(num, v, (size_t)(colon - v));
     num[colon - v] = '\0';
-    if (cli_parse_long(num, &step) || step < 0) return cli_error(cmd, "--switch-at: bad step '%s'", num);
+    if (base_parse_long(num, &step) || step < 0) return base_error(cmd, "--switch-at: bad step '%s'", num);
     if (step >= c->steps)
-        return cli_error(cmd, "--switch-at %ld can never fire: the run has steps 0..%ld (--steps %ld)", step,
+        return base_error(cmd, "--switch-at %ld can never fire: the run has steps 0..%ld (--steps %ld)", step,
                          c->steps - 1, c->steps);
-    if (c->n_switches == TTRAIN_MAX_SWITCHES) return cli_error(cmd, "more than %d --switch-at", TTRAIN_MAX_SWITCHES);
+    if (c->n_switches == TTRAIN_MAX_SWITCHES) return base_error(cmd, "more than %d --switch-at", TTRAIN_MAX_SWITCHES);
     tplan *probe = malloc(sizeof *probe);
-    if (!probe) return cli_error(cmd, "out of memory");
+    if (!probe) return base_error(cmd, "out of memory");
     *probe = c->plan;
     char err[2048];
     int bad = tplan_set(probe, colon + 1, err, sizeof err) || tplan_check_layers(probe, c->model.n_layer, err, sizeof err);
     free(probe);
-    if (bad) return cli_error(cmd, "--switch-at %ld: %s", step, err);
+    if (bad) return base_error(cmd, "--switch-at %ld: %s", step, err);
     c->switches[c->n_switches].step = step;
     c->switches[c->n_switches].overrides = colon + 1;
     c->n_switches++;
+    return 0;
+}
+
+/* The plan from --plan and --set for the model in t->cfg. */
+static int build_plan(train_options *t, const char *cmd)
+{
+    ttrain_config *c = &t->cfg;
+    char err[2048];
+    if (tplan_init(&c->plan, t->preset, c->model.kind, err, sizeof err)) return base_error(cmd, "%s", err);
+    for (int i = 0; i < t->sets.n; i++)
+        if (tplan_set(&c->plan, t->sets.items[i], err, sizeof err)) return base_error(cmd, "%s", err);
+    if (tplan_check_layers(&c->plan, c->model.n_layer, err, sizeof err)) return base_error(cmd, "%s", err);
     return 0;
 }
 
@@ -189,7 +205,7 @@ static int build_model_and_plan(train_options *t, const char *cmd)
     char err[2048];
     tmodel_kind kind;
     if (tmodel_kind_parse(t->model_name, &kind))
-        return cli_error(cmd, "unknown model '%s' (models: gpt2, modern)", t->model_name);
+        return base_error(cmd, "unknown model '%s' (models: gpt2, modern)", t->model_name);
     int is_shards = 0;
     struct stat st;
     if (c->data_path && stat(c->data_path, &st) == 0) {
@@ -199,42 +215,57 @@ static int build_model_and_plan(train_options *t, const char *cmd)
     int vocab = t->vocab ? t->vocab : is_shards ? 50304 : 256; /* GPT-2's 50257 padded to a multiple of 128 (llm.c) */
     if (tmodel_config_init(&c->model, kind, t->depth, t->width, t->heads, vocab, t->context ? t->context : c->seq, err,
                            sizeof err))
-        return cli_error(cmd, "%s", err);
+        return base_error(cmd, "%s", err);
     if (t->norm_gain >= 0) {
-        if (kind != TMODEL_MODERN) return cli_error(cmd, "--norm-gain applies to --model modern only");
+        if (kind != TMODEL_MODERN) return base_error(cmd, "--norm-gain applies to --model modern only");
         c->model.norm_gain = t->norm_gain != 0;
     }
     if (copt_given(&t->seen, "--softcap")) {
-        if (kind != TMODEL_MODERN) return cli_error(cmd, "--softcap applies to --model modern only");
+        if (kind != TMODEL_MODERN) return base_error(cmd, "--softcap applies to --model modern only");
         c->model.softcap = t->softcap;
     }
     if (is_shards) c->shard_vocab = vocab < 50257 ? vocab : 50257;
-    if (tplan_init(&c->plan, t->preset, kind, err, sizeof err)) return cli_error(cmd, "%s", err);
-    for (int i = 0; i < t->sets.n; i++)
-        if (tplan_set(&c->plan, t->sets.items[i], err, sizeof err)) return cli_error(cmd, "%s", err);
-    if (tplan_check_layers(&c->plan, c->model.n_layer, err, sizeof err)) return cli_error(cmd, "%s", err);
-    return 0;
+    return build_plan(t, cmd);
 }
 
-/* The model, plan and seed a checkpoint fixes. */
+/* --resume: the checkpoint's settings for every one not given.  Those
+ * given are kept as given; ttrain_run lists each that differs from the
+ * checkpoint's and refuses the run (a model option sets its own field, so
+ * that the difference is named). */
 static int take_from_checkpoint(train_options *t, const char *cmd)
 {
-    static const char *const fixed[] = {"--model", "--plan", "--set", "--depth", "--width", "--heads", "--context",
-                                        "--vocab", "--norm-gain", "--softcap", "--seed", "--data-seed", NULL};
-    const char *given = copt_first_given(&t->seen, fixed);
-    if (given)
-        return cli_error(cmd, "--resume takes the model, plan and seed from the checkpoint; drop %s (use --switch-at "
-                         "to change slots)", given);
     ttrain_config *c = &t->cfg;
-    char err[2048], *json = NULL;
-    tckpt_state st;
-    int bad = tckpt_peek(c->resume_path, &c->model, &json, &st, err, sizeof err) ||
-              tplan_from_json(&c->plan, json, err, sizeof err) ||
-              tplan_check_layers(&c->plan, c->model.n_layer, err, sizeof err);
-    free(json);
-    if (bad) return cli_error(cmd, "%s", err);
-    c->seed = st.seed;
-    c->data_seed = st.data_seed;
+    char err[2048];
+    tckpt_info *ck = t->resumed = malloc(sizeof *ck);
+    if (!ck) return base_error(cmd, "out of memory");
+    if (tckpt_info_read(c->resume_path, ck, err, sizeof err)) return base_error(cmd, "%s", err);
+    int n;
+    const tsetting *set = ttrain_settings(&n);
+    for (int i = 0; i < n; i++)
+        if (!set[i].option || !copt_given(&t->seen, set[i].option)) ttrain_setting_copy(c, &ck->run, &set[i]);
+    c->model = ck->run.model;
+    if (copt_given(&t->seen, "--model") && tmodel_kind_parse(t->model_name, &c->model.kind))
+        return base_error(cmd, "unknown model '%s' (models: gpt2, modern)", t->model_name);
+    const struct { const char *option; int value; int *field; } sizes[] = {
+        {"--depth", t->depth, &c->model.n_layer},  {"--width", t->width, &c->model.n_embd},
+        {"--heads", t->heads, &c->model.n_head},   {"--context", t->context, &c->model.seq_len},
+        {"--vocab", t->vocab, &c->model.vocab},    {"--norm-gain", t->norm_gain, &c->model.norm_gain},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (copt_given(&t->seen, sizes[i].option)) *sizes[i].field = sizes[i].value;
+    if (copt_given(&t->seen, "--softcap")) c->model.softcap = t->softcap;
+    if (copt_given(&t->seen, "--plan") || copt_given(&t->seen, "--set")) {
+        if (tmodel_config_check(&c->model, err, sizeof err)) return base_error(cmd, "%s", err);
+        if (build_plan(t, cmd)) return BASE_EXIT_USAGE;
+    } else {
+        c->plan = ck->run.plan;
+    }
+    if (!copt_given(&t->seen, "--data")) c->data_path = ck->run.data_path;
+    if (!copt_given(&t->seen, "--backend")) c->backend = ck->run.backend;
+    if (!copt_given(&t->seen, "--switch-at")) {
+        c->n_switches = ck->run.n_switches;
+        memcpy(c->switches, ck->run.switches, sizeof c->switches);
+    }
     return 0;
 }
 
@@ -243,34 +274,60 @@ int train_options_finish(train_options *t, const char *cmd)
     ttrain_config *c = &t->cfg;
     if (strcmp(t->schedule, "cosine") == 0) c->schedule = TSCHED_COSINE;
     else if (strcmp(t->schedule, "linear") == 0) c->schedule = TSCHED_LINEAR;
-    else return cli_error(cmd, "unknown schedule '%s' (schedules: cosine, linear)", t->schedule);
+    else return base_error(cmd, "unknown schedule '%s' (schedules: cosine, linear)", t->schedule);
     if (strcmp(c->backend, "cpu") != 0 && strcmp(c->backend, "cuda") != 0)
-        return cli_error(cmd, "unknown backend '%s' (backends: cpu, cuda)", c->backend);
+        return base_error(cmd, "unknown backend '%s' (backends: cpu, cuda)", c->backend);
+    if (!copt_given(&t->seen, "--data-seed")) c->data_seed = c->seed; /* one seed unless told apart */
+    if (c->resume_path ? take_from_checkpoint(t, cmd) : build_model_and_plan(t, cmd)) return BASE_EXIT_USAGE;
     /* data parallel */
-    if (c->world > 1 && !c->nccl_id_file) return cli_error(cmd, "--world %d needs --nccl-id FILE", c->world);
+    if (c->world > 1 && !c->nccl_id_file) return base_error(cmd, "--world %d needs --nccl-id FILE", c->world);
     if (c->world == 1 && (copt_given(&t->seen, "--rank") || copt_given(&t->seen, "--nccl-id")))
-        return cli_error(cmd, "%s applies to data parallel runs only (--world N > 1)",
+        return base_error(cmd, "%s applies to data parallel runs only (--world N > 1)",
                          copt_given(&t->seen, "--rank") ? "--rank" : "--nccl-id");
-    if (c->rank >= c->world) return cli_error(cmd, "--rank %d of --world %d: need rank < world", c->rank, c->world);
-    if (!copt_given(&t->seen, "--data-seed")) c->data_seed = c->seed;
-    if (c->resume_path ? take_from_checkpoint(t, cmd) : build_model_and_plan(t, cmd)) return CLI_EXIT_USAGE;
+    if (c->rank >= c->world) return base_error(cmd, "--rank %d of --world %d: need rank < world", c->rank, c->world);
     /* hooks: each must be able to fire */
-    if (t->hash_list && parse_slots(cmd, "--hash-slots", t->hash_list, &c->plan, c->hash_slot)) return CLI_EXIT_USAGE;
-    if (t->dump_list && parse_slots(cmd, "--dump-slots", t->dump_list, &c->plan, c->dump_slot)) return CLI_EXIT_USAGE;
+    if (t->hash_list && parse_slots(cmd, "--hash-slots", t->hash_list, &c->plan, c->hash_slot)) return BASE_EXIT_USAGE;
+    if (t->dump_list && parse_slots(cmd, "--dump-slots", t->dump_list, &c->plan, c->dump_slot)) return BASE_EXIT_USAGE;
     if ((t->hash_list || t->dump_list) && !t->at_steps)
-        return cli_error(cmd, "--hash-slots/--dump-slots need --at-steps (the steps to fire at)");
+        return base_error(cmd, "--hash-slots/--dump-slots need --at-steps (the steps to fire at)");
     if (t->at_steps && !t->hash_list && !t->dump_list)
-        return cli_error(cmd, "--at-steps needs --hash-slots or --dump-slots (what to record at those steps)");
-    if (t->at_steps && parse_at_steps(cmd, t->at_steps, c)) return CLI_EXIT_USAGE;
-    if (c->dump_dir && !t->dump_list) return cli_error(cmd, "--dump-dir needs --dump-slots (nothing else is dumped)");
+        return base_error(cmd, "--at-steps needs --hash-slots or --dump-slots (what to record at those steps)");
+    if (t->at_steps && parse_at_steps(cmd, t->at_steps, c)) return BASE_EXIT_USAGE;
+    if (c->dump_dir && !t->dump_list) return base_error(cmd, "--dump-dir needs --dump-slots (nothing else is dumped)");
     for (int i = 0; i < t->switches.n; i++)
-        if (parse_switch(cmd, t->switches.items[i], c)) return CLI_EXIT_USAGE;
+        if (parse_switch(cmd, t->switches.items[i], c)) return BASE_EXIT_USAGE;
     /* progress output */
     if (t->quiet && (copt_given(&t->seen, "--progress-every") || c->profile))
-        return cli_error(cmd, "--quiet silences the progress lines %s prints; drop one of them",
+        return base_error(cmd, "--quiet silences the progress lines %s prints; drop one of them",
                          c->profile ? "--profile" : "--progress-every");
     c->progress = t->quiet ? NULL : stderr;
     if (t->peak_tflops > 0) c->peak_flops = t->peak_tflops * 1e12;
     else if (t->peak_tflops < 0 && strcmp(c->backend, "cuda") == 0) c->peak_flops = 989.4e12; /* H100/H200 SXM dense bf16 */
     return 0;
+}
+
+void train_options_free(train_options *t)
+{
+    if (t->resumed) tckpt_info_free(t->resumed);
+    free(t->resumed);
+    t->resumed = NULL;
+}
+
+/* Set by the handler, read between micro-batches and steps (ttrain_config.stop). */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop(int sig) { stop_signal = sig; }
+
+void train_options_catch_signals(train_options *t)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigemptyset(&sa.sa_mask);
+    /* restarted calls: a signal must not turn a write into an I/O error; the
+     * handler is reset by the first signal, so a second one ends the process */
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    t->cfg.stop = &stop_signal;
 }

@@ -26,6 +26,7 @@
 #define ULPSCOPE_KERNELS_ACTIVATIONS_H
 
 #include "kernels/kernels.h"
+#include "kernels/registry.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,6 +35,12 @@ extern "C" {
 typedef enum { KGELU_TANH_TANHF = 0, KGELU_TANH_APPROX, KGELU_TANH_SIGMOID, KGELU_TANH_NVARIANTS } kgelu_tanh_variant;
 typedef enum { KGELU_ERF_ERFF = 0, KGELU_ERF_NORMCDF, KGELU_ERF_NVARIANTS } kgelu_erf_variant;
 typedef enum { KRELU2_STORE_PREACT = 0, KRELU2_STORE_GRAD, KRELU2_NVARIANTS } krelu2_variant;
+/* relu2's and leaky_relu2's variants (relu2.cu names them for both registry
+ * entries) and their shared fp8 note. */
+extern const kvariant krelu2_variants[KRELU2_NVARIANTS];
+#define KRELU2_FP8_NOTE                                                                                   \
+    "fp8: x, y and the stored gradient branch in e4m3, dy and dx in e5m2, per-tensor scales amax/max_finite " \
+    "(current scaling), fp32 math"
 
 int kgelu_tanh_forward(ktensor *y, const ktensor *x, int variant);
 int kgelu_tanh_backward(ktensor *dx, const ktensor *dy, const ktensor *x, int variant);

@@ -13,12 +13,33 @@
 #include <cstring>
 
 #include "kernels/adamw.h"
-#include "kernels/kelem.cuh"
-#include "kernels/klaunch.cuh"
+#include "kernels/common/kelem.cuh"
+#include "kernels/common/klaunch.cuh"
+#include "kernels/registry.h"
 
 extern "C" const kvariant kadamw_variants[KADAMW_NVARIANTS] = {
     {"llmc", "m, v by beta-weighted sums; p -= lr (m/bc1 / (sqrt(v/bc2) + eps) + wd p) (llm.c's order)"},
     {"torch", "p *= 1 - lr wd first; m, v by lerp; p -= (lr/bc1) m / (sqrt(v)/sqrt(bc2) + eps) (torch.optim.AdamW)"},
+};
+
+// ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
+
+#define NO_FP8_NOTE "no fp8 path: weights rounded to 3 mantissa bits every step would not train"
+
+extern "C" const kop kop_adamw = {
+    "adamw",
+    "AdamW step with fp32 master weights (bf16/fp16 weights = the master rounded to nearest)",
+    KPATHS_NO_FP8, NO_FP8_NOTE, kadamw_variants, KADAMW_NVARIANTS,
+};
+extern "C" const kop kop_adamw_sr = {
+    "adamw_sr",
+    "AdamW step on the weights themselves, stochastic rounding from a hash of (seed, step, index)",
+    KPATHS_NO_FP8, NO_FP8_NOTE, kadamw_variants, KADAMW_NVARIANTS,
+};
+extern "C" const kop kop_adamw_split = {
+    "adamw_split",
+    "AdamW step on bf16 weights plus a 16-bit buffer with the low half of the fp32 master",
+    KPATH_BIT(KPATH_BF16), NO_FP8_NOTE, kadamw_variants, KADAMW_NVARIANTS,
 };
 
 extern "C" const char *kadamw_storage_name(kadamw_storage s)

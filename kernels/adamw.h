@@ -37,7 +37,7 @@
  *
  * Planted bugs: drop-term leaves the last element untouched (params, master,
  * m, v); truncate-output stores m and v (and RNE-stored params) truncated
- * (fp32 stores at bf16 precision, see kernels/kelem.cuh). */
+ * (fp32 stores at bf16 precision, see kernels/common/kelem.cuh). */
 #ifndef ULPSCOPE_KERNELS_ADAMW_H
 #define ULPSCOPE_KERNELS_ADAMW_H
 

@@ -10,9 +10,10 @@
 
 #include "kernels/attention.h"
 #include "kernels/attention_mma.cuh"
-#include "kernels/kelem.cuh"
-#include "kernels/klaunch.cuh"
-#include "kernels/kreduce.cuh"
+#include "kernels/common/kelem.cuh"
+#include "kernels/common/klaunch.cuh"
+#include "kernels/common/kreduce.cuh"
+#include "kernels/registry.h"
 
 extern "C" const kvariant katt_variants[KATT_NVARIANTS] = {
     {"naive", "scores S and probabilities P [T,T] materialised in the path's format; dP and dS likewise"},
@@ -21,6 +22,17 @@ extern "C" const kvariant katt_variants[KATT_NVARIANTS] = {
     {"flash_mma", "flash on the tensor cores (mma.sync m16n8k16, fp32 accumulators, P and dS rounded to the path's "
                   "format), 64 query rows per block of 4 warps, keys in tiles of 64; bf16 and fp16 only"},
     {"flash_mma_exp2", "flash_mma with log2(e) folded into the score scale and exp2f instead of expf"},
+};
+
+// ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
+
+extern "C" const kop kop_attention = {
+    "attention",
+    "causal self-attention forward (o, lse) and backward (dq, dk, dv): softmax(scale q k^T) v",
+    KPATHS_NO_FP8,
+    "no fp8 path: fp8 attention needs per-block scaled kernels of its own (FlashAttention-3 style); the fp8 "
+    "plan keeps attention in bf16",
+    katt_variants, KATT_NVARIANTS,
 };
 
 static const int WARPS = 4; // rows per block in the warp-per-row kernels

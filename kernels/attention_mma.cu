@@ -20,7 +20,7 @@
 // its own exponent with F >= 24 fraction bits and rounded to fp32 again), so
 // skipping changes no bit.
 //
-// The arithmetic, per output element (what kernels/check_attention_mma.c
+// The arithmetic, per output element (what kernels/check/check_attention_mma.c
 // replays; L, F: the tensor cores' block length and alignment bits,
 // precision/mma.h):
 //  forward (query row i, keys in tiles of KATT_MMA_KEYS = 64):
@@ -64,8 +64,8 @@
 #include "kernels/attention.h"
 #include "kernels/attention_mma.cuh"
 #include "kernels/attention_mma_layout.h"
-#include "kernels/kelem.cuh"
-#include "kernels/klaunch.cuh"
+#include "kernels/common/kelem.cuh"
+#include "kernels/common/klaunch.cuh"
 
 namespace {
 

@@ -7,11 +7,12 @@
 #include <cmath>
 #include <cstdio>
 
+#include "kernels/common/kelem.cuh"
+#include "kernels/common/klaunch.cuh"
+#include "kernels/common/kreduce.cuh"
 #include "kernels/cross_entropy.h"
-#include "kernels/kelem.cuh"
-#include "kernels/klaunch.cuh"
-#include "kernels/kreduce.cuh"
 #include "kernels/matmul.h"
+#include "kernels/registry.h"
 
 extern "C" const kvariant kce_variants[KCE_NVARIANTS] = {
     {"two_pass", "row maximum, then sum exp(z - max) over a block tree; logits and dlogits in the path's format"},
@@ -23,6 +24,25 @@ extern "C" const kvariant kce_variants[KCE_NVARIANTS] = {
 extern "C" const kvariant klce_variants[KLCE_NVARIANTS] = {
     {"chunk_1024", "1024 rows per chunk: logits [1024,V] fp32, never [N,V]"},
     {"chunk_128", "128 rows per chunk: less memory, dW summed over more chunk GEMMs"},
+};
+
+// ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
+
+extern "C" const kop kop_cross_entropy = {
+    "cross_entropy",
+    "cross-entropy over the vocabulary from materialised logits: per-row loss = lse - z_target and "
+    "dlogits = (softmax - onehot) dloss",
+    KPATHS_NO_FP8,
+    "no fp8 path: logits in e4m3 keep 3 mantissa bits, an error of up to 6% in every exp; the fp8 lm_head is "
+    "matmul's fp8 path writing bf16 or fp32 logits",
+    kce_variants, KCE_NVARIANTS,
+};
+extern "C" const kop kop_linear_cross_entropy = {
+    "linear_cross_entropy",
+    "lm_head matmul fused with cross-entropy in row chunks (never the full logits): loss, dh and dW (fp32)",
+    KPATHS_NO_FP8,
+    "no fp8 path here: an fp8 lm_head is matmul's fp8 path followed by cross_entropy",
+    klce_variants, KLCE_NVARIANTS,
 };
 
 extern "C" int64_t klce_chunk_rows(int variant) { return variant == KLCE_CHUNK_128 ? 128 : 1024; }

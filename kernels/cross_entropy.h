@@ -13,7 +13,7 @@
  * path's format (fp32, bf16, fp16) or in fp32 (variant fp32_logits, what an
  * lm_head writing its fp32 accumulator gives); dlogits may alias logits (in
  * place) or be NULL (forward only).  One block of 256 threads per row; sums
- * in fp32 over the row partition of kernels/kreduce.cuh (strided partials,
+ * in fp32 over the row partition of kernels/common/kreduce.cuh (strided partials,
  * block tree); expf (2 ulps) and logf (1 ulp).
  *   two_pass     the row maximum, then sum exp(z - max)           (2 reads)
  *   online       running (max, sum) per thread, rescaled on each new max,
@@ -39,7 +39,7 @@
  *
  * Planted bugs: drop-term leaves the last vocabulary entry out of each row's
  * sum; truncate-output truncates the stores (losses and fp32 dlogits at bf16
- * precision, see kernels/kelem.cuh). */
+ * precision, see kernels/common/kelem.cuh). */
 #ifndef ULPSCOPE_KERNELS_CROSS_ENTROPY_H
 #define ULPSCOPE_KERNELS_CROSS_ENTROPY_H
 

@@ -11,9 +11,27 @@
 
 #include <cub/cub.cuh>
 
+#include "kernels/common/kelementwise.cuh"
+#include "kernels/common/klaunch.cuh"
 #include "kernels/embedding.h"
-#include "kernels/kelementwise.cuh"
-#include "kernels/klaunch.cuh"
+#include "kernels/registry.h"
+
+// ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
+
+static const kvariant variants[KEMBED_NVARIANTS] = {
+    {"sorted", "stable radix sort of (token, position), then one block per distinct token sums its rows in order"},
+    {"row_owner", "one block per vocabulary row scans all tokens in order (no sort; same order, same bits)"},
+};
+
+extern "C" const kop kop_embedding = {
+    "embedding",
+    "token embedding lookup out = table[tokens] (exact) and its deterministic backward dtable += scatter-sum of dout",
+    KPATHS_NO_FP8,
+    "no fp8 path: the lookup's output starts the residual stream (bf16/fp32), and its gradient is a sum of many "
+    "rows; fp8 recipes keep embeddings in high precision",
+    variants,
+    KEMBED_NVARIANTS,
+};
 
 namespace {
 

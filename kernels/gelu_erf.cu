@@ -4,7 +4,24 @@
 //   normcdf  normcdff(x)                        (5 ulps; no cancellation)
 // The backward adds x phi(x) = x exp(-x^2/2) / sqrt(2 pi) with expf.
 #include "kernels/activations.h"
-#include "kernels/kact.cuh"
+#include "kernels/common/kact.cuh"
+#include "kernels/registry.h"
+
+// ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
+
+static const kvariant variants[KGELU_ERF_NVARIANTS] = {
+    {"erff", "x/2 (1 + erff(x / sqrt 2)): cancels for x << 0"},
+    {"normcdf", "x normcdff(x): the same function without the cancellation (normcdff: 5 ulps)"},
+};
+
+extern "C" const kop kop_gelu_erf = {
+    "gelu_erf",
+    "GELU, exact form: y = x Phi(x) = x/2 (1 + erf(x / sqrt 2)); backward dx = dy (Phi(x) + x phi(x))",
+    KPATHS_ALL,
+    "fp8: x and y in e4m3, dy and dx in e5m2, per-tensor scales amax/max_finite (current scaling), fp32 math",
+    variants,
+    KGELU_ERF_NVARIANTS,
+};
 
 namespace {
 

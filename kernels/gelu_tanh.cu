@@ -5,7 +5,26 @@
 //   tanh_approx  PTX tanh.approx.f32 (max error 2^-10.987, PTX ISA), one instruction
 //   sigmoid      0.5 x (1 + tanh z) = x / (1 + exp(-2z)), with expf
 #include "kernels/activations.h"
-#include "kernels/kact.cuh"
+#include "kernels/common/kact.cuh"
+#include "kernels/registry.h"
+
+// ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
+
+static const kvariant variants[KGELU_TANH_NVARIANTS] = {
+    {"tanhf", "0.5 x (1 + tanhf(z)) with the accurate library tanh (2 ulps)"},
+    {"tanh_approx", "0.5 x (1 + tanh.approx.f32(z)): one MUFU instruction, ~11 correct bits"},
+    {"sigmoid", "x / (1 + expf(-2z)), the same function through the logistic form"},
+};
+
+extern "C" const kop kop_gelu_tanh = {
+    "gelu_tanh",
+    "GELU, tanh approximation (GPT-2's): y = x/2 (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))); backward dx",
+    KPATHS_ALL,
+    "fp8: x and y in e4m3, dy and dx in e5m2, per-tensor scales amax/max_finite (current scaling), fp32 math "
+    "(the activation feeding an fp8 down-projection)",
+    variants,
+    KGELU_TANH_NVARIANTS,
+};
 
 namespace {
 

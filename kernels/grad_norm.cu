@@ -10,9 +10,28 @@
 // stage 2 reduces them in the single call's order into norm[r].
 #include <cuda_runtime.h>
 
+#include "kernels/common/klaunch.cuh"
+#include "kernels/common/kreduce.cuh"
 #include "kernels/grad_norm.h"
-#include "kernels/klaunch.cuh"
-#include "kernels/kreduce.cuh"
+#include "kernels/registry.h"
+
+// ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
+
+static const kvariant variants[KGRADNORM_NVARIANTS] = {
+    {"block_tree", "chunks of 4096 per block (strided partials, block butterfly), then one block over the partials"},
+    {"warp_tree", "chunks of 1024 per warp (strided partials, warp butterfly), then one block over the partials"},
+    {"sequential", "one thread per tensor left to right, then one thread over the per-tensor sums"},
+};
+
+extern "C" const kop kop_grad_norm = {
+    "grad_norm",
+    "global gradient norm sqrt(sum over tensors of sum g^2), fp32 result, for clipping",
+    KPATHS_NO_FP8,
+    "no fp8 path: gradients reach the norm in their storage format (bf16/fp32); fp8 gradient tensors exist "
+    "only inside matmul's fp8 path, scaled per tensor",
+    variants,
+    KGRADNORM_NVARIANTS,
+};
 
 namespace {
 

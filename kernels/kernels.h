@@ -55,7 +55,7 @@ const char *kbug_name(kbug bug); /* "none", "drop-term", "truncate-output" */
  * One for the whole process: the ops' internal workspaces are process-wide
  * too, so two threads must not launch ops at the same time.  Launchers do
  * not synchronise the device, so a sequence of calls can be captured into a
- * CUDA graph (kernels/kgraph.h) once every lazily grown workspace has its
+ * CUDA graph (kernels/common/kgraph.h) once every lazily grown workspace has its
  * size: make the same calls once before capturing (a warm-up); a workspace
  * that would have to grow during a capture is refused with an error. */
 void kernels_set_stream(void *cuda_stream);

@@ -9,9 +9,30 @@
 // one replica of N rows: the same kernels, the same bits.
 #include <cuda_runtime.h>
 
-#include "kernels/klaunch.cuh"
-#include "kernels/kreduce.cuh"
+#include "kernels/common/klaunch.cuh"
+#include "kernels/common/kreduce.cuh"
 #include "kernels/layernorm.h"
+#include "kernels/registry.h"
+
+// ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
+
+static const kvariant variants[KLAYERNORM_NVARIANTS] = {
+    {"two_pass", "mean, then the sum of squared deviations from it; one block of 256 threads per row (block tree)"},
+    {"one_pass", "sum(x) and sum(x^2) in one sweep, var = E[x^2] - mean^2 clamped at 0 (the textbook formula); block tree"},
+    {"welford", "Welford's running update per thread, then Chan-Golub-LeVeque pairwise combination over the block tree"},
+    {"warp_tree", "two passes, one warp per row (strided partial sums and a warp butterfly)"},
+    {"sequential", "two passes, one thread per row summing left to right"},
+};
+
+extern "C" const kop kop_layernorm = {
+    "layernorm",
+    "LayerNorm with gain and bias (biased variance, eps inside the sqrt); backward dx, dgain, dbias",
+    KPATHS_NO_FP8,
+    "no fp8 path: the statistics need the input's full range, and the output's fp8 cast for the next matmul "
+    "is part of matmul's fp8 path (per-tensor scale from the current amax)",
+    variants,
+    KLAYERNORM_NVARIANTS,
+};
 
 namespace {
 

@@ -2,7 +2,16 @@
 // y = (x > 0 ? x : x/2)^2, f'(x) = x > 0 ? 2x : x/2 (see activations.h for
 // the store_preact / store_grad variants).  Shapes: any (flat n).
 #include "kernels/activations.h"
-#include "kernels/kact.cuh"
+#include "kernels/common/kact.cuh"
+#include "kernels/registry.h"
+
+// ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
+
+extern "C" const kop kop_leaky_relu2 = {
+    "leaky_relu2",
+    "squared leaky ReLU, slope 1/2: y = (x > 0 ? x : x/2)^2; backward dx = (x > 0 ? 2x : x/2) dy",
+    KPATHS_ALL, KRELU2_FP8_NOTE, krelu2_variants, KRELU2_NVARIANTS,
+};
 
 namespace {
 

@@ -4,10 +4,29 @@
 // elementwise, one block per row.
 #include <cuda_runtime.h>
 
-#include "kernels/kexp.cuh"
-#include "kernels/klaunch.cuh"
-#include "kernels/kreduce.cuh"
+#include "kernels/common/kexp.cuh"
+#include "kernels/common/klaunch.cuh"
+#include "kernels/common/kreduce.cuh"
 #include "kernels/logsumexp.h"
+#include "kernels/registry.h"
+
+// ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
+
+static const kvariant variants[KLSE_NVARIANTS] = {
+    {"exp", "expf(x - max) and logf; block-tree sum, one block per row"},
+    {"exp2", "exp2f with log2(e) folded into one fma, lse = max + log2f(sum) ln2"},
+    {"fast_exp", "the fast-math intrinsics __expf and __logf"},
+};
+
+extern "C" const kop kop_logsumexp = {
+    "logsumexp",
+    "log-sum-exp over the last dimension (cross-entropy's normaliser), fp32 result; backward dx = dlse softmax(x)",
+    KPATHS_NO_FP8,
+    "no fp8 path: logits come out of the lm_head matmul in bf16/fp32; an fp8 logit keeps 3 mantissa bits, "
+    "an error of ~6% in every exp",
+    variants,
+    KLSE_NVARIANTS,
+};
 
 namespace {
 

@@ -15,7 +15,7 @@
 extern "C" {
 #endif
 
-/* Variants (kernels/kexp.cuh): exp: expf and logf; exp2: exp2f with log2(e)
+/* Variants (kernels/common/kexp.cuh): exp: expf and logf; exp2: exp2f with log2(e)
  * folded into one fma, lse = m + log2f(s) ln2; fast_exp: __expf and __logf. */
 typedef enum { KLSE_EXP = 0, KLSE_EXP2, KLSE_FAST_EXP, KLSE_NVARIANTS } klse_variant;
 

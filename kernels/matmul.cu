@@ -13,14 +13,50 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kernels/kelem.cuh"
-#include "kernels/klaunch.cuh"
+#include "kernels/common/kelem.cuh"
+#include "kernels/common/klaunch.cuh"
 #include "kernels/matmul.h"
+#include "kernels/registry.h"
 
 extern "C" const kvariant kmatmul_variants[KMATMUL_NVARIANTS] = {
     {"fused", "cuBLASLt heuristic's best algorithm, split-K excluded; bias and GELU in its epilogue"},
     {"split_epilogue", "GEMM rounds to the output format, then bias + GELU in our fp32 kernel and a second rounding"},
     {"split_k", "K in 4 slices, each a cuBLASLt GEMM into fp32; slices added in fixed order with the epilogue"},
+};
+
+// ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
+
+static const kvariant block_variants[1] = {
+    {"promote_128", "our mma.sync kernel: fp8 partial sums of each 128-wide K group scaled and added in fp32"},
+};
+
+extern "C" const kop kop_matmul = {
+    "matmul",
+    "y = epi(alpha op(A) op(B) + beta C + bias), epi = identity or GELU (tanh), through cuBLASLt; fp32 "
+    "accumulation (fp8: cuBLASLt's periodic promotion); linear forward and both backward GEMMs by transposes",
+    KPATHS_ALL,
+    "A, B e4m3 x e4m3 (forward) or e5m2 x e4m3 (gradients), per-tensor scales amax/max_finite computed on the "
+    "GPU, K-contiguous (TN), K and N multiples of 16; C, y, bias bf16",
+    kmatmul_variants,
+    KMATMUL_NVARIANTS,
+};
+extern "C" const kop kop_matmul_fast = {
+    "matmul_fast",
+    "matmul with the fast tensor-core mode: fp32 inputs rounded to tf32, or fp8 with "
+    "CUBLASLT_MATMUL_DESC_FAST_ACCUM (no promotion of partial sums)",
+    KPATH_BIT(KPATH_FP32) | KPATH_BIT(KPATH_FP8),
+    "as matmul's fp8 path, accumulated without promotion out of the tensor cores",
+    kmatmul_variants,
+    KMATMUL_NVARIANTS,
+};
+extern "C" const kop kop_matmul_block_fp8 = {
+    "matmul_block_fp8",
+    "fp8 matmul with block scales (1x128 tiles of A, 128x128 tiles of B) and fp32 promotion every 128 "
+    "elements of K (DeepSeek-V3), our own kernel",
+    KPATH_BIT(KPATH_FP8),
+    "A, B e4m3 or e5m2 with one fp32 scale per tile (amax/max_finite of the tile); C, y, bias bf16",
+    block_variants,
+    1,
 };
 
 extern "C" const char *kmatmul_accum_name(kmatmul_accum acc)
@@ -1260,7 +1296,7 @@ extern "C" int kmatmul_time_algos(kpath path, kmatmul_accum accum, const kmatmul
     return rc;
 }
 
-// The models are explained in kernels/check_matmul.c's file comment.
+// The models are explained in kernels/check/check_matmul.c's file comment.
 extern "C" double kmatmul_error_factor(kpath path, kmatmul_accum accum, int64_t K, int *truncating)
 {
     const double u32 = 0x1p-24;

@@ -222,7 +222,7 @@ int kmatmul_time_algos(kpath path, kmatmul_accum accum, const kmatmul_args *args
                        double *ms, int *n_algos);
 
 /* The accumulation model the checks assume for one dot product of K terms
- * (kernels/check_matmul.c explains each): the relative factor G with
+ * (kernels/check/check_matmul.c explains each): the relative factor G with
  * |computed - exact| <= G sum |a_k b_k| before the epilogue, and whether the
  * model truncates (its errors then are biased: no probabilistic bound). */
 double kmatmul_error_factor(kpath path, kmatmul_accum accum, int64_t K, int *truncating);

@@ -10,17 +10,35 @@
 #include <cstdio>
 #include <cstring>
 
-#include "kernels/kelem.cuh"
-#include "kernels/klaunch.cuh"
-#include "kernels/kreduce.cuh"
+#include "kernels/common/kelem.cuh"
+#include "kernels/common/klaunch.cuh"
+#include "kernels/common/kreduce.cuh"
 #include "kernels/matmul.h"
 #include "kernels/polar_express.h"
+#include "kernels/registry.h"
 
 extern "C" const kvariant kpe_variants[KPE_NVARIANTS] = {
     {"wide_fused", "A = X X^T (rows x rows), X' = B X + a X in one GEMM (beta = a): one rounding of X'"},
     {"wide_split", "A = X X^T, T = B X rounded, then X' = a X + T elementwise: two roundings"},
     {"tall_fused", "A = X^T X (cols x cols), X' = X B + a X in one GEMM"},
     {"tall_split", "A = X^T X, T = X B rounded, then X' = a X + T elementwise"},
+};
+
+// ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
+
+#define PE_FP8_NOTE "no fp8 path: an fp8 iterate keeps 3 mantissa bits of a matrix whose singular values the " \
+                    "iteration drives toward 1"
+
+extern "C" const kop kop_polar_express = {
+    "polar_express",
+    "Muon's orthogonalisation: G / (1.02 |G|_F + 1e-6), then 5 steps X <- aX + (bA + cA^2)X with the Polar "
+    "Express coefficients (Amsel et al. 2025)",
+    KPATHS_NO_FP8, PE_FP8_NOTE, kpe_variants, KPE_NVARIANTS,
+};
+extern "C" const kop kop_muon_newton_schulz = {
+    "muon_newton_schulz",
+    "the same iteration with Muon's classic quintic (3.4445, -4.7750, 2.0315) for all 5 steps",
+    KPATHS_NO_FP8, PE_FP8_NOTE, kpe_variants, KPE_NVARIANTS,
 };
 
 // Polar Express (arXiv:2505.16932), num_iters = 5, safety factor 2e-2,

@@ -1,40 +1,45 @@
 /* kernels/registry.c — the one table of ops (see registry.h).  Each op's kop
- * lives beside its check in kernels/check_<op>.c; adding an op is one extern
- * and one line in the table below. */
+ * lives in its own .cu beside its launchers; adding an op is one line in
+ * KREGISTRY_OPS below. */
 #include "kernels/registry.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
-extern const kop kop_embedding;
-extern const kop kop_rmsnorm;
-extern const kop kop_layernorm;
-extern const kop kop_softmax;
-extern const kop kop_logsumexp;
-extern const kop kop_gelu_tanh, kop_gelu_erf, kop_relu2, kop_leaky_relu2;
-extern const kop kop_residual, kop_transpose, kop_grad_norm, kop_rope;
-extern const kop kop_matmul, kop_matmul_fast, kop_matmul_block_fp8;
-extern const kop kop_adamw, kop_adamw_sr, kop_adamw_split;
-extern const kop kop_cross_entropy, kop_linear_cross_entropy;
-extern const kop kop_polar_express, kop_muon_newton_schulz;
-extern const kop kop_attention;
+/* The ops, one line each, in the order `ulpscope check` runs and lists
+ * them; kop_<name> is defined in the op's .cu. */
+#define KREGISTRY_OPS(X)    \
+    X(embedding)            \
+    X(rmsnorm)              \
+    X(layernorm)            \
+    X(softmax)              \
+    X(logsumexp)            \
+    X(gelu_tanh)            \
+    X(gelu_erf)             \
+    X(relu2)                \
+    X(leaky_relu2)          \
+    X(residual)             \
+    X(transpose)            \
+    X(grad_norm)            \
+    X(rope)                 \
+    X(matmul)               \
+    X(matmul_fast)          \
+    X(matmul_block_fp8)     \
+    X(adamw)                \
+    X(adamw_sr)             \
+    X(adamw_split)          \
+    X(cross_entropy)        \
+    X(linear_cross_entropy) \
+    X(polar_express)        \
+    X(muon_newton_schulz)   \
+    X(attention)
 
-static const kop *const ops[] = {
-    &kop_embedding,
-    &kop_rmsnorm,
-    &kop_layernorm,
-    &kop_softmax,
-    &kop_logsumexp,
-    &kop_gelu_tanh, &kop_gelu_erf, &kop_relu2, &kop_leaky_relu2,
-    &kop_residual, &kop_transpose, &kop_grad_norm, &kop_rope,
-    &kop_matmul, &kop_matmul_fast, &kop_matmul_block_fp8,
-    &kop_adamw, &kop_adamw_sr, &kop_adamw_split,
-    &kop_cross_entropy, &kop_linear_cross_entropy,
-    &kop_polar_express, &kop_muon_newton_schulz,
-    &kop_attention,
-    NULL, /* end */
-};
+#define KREGISTRY_DECLARE(name) extern const kop kop_##name;
+KREGISTRY_OPS(KREGISTRY_DECLARE)
+
+#define KREGISTRY_POINTER(name) &kop_##name,
+static const kop *const ops[] = {KREGISTRY_OPS(KREGISTRY_POINTER) NULL /* end */};
 
 const kop *const *kregistry_ops(int *count)
 {

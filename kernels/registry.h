@@ -1,8 +1,16 @@
 /* kernels/registry.h — the one table of ops, their paths and variants.
  *
- * The check harness (ulpscope check), the trainer's plan parser and the bisect
- * tool all read this table, so adding an op touches one place: define its kop
- * in kernels/check_<op>.c and add one line to kernels/registry.c.
+ * `ulpscope check` and the trainer's plan parser read this table.  Each op's
+ * entry (a kop: name, summary, paths, fp8 note, variants with summaries) is
+ * defined in the op's own .cu file, beside the launchers and the variant
+ * enum whose order it names (for example kop_rmsnorm in kernels/rmsnorm.cu),
+ * as `extern "C" const kop kop_<name>`: the enum and its names then change in
+ * one file, and the table links without the check harness (kernels/check/),
+ * MPFR or the references, which is what lets the trainer link without them.
+ * A per-op .c file would have split every op in two for no gain: the .cu
+ * is already where its variants are implemented.  kernels/registry.c holds
+ * the table of pointers; the checks attach to ops by name in
+ * kernels/check/checks.c.
  *
  * Contract for an op's entry (tests/test_registry.c enforces it):
  *  - name: lower case, unique, [a-z0-9_];
@@ -10,8 +18,7 @@
  *    the fp8 path stores (formats, scales) or why the op offers none;
  *  - variants: at least one, names unique within the op, variants[0] the
  *    default; every variant is a mathematically equivalent reordering or
- *    implementation choice, not a different function;
- *  - check: set. */
+ *    implementation choice, not a different function. */
 #ifndef ULPSCOPE_KERNELS_REGISTRY_H
 #define ULPSCOPE_KERNELS_REGISTRY_H
 
@@ -28,8 +35,6 @@ typedef struct {
     const char *summary; /* one line: what is reordered, and how */
 } kvariant;
 
-typedef struct kcheck_ctx kcheck_ctx; /* kernels/check.h */
-
 #define KPATH_BIT(p) (1u << (p))
 #define KPATHS_NO_FP8 (KPATH_BIT(KPATH_FP32) | KPATH_BIT(KPATH_BF16) | KPATH_BIT(KPATH_FP16))
 #define KPATHS_ALL (KPATHS_NO_FP8 | KPATH_BIT(KPATH_FP8))
@@ -41,15 +46,6 @@ typedef struct {
     const char *fp8_note;   /* what the fp8 path stores, or why the op has none */
     const kvariant *variants; /* variants[0] is the default */
     int n_variants;
-    /* Run the op on the GPU at (path, variant) on fresh random inputs in every
-     * check shape (fewer and smaller under kcheck_quick()), compare every
-     * output element with the MPFR reference, and report one row per (shape,
-     * output tensor) through kcheck_acc_report() / kcheck_report().  The
-     * planted bug (kernels_planted_bug()) is already set by the harness.
-     * Returns 0, or -1 with kernels_last_error() set when something other than
-     * accuracy went wrong (a CUDA error, out of memory): the harness reports
-     * that as an error, which fails the run. */
-    int (*check)(kcheck_ctx *ctx, kpath path, int variant);
 } kop;
 
 const kop *const *kregistry_ops(int *count);

@@ -2,7 +2,21 @@
 // (see activations.h for the store_preact / store_grad variants).  Shapes:
 // any (flat n).
 #include "kernels/activations.h"
-#include "kernels/kact.cuh"
+#include "kernels/common/kact.cuh"
+#include "kernels/registry.h"
+
+// ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
+
+extern "C" const kvariant krelu2_variants[KRELU2_NVARIANTS] = {
+    {"store_preact", "the forward keeps x; the backward computes f'(x) with a branch, in fp32 (one rounding of dx)"},
+    {"store_grad", "the forward also stores g = f'(x) in the activation format; the backward is dx = dy g, branch-free (g rounds too)"},
+};
+
+extern "C" const kop kop_relu2 = {
+    "relu2",
+    "squared ReLU: y = max(x, 0)^2; backward dx = 2 max(x, 0) dy",
+    KPATHS_ALL, KRELU2_FP8_NOTE, krelu2_variants, KRELU2_NVARIANTS,
+};
 
 namespace {
 

@@ -1,9 +1,27 @@
 // kernels/residual.cu — y = a + b (see residual.h).  Shapes: flat n.
 //   vector  each thread adds 16-byte vectors (8 bf16/fp16 or 4 fp32), grid-stride
 //   scalar  one element per thread per step, grid-stride
-#include "kernels/kelementwise.cuh"
-#include "kernels/klaunch.cuh"
+#include "kernels/common/kelementwise.cuh"
+#include "kernels/common/klaunch.cuh"
+#include "kernels/registry.h"
 #include "kernels/residual.h"
+
+// ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
+
+static const kvariant variants[KRESIDUAL_NVARIANTS] = {
+    {"vector", "16-byte vector loads and stores, grid-stride loop"},
+    {"scalar", "one element per thread per step, grid-stride loop (same result bit for bit)"},
+};
+
+extern "C" const kop kop_residual = {
+    "residual",
+    "residual add y = a + b (in place allowed); its backward is the identity",
+    KPATHS_NO_FP8,
+    "no fp8 path: the residual stream accumulates every layer's update; 3 mantissa bits would swamp the "
+    "updates (fp8 recipes keep it in bf16/fp32)",
+    variants,
+    KRESIDUAL_NVARIANTS,
+};
 
 namespace {
 

@@ -10,9 +10,30 @@
 // each replica's rows alone.  A single call is one replica of N rows.
 #include <cuda_runtime.h>
 
-#include "kernels/klaunch.cuh"
-#include "kernels/kreduce.cuh"
+#include "kernels/common/klaunch.cuh"
+#include "kernels/common/kreduce.cuh"
+#include "kernels/registry.h"
 #include "kernels/rmsnorm.h"
+
+// ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
+
+static const kvariant variants[KRMSNORM_NVARIANTS] = {
+    {"block_tree", "one block of 256 threads per row: strided partial sums, warp butterflies, then a butterfly over warps; fp32 throughout, gain in fp32, one rounding of y (Gemma's placement)"},
+    {"warp_tree", "one warp per row: strided partial sums, then a warp butterfly; fp32 throughout"},
+    {"sequential", "one thread per row sums left to right; fp32 throughout"},
+    {"llama", "block tree; x * rstd rounded to the storage format before the gain multiply, which rounds again (Llama's placement)"},
+    {"none", "block tree; no upcast: x^2, the mean, + eps, rsqrt, x * rstd and * gain each rounded to the storage format, only the sum in fp32"},
+};
+
+extern "C" const kop kop_rmsnorm = {
+    "rmsnorm",
+    "RMSNorm with and without a gain: y = gain * x / sqrt(mean(x^2) + eps); backward dx, dgain",
+    KPATHS_NO_FP8,
+    "no fp8 path: a norm's output feeds the next matmul, whose fp8 cast with a per-tensor scale belongs to "
+    "matmul's path; storing the norm's own inputs in fp8 would round the residual stream to 3 mantissa bits",
+    variants,
+    KRMSNORM_NVARIANTS,
+};
 
 namespace {
 

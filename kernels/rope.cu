@@ -8,10 +8,28 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/kelem.cuh"
-#include "kernels/klaunch.cuh"
-#include "kernels/kreduce.cuh"
+#include "kernels/common/kelem.cuh"
+#include "kernels/common/klaunch.cuh"
+#include "kernels/common/kreduce.cuh"
+#include "kernels/registry.h"
 #include "kernels/rope.h"
+
+// ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
+
+static const kvariant variants[KROPE_NVARIANTS] = {
+    {"table", "cos/sin read from an fp32 table computed in double (one rounding each)"},
+    {"fp32_angle", "angle = pos * inv_freq formed in fp32, then sincosf: the angle's error grows with the position"},
+};
+
+extern "C" const kop kop_rope = {
+    "rope",
+    "rotary position embedding (half-split pairs, base 10000) on (N, H, D) queries/keys; backward rotates back",
+    KPATHS_NO_FP8,
+    "no fp8 path: q and k are rotated in bf16/fp32 before attention; an fp8 attention quantises after the "
+    "rotation, inside the attention kernel's own path",
+    variants,
+    KROPE_NVARIANTS,
+};
 
 namespace {
 

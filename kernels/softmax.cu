@@ -4,10 +4,29 @@
 // from L1/L2 rather than held in registers, so any C works.
 #include <cuda_runtime.h>
 
-#include "kernels/kexp.cuh"
-#include "kernels/klaunch.cuh"
-#include "kernels/kreduce.cuh"
+#include "kernels/common/kexp.cuh"
+#include "kernels/common/klaunch.cuh"
+#include "kernels/common/kreduce.cuh"
+#include "kernels/registry.h"
 #include "kernels/softmax.h"
+
+// ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
+
+static const kvariant variants[KSOFTMAX_NVARIANTS] = {
+    {"exp", "expf(x - max), accurate (2 ulps); block-tree sum, one block per row"},
+    {"exp2", "exp2f(x*log2(e) - max*log2(e)) with log2(e) folded into one fma: one instruction fewer, argument error grows with |x|"},
+    {"fast_exp", "__expf(x - max), the fast-math intrinsic (2 + 1.17|x - max| ulps)"},
+};
+
+extern "C" const kop kop_softmax = {
+    "softmax",
+    "softmax over the last dimension: y = exp(x - max) / sum exp(x - max); backward dx = y (dy - sum y dy)",
+    KPATHS_NO_FP8,
+    "no fp8 path: probabilities span many binades below 1 and e4m3 keeps 3 mantissa bits; attention's fp8 "
+    "softmax is part of the attention kernel's path",
+    variants,
+    KSOFTMAX_NVARIANTS,
+};
 
 namespace {
 

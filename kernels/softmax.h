@@ -15,7 +15,7 @@
 extern "C" {
 #endif
 
-/* Variants: how exp is computed (kernels/kexp.cuh); the backward has no
+/* Variants: how exp is computed (kernels/common/kexp.cuh); the backward has no
  * exp and is the same for all three. */
 typedef enum { KSOFTMAX_EXP = 0, KSOFTMAX_EXP2, KSOFTMAX_FAST_EXP, KSOFTMAX_NVARIANTS } ksoftmax_variant;
 

@@ -13,10 +13,28 @@
 
 #include <cstdint>
 
-#include "kernels/kelem.cuh"
-#include "kernels/klaunch.cuh"
-#include "kernels/kreduce.cuh"
+#include "kernels/common/kelem.cuh"
+#include "kernels/common/klaunch.cuh"
+#include "kernels/common/kreduce.cuh"
+#include "kernels/registry.h"
 #include "kernels/transpose.h"
+
+// ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
+
+static const kvariant variants[KTRANSPOSE_NVARIANTS] = {
+    {"smem_tile", "tiles staged through padded shared memory: 64 x 64 with 16-byte accesses when both sizes allow, else 32 x 32; coalesced reads and writes"},
+    {"direct", "one thread per element reading rows and writing columns (same result bit for bit)"},
+};
+
+extern "C" const kop kop_transpose = {
+    "transpose",
+    "transpose-copy y = x^T (exact) and transpose-add y += x^T (a transposed lm_head kept in sync with a tied embedding)",
+    KPATHS_NO_FP8,
+    "no fp8 path here: an fp8 transposed copy of a weight is a cast with a scale, which matmul's fp8 path makes "
+    "itself; an fp8 transpose-add would sum weights or gradients in 3 mantissa bits",
+    variants,
+    KTRANSPOSE_NVARIANTS,
+};
 
 namespace {
 

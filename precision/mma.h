@@ -40,7 +40,7 @@
  *    families (extra bits, rounding, accumulation order, subnormals).
  *
  * The arithmetic is written in integers and marked MMA_HD, so CUDA kernels
- * (kernels/mma_emulate.cu) run exactly the code the CPU model runs. */
+ * (kernels/probe/mma_emulate.cu) run exactly the code the CPU model runs. */
 #ifndef ULPSCOPE_PRECISION_MMA_H
 #define ULPSCOPE_PRECISION_MMA_H
 

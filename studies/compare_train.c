@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/ktensor_io.h"
+#include "kernels/common/ktensor_io.h"
 #include "trainer/backend.h"
 #include "trainer/data.h"
 #include "trainer/model.h"

@@ -10,7 +10,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "precision/accum_study.h"
+#include "cli/accum_args.h"
+#include "studies/accum.h"
 #include "tests/test_util.h"
 
 static accum_method method(prec_format acc, prec_sum_algo algo, prec_round_mode round)

@@ -1,5 +1,5 @@
 /* tests/test_attention_mma_bound.c — the flash_mma check bound
- * (kernels/check_attention_mma.c) against a CPU emulation of the kernels'
+ * (kernels/check/check_attention_mma.c) against a CPU emulation of the kernels'
  * arithmetic, without a GPU.  The emulation follows kernels/attention_mma.cu
  * operation by operation: score and product chains through the bit-accurate
  * matrix-unit model (precision/mma.h, one mma_dot per k16 instruction with
@@ -25,8 +25,8 @@
 #include <string.h>
 
 #include "kernels/attention.h"
-#include "kernels/check.h"
-#include "kernels/check_attention_mma.h"
+#include "kernels/check/check.h"
+#include "kernels/check/check_attention_mma.h"
 #include "precision/format.h"
 #include "precision/mma.h"
 #include "precision/rng.h"

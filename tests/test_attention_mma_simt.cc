@@ -23,7 +23,7 @@
 // every differing element on stderr.
 //
 // Built at -O0 (Makefile): GCC 12.2 at -O1 and above compiles the
-// truncating fp32 store of kernels/kelem.cuh, `bug == 2 ?
+// truncating fp32 store of kernels/common/kelem.cuh, `bug == 2 ?
 // __uint_as_float(__float_as_uint(x) & 0xFFFF0000u) : x`, with the bit casts
 // as memcpy, into `x` (a miscompilation; the same in C: see the report of
 // the commit that added this test).
@@ -42,7 +42,7 @@ extern "C" {
 #include <cstdio>
 #include <cstdlib>
 
-#include "kernels/check.h"
+#include "kernels/check/check.h"
 #include "precision/rng.h"
 #include "tests/attention_mma_arith.h"
 #include "tests/test_util.h"

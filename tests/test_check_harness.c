@@ -1,7 +1,8 @@
 /* tests/test_check_harness.c — the CPU side of the kernel check harness:
  * row verdicts (a planted wrong element must FAIL), the error-annotated
  * arithmetic bounds against emulated fp32 computations, reduction depths,
- * JSON records, and `ulpscope check` argument errors. */
+ * JSON records, the table attaching checks to ops by name, and `ulpscope
+ * check` argument errors. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -13,7 +14,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "kernels/check.h"
+#include "kernels/check/check.h"
 #include "tests/test_util.h"
 
 static const double U32 = 0x1p-24, U16 = 0x1p-8;
@@ -134,11 +135,11 @@ static void test_depths_and_gammas(void **state)
     assert_int_equal(kcheck_tree_depth(33, 32), 1 + 5);
     assert_int_equal(kcheck_tree_depth(768, 256), 2 + 8);
     assert_int_equal(kcheck_tree_depth(3, 256), 2);
-    assert_true(kcheck_gamma(10, U32) > 10 * U32);
-    assert_true(isinf(kcheck_gamma(1 << 25, U32)));
+    assert_true(kval_gamma(10, U32) > 10 * U32);
+    assert_true(isinf(kval_gamma(1 << 25, U32)));
     /* the probabilistic gamma grows like sqrt(n) and never exceeds the worst case */
-    assert_true(kcheck_gamma_prob(1 << 20, U32) < 0.05 * kcheck_gamma(1 << 20, U32));
-    assert_true(kcheck_gamma_prob(3, U32) <= kcheck_gamma(3, U32));
+    assert_true(kval_gamma_prob(1 << 20, U32) < 0.05 * kval_gamma(1 << 20, U32));
+    assert_true(kval_gamma_prob(3, U32) <= kval_gamma(3, U32));
 }
 
 static void sink_capture(void *user, const kcheck_ctx *ctx, const kcheck_row *row)
@@ -179,6 +180,39 @@ static void test_report_and_json(void **state)
     assert_non_null(strstr(buf, "N=2 \\\"quoted\\\""));
     assert_non_null(strstr(buf, "\"path\":\"bf16\""));
     free(buf);
+}
+
+/* Every op of the registry has exactly one check and every check names an
+ * op.  Twins: a table with one op's check dropped, one with a check for a
+ * name the registry does not know, and one with an op checked twice must
+ * each be caught, naming the op. */
+static void test_every_op_has_a_check(void **state)
+{
+    (void)state;
+    int n = 0, n_ops = 0;
+    const kcheck_entry *table = kcheck_table(&n);
+    const kop *const *ops = kregistry_ops(&n_ops);
+    char msg[4096];
+    if (kcheck_table_mismatches(table, n, msg, sizeof msg)) fail_msg("%s", msg);
+    assert_int_equal(n, n_ops);
+    for (int i = 0; i < n_ops; i++) assert_non_null(kcheck_find(ops[i]->name));
+    assert_null(kcheck_find("no_such_op"));
+
+    kcheck_entry twin[64];
+    assert_true(n + 1 <= (int)(sizeof twin / sizeof twin[0]));
+    int drop = (int)(test_seed("every_op_has_a_check") % (unsigned long long)n);
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (i != drop) twin[k++] = table[i];
+    assert_int_equal(kcheck_table_mismatches(twin, k, msg, sizeof msg), 1);
+    assert_non_null(strstr(msg, table[drop].op));
+    memcpy(twin, table, (size_t)n * sizeof *table);
+    twin[n] = (kcheck_entry){"no_such_op", table[0].check};
+    assert_int_equal(kcheck_table_mismatches(twin, n + 1, msg, sizeof msg), 1);
+    assert_non_null(strstr(msg, "no_such_op"));
+    twin[n] = table[drop];
+    assert_int_equal(kcheck_table_mismatches(twin, n + 1, msg, sizeof msg), 1);
+    assert_non_null(strstr(msg, table[drop].op));
 }
 
 /* A variant that does not exist on a path (flash_mma on fp32) is reported
@@ -242,11 +276,11 @@ static void test_bad_arguments(void **state)
     /* --list needs no GPU */
     const char *list[] = {"check", "--list"};
     assert_int_equal(run_check(2, list), 0);
-    /* without a GPU the command says so and fails; with one this test leaves it alone */
+    /* without a GPU the command says so, as bad input (2); with one this test leaves it alone */
     char why[256];
     if (!kernels_gpu_available(why, sizeof why)) {
         const char *plain[] = {"check", "rmsnorm", "--quick"};
-        assert_int_equal(run_check(3, plain), 1);
+        assert_int_equal(run_check(3, plain), 2);
     }
 }
 
@@ -257,6 +291,7 @@ int main(void)
         cmocka_unit_test(test_kval_bounds_hold),
         cmocka_unit_test(test_depths_and_gammas),
         cmocka_unit_test(test_report_and_json),
+        cmocka_unit_test(test_every_op_has_a_check),
         cmocka_unit_test(test_not_offered),
         cmocka_unit_test(test_bad_arguments),
     };

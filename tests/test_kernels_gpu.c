@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/check.h"
+#include "kernels/check/check.h"
+#include "kernels/common/ktensor_io.h"
 #include "kernels/embedding.h"
 #include "kernels/grad_norm.h"
-#include "kernels/ktensor_io.h"
 #include "kernels/layernorm.h"
 #include "tests/test_util.h"
 

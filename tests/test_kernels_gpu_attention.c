@@ -20,8 +20,8 @@
 #include <string.h>
 
 #include "kernels/attention.h"
-#include "kernels/check.h"
-#include "kernels/ktensor_io.h"
+#include "kernels/check/check.h"
+#include "kernels/common/ktensor_io.h"
 #include "tests/test_util.h"
 
 typedef struct {

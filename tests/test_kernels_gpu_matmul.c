@@ -14,7 +14,7 @@
 
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
-#include "kernels/ktensor_io.h"
+#include "kernels/common/ktensor_io.h"
 #include "kernels/matmul.h"
 #include "kernels/polar_express.h"
 #include "precision/format.h"

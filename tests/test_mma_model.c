@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/probe_fingerprint.h"
+#include "kernels/probe/probe_fingerprint.h"
 #include "precision/mma.h"
 #include "precision/rng.h"
 #include "tests/test_util.h"

@@ -1,7 +1,7 @@
 /* tests/test_norms_cli.c — `ulpscope norms` on bad input: one line on stderr
  * naming the bad value, exit status 2, no output file; and a small valid run
- * that writes a whole JSON Lines file.  The binary comes from ULPSCOPE_BIN
- * (make test sets it).  The twin: the same bad-input check applied to a
+ * that writes a whole JSON Lines file.  The binary is test_bin()'s
+ * (ULPSCOPE_BIN, or the build's own).  The twin: the same bad-input check applied to a
  * valid command must fail. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,16 +15,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/test_util.h"
+
 static char workdir[] = "/tmp/ulpscope-norms-cli-XXXXXX";
 
 static const char *binary(void)
 {
-    const char *bin = getenv("ULPSCOPE_BIN");
-    if (!bin || access(bin, X_OK) != 0) {
-        print_message("skipping: ULPSCOPE_BIN is not set to the ulpscope binary (make test sets it)\n");
-        skip();
-    }
-    return bin;
+    TEST_REQUIRE_BIN();
+    return test_bin();
 }
 
 /* Runs `ulpscope norms ARGS --json OUT`; returns the exit status and fills

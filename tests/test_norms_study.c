@@ -18,8 +18,8 @@
 #include <string.h>
 
 #include "precision/bounds.h"
-#include "precision/norms_study.h"
 #include "precision/rng.h"
+#include "studies/norms.h"
 #include "tests/test_util.h"
 
 typedef struct {

@@ -11,8 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
+#include "base/parse.h"
 #include "cli/options.h"
-#include "cli/output.h"
 #include "cli/train_options.h"
 #include "test_util.h"
 
@@ -30,13 +31,13 @@ static void test_seed_syntax(void **state)
                 {"18446744073709551615", UINT64_MAX},
                 {"0xffffffffffffffff", UINT64_MAX}};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
-        if (copt_parse_seed(good[i].s, &v)) fail_msg("'%s' refused", good[i].s);
+        if (base_parse_seed(good[i].s, &v)) fail_msg("'%s' refused", good[i].s);
         assert_true(v == good[i].v);
     }
     const char *bad[] = {"", "-1", "+1", "010", "00", "0x", "0x1g", "0x10000000000000000", "18446744073709551616",
                          "1e3", " 1", "1 ", "0o7", "1.0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        if (!copt_parse_seed(bad[i], &v)) fail_msg("'%s' accepted", bad[i]);
+        if (!base_parse_seed(bad[i], &v)) fail_msg("'%s' accepted", bad[i]);
 }
 
 /* A command's own options next to the training ones. */
@@ -123,7 +124,7 @@ static void test_two_tables(void **state)
                          "--margin nan",    "--parity three",  "--results a --results b",
                          "--batch 2 --batch 2", "--bogus",     "--runs",            "--seed 010"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        if (parse(bad[i], t, &a) != CLI_EXIT_USAGE) fail_msg("'%s' accepted", bad[i]);
+        if (parse(bad[i], t, &a) != BASE_EXIT_USAGE) fail_msg("'%s' accepted", bad[i]);
     /* twin: the same options once each, in range, are accepted */
     assert_int_equal(parse("--runs 1000 --margin 0.99 --parity even --results a --batch 2", t, &a), 0);
     free(t);

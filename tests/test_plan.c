@@ -578,10 +578,7 @@ static void test_slot_table(void **state)
 static void test_cli(void **state)
 {
     (void)state;
-    if (!getenv("ULPSCOPE_BIN")) {
-        print_message("skipping CLI test: ULPSCOPE_BIN not set (make test sets it)\n");
-        skip();
-    }
+    TEST_REQUIRE_BIN();
     static char out[65536];
     assert_int_equal(test_run_cli("plan", "--plan fp8 --model modern", out, sizeof out), 0);
     assert_non_null(strstr(out, "\"mlp.up\":\"fp8:fused\""));

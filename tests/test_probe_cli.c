@@ -22,7 +22,7 @@ static char dir[256];
 
 static const char *bin(void)
 {
-    const char *b = getenv("ULPSCOPE_BIN");
+    const char *b = test_bin();
     return b ? b : "build/ulpscope";
 }
 

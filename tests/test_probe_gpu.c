@@ -18,10 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/ktensor_io.h"
-#include "kernels/mma_emulate.h"
-#include "kernels/probe_gpu.h"
-#include "kernels/probe_report.h"
+#include "kernels/common/ktensor_io.h"
+#include "kernels/probe/mma_emulate.h"
+#include "kernels/probe/probe_gpu.h"
+#include "kernels/probe/probe_report.h"
 #include "tests/test_util.h"
 
 static int is_hopper(void)

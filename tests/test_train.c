@@ -325,28 +325,10 @@ static void test_dump_hook(void **state)
 
 /* ---- the command line ------------------------------------------------------------------- */
 
-/* The "state_hash" of a log's final record. */
-static void final_state_hash(const char *log, char out[32])
-{
-    FILE *fp = fopen(log, "r");
-    assert_non_null(fp);
-    char line[16384];
-    out[0] = '\0';
-    while (fgets(line, sizeof line, fp)) {
-        const char *h = strstr(line, "\"state_hash\":\"");
-        if (strstr(line, "\"record\":\"final\"") && h) snprintf(out, 32, "%.16s", h + strlen("\"state_hash\":\""));
-    }
-    fclose(fp);
-    assert_int_equal(strlen(out), 16);
-}
-
 static void test_cli(void **state)
 {
     (void)state;
-    if (!getenv("ULPSCOPE_BIN")) {
-        print_message("skipping CLI test: ULPSCOPE_BIN not set (make test sets it)\n");
-        skip();
-    }
+    TEST_REQUIRE_BIN();
     static char out[65536];
     char log[] = "/tmp/ulpscope_test_train_XXXXXX";
     int fd = mkstemp(log);

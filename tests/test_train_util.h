@@ -2,6 +2,7 @@
 #ifndef ULPSCOPE_TESTS_TEST_TRAIN_UTIL_H
 #define ULPSCOPE_TESTS_TEST_TRAIN_UTIL_H
 
+#include <stdio.h>
 #include <string.h>
 
 #include "trainer/train.h"
@@ -37,5 +38,20 @@ static inline void run_ok(const ttrain_config *c, ttrain_result *r)
 }
 
 static inline int same_bits(double a, double b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+/* The "state_hash" of a log's final record (16 hex digits; fails without one). */
+static inline void final_state_hash(const char *log, char out[32])
+{
+    FILE *fp = fopen(log, "r");
+    if (!fp) fail_msg("no log %s", log);
+    char line[16384];
+    out[0] = '\0';
+    while (fgets(line, sizeof line, fp)) {
+        const char *h = strstr(line, "\"state_hash\":\"");
+        if (strstr(line, "\"record\":\"final\"") && h) snprintf(out, 32, "%.16s", h + strlen("\"state_hash\":\""));
+    }
+    fclose(fp);
+    if (strlen(out) != 16) fail_msg("no final state hash in %s", log);
+}
 
 #endif

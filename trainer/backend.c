@@ -2,7 +2,12 @@
 #include "trainer/backend.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 const char *tbackend_error(const tbackend *be) { return be->error; }
 
@@ -40,5 +45,99 @@ int tbackend_bind_plan(tbackend *be, const tplan *plan, int depth)
     }
     tbinding_free(&be->bound);
     be->bound = next;
+    return 0;
+}
+
+/* ---- host memory ----------------------------------------------------------------------------- */
+
+/* A number from the first line of a file ("max" or a missing file: -1). */
+static long long read_number(const char *path)
+{
+    FILE *fp = fopen(path, "r");
+    if (!fp) return -1;
+    char line[64];
+    long long v = -1;
+    if (fgets(line, sizeof line, fp) && strncmp(line, "max", 3) != 0) v = strtoll(line, NULL, 10);
+    fclose(fp);
+    return v;
+}
+
+/* Keeps the smaller of (*best, what) and (bytes, name). */
+static void consider(size_t *best, char *what, size_t what_len, unsigned long long bytes, const char *name)
+{
+    if (bytes < *best) {
+        *best = (size_t)bytes;
+        snprintf(what, what_len, "%s", name);
+    }
+}
+
+/* The memory cgroup (v2 "0::PATH", or v1 "N:memory:PATH") and its ancestors:
+ * the least of limit - usage. */
+static void cgroup_limits(size_t *best, char *what, size_t what_len)
+{
+    FILE *fp = fopen("/proc/self/cgroup", "r");
+    if (!fp) return;
+    char line[1024];
+    while (fgets(line, sizeof line, fp)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2) continue;
+        int v2 = strncmp(line, "0::", 3) == 0;
+        int v1 = !v2 && (size_t)(c2 - c1 - 1) >= 6 && strstr(c1 + 1, "memory") && strstr(c1 + 1, "memory") < c2;
+        if (!v1 && !v2) continue;
+        char dir[1100];
+        snprintf(dir, sizeof dir, "%s%s", v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory", c2 + 1);
+        for (;;) {
+            char lim[1200], use[1200];
+            snprintf(lim, sizeof lim, "%s/%s", dir, v2 ? "memory.max" : "memory.limit_in_bytes");
+            snprintf(use, sizeof use, "%s/%s", dir, v2 ? "memory.current" : "memory.usage_in_bytes");
+            long long limit = read_number(lim), usage = read_number(use);
+            if (limit > 0 && usage >= 0 && limit < (1LL << 62))
+                consider(best, what, what_len, limit > usage ? (unsigned long long)(limit - usage) : 0,
+                         v2 ? "the cgroup's memory.max" : "the cgroup's memory.limit_in_bytes");
+            char *slash = strrchr(dir, '/');
+            if (!slash || slash == dir || strcmp(dir, v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory") == 0) break;
+            *slash = '\0';
+        }
+    }
+    fclose(fp);
+}
+
+int tbackend_host_available(size_t *bytes, char *what, size_t what_len)
+{
+    size_t best = SIZE_MAX;
+    long page = sysconf(_SC_PAGESIZE);
+    FILE *fp = fopen("/proc/meminfo", "r");
+    char line[256];
+    int found = 0;
+    while (fp && fgets(line, sizeof line, fp)) {
+        unsigned long long kb;
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+            consider(&best, what, what_len, kb * 1024ull, "MemAvailable");
+            found = 1;
+        }
+    }
+    if (fp) fclose(fp);
+    long avphys = sysconf(_SC_AVPHYS_PAGES);
+    if (!found && avphys > 0 && page > 0)
+        consider(&best, what, what_len, (unsigned long long)avphys * (unsigned long long)page, "free physical memory");
+    cgroup_limits(&best, what, what_len);
+    /* address-space limits count what is mapped already (statm: size, then data + stack as its 6th field) */
+    unsigned long long size_pages = 0, data_pages = 0, skip;
+    fp = fopen("/proc/self/statm", "r");
+    int have_statm = fp && fscanf(fp, "%llu %llu %llu %llu %llu %llu", &size_pages, &skip, &skip, &skip, &skip,
+                                   &data_pages) == 6;
+    if (fp) fclose(fp);
+    struct rlimit rl;
+    if (have_statm && page > 0 && getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        unsigned long long used = size_pages * (unsigned long long)page;
+        consider(&best, what, what_len, rl.rlim_cur > used ? rl.rlim_cur - used : 0, "RLIMIT_AS (ulimit -v)");
+    }
+    if (have_statm && page > 0 && getrlimit(RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        unsigned long long used = data_pages * (unsigned long long)page;
+        consider(&best, what, what_len, rl.rlim_cur > used ? rl.rlim_cur - used : 0, "RLIMIT_DATA (ulimit -d)");
+    }
+    if (best == SIZE_MAX) return -1;
+    *bytes = best;
     return 0;
 }

@@ -93,6 +93,10 @@ struct tbackend {
     int (*sync)(tbackend *be);
     /* device memory in use now, everything the process holds (0 on the CPU) */
     int (*mem_used)(tbackend *be, size_t *bytes);
+    /* memory a run may still allocate where this backend keeps tensors (host
+     * memory for the CPU: tbackend_host_available; free device memory for
+     * CUDA), and what limits it ("MemAvailable", "RLIMIT_AS", "cudaMemGetInfo") */
+    int (*mem_available)(tbackend *be, size_t *bytes, char *what, size_t what_len);
 
     /* x[B*T,C] = wte[tok] (+ wpe[t]); wpe may be NULL */
     int (*embedding_fwd)(tbackend *be, ktensor *x, const int32_t *tokens, const ktensor *wte, const ktensor *wpe,
@@ -156,6 +160,11 @@ static inline size_t tensor_image_bytes(const ktensor *t)
 
 /* A CPU backend (always available). */
 tbackend *tbackend_cpu_create(void);
+/* Self-tests of the experiments (compare --plant-truncation, bisect's tests):
+ * while kernels_planted_bug() is KBUG_TRUNCATE_OUTPUT the CPU backend
+ * truncates the stores of one site only, slot `slot` at `layer` running
+ * `variant` (each -1: any; slot -1: every op, the default).  Process-wide. */
+void tbackend_cpu_plant_site(int slot, int layer, int variant);
 /* A CUDA backend, or NULL with the reason in why (no GPU, no kernels). */
 tbackend *tbackend_cuda_create(char *why, size_t why_len);
 
@@ -171,6 +180,12 @@ static inline const tsite *tbackend_site(const tbackend *be, tslot s, int layer)
 {
     return tbinding_site(&be->bound, s, layer);
 }
+
+/* Host memory this process may still allocate: the least of the kernel's
+ * MemAvailable (/proc/meminfo, else sysconf), the cgroup's memory limit less
+ * its usage, and RLIMIT_AS / RLIMIT_DATA less what the process maps; what
+ * names the one that binds.  0, or -1 when none can be read. */
+int tbackend_host_available(size_t *bytes, char *what, size_t what_len);
 
 const char *tbackend_error(const tbackend *be);
 /* Records an error (printf-style) and returns -1. */

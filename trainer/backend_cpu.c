@@ -36,10 +36,33 @@
  * Under the planted bug KBUG_TRUNCATE_OUTPUT (kernels.h), narrow stores
  * truncate toward zero as the kernels then do: a systematic bias that
  * experiments' self-tests must detect (compare --plant). */
+static _Thread_local int truncating; /* the op running now truncates its stores (planted) */
+static struct {
+    int slot, layer, variant; /* -1: any */
+} planted_site = {-1, -1, -1};
+
+void tbackend_cpu_plant_site(int slot, int layer, int variant)
+{
+    planted_site.slot = slot;
+    planted_site.layer = layer;
+    planted_site.variant = variant;
+}
+
+/* At the start of every op: whether its stores truncate.  at == NULL: an op
+ * outside the plan's sites (embedding, optimizer), planted only when no site
+ * is singled out. */
+static void enter(const tsite *at)
+{
+    truncating = kernels_planted_bug() == KBUG_TRUNCATE_OUTPUT &&
+                 (planted_site.slot < 0 ||
+                  (at && (int)at->slot == planted_site.slot && (planted_site.layer < 0 || at->layer == planted_site.layer) &&
+                   (planted_site.variant < 0 || at->variant == planted_site.variant)));
+}
+
 static inline float rnd(double x, prec_format f)
 {
     if (f == PREC_FP32) return (float)x;
-    int truncate = kernels_planted_bug() == KBUG_TRUNCATE_OUTPUT;
+    int truncate = truncating;
     if (f == PREC_E4M3 || f == PREC_E5M2 || truncate)
         return (float)prec_round(x, f, (prec_rounding){truncate ? PREC_RZ : PREC_RNE, PREC_OVF_SATURATE, false}, 0);
     return (float)prec_rne(x, f);
@@ -252,6 +275,7 @@ static int cpu_supports(tbackend *be, const tbinding *b, const tsite *at, char *
 static int cpu_embedding_fwd(tbackend *be, ktensor *x, const int32_t *tokens, const ktensor *wte, const ktensor *wpe,
                              int B, int T)
 {
+    enter(NULL);
     int64_t C = wte->shape[1];
     prec_format f = site_fmt(tbackend_site(be, TSLOT_EMBEDDING, -1));
     for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
@@ -296,6 +320,7 @@ static int scatter_rows(ktensor *dtable, const ktensor *dx, const int32_t *rows_
 static int cpu_embedding_bwd(tbackend *be, ktensor *dwte, ktensor *dwpe, const ktensor *dx, const int32_t *tokens,
                              int B, int T)
 {
+    enter(NULL);
     int64_t n = (int64_t)B * T, C = dwte->shape[1];
     int32_t *pos = malloc((size_t)n * sizeof *pos);
     if (!pos) return tbackend_fail(be, "cpu: out of memory");
@@ -316,6 +341,7 @@ static int cpu_embedding_bwd(tbackend *be, ktensor *dwte, ktensor *dwpe, const k
 static int cpu_norm_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *mean, ktensor *rstd, const ktensor *x,
                         const ktensor *gain, const ktensor *bias, double eps)
 {
+    enter(at);
     prec_format f = site_fmt(at);
     int64_t N = x->shape[0], C = x->shape[1];
     int layer = at->op == TOP_LAYERNORM;
@@ -364,6 +390,7 @@ static int cpu_norm_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *mean
 static int cpu_norm_bwd(tbackend *be, const tsite *at, ktensor *dx, ktensor *dgain, ktensor *dbias, const ktensor *dy,
                         const ktensor *x, const ktensor *gain, const ktensor *mean, const ktensor *rstd)
 {
+    enter(at);
     prec_format f = site_fmt(at);
     int64_t N = x->shape[0], C = x->shape[1];
     float *xin = operand(x, f), *dyin = operand(dy, f);
@@ -435,6 +462,7 @@ static int gemm_operand(const ktensor *t, int trans, int64_t rows, int64_t K, pr
 static int cpu_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
                       int b_trans, int accumulate)
 {
+    enter(at);
     kpath path = at->path;
     char name[64];
     int64_t M = a_trans ? a->shape[1] : a->shape[0], K = a_trans ? a->shape[0] : a->shape[1];
@@ -501,6 +529,7 @@ static int cpu_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor *
 static int cpu_attention_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *lse, const ktensor *q, const ktensor *k,
                              const ktensor *v, int B, int T, int H)
 {
+    enter(at);
     prec_format f = site_fmt(at);
     int naive = at->variant == KATT_NAIVE;
     int64_t C = q->shape[1], D = C / H;
@@ -549,6 +578,7 @@ static int cpu_attention_bwd(tbackend *be, const tsite *at, ktensor *dq, ktensor
                              const ktensor *q, const ktensor *k, const ktensor *v, const ktensor *y,
                              const ktensor *lse, int B, int T, int H)
 {
+    enter(at);
     prec_format f = site_fmt(at);
     int naive = at->variant == KATT_NAIVE;
     int64_t C = q->shape[1], D = C / H, n = (int64_t)B * T * C;
@@ -641,11 +671,13 @@ static int rope_apply(tbackend *be, const tsite *at, ktensor *y, const ktensor *
 
 static int cpu_rope_fwd(tbackend *be, const tsite *at, ktensor *y, const ktensor *x, int B, int T, int H, double theta)
 {
+    enter(at);
     return rope_apply(be, at, y, x, B, T, H, theta, 1.0f);
 }
 
 static int cpu_rope_bwd(tbackend *be, const tsite *at, ktensor *dx, const ktensor *dy, int B, int T, int H, double theta)
 {
+    enter(at);
     return rope_apply(be, at, dx, dy, B, T, H, theta, -1.0f);
 }
 
@@ -655,6 +687,7 @@ static int cpu_rope_bwd(tbackend *be, const tsite *at, ktensor *dx, const ktenso
 
 static int cpu_activation_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *g, const ktensor *x)
 {
+    enter(at);
     prec_format f = site_fmt(at);
     int gelu = at->op == TOP_GELU_TANH;
     for (int64_t i = 0; i < numel(x); i++) {
@@ -670,6 +703,7 @@ static int cpu_activation_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor
 static int cpu_activation_bwd(tbackend *be, const tsite *at, ktensor *dx, const ktensor *dy, const ktensor *x,
                               const ktensor *g)
 {
+    enter(at);
     prec_format f = site_fmt(at);
     int gelu = at->op == TOP_GELU_TANH;
     for (int64_t i = 0; i < numel(x); i++) {
@@ -689,6 +723,7 @@ static int cpu_activation_bwd(tbackend *be, const tsite *at, ktensor *dx, const 
 
 static int cpu_residual(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, const ktensor *b)
 {
+    enter(at);
     prec_format f = site_fmt(at);
     for (int64_t i = 0; i < numel(y); i++)
         fdata(y)[i] = rnd2((double)ld(a, i, f) + ld(b, i, f), f, y->format);
@@ -697,6 +732,7 @@ static int cpu_residual(tbackend *be, const tsite *at, ktensor *y, const ktensor
 
 static int cpu_transpose(tbackend *be, const tsite *at, ktensor *out, const ktensor *in, int accumulate)
 {
+    enter(at);
     int64_t R = in->shape[0], C = in->shape[1];
     for (int64_t r = 0; r < R; r++)
         for (int64_t c = 0; c < C; c++) {
@@ -709,6 +745,7 @@ static int cpu_transpose(tbackend *be, const tsite *at, ktensor *out, const kten
 
 static int cpu_accumulate(tbackend *be, const tsite *at, ktensor *dst, const ktensor *src)
 {
+    enter(at);
     for (int64_t i = 0; i < numel(dst); i++) fdata(dst)[i] = rnd((double)fdata(dst)[i] + val(src, i), dst->format);
     return 0;
 }
@@ -718,6 +755,7 @@ static int cpu_accumulate(tbackend *be, const tsite *at, ktensor *dst, const kte
 static int cpu_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, ktensor *dlogits, const ktensor *logits,
                              const int32_t *targets, double softcap, double dloss)
 {
+    enter(at);
     /* fp32_logits reads the lm_head's fp32 accumulator and writes fp32 dlogits */
     prec_format f = at->variant == KCE_FP32_LOGITS ? PREC_FP32 : site_fmt(at);
     int64_t N = logits->shape[0], V = logits->shape[1];
@@ -760,6 +798,7 @@ static int cpu_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, kte
  * right with fp32 fma, the per-tensor sums added in order, fp32 sqrt. */
 static int cpu_grad_norm(tbackend *be, const tsite *at, tparam *const *params, int n, double *norm)
 {
+    enter(at);
     float total = 0.0f;
     for (int i = 0; i < n; i++) {
         const ktensor *g = &params[i]->grad;
@@ -818,6 +857,7 @@ static void store_weight(tbackend *be, tparam *p, int64_t i, double x, uint64_t 
 static int cpu_adamw(tbackend *be, tparam *p, const tadamw_args *a)
 {
     const tsite *at = tbackend_site(be, TSLOT_ADAMW, -1);
+    enter(at);
     prec_format f = site_fmt(at);
     int torch = at->variant == KADAMW_TORCH;
     float b1 = (float)a->beta1, b2 = (float)a->beta2;
@@ -915,6 +955,7 @@ static int polar_express(float *X, int r, int c, prec_format f, kpe_coeffs which
  * sqrt(max(1, rows/cols)) O stored as the weights slot says. */
 static int cpu_muon(tbackend *be, tparam *p, const tmuon_args *a)
 {
+    enter(NULL);
     const tsite *at = tbackend_site(be, TSLOT_MUON, -1);
     prec_format f = site_fmt(at);
     kpe_coeffs which = at->op == TOP_MUON_NEWTON_SCHULZ ? KPE_MUON_QUINTIC : KPE_POLAR_EXPRESS;
@@ -955,6 +996,11 @@ static int cpu_dp_init(tbackend *be, int world, int rank, const char *id_file)
 
 static int cpu_allreduce(tbackend *be, tparam *const *params, int n) { return 0; }
 
+static int cpu_mem_available(tbackend *be, size_t *bytes, char *what, size_t what_len)
+{
+    return tbackend_host_available(bytes, what, what_len) ? tbackend_fail(be, "cannot read the available memory") : 0;
+}
+
 static void cpu_destroy(tbackend *be)
 {
     tbinding_free(&be->bound);
@@ -982,6 +1028,7 @@ tbackend *tbackend_cpu_create(void)
     be->count_nonfinite = cpu_count_nonfinite;
     be->sync = cpu_sync;
     be->mem_used = cpu_mem_used;
+    be->mem_available = cpu_mem_available;
     be->embedding_fwd = cpu_embedding_fwd;
     be->embedding_bwd = cpu_embedding_bwd;
     be->norm_fwd = cpu_norm_fwd;

@@ -30,7 +30,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
 #include "kernels/grad_norm.h"
-#include "kernels/ktensor_io.h"
+#include "kernels/common/ktensor_io.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/polar_express.h"
@@ -260,6 +260,15 @@ static int cuda_mem_used(tbackend *be, size_t *bytes)
     size_t free_b = 0, total = 0;
     if (cuda_check(be, cudaMemGetInfo(&free_b, &total), "cudaMemGetInfo")) return -1;
     *bytes = total - free_b;
+    return 0;
+}
+
+static int cuda_mem_available(tbackend *be, size_t *bytes, char *what, size_t what_len)
+{
+    size_t free_b = 0, total = 0;
+    if (cuda_check(be, cudaMemGetInfo(&free_b, &total), "cudaMemGetInfo")) return -1;
+    *bytes = free_b;
+    snprintf(what, what_len, "the GPU's free memory (cudaMemGetInfo)");
     return 0;
 }
 
@@ -818,6 +827,7 @@ extern "C" tbackend *tbackend_cuda_create(char *why, size_t why_len)
     be->count_nonfinite = cuda_count_nonfinite;
     be->sync = cuda_sync;
     be->mem_used = cuda_mem_used;
+    be->mem_available = cuda_mem_available;
     be->embedding_fwd = cuda_embedding_fwd;
     be->embedding_bwd = cuda_embedding_bwd;
     be->norm_fwd = cuda_norm_fwd;

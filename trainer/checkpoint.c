@@ -1,23 +1,34 @@
 /* trainer/checkpoint.c — checkpoints (see train.h).
  *
- * Layout (little-endian): "ULPSCKPT", u32 version, the model configuration
- * (i32 kind, layers, width, heads, vocab, context, norm_gain; f64 softcap,
- * rope_theta, norm_eps), the plan as JSON (u32 length + bytes), i64 steps
- * done, f64 loss scale, i64 clean steps since the last rescale, u64 seed, u64 data seed,
+ * Layout (little-endian), version 2: "ULPSCKPT", u32 version, the model
+ * configuration (i32 kind, layers, width, heads, vocab, context, norm_gain;
+ * f64 softcap, rope_theta, norm_eps), then three strings (u32 length +
+ * bytes): the plan in force as JSON, the plan the run started with, and the
+ * run's trajectory settings as a JSON object (train_settings.c: sizes,
+ * schedule, optimizer, seed, validation, data identity, switches, backend);
+ * i64 steps done, f64 loss scale, i64 clean steps since the last rescale,
  * u32 parameter count, then per parameter its name (u32 + bytes) and its
  * stored tensors as (u64 length + bytes): working copy, fp32 master (when
  * kept), mantissa buffer (when kept), optimizer m, optimizer v (AdamW).
- * Last, the FNV-1a 64 of everything before it. */
-#include "trainer/train.h"
+ * Last, the FNV-1a 64 of everything before it.
+ *
+ * Version 1 (no settings, the seed beside the steps) is refused with a
+ * message: resuming it would have to guess the settings that decide the
+ * trajectory. */
+#include "trainer/train_run.h"
 #include "trainer/errbuf.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define CKPT_MAGIC "ULPSCKPT"
-#define CKPT_VERSION 2u /* 2: the data seed after the seed */
+#define CKPT_VERSION 2u
+#define CKPT_SETTINGS_MAX (16u << 20) /* the settings JSON: switches may be long, not this long */
 
 uint64_t ttrain_fnv1a(uint64_t h, const void *data, size_t n)
 {
@@ -81,34 +92,49 @@ static size_t biggest_blob(tmodel *m)
     return big;
 }
 
-int tckpt_save(const char *path, tmodel *m, const tmodel_config *cfg, const tplan *plan, const tckpt_state *st,
-               char *err, size_t errlen)
+/* The file a checkpoint path names: a symlink's target (so the link stays
+ * a link), else the path itself.  0, or -1 when it is not (or would not be)
+ * a regular file. */
+static int checkpoint_target(const char *path, char *target, size_t len, char *err, size_t errlen)
+{
+    if (trun_link_target(path, target, len))
+        return tfail(err, errlen, "cannot write checkpoint %s: a symlink loop or a path too long", path);
+    struct stat st;
+    if (stat(target, &st) == 0 && !S_ISREG(st.st_mode))
+        return tfail(err, errlen, "cannot write checkpoint %s: it exists and is not a regular file", path);
+    return 0;
+}
+
+int tckpt_save(const char *path, tmodel *m, const ttrain_config *run, const tdata *data, const tplan *plan_now,
+               const tckpt_state *st, char *err, size_t errlen)
 {
     tbackend *be = tmodel_backend(m);
-    char tmp[4160];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    char target[4096], tmp[4160];
+    if (checkpoint_target(path, target, sizeof target, err, errlen)) return -1;
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", target, (long)getpid());
+    char *now = tplan_json_alloc(plan_now), *start = tplan_json_alloc(&run->plan), *settings = ttrain_settings_json(run, data);
+    if (!now || !start || !settings) {
+        free(now), free(start), free(settings);
+        return tfail(err, errlen, "out of memory writing checkpoint %s", path);
+    }
     writer w = {fopen(tmp, "wb"), TTRAIN_FNV_OFFSET, 0};
-    if (!w.fp) return tfail(err, errlen, "cannot write checkpoint %s: %s", tmp, strerror(errno));
+    if (!w.fp) {
+        free(now), free(start), free(settings);
+        return tfail(err, errlen, "cannot write checkpoint %s: %s", path, strerror(errno));
+    }
+    const tmodel_config *cfg = &run->model;
     put(&w, CKPT_MAGIC, 8);
     put_u32(&w, CKPT_VERSION);
     put_i32(&w, cfg->kind), put_i32(&w, cfg->n_layer), put_i32(&w, cfg->n_embd), put_i32(&w, cfg->n_head);
     put_i32(&w, cfg->vocab), put_i32(&w, cfg->seq_len), put_i32(&w, cfg->norm_gain);
     put_f64(&w, cfg->softcap), put_f64(&w, cfg->rope_theta), put_f64(&w, cfg->norm_eps);
-    char *json = tplan_json_alloc(plan);
-    if (!json) {
-        fclose(w.fp);
-        unlink(tmp);
-        return tfail(err, errlen, "out of memory writing checkpoint");
-    }
-    put_str(&w, json);
-    free(json);
+    put_str(&w, now), put_str(&w, start), put_str(&w, settings);
+    free(now), free(start), free(settings);
     put_i64(&w, st->steps_done), put_f64(&w, st->loss_scale), put_i64(&w, st->good_steps);
-    put(&w, &st->seed, sizeof st->seed);
-    put(&w, &st->data_seed, sizeof st->data_seed);
     int np = tmodel_n_params(m);
     put_u32(&w, (uint32_t)np);
     void *buf = malloc(biggest_blob(m));
-    int rc = buf ? 0 : tfail(err, errlen, "out of memory writing checkpoint");
+    int rc = buf ? 0 : tfail(err, errlen, "out of memory writing checkpoint %s", path);
     for (int i = 0; i < np && !rc; i++) {
         tparam *p = tmodel_param(m, i);
         put_str(&w, p->name);
@@ -116,7 +142,7 @@ int tckpt_save(const char *path, tmodel *m, const tmodel_config *cfg, const tpla
         int nb = param_blobs(p, b);
         for (int j = 0; j < nb && !rc; j++) {
             rc = b[j].t ? be->read_bytes(be, b[j].t, buf) : be->raw_download(be, buf, p->lowbits, b[j].bytes);
-            if (rc) tfail(err, errlen, "checkpoint: reading %s: %s", p->name, tbackend_error(be));
+            if (rc) tfail(err, errlen, "checkpoint %s: reading %s: %s", path, p->name, tbackend_error(be));
             put_i64(&w, (int64_t)b[j].bytes);
             put(&w, buf, b[j].bytes);
         }
@@ -125,9 +151,9 @@ int tckpt_save(const char *path, tmodel *m, const tmodel_config *cfg, const tpla
     uint64_t h = w.hash;
     put(&w, &h, sizeof h);
     if (!rc && (w.bad || fflush(w.fp) || fsync(fileno(w.fp))))
-        rc = tfail(err, errlen, "cannot write checkpoint %s: %s", tmp, strerror(errno));
-    if (fclose(w.fp) && !rc) rc = tfail(err, errlen, "cannot close checkpoint %s: %s", tmp, strerror(errno));
-    if (!rc && rename(tmp, path)) rc = tfail(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        rc = tfail(err, errlen, "cannot write checkpoint %s: %s", path, strerror(errno));
+    if (fclose(w.fp) && !rc) rc = tfail(err, errlen, "cannot write checkpoint %s: %s", path, strerror(errno));
+    if (!rc && rename(tmp, target)) rc = tfail(err, errlen, "cannot write checkpoint %s: %s", path, strerror(errno));
     if (rc) unlink(tmp);
     return rc;
 }
@@ -143,7 +169,7 @@ typedef struct {
 
 static void get(reader *r, void *p, size_t n)
 {
-    if (r->bad || (long)n > r->remaining || fread(p, 1, n, r->fp) != n) {
+    if (r->bad || n > (size_t)r->remaining || fread(p, 1, n, r->fp) != n) {
         r->bad = 1;
         memset(p, 0, n);
         return;
@@ -165,6 +191,20 @@ static void get_str(reader *r, char *s, size_t len)
     get(r, s, n);
     s[n] = '\0';
 }
+/* A string of at most max bytes in a fresh buffer (NULL: r->bad set). */
+static char *get_str_alloc(reader *r, uint32_t max, uint32_t *len)
+{
+    uint32_t n = get_u32(r);
+    char *s = r->bad || n > max || n > (uint32_t)r->remaining ? NULL : malloc((size_t)n + 1);
+    if (!s) {
+        r->bad = 1;
+        return NULL;
+    }
+    get(r, s, n);
+    s[n] = '\0';
+    if (len) *len = n;
+    return s;
+}
 
 /* Opens, verifies magic, version and checksum; leaves the file after the version. */
 static int open_checked(reader *r, const char *path, char *err, size_t errlen)
@@ -173,6 +213,11 @@ static int open_checked(reader *r, const char *path, char *err, size_t errlen)
     r->path = path;
     r->fp = fopen(path, "rb");
     if (!r->fp) return tfail(err, errlen, "cannot open checkpoint %s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(r->fp), &sb) || !S_ISREG(sb.st_mode)) {
+        fclose(r->fp);
+        return tfail(err, errlen, "checkpoint %s is not a regular file", path);
+    }
     fseek(r->fp, 0, SEEK_END);
     long size = ftell(r->fp);
     fseek(r->fp, 0, SEEK_SET);
@@ -199,6 +244,12 @@ static int open_checked(reader *r, const char *path, char *err, size_t errlen)
     fseek(r->fp, 8, SEEK_SET);
     r->remaining = size - 8 - 8;
     uint32_t version = get_u32(r);
+    if (version == 1) {
+        fclose(r->fp);
+        return tfail(err, errlen, "checkpoint %s has format version 1, written before checkpoints stored the settings "
+                     "that decide a run's trajectory; this build reads version %u and cannot resume it (start a new "
+                     "run)", path, CKPT_VERSION);
+    }
     if (version != CKPT_VERSION) {
         fclose(r->fp);
         return tfail(err, errlen, "checkpoint %s has version %u, this build reads %u", path, version, CKPT_VERSION);
@@ -206,51 +257,86 @@ static int open_checked(reader *r, const char *path, char *err, size_t errlen)
     return 0;
 }
 
-/* Reads the header; the plan JSON into a fresh malloc'd string (NULL when
- * malformed or out of memory: r->bad set). */
-static void read_header(reader *r, tmodel_config *cfg, char **plan_json, tckpt_state *st)
+/* Reads the header into ck and checks it as a fresh run's settings are
+ * checked: 0, or -1 with a message.  Leaves the reader at the tensors. */
+static int read_header(reader *r, tckpt_info *ck, char *err, size_t errlen)
 {
+    char why[1024];
+    ttrain_config_defaults(&ck->run);
+    tmodel_config *cfg = &ck->run.model;
     memset(cfg, 0, sizeof *cfg);
     cfg->kind = (tmodel_kind)get_i32(r);
     cfg->n_layer = get_i32(r), cfg->n_embd = get_i32(r), cfg->n_head = get_i32(r);
     cfg->vocab = get_i32(r), cfg->seq_len = get_i32(r), cfg->norm_gain = get_i32(r);
     cfg->softcap = get_f64(r), cfg->rope_theta = get_f64(r), cfg->norm_eps = get_f64(r);
-    *plan_json = malloc(TPLAN_JSON_MAX);
-    if (!*plan_json) r->bad = 1;
-    else get_str(r, *plan_json, TPLAN_JSON_MAX);
-    st->steps_done = (long)get_i64(r);
-    st->loss_scale = get_f64(r);
-    st->good_steps = (long)get_i64(r);
-    get(r, &st->seed, sizeof st->seed);
-    get(r, &st->data_seed, sizeof st->data_seed);
+    uint32_t settings_len = 0;
+    char *now = get_str_alloc(r, TPLAN_JSON_MAX, NULL), *start = get_str_alloc(r, TPLAN_JSON_MAX, NULL);
+    char *settings = get_str_alloc(r, CKPT_SETTINGS_MAX, &settings_len);
+    ck->st.steps_done = (long)get_i64(r);
+    ck->st.loss_scale = get_f64(r);
+    ck->st.good_steps = (long)get_i64(r);
+    int rc = 0;
+    if (r->bad) rc = tfail(why, sizeof why, "truncated or oversized header");
+    else if (tmodel_config_check(cfg, why, sizeof why)) rc = -1;
+    else if (tplan_from_json(&ck->plan_now, now, why, sizeof why) || tplan_from_json(&ck->run.plan, start, why, sizeof why))
+        rc = -1;
+    else if (ck->plan_now.model != cfg->kind || ck->run.plan.model != cfg->kind)
+        rc = tfail(why, sizeof why, "its plan is for %s, its model %s", tmodel_kind_name(ck->plan_now.model),
+                   tmodel_kind_name(cfg->kind));
+    else if (tplan_check_layers(&ck->plan_now, cfg->n_layer, why, sizeof why) ||
+             tplan_check_layers(&ck->run.plan, cfg->n_layer, why, sizeof why))
+        rc = -1;
+    else if (ttrain_settings_parse(settings, settings_len, ck, why, sizeof why) ||
+             ttrain_settings_check(&ck->run, why, sizeof why))
+        rc = -1;
+    else if (ck->st.steps_done < 0 || ck->st.steps_done > ck->run.steps)
+        rc = tfail(why, sizeof why, "steps done %ld outside 0..%ld (its --steps)", ck->st.steps_done, ck->run.steps);
+    else if (!isfinite(ck->st.loss_scale) || ck->st.loss_scale <= 0)
+        rc = tfail(why, sizeof why, "loss scale %g is not finite and positive", ck->st.loss_scale);
+    else if (ck->st.good_steps < 0 || ck->st.good_steps > ck->st.steps_done)
+        rc = tfail(why, sizeof why, "%ld clean steps since the last loss-scale change, of %ld done", ck->st.good_steps,
+                   ck->st.steps_done);
+    free(now), free(start), free(settings);
+    if (rc) return tfail(err, errlen, "checkpoint %s: impossible header: %s", r->path, why);
+    return 0;
 }
 
-int tckpt_peek(const char *path, tmodel_config *cfg, char **plan_json, tckpt_state *st, char *err, size_t errlen)
+int tckpt_info_read(const char *path, tckpt_info *ck, char *err, size_t errlen)
 {
+    memset(ck, 0, sizeof *ck);
     reader r;
-    *plan_json = NULL;
     if (open_checked(&r, path, err, errlen)) return -1;
-    read_header(&r, cfg, plan_json, st);
+    int rc = read_header(&r, ck, err, errlen);
     fclose(r.fp);
-    if (r.bad) {
-        free(*plan_json);
-        *plan_json = NULL;
-        return tfail(err, errlen, "checkpoint %s: malformed header", path);
+    return rc;
+}
+
+void tckpt_info_free(tckpt_info *ck)
+{
+    for (size_t i = 0; i < sizeof ck->strings / sizeof ck->strings[0]; i++) {
+        free(ck->strings[i]);
+        ck->strings[i] = NULL;
     }
-    return 0;
 }
 
 int tckpt_load(const char *path, tmodel *m, char *err, size_t errlen)
 {
     reader r;
     if (open_checked(&r, path, err, errlen)) return -1;
-    tmodel_config cfg;
-    tckpt_state st;
-    char *json = NULL;
-    read_header(&r, &cfg, &json, &st);
-    free(json);
+    tckpt_info *ck = calloc(1, sizeof *ck);
+    if (!ck) {
+        fclose(r.fp);
+        return tfail(err, errlen, "out of memory reading checkpoint %s", path);
+    }
+    int rc = read_header(&r, ck, err, errlen);
+    tckpt_info_free(ck);
+    free(ck);
+    if (rc) {
+        fclose(r.fp);
+        return -1;
+    }
     tbackend *be = tmodel_backend(m);
-    int np = (int)get_u32(&r), rc = 0;
+    int np = (int)get_u32(&r);
     if (r.bad || np != tmodel_n_params(m))
         rc = tfail(err, errlen, "checkpoint %s holds %d parameters, the model has %d", path, np, tmodel_n_params(m));
     void *buf = rc ? NULL : malloc(biggest_blob(m));

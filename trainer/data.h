@@ -14,7 +14,9 @@
  * file and what is wrong.
  *
  * Batches are a pure function of (seed, step, micro-batch, rank): a run
- * needs no loader state to resume bit-for-bit. */
+ * needs no loader state to resume bit-for-bit, and its position in the data
+ * is its step.  What the data is, a checkpoint records as the token counts
+ * and a hash of each split's tokens (in order, segment boundaries included). */
 #ifndef ULPSCOPE_TRAINER_DATA_H
 #define ULPSCOPE_TRAINER_DATA_H
 
@@ -41,6 +43,7 @@ typedef struct {
     tsegment *train, *val;
     int n_train, n_val;
     int64_t train_tokens, val_tokens;
+    uint64_t train_hash, val_hash; /* the splits' identity */
     /* owned memory */
     uint16_t *text;       /* text sources: the bytes widened */
     void **maps;

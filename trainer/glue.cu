@@ -1,7 +1,7 @@
 // trainer/glue.cu — see glue.h.  Grid-stride elementwise kernels.
 #include <cuda_runtime.h>
 
-#include "kernels/kelem.cuh"
+#include "kernels/common/kelem.cuh"
 #include "precision/format.h"
 #include "trainer/glue.h"
 

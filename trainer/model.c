@@ -62,22 +62,48 @@ struct tmodel {
     float *loss_host;
     tobserve_fn obs;
     void *obs_ctx;
+    int measure_only;                  /* tmodel_measure: allocations counted, nothing initialised */
 };
 
 /* ---- configuration --------------------------------------------------------------------- */
+
+static int check_sizes(tmodel_kind kind, int n_layer, int n_embd, int n_head, int vocab, int seq_len, char *err,
+                       size_t errlen)
+{
+    if ((unsigned)kind >= TMODEL_COUNT) return tfail(err, errlen, "unknown model family %d (gpt2, modern)", (int)kind);
+    if (n_layer <= 0 || n_embd <= 0 || n_head <= 0 || vocab <= 0 || seq_len <= 0)
+        return tfail(err, errlen, "model sizes must be positive: depth %d, width %d, heads %d, vocab %d, seq %d",
+                        n_layer, n_embd, n_head, vocab, seq_len);
+    if (n_layer > TPLAN_MAX_LAYERS || n_embd > TMODEL_WIDTH_MAX || n_head > TMODEL_HEADS_MAX ||
+        vocab > TMODEL_VOCAB_MAX || seq_len > TMODEL_CONTEXT_MAX)
+        return tfail(err, errlen, "model sizes past their maximum: depth %d (<= %d), width %d (<= %d), heads %d (<= %d), "
+                     "vocab %d (<= %d), context %d (<= %d)", n_layer, TPLAN_MAX_LAYERS, n_embd, TMODEL_WIDTH_MAX, n_head,
+                     TMODEL_HEADS_MAX, vocab, TMODEL_VOCAB_MAX, seq_len, TMODEL_CONTEXT_MAX);
+    if (n_embd % n_head)
+        return tfail(err, errlen, "width %d is not divisible by heads %d", n_embd, n_head);
+    if (kind == TMODEL_MODERN && (n_embd / n_head) % 2)
+        return tfail(err, errlen, "rope needs an even head dimension, got %d", n_embd / n_head);
+    return 0;
+}
+
+int tmodel_config_check(const tmodel_config *c, char *err, size_t errlen)
+{
+    if (check_sizes(c->kind, c->n_layer, c->n_embd, c->n_head, c->vocab, c->seq_len, err, errlen)) return -1;
+    if (c->norm_gain != 0 && c->norm_gain != 1) return tfail(err, errlen, "norm_gain %d is not 0 or 1", c->norm_gain);
+    if (c->kind == TMODEL_GPT2 && !c->norm_gain) return tfail(err, errlen, "gpt2's norms always have a gain");
+    if (!isfinite(c->softcap) || c->softcap < 0) return tfail(err, errlen, "softcap %g is not finite and >= 0", c->softcap);
+    if (!isfinite(c->rope_theta) || c->rope_theta <= 0)
+        return tfail(err, errlen, "rope theta %g is not finite and > 0", c->rope_theta);
+    if (!isfinite(c->norm_eps) || c->norm_eps <= 0)
+        return tfail(err, errlen, "norm eps %g is not finite and > 0", c->norm_eps);
+    return 0;
+}
 
 int tmodel_config_init(tmodel_config *c, tmodel_kind kind, int n_layer, int n_embd, int n_head, int vocab,
                        int seq_len, char *err, size_t errlen)
 {
     memset(c, 0, sizeof *c);
-    if ((unsigned)kind >= TMODEL_COUNT) return tfail(err, errlen, "unknown model family (gpt2, modern)");
-    if (n_layer <= 0 || n_embd <= 0 || n_head <= 0 || vocab <= 0 || seq_len <= 0)
-        return tfail(err, errlen, "model sizes must be positive: depth %d, width %d, heads %d, vocab %d, seq %d",
-                        n_layer, n_embd, n_head, vocab, seq_len);
-    if (n_embd % n_head)
-        return tfail(err, errlen, "width %d is not divisible by heads %d", n_embd, n_head);
-    if (kind == TMODEL_MODERN && (n_embd / n_head) % 2)
-        return tfail(err, errlen, "rope needs an even head dimension, got %d", n_embd / n_head);
+    if (check_sizes(kind, n_layer, n_embd, n_head, vocab, seq_len, err, errlen)) return -1;
     c->kind = kind;
     c->n_layer = n_layer;
     c->n_embd = n_embd;
@@ -252,7 +278,7 @@ static int add_param(tmodel *m, const char *name, int layer, int64_t rows, int64
     } else if (role.kind == PARAM_OUT_PROJ) {
         scale = 0.02 / sqrt(2.0 * (double)m->cfg.n_layer);
     }
-    if (init_param(m, p, kind, scale, rng)) return -1;
+    if (!m->measure_only && init_param(m, p, kind, scale, rng)) return -1;
     return m->n_params++;
 }
 
@@ -439,8 +465,8 @@ static int alloc_acts(tmodel *m)
 
 /* ---- lifecycle -------------------------------------------------------------------------- */
 
-tmodel *tmodel_create(const tmodel_config *cfg, tbackend *be, const tplan *plan, int B, int T, uint64_t seed,
-                      char *err, size_t errlen)
+static tmodel *create(const tmodel_config *cfg, tbackend *be, const tplan *plan, int B, int T, uint64_t seed,
+                      int measure_only, size_t *param_bytes, char *err, size_t errlen)
 {
     if (plan->model != cfg->kind) {
         tfail(err, errlen, "plan is for model %s, model is %s", tmodel_kind_name(plan->model),
@@ -462,24 +488,103 @@ tmodel *tmodel_create(const tmodel_config *cfg, tbackend *be, const tplan *plan,
     }
     m->cfg = *cfg;
     m->be = be;
+    m->measure_only = measure_only;
     m->plan = malloc(sizeof *m->plan);
     if (m->plan) *m->plan = *plan;
     m->B = B;
     m->T = T;
     m->layers = calloc((size_t)cfg->n_layer, sizeof *m->layers);
-    m->loss_host = malloc((size_t)B * T * sizeof *m->loss_host);
-    int rc = !m->layers || !m->loss_host || !m->plan ? tbackend_fail(be, "out of memory") : 0;
+    m->loss_host = measure_only ? NULL : malloc((size_t)B * T * sizeof *m->loss_host);
+    int rc = !m->layers || (!measure_only && !m->loss_host) || !m->plan ? tbackend_fail(be, "out of memory") : 0;
     if (!rc) rc = be->alloc_raw(be, &m->tokens_dev, (size_t)B * T * sizeof(int32_t));
     if (!rc) rc = be->alloc_raw(be, &m->targets_dev, (size_t)B * T * sizeof(int32_t));
+    size_t before_params = be->bytes_in_use;
     if (!rc) rc = create_params(m, seed);
+    if (param_bytes) *param_bytes = be->bytes_in_use - before_params;
     if (!rc) rc = alloc_acts(m);
-    if (!rc) rc = tmodel_sync_weights(m);
+    if (!rc && !measure_only) rc = tmodel_sync_weights(m);
     if (rc) {
         tfail(err, errlen, "%s", tbackend_error(be));
         tmodel_destroy(m);
         return NULL;
     }
     return m;
+}
+
+tmodel *tmodel_create(const tmodel_config *cfg, tbackend *be, const tplan *plan, int B, int T, uint64_t seed,
+                      char *err, size_t errlen)
+{
+    return create(cfg, be, plan, B, T, seed, 0, NULL, err, errlen);
+}
+
+/* ---- measuring ------------------------------------------------------------------------------- */
+
+/* A backend that counts what the model would allocate on `real` (its
+ * element sizes) and allocates nothing: tensors get a data pointer that is
+ * never dereferenced (the model only tests it for NULL while it is built). */
+typedef struct {
+    tbackend be;            /* first: the model sees a tbackend */
+    const tbackend *real;
+    size_t largest;         /* elements of the largest tensor */
+} sizer;
+
+static char sizer_data; /* the address every counted tensor "holds"; never read or written */
+
+static int sizer_alloc(tbackend *be, ktensor *t, prec_format f, int ndim, const int64_t *shape)
+{
+    sizer *z = (sizer *)be;
+    memset(t, 0, sizeof *t);
+    t->format = f;
+    t->ndim = ndim;
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= (t->shape[i] = shape[i]);
+    t->data = &sizer_data;
+    size_t bytes = (size_t)n * z->real->elem_bytes(f) + (f == PREC_E4M3 || f == PREC_E5M2 ? sizeof(float) : 0);
+    be->bytes_in_use += bytes;
+    if (be->bytes_in_use > be->peak_bytes) be->peak_bytes = be->bytes_in_use;
+    if ((size_t)n > z->largest) z->largest = (size_t)n;
+    return 0;
+}
+
+static void sizer_release(tbackend *be, ktensor *t)
+{
+    sizer *z = (sizer *)be;
+    be->bytes_in_use -= (size_t)ktensor_numel(t) * z->real->elem_bytes(t->format) +
+                        (t->format == PREC_E4M3 || t->format == PREC_E5M2 ? sizeof(float) : 0);
+    memset(t, 0, sizeof *t);
+}
+
+static int sizer_alloc_raw(tbackend *be, void **ptr, size_t bytes)
+{
+    *ptr = &sizer_data;
+    be->bytes_in_use += bytes;
+    if (be->bytes_in_use > be->peak_bytes) be->peak_bytes = be->bytes_in_use;
+    return 0;
+}
+
+static void sizer_release_raw(tbackend *be, void *ptr) {}
+static int sizer_zero(tbackend *be, ktensor *t) { return 0; }
+
+int tmodel_measure(const tmodel_config *cfg, const tbackend *be, const tplan *plan, int B, int T, tmodel_memory *out,
+                   char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    sizer z = {*be, be, 0};
+    memset(&z.be.bound, 0, sizeof z.be.bound);
+    z.be.bytes_in_use = z.be.peak_bytes = 0;
+    z.be.alloc = sizer_alloc;
+    z.be.release = sizer_release;
+    z.be.alloc_raw = sizer_alloc_raw;
+    z.be.release_raw = sizer_release_raw;
+    z.be.zero = sizer_zero;
+    tmodel *m = create(cfg, &z.be, plan, B, T, 0, 1, &out->param_bytes, err, errlen);
+    if (m) {
+        out->total_bytes = z.be.peak_bytes;
+        out->largest_elems = z.largest;
+        tmodel_destroy(m);
+    }
+    tbinding_free(&z.be.bound);
+    return m ? 0 : -1;
 }
 
 void tmodel_destroy(tmodel *m)

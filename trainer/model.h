@@ -39,11 +39,21 @@ typedef struct {
     double norm_eps;
 } tmodel_config;
 
+/* Model sizes past these are typos or corrupt checkpoints (depth: TPLAN_MAX_LAYERS). */
+#define TMODEL_WIDTH_MAX 65536
+#define TMODEL_HEADS_MAX 4096
+#define TMODEL_VOCAB_MAX 1048576
+#define TMODEL_CONTEXT_MAX 1048576
+
 /* Defaults for a family at the given depth, width, heads, vocabulary and
  * context; returns 0 or -1 with a message (width not divisible by heads,
- * odd head dimension for rope, non-positive sizes). */
+ * odd head dimension for rope, sizes outside 1..their maximum). */
 int tmodel_config_init(tmodel_config *c, tmodel_kind kind, int n_layer, int n_embd, int n_head, int vocab,
                        int seq_len, char *err, size_t errlen);
+/* A whole configuration (a checkpoint's) checked as tmodel_config_init checks
+ * a fresh one's sizes, and its other fields (norm_gain 0 or 1, and 1 for
+ * gpt2; softcap finite and >= 0; rope_theta and norm_eps finite and > 0). */
+int tmodel_config_check(const tmodel_config *c, char *err, size_t errlen);
 int64_t tmodel_param_count(const tmodel_config *c);
 /* Model FLOPs per token for forward + backward: 6 N (matmul parameters,
  * lm_head included) + 12 L T C (attention scores and values), as in PaLM's
@@ -66,6 +76,16 @@ typedef struct tmodel tmodel;
 tmodel *tmodel_create(const tmodel_config *cfg, tbackend *be, const tplan *plan, int B, int T, uint64_t seed,
                       char *err, size_t errlen);
 void tmodel_destroy(tmodel *m);
+
+/* What tmodel_create would allocate on backend be (its element sizes),
+ * counted without allocating or initialising anything. */
+typedef struct {
+    size_t param_bytes;     /* parameters, their gradients and optimizer state */
+    size_t total_bytes;     /* everything: parameters and activations at their peak */
+    size_t largest_elems;   /* elements of the largest tensor (sizes the ops' scratch) */
+} tmodel_memory;
+int tmodel_measure(const tmodel_config *cfg, const tbackend *be, const tplan *plan, int B, int T, tmodel_memory *out,
+                   char *err, size_t errlen);
 
 /* Switch to another plan mid-run (copied): activations are reallocated in
  * the new formats.  Slots that own state (tslot_info.fixed: weights,

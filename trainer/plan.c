@@ -41,7 +41,7 @@ static const kvariant weights_variants[] = {
 static const kop weights_op = {
     "weights", "parameter storage: the working copy's format and how updates reach it",
     PATH_BIT(KPATH_FP32) | PATH_BIT(KPATH_BF16) | PATH_BIT(KPATH_FP16),
-    "fp8 GEMM slots quantise the working copy per call", weights_variants, 3, NULL};
+    "fp8 GEMM slots quantise the working copy per call", weights_variants, 3};
 
 static const kvariant grad_accum_variants[] = {
     {"sum", "a weight-gradient GEMM rounds its result to its own path's format, which is then added into the "
@@ -52,7 +52,7 @@ static const kvariant grad_accum_variants[] = {
 static const kop grad_accum_op = {
     "grad_accum", "format of the stored, accumulated parameter gradients",
     PATH_BIT(KPATH_FP32) | PATH_BIT(KPATH_BF16) | PATH_BIT(KPATH_FP16),
-    "gradients are not stored in fp8", grad_accum_variants, 2, NULL};
+    "gradients are not stored in fp8", grad_accum_variants, 2};
 
 static const kvariant allreduce_variants[] = {
     {"ring", "NCCL ring all-reduce (NCCL_ALGO=Ring)"},
@@ -61,7 +61,7 @@ static const kvariant allreduce_variants[] = {
 static const kop allreduce_op = {
     "allreduce", "data parallel gradient sum over ranks",
     PATH_BIT(KPATH_FP32) | PATH_BIT(KPATH_BF16),
-    "NCCL reduces fp32 or bf16 here", allreduce_variants, 2, NULL};
+    "NCCL reduces fp32 or bf16 here", allreduce_variants, 2};
 
 static const kvariant loss_scale_variants[] = {
     {"none", "the loss is not scaled"},
@@ -69,7 +69,7 @@ static const kvariant loss_scale_variants[] = {
 };
 static const kop loss_scale_op = {
     "loss_scale", "loss scaling for narrow-exponent gradients",
-    PATH_BIT(KPATH_FP32), "the scale is an fp32 number", loss_scale_variants, 2, NULL};
+    PATH_BIT(KPATH_FP32), "the scale is an fp32 number", loss_scale_variants, 2};
 
 /* ---- ops ------------------------------------------------------------------------ */
 

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
+
 void ttrain_config_defaults(ttrain_config *c)
 {
     memset(c, 0, sizeof *c);
@@ -57,34 +59,29 @@ int trun_fail(trun *r, int status, const char *fmt, ...)
     return status;
 }
 
-/* Checks the settings, allocates the per-step results, opens the data and
- * reads a checkpoint's header when resuming.  0 or a status. */
+int trun_stop_signal(const trun *r) { return r->cfg->stop ? (int)*r->cfg->stop : 0; }
+
+/* Checks the settings and the outputs, opens the data and reads a
+ * checkpoint's header when resuming.  0 or a status. */
 static int setup_run(trun *r)
 {
     const ttrain_config *cfg = r->cfg;
-    ttrain_result *res = r->res;
     char err[1024];
-    if (cfg->batch <= 0 || cfg->seq <= 0 || cfg->accum <= 0 || cfg->steps <= 0 || cfg->val_batches <= 0)
-        return trun_fail(r, 2, "batch %d, seq %d, accum %d, steps %ld and val batches %d must all be positive",
-                         cfg->batch, cfg->seq, cfg->accum, cfg->steps, cfg->val_batches);
-    if (cfg->seq > cfg->model.seq_len)
-        return trun_fail(r, 2, "sequence length %d exceeds the model's context %d", cfg->seq, cfg->model.seq_len);
-    if (cfg->world < 1 || cfg->rank < 0 || cfg->rank >= cfg->world)
-        return trun_fail(r, 2, "rank %d of world %d: need 0 <= rank < world", cfg->rank, cfg->world);
+    if (ttrain_settings_check(cfg, err, sizeof err)) return trun_fail(r, 2, "%s", err);
     if (tplan_check_layers(&cfg->plan, cfg->model.n_layer, err, sizeof err)) return trun_fail(r, 2, "%s", err);
-    res->loss = malloc((size_t)cfg->steps * sizeof *res->loss);
-    res->grad_norm = malloc((size_t)cfg->steps * sizeof *res->grad_norm);
-    res->val_loss = malloc((size_t)cfg->steps * sizeof *res->val_loss);
-    res->step_ms = malloc((size_t)cfg->steps * sizeof *res->step_ms);
-    if (!res->loss || !res->grad_norm || !res->val_loss || !res->step_ms) return trun_fail(r, 1, "out of memory");
-    for (long s = 0; s < cfg->steps; s++) res->loss[s] = res->grad_norm[s] = res->val_loss[s] = res->step_ms[s] = NAN;
-    res->final_val_loss = NAN;
+    if (strcmp(cfg->backend, "cpu") != 0 && strcmp(cfg->backend, "cuda") != 0)
+        return trun_fail(r, 2, "unknown backend '%s' (backends: cpu, cuda)", cfg->backend);
+    if (strcmp(cfg->backend, "cuda") == 0 && !kernels_gpu_available(err, sizeof err))
+        return trun_fail(r, 2, "--backend cuda needs a GPU: %s", err);
+    int status = trun_check_outputs(r);
+    if (status) return status;
     if (tdata_open(&r->data, cfg->data_path, cfg->val_frac, cfg->shard_vocab, err, sizeof err))
         return trun_fail(r, 2, "%s", err);
     r->data_open = 1;
     r->plan = cfg->plan;
     r->dynamic = cfg->plan.slot[TSLOT_LOSS_SCALE].variant == TLOSS_SCALE_DYNAMIC;
-    r->st = (tckpt_state){0, r->dynamic ? cfg->loss_scale_init : 1.0, 0, cfg->seed, cfg->data_seed};
+    r->st = (tckpt_state){0, r->dynamic ? cfg->loss_scale_init : 1.0, 0};
+    r->ckpt_at = -1;
     if (r->data.vocab > cfg->model.vocab)
         return trun_fail(r, 2, "%s has vocabulary %d but the model's is %d", r->data.source, r->data.vocab,
                          cfg->model.vocab);
@@ -92,29 +89,43 @@ static int setup_run(trun *r)
     return trun_resume_peek(r);
 }
 
-/* The backend, the model (loaded when resuming), the log and the batch
- * buffers.  0 or a status. */
+/* The per-step results: NaN until a step fills them. */
+static int alloc_results(trun *r)
+{
+    const ttrain_config *cfg = r->cfg;
+    ttrain_result *res = r->res;
+    res->loss = malloc((size_t)cfg->steps * sizeof *res->loss);
+    res->grad_norm = malloc((size_t)cfg->steps * sizeof *res->grad_norm);
+    res->val_loss = malloc((size_t)cfg->steps * sizeof *res->val_loss);
+    res->step_ms = malloc((size_t)cfg->steps * sizeof *res->step_ms);
+    if (!res->loss || !res->grad_norm || !res->val_loss || !res->step_ms) return trun_fail(r, 1, "out of memory");
+    for (long s = 0; s < cfg->steps; s++) res->loss[s] = res->grad_norm[s] = res->val_loss[s] = res->step_ms[s] = NAN;
+    return 0;
+}
+
+/* The backend, the memory check, the model (loaded when resuming), the log
+ * and the batch buffers.  0 or a status. */
 static int build_run(trun *r)
 {
     const ttrain_config *cfg = r->cfg;
     char err[1024];
     if (strcmp(cfg->backend, "cpu") == 0) r->be = tbackend_cpu_create();
-    else if (strcmp(cfg->backend, "cuda") == 0) {
+    else {
         r->be = tbackend_cuda_create(err, sizeof err);
         if (!r->be) return trun_fail(r, 1, "cuda backend unavailable: %s", err);
-    } else {
-        return trun_fail(r, 2, "unknown backend '%s' (backends: cpu, cuda)", cfg->backend);
     }
     tbackend *be = r->be;
     if (!be) return trun_fail(r, 1, "out of memory");
     if (be->mem_used(be, &r->mem_before)) return trun_fail(r, 1, "%s", tbackend_error(be));
     if (tbackend_bind_plan(be, &r->plan, cfg->model.n_layer)) return trun_fail(r, 2, "%s", tbackend_error(be));
+    int status = trun_check_memory(r);
+    if (!status) status = alloc_results(r);
+    if (status) return status;
     if (cfg->world > 1 && be->dp_init(be, cfg->world, cfg->rank, cfg->nccl_id_file))
         return trun_fail(r, 1, "%s", tbackend_error(be));
     r->m = tmodel_create(&cfg->model, be, &r->plan, cfg->batch, cfg->seq, cfg->seed, err, sizeof err);
     if (!r->m) return trun_fail(r, 1, "%s", err);
-    int status = trun_resume_load(r);
-    if (status) return status;
+    if ((status = trun_resume_load(r))) return status;
     if (cfg->after_init && cfg->after_init(r->m, cfg->after_init_ctx))
         return trun_fail(r, 1, "after_init hook failed: %s", tbackend_error(be));
     if ((status = trun_log_open(r))) return status;
@@ -127,20 +138,23 @@ static int build_run(trun *r)
     return 0;
 }
 
-/* Steps from the checkpoint's (or 0) to --steps, --stop-after or the time
- * budget.  0 or a status. */
+/* Steps from the checkpoint's (or 0) to --steps, --stop-after, the time
+ * budget or a stop signal.  0 or a status (128 + the signal when one
+ * stopped the run, after the checkpoint of the last completed step). */
 static int train_steps(trun *r)
 {
     const ttrain_config *cfg = r->cfg;
     ttrain_result *res = r->res;
-    long first = r->st.steps_done;
+    long first = r->first_step = r->st.steps_done;
     long last = cfg->stop_after > 0 && cfg->stop_after < cfg->steps ? cfg->stop_after : cfg->steps;
-    for (long s = first; s < last; s++) {
+    for (long s = first; s < last && !trun_stop_signal(r); s++) {
         int status = trun_switch_plan(r, s);
         if (status) return status;
         double t0 = trun_now();
         tstep_out o;
-        if ((status = trun_step(r, s, &o))) return status;
+        status = trun_step(r, s, &o);
+        if (status == TRUN_ABANDONED) break; /* nothing of step s applied: steps_done stays s */
+        if (status) return status;
         double ms = 1e3 * (trun_now() - t0);
         res->step_ms[s] = ms;
         res->train_seconds += ms * 1e-3;
@@ -158,11 +172,16 @@ static int train_steps(trun *r)
         }
         double tps = r->tokens_per_step / (ms * 1e-3);
         trun_log_step(r, s, &o, val, ms, tps);
+        if ((status = trun_log_flush(r))) return status;
         trun_progress(r, s, first, last, &o, val, ms, tps);
         if ((status = trun_checkpoint(r, s, last, out_of_time))) return status;
         if (out_of_time) break;
     }
-    return 0;
+    int sig = trun_stop_signal(r);
+    if (!sig) return 0;
+    res->interrupted = sig;
+    int status = trun_checkpoint_now(r);
+    return status ? status : 128 + sig;
 }
 
 /* The result's summary and the final record. */
@@ -170,7 +189,6 @@ static void finish_run(trun *r)
 {
     const ttrain_config *cfg = r->cfg;
     ttrain_result *res = r->res;
-    res->steps_done = r->st.steps_done;
     res->final_loss_scale = r->st.loss_scale;
     if (r->timed_steps) {
         res->tokens_per_s = r->tokens_per_step / (r->time_sum / r->timed_steps * 1e-3);
@@ -187,6 +205,7 @@ static void finish_run(trun *r)
 int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
 {
     memset(res, 0, sizeof *res);
+    res->final_val_loss = NAN;
     trun *r = calloc(1, sizeof *r);
     if (!r) {
         snprintf(res->error, sizeof res->error, "out of memory");
@@ -198,8 +217,10 @@ int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
     if (!status) status = build_run(r);
     if (!status) {
         trun_log_header(r, r->st.steps_done);
-        status = train_steps(r);
+        status = trun_log_flush(r);
     }
+    if (!status) status = train_steps(r);
+    res->steps_done = r->st.steps_done;
     if (!status) finish_run(r);
     status = trun_log_close(r, status);
     free(r->tok);

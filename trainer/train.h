@@ -10,7 +10,24 @@
  * run's settings; one "step" record per step (step, loss, val_loss, lr,
  * grad_norm, tokens_per_s, ms, loss_scale); "hash" / "dump" records from
  * the hooks; "switch" when the plan changes mid-run; "nonfinite" naming the
- * first slot, layer and tensor that produced a NaN/Inf; a "final" record.
+ * first slot, layer and tensor that produced a NaN/Inf; last, a "final"
+ * record, or "interrupted" (a signal stopped the run) or "error" (a failure
+ * while running, with its message).  The log is written in place and flushed
+ * after every step: `tail -f` follows it and finished steps survive a crash.
+ *
+ * Outputs are checked before anything runs: --log, --ckpt and the dump
+ * directory must be writable where they point (a missing directory, a
+ * directory where a file goes, an unwritable path: status 2 naming the path
+ * and the reason).  "-" as the log is stdout; a FIFO or character device is
+ * written directly; a checkpoint is always a regular file (written to
+ * PATH.tmp.PID and renamed; a symlink's target is replaced, not the link).
+ *
+ * Interrupts: with cfg->stop set, a nonzero value there (the signal number,
+ * set by a handler) stops the run cleanly: a step in progress is abandoned
+ * between micro-batches (nothing of it applied) or, once its update ran,
+ * finishes; the log ends with an "interrupted" record; a checkpoint (when
+ * cfg->ckpt_path is set) holds the last completed step; no temporary file is
+ * left; ttrain_run returns 128 + the signal number.
  *
  * Non-finite detection costs nothing per step: the loss and gradient norm
  * are checked; when either is NaN/Inf (and dynamic loss scaling does not
@@ -19,9 +36,11 @@
 #ifndef ULPSCOPE_TRAINER_TRAIN_H
 #define ULPSCOPE_TRAINER_TRAIN_H
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
+#include "trainer/data.h"
 #include "trainer/model.h"
 #include "trainer/plan.h"
 
@@ -31,6 +50,11 @@ extern "C" {
 
 #define TTRAIN_MAX_AT_STEPS 64
 #define TTRAIN_MAX_SWITCHES 16
+/* Limits of a run's sizes (the options' ranges and what a checkpoint may say):
+ * past them they are typos or corrupt headers, not runs this trainer makes. */
+#define TTRAIN_SIZE_MAX 1048576 /* batch, sequence, accumulation, validation batches */
+#define TTRAIN_STEPS_MAX 1000000000L
+#define TTRAIN_WORLD_MAX 1024
 
 typedef enum { TSCHED_COSINE = 0, TSCHED_LINEAR } tschedule;
 
@@ -84,6 +108,8 @@ typedef struct {
      * experiments plant values through it.  Nonzero stops the run (status 1). */
     int (*after_init)(tmodel *m, void *ctx);
     void *after_init_ctx;
+    /* interrupts: a signal handler stores the signal number here (NULL: none) */
+    const volatile sig_atomic_t *stop;
 } ttrain_config;
 
 /* Settings a fresh config starts from (gpt2 family, bf16, embedded corpus). */
@@ -118,12 +144,15 @@ typedef struct {
     double tokens_per_s, mfu;
     size_t peak_bytes;      /* the trainer's own tensors and scratch at their peak */
     size_t device_bytes;    /* device memory the run added, measured at its end (kernels' workspaces included) */
+    int interrupted;        /* the signal that stopped the run (0: none) */
+    int ckpt_written;       /* a checkpoint holds the state after steps_done */
     char error[1024];
 } ttrain_result;
 
-/* Run training.  Returns 0; 2 for bad settings (message in res->error);
- * 3 when a non-finite value stopped training (res->nonfinite set); 1 for
- * other failures (backend, I/O). */
+/* Run training.  Returns 0; 2 for bad settings or inputs (message in
+ * res->error; a run that cannot fit in memory is one); 3 when a non-finite
+ * value stopped training (res->nonfinite set); 128 + the signal number when
+ * interrupted (res->interrupted); 1 for other failures (backend, I/O). */
 int ttrain_run(const ttrain_config *cfg, ttrain_result *res);
 void ttrain_result_free(ttrain_result *res);
 
@@ -131,25 +160,72 @@ void ttrain_result_free(ttrain_result *res);
 #define TTRAIN_FNV_OFFSET 0xcbf29ce484222325ull
 uint64_t ttrain_fnv1a(uint64_t h, const void *data, size_t n);
 
-/* Checkpoints (trainer/checkpoint.c): everything a step depends on: model
- * configuration, plan, steps done, loss scale, parameters in every stored
- * form and the optimizer state.  Written to PATH.tmp.PID, fsynced and
- * renamed; read back with a checksum check. */
+/* ---- the settings that decide a run's trajectory ------------------------------------------
+ *
+ * Besides the model and the plan, these fields of ttrain_config decide what a
+ * run computes; a checkpoint stores them (with the data's identity and the
+ * --switch-at list) and a resumed run must have the same.  Each has the train
+ * option that sets it (NULL: none) and its range, which every run is checked
+ * against. */
+typedef enum { TSETTING_INT, TSETTING_LONG, TSETTING_DOUBLE, TSETTING_SEED, TSETTING_SCHEDULE } tsetting_kind;
+
+typedef struct {
+    const char *key;        /* in the checkpoint: "batch" */
+    const char *option;     /* "--batch" */
+    tsetting_kind kind;
+    size_t offset;          /* in ttrain_config */
+    double min, max;        /* numbers: the accepted range */
+    int max_open;           /* the range excludes max */
+} tsetting;
+
+const tsetting *ttrain_settings(int *n);
+/* dst's field of setting s = src's. */
+void ttrain_setting_copy(ttrain_config *dst, const ttrain_config *src, const tsetting *s);
+/* Every setting in its range and the model configuration valid: 0, or -1
+ * with a message naming the first that is not. */
+int ttrain_settings_check(const ttrain_config *c, char *err, size_t errlen);
+
+/* ---- checkpoints (trainer/checkpoint.c) ----------------------------------------------------
+ *
+ * Everything a step depends on: the model configuration, the plan in force,
+ * the plan the run started with, the trajectory settings above with the data
+ * source's identity (path, token counts and a hash of the training and
+ * validation tokens) and the --switch-at list, the steps done, the loss scale,
+ * parameters in every stored form and the optimizer state.  Written to
+ * PATH.tmp.PID, fsynced and renamed; read back with a checksum check, and
+ * every header field checked as a fresh start's settings are. */
 typedef struct {
     long steps_done;
     double loss_scale;
-    long good_steps;
-    uint64_t seed;
-    uint64_t data_seed;
+    long good_steps;        /* clean steps since the loss scale last changed */
 } tckpt_state;
 
-int tckpt_save(const char *path, tmodel *m, const tmodel_config *cfg, const tplan *plan, const tckpt_state *st,
-               char *err, size_t errlen);
-/* Reads the configuration and the plan JSON (*plan_json: a malloc'd string
- * the caller frees; NULL on error). */
-int tckpt_peek(const char *path, tmodel_config *cfg, char **plan_json, tckpt_state *st, char *err, size_t errlen);
-/* Loads tensors into a model built from the peeked configuration and plan. */
+/* What a checkpoint's header says (tckpt_info_read). */
+typedef struct {
+    tckpt_state st;
+    tplan plan_now;         /* the plan in force at steps_done (switches applied) */
+    ttrain_config run;      /* the run's settings: model, starting plan, trajectory settings, seed,
+                               data_path, backend, switches (their strings owned below) */
+    char data_source[512];
+    int64_t train_tokens, val_tokens;
+    uint64_t train_hash, val_hash;
+    char *strings[TTRAIN_MAX_SWITCHES + 2]; /* owned: data path, backend, switch overrides */
+} tckpt_info;
+
+int tckpt_save(const char *path, tmodel *m, const ttrain_config *run, const tdata *data, const tplan *plan_now,
+               const tckpt_state *st, char *err, size_t errlen);
+/* Reads and checks the header (everything but the tensors).  0, or -1 with
+ * a message naming the file and the problem; tckpt_info_free either way. */
+int tckpt_info_read(const char *path, tckpt_info *info, char *err, size_t errlen);
+void tckpt_info_free(tckpt_info *info);
+/* Loads tensors into a model built from the header's configuration and plan_now. */
 int tckpt_load(const char *path, tmodel *m, char *err, size_t errlen);
+
+/* Where a run's settings differ from a checkpoint's, as "--batch 4
+ * (checkpoint: 2); --seed 5 (checkpoint: 1337)" in list (empty when they
+ * agree).  data may be NULL: the data's identity is then not compared. */
+void ttrain_settings_diff(const ttrain_config *c, const tdata *data, const tckpt_info *ck, char *list,
+                          size_t len);
 
 #ifdef __cplusplus
 }

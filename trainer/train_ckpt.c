@@ -10,22 +10,28 @@ int trun_resume_peek(trun *r)
 {
     const ttrain_config *cfg = r->cfg;
     if (!cfg->resume_path) return 0;
-    tmodel_config mc;
-    char err[1024], *json = NULL;
-    tplan *saved = malloc(sizeof *saved);
-    if (!saved) return trun_fail(r, 1, "out of memory");
-    int bad = tckpt_peek(cfg->resume_path, &mc, &json, &r->st, err, sizeof err) ||
-              tplan_from_json(saved, json, err, sizeof err);
-    int other = !bad && (memcmp(&mc, &cfg->model, sizeof mc) != 0 || !tplan_equal(saved, &cfg->plan));
-    free(json);
-    free(saved);
-    if (bad) return trun_fail(r, 2, "%s", err);
-    if (other)
-        return trun_fail(r, 2, "checkpoint %s was written for another model or plan than this run's", cfg->resume_path);
-    if (r->st.steps_done > cfg->steps)
-        return trun_fail(r, 2, "checkpoint %s is at step %ld, past --steps %ld", cfg->resume_path, r->st.steps_done,
-                         cfg->steps);
-    return 0;
+    tckpt_info *ck = malloc(sizeof *ck);
+    if (!ck) return trun_fail(r, 1, "out of memory");
+    char err[1024];
+    int status = 0;
+    if (tckpt_info_read(cfg->resume_path, ck, err, sizeof err)) {
+        status = trun_fail(r, 2, "%s", err);
+    } else {
+        /* the run continues only with the settings it started with: every
+         * difference is listed, none is taken silently */
+        char diff[sizeof r->res->error - 200];
+        ttrain_settings_diff(cfg, &r->data, ck, diff, sizeof diff);
+        if (diff[0])
+            status = trun_fail(r, 2, "--resume %s: these settings differ from the checkpoint's: %s (resume with the "
+                               "checkpoint's, or start a new run)", cfg->resume_path, diff);
+        else {
+            r->st = ck->st;
+            r->plan = ck->plan_now;
+        }
+    }
+    tckpt_info_free(ck);
+    free(ck);
+    return status;
 }
 
 int trun_resume_load(trun *r)
@@ -35,13 +41,28 @@ int trun_resume_load(trun *r)
     return 0;
 }
 
+static int save(trun *r)
+{
+    const ttrain_config *cfg = r->cfg;
+    char err[1024];
+    if (tckpt_save(cfg->ckpt_path, r->m, cfg, &r->data, &r->plan, &r->st, err, sizeof err)) return trun_fail(r, 1, "%s", err);
+    r->ckpt_at = r->st.steps_done;
+    r->res->ckpt_written = 1;
+    return 0;
+}
+
 int trun_checkpoint(trun *r, long s, long last, int out_of_time)
 {
     const ttrain_config *cfg = r->cfg;
     if (!cfg->ckpt_path || cfg->rank != 0) return 0;
     int due = (cfg->ckpt_every > 0 && (s + 1) % cfg->ckpt_every == 0) || s + 1 == last || out_of_time;
-    char err[1024];
-    if (due && tckpt_save(cfg->ckpt_path, r->m, &cfg->model, &r->plan, &r->st, err, sizeof err))
-        return trun_fail(r, 1, "%s", err);
-    return 0;
+    return due ? save(r) : 0;
+}
+
+int trun_checkpoint_now(trun *r)
+{
+    const ttrain_config *cfg = r->cfg;
+    if (!cfg->ckpt_path || cfg->rank != 0 || r->st.steps_done == r->first_step) return 0;
+    if (r->ckpt_at == r->st.steps_done) return 0; /* written at this step already */
+    return save(r);
 }

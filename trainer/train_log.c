@@ -7,9 +7,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "cli/output.h"
+#include "base/jsonl.h"
 
 /* ---- the record writer ------------------------------------------------------------------ */
 
@@ -38,19 +37,19 @@ void trec_size(trecord *w, const char *k, size_t v)
 
 void trec_num(trecord *w, const char *k, double v)
 {
-    if (key(w, k)) cli_json_double(w->fp, v);
+    if (key(w, k)) base_json_double(w->fp, v);
 }
 
 void trec_num_or_null(trecord *w, const char *k, double v)
 {
     if (!key(w, k)) return;
     if (isnan(v)) fputs("null", w->fp);
-    else cli_json_double(w->fp, v);
+    else base_json_double(w->fp, v);
 }
 
 void trec_str(trecord *w, const char *k, const char *s)
 {
-    if (key(w, k)) cli_json_string(w->fp, s);
+    if (key(w, k)) base_json_string(w->fp, s);
 }
 
 void trec_hex64(trecord *w, const char *k, uint64_t v)
@@ -75,28 +74,64 @@ void trec_end(trecord *w)
 
 /* ---- the log file ------------------------------------------------------------------------- */
 
+/* The log is written where it points, as the run goes (a record per step,
+ * flushed), so that `tail -f` follows it and a crash keeps the steps done;
+ * "-" is stdout.  fopen follows a symlink to its target and writes a FIFO or
+ * character device directly: nothing that is not a regular file is replaced. */
 int trun_log_open(trun *r)
 {
     const ttrain_config *cfg = r->cfg;
     if (!cfg->log_path || cfg->rank != 0) return 0;
-    snprintf(r->log_tmp, sizeof r->log_tmp, "%s.tmp.%ld", cfg->log_path, (long)getpid());
-    r->log = fopen(r->log_tmp, "w");
-    if (!r->log) return trun_fail(r, 2, "cannot write %s: %s", cfg->log_path, strerror(errno));
+    r->log = strcmp(cfg->log_path, "-") == 0 ? stdout : fopen(cfg->log_path, "w");
+    if (!r->log) return trun_fail(r, 2, "cannot write --log %s: %s", cfg->log_path, strerror(errno));
     return 0;
+}
+
+int trun_log_flush(trun *r)
+{
+    if (!r->log || r->log_failed) return 0;
+    if (fflush(r->log) == 0 && !ferror(r->log)) return 0;
+    r->log_failed = 1;
+    return trun_fail(r, 1, "cannot write --log %s: %s", r->cfg->log_path, strerror(errno));
+}
+
+static const char *signal_name(int sig)
+{
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "signal";
 }
 
 int trun_log_close(trun *r, int status)
 {
     if (!r->log) return status;
-    /* the log appears whole: after a finished run, or one stopped by a
-     * non-finite value (its last record says where); never half-written */
-    int bad = fclose(r->log) != 0;
+    const ttrain_result *res = r->res;
+    trecord w;
+    if (!r->log_failed && res->interrupted) {
+        trec_begin(&w, r->log, "interrupted");
+        trec_str(&w, "signal", signal_name(res->interrupted));
+        trec_int(&w, "steps_done", r->st.steps_done);
+        if (res->ckpt_written) trec_str(&w, "checkpoint", r->cfg->ckpt_path);
+        else trec_json(&w, "checkpoint", "null");
+        trec_end(&w);
+    }
+    if (!r->log_failed && (status == 1 || status == 2)) {
+        trec_begin(&w, r->log, "error");
+        trec_int(&w, "status", status);
+        trec_int(&w, "steps_done", r->st.steps_done);
+        trec_str(&w, "message", res->error);
+        trec_end(&w);
+    }
+    char earlier[sizeof res->error];
+    memcpy(earlier, res->error, sizeof earlier);
+    int failed = trun_log_flush(r) != 0;
+    if (r->log != stdout && fclose(r->log) != 0 && !failed) {
+        failed = 1;
+        trun_fail(r, 1, "cannot write --log %s: %s", r->cfg->log_path, strerror(errno));
+    }
     r->log = NULL;
-    int keep = status == 0 || status == 3;
-    if (bad && keep) status = trun_fail(r, 1, "cannot write %s", r->cfg->log_path);
-    if (keep && !bad && rename(r->log_tmp, r->cfg->log_path))
-        status = trun_fail(r, 1, "cannot rename %s to %s: %s", r->log_tmp, r->cfg->log_path, strerror(errno));
-    if (status != 0 && status != 3) unlink(r->log_tmp);
+    if (!failed) return status;
+    /* the log's own failure fails a run that was going well; an earlier failure keeps its message */
+    if (status == 0) return 1;
+    memcpy(r->res->error, earlier, sizeof earlier);
     return status;
 }
 
@@ -123,7 +158,7 @@ void trun_log_header(trun *r, long start_step)
                  cfg->schedule == TSCHED_LINEAR ? "linear" : "cosine", cfg->cooldown_frac, cfg->min_lr_frac,
                  cfg->weight_decay, cfg->grad_clip, cfg->muon_lr, (unsigned long long)cfg->seed,
                  (unsigned long long)cfg->data_seed, (long long)r->data.train_tokens, (long long)r->data.val_tokens);
-    cli_json_header(r->log, "train", json && extra ? extra : "\"error\":\"out of memory\"");
+    base_json_header(r->log, "train", json && extra ? extra : "\"error\":\"out of memory\"");
     free(json), free(extra);
     trecord w;
     trec_begin(&w, r->log, "data");

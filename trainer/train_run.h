@@ -28,12 +28,14 @@ typedef struct {
     tbackend *be;
     tmodel *m;
     tplan plan;             /* the plan in force (switches change it between steps) */
-    tckpt_state st;         /* steps done, loss scale, seed: what a checkpoint restores */
+    tckpt_state st;         /* steps done, loss scale: what a checkpoint restores besides the tensors */
+    long ckpt_at;           /* steps_done of the last checkpoint this run wrote (-1: none) */
+    long first_step;        /* the step this invocation started at */
     int dynamic;            /* dynamic loss scaling */
     int32_t *tok, *tgt;     /* host batch [B*T] */
-    /* the log (rank 0): JSON Lines written to log_tmp, renamed to the path when the run ends */
+    /* the log (rank 0): JSON Lines written in place, flushed after every step */
     FILE *log;
-    char log_tmp[4160];
+    int log_failed;         /* writing it failed (no record is attempted after that) */
     /* the step in progress */
     long step;
     int micro;
@@ -59,6 +61,25 @@ int trun_fail(trun *r, int status, const char *fmt, ...) __attribute__((format(p
 double trun_now(void);
 /* r->buf at least n bytes: 0 or -1 */
 int trun_grow_buf(trun *r, size_t n);
+/* The signal that asked the run to stop (cfg->stop), or 0. */
+int trun_stop_signal(const trun *r);
+/* Status TRUN_ABANDONED: a step stopped between micro-batches by a signal,
+ * nothing of it applied. */
+#define TRUN_ABANDONED (-2)
+
+/* ---- outputs (train_out.c) --------------------------------------------------------------- */
+
+/* The file that writing `path` replaces: a symlink's final target (followed
+ * even when it does not exist yet, relative targets against the link's
+ * directory), else path itself.  0, or -1 (a loop, or too long). */
+int trun_link_target(const char *path, char *out, size_t len);
+/* --log, --ckpt and the dump directory can be written where they point:
+ * 0, or status 2 with a message naming the path and the reason. */
+int trun_check_outputs(trun *r);
+/* The run fits in memory: the bytes its model, activations, optimizer state
+ * and scratch need on its backend (a dry run of the model's allocations)
+ * against what is available.  0, or status 2 with both figures. */
+int trun_check_memory(trun *r);
 
 /* ---- the step (train_step.c) ---------------------------------------------------------- */
 
@@ -74,9 +95,11 @@ int trun_observe(void *ctx, tslot slot, int layer, const char *tensor, const kte
 int trun_switch_plan(trun *r, long s);
 /* One optimizer step s: micro-batches, gradient sync, norm, non-finite
  * detection (a named first NaN/Inf: status 3), loss scaling, the update.
- * 0 or a status with res->error set. */
+ * 0, TRUN_ABANDONED (a stop signal between micro-batches), or a status with
+ * res->error set. */
 int trun_step(trun *r, long s, tstep_out *out);
-/* Mean validation loss over cfg->val_batches batches. */
+/* Mean validation loss over cfg->val_batches batches (NaN when a stop
+ * signal cut it short). */
 int trun_validate(trun *r, double *out);
 /* FNV-1a of every parameter's and optimizer state's bytes. */
 uint64_t trun_state_hash(trun *r);
@@ -100,10 +123,14 @@ void trec_bool(trecord *w, const char *key, int v);
 void trec_json(trecord *w, const char *key, const char *json); /* a ready JSON value */
 void trec_end(trecord *w);                                     /* "}\n" */
 
-/* Open the log's temporary file (rank 0 with a log path): 0 or a status. */
+/* Open the log (rank 0 with a log path; "-": stdout): 0 or a status. */
 int trun_log_open(trun *r);
-/* Close it: kept (renamed over the path) when status is 0 or 3, else
- * removed.  Returns the status, 1 when closing or renaming failed. */
+/* Flush it (after every step): 0, or status 1 naming the log and the reason. */
+int trun_log_flush(trun *r);
+/* End it: an "error" record with res->error for a failure (status 1 or 2
+ * once the log is open), an "interrupted" record for a signal; then close.
+ * The log is kept whatever happened.  Returns the status, 1 when writing
+ * the log failed. */
 int trun_log_close(trun *r, int status);
 void trun_log_header(trun *r, long start_step);
 void trun_log_switch(trun *r, long s, const char *overrides);
@@ -128,6 +155,17 @@ int trun_resume_load(trun *r);
 /* Write the checkpoint after step s when it is due (every ckpt_every steps,
  * the run's last step, or when the time budget ran out).  0 or status 1. */
 int trun_checkpoint(trun *r, long s, long last, int out_of_time);
+/* After an interrupt: the checkpoint of the last completed step, when this
+ * run completed one and has not written it yet.  0 or status 1. */
+int trun_checkpoint_now(trun *r);
+
+/* ---- settings (train_settings.c) ------------------------------------------------------------ */
+
+/* The trajectory settings, data identity, backend and switches as a JSON
+ * object (malloc'd; NULL when out of memory). */
+char *ttrain_settings_json(const ttrain_config *c, const tdata *d);
+/* Parses that JSON (n bytes) into ck->run and ck's data fields: 0 or -1. */
+int ttrain_settings_parse(const char *json, size_t n, tckpt_info *ck, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -162,6 +162,7 @@ static int run_micro_batches(trun *r, double dloss, double *loss)
     const ttrain_config *cfg = r->cfg;
     double sum = 0.0;
     for (int mb = 0; mb < cfg->accum; mb++) {
+        if (!r->audit && trun_stop_signal(r)) return TRUN_ABANDONED; /* before anything of the step is applied */
         r->micro = mb;
         tdata_train_batch(&r->data, cfg->data_seed, r->step, mb, cfg->rank, cfg->batch, cfg->seq, r->tok, r->tgt);
         double l;
@@ -283,6 +284,10 @@ int trun_step(trun *r, long s, tstep_out *out)
     int rc = tmodel_zero_grads(m);
     if (!rc) rc = run_micro_batches(r, dloss, &loss);
     r->hooks_now = 0;
+    if (rc == TRUN_ABANDONED) {
+        r->prof_on = 0;
+        return rc;
+    }
     if (!rc) rc = tmodel_finish_grads(m);
     if (!rc) rc = be->allreduce(be, tmodel_params(m), tmodel_n_params(m));
     if (!rc) rc = be->grad_norm(be, tbackend_site(be, TSLOT_GRAD_NORM, -1), tmodel_params(m), tmodel_n_params(m), &norm);
@@ -320,6 +325,10 @@ int trun_validate(trun *r, double *out)
     const ttrain_config *cfg = r->cfg;
     double sum = 0.0;
     for (int i = 0; i < cfg->val_batches; i++) {
+        if (trun_stop_signal(r)) {
+            *out = NAN; /* cut short: no figure rather than a partial mean */
+            return 0;
+        }
         tdata_val_batch(&r->data, i, cfg->batch, cfg->seq, r->tok, r->tgt);
         double l;
         int rc = tmodel_step_micro(r->m, r->tok, r->tgt, 0.0, &l);

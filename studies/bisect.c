@@ -1,0 +1,406 @@
+/* studies/bisect.c — delta debugging over plan units with compare as the
+ * oracle (bisect.h). */
+#include "studies/bisect.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const bisect_config *c;
+    bisect_report *rep;
+    char *err;
+    size_t errlen;
+} oracle_ctx;
+
+/* good with the units of the given groups switched to bad */
+static int plan_of(const bisect_config *c, const bisect_report *rep, const int *groups, int n, tplan *out, char *err,
+                   size_t errlen)
+{
+    tplan_unit *u = malloc((size_t)(rep->n_units ? rep->n_units : 1) * sizeof *u);
+    if (!u) return snprintf(err, errlen, "out of memory"), -1;
+    int k = 0;
+    for (int i = 0; i < rep->n_units; i++)
+        for (int g = 0; g < n; g++)
+            if (rep->group_of[i] == groups[g]) {
+                u[k++] = rep->units[i];
+                break;
+            }
+    int rc = tplan_apply_units(&c->good, &c->bad, u, k, out, err, errlen);
+    free(u);
+    return rc;
+}
+
+/* One compare study: the good plan against arms[1..n] at seeds 1..samples. */
+static int study(const bisect_config *c, bisect_report *rep, cmp_config *cc, cmp_train_ctx *tc, int samples,
+                 double margin, cmp_report *out, char *err, size_t errlen)
+{
+    uint64_t *seeds = malloc((size_t)samples * sizeof *seeds);
+    if (!seeds) return snprintf(err, errlen, "out of memory"), 1;
+    for (int s = 0; s < samples; s++) seeds[s] = (uint64_t)s + 1;
+    cc->seeds = seeds;
+    cc->n_seeds = samples;
+    cc->vary = CMP_VARY_BOTH;
+    cc->alpha = c->alpha / c->n_schedule;
+    cc->power = 0.8;
+    cc->margin = margin;
+    cc->results_dir = c->results_dir;
+    cc->recipe_json = c->recipe_json;
+    cc->progress = NULL;
+    cmp_runner runner;
+    cmp_train_runner(&runner, tc);
+    int rc = cmp_run_study(cc, &runner, out, err, errlen);
+    rep->runs_executed += out->runs_executed;
+    rep->runs_cached += out->runs_cached;
+    free(seeds);
+    return rc;
+}
+
+static char *identity(const tplan *p)
+{
+    return tplan_json_alloc(p);
+}
+
+static int judge(void *vctx, const dd_config *configs, int count, int samples, dd_verdict *verdicts)
+{
+    oracle_ctx *o = vctx;
+    const bisect_config *c = o->c;
+    bisect_report *rep = o->rep;
+    const double alpha_look = c->alpha / c->n_schedule;
+    cmp_train_ctx *tc = malloc(sizeof *tc);
+    if (!tc) return snprintf(o->err, o->errlen, "out of memory"), -1;
+    int i = 0, rc = 0;
+    while (i < count && !rc) {
+        cmp_config cc;
+        memset(&cc, 0, sizeof cc);
+        *tc = c->train;
+        char *ids[CMP_MAX_ARMS] = {0};
+        int idx[CMP_MAX_ARMS];
+        snprintf(cc.arms[0].name, CMP_NAME_MAX, "good");
+        tc->plans[0] = c->good;
+        ids[0] = identity(&c->good);
+        cc.arms[0].identity = ids[0];
+        cc.n_arms = 1;
+        for (; i < count && cc.n_arms < CMP_MAX_ARMS; i++) {
+            if (configs[i].n == 0) {
+                verdicts[i] = DD_EQUIVALENT; /* the good plan against itself */
+                continue;
+            }
+            int a = cc.n_arms;
+            if (plan_of(c, rep, configs[i].units, configs[i].n, &tc->plans[a], o->err, o->errlen)) {
+                verdicts[i] = DD_UNDECIDED; /* a mixture the trainer refuses: never judged as clean */
+                if (c->progress) fprintf(c->progress, "bisect: configuration refused: %s\n", o->err);
+                o->err[0] = '\0';
+                continue;
+            }
+            tc->planted[a] = c->train.planted[0];
+            snprintf(cc.arms[a].name, CMP_NAME_MAX, "config%d", i);
+            ids[a] = identity(&tc->plans[a]);
+            /* two configurations of one batch may be the same plan: judge it once */
+            int dup = -1;
+            for (int b = 1; b < a && dup < 0; b++)
+                if (ids[b] && ids[a] && strcmp(ids[a], ids[b]) == 0) dup = b;
+            if (dup >= 0) {
+                free(ids[a]);
+                ids[a] = NULL;
+                idx[a] = -1;
+                verdicts[i] = DD_UNDECIDED; /* overwritten below from its twin */
+                continue;
+            }
+            cc.arms[a].identity = ids[a];
+            idx[a] = i;
+            cc.n_arms++;
+        }
+        if (cc.n_arms > 1) {
+            cmp_report r;
+            rc = study(c, rep, &cc, tc, samples, rep->margin, &r, o->err, o->errlen);
+            for (int a = 1; a < cc.n_arms && !rc; a++) {
+                const cmp_arm_report *ar = &r.arm[a];
+                dd_verdict v = DD_UNDECIDED;
+                if (ar->verdict == CMP_IDENTICAL) v = DD_EQUIVALENT;
+                else if (ar->pairs >= 2 && ar->paired.p < alpha_look) v = DD_SHIFT;
+                else if (ar->pairs >= 2 && ar->tost.p < alpha_look) v = DD_EQUIVALENT;
+                verdicts[idx[a]] = v;
+            }
+            cmp_report_free(&r);
+        }
+        for (int a = 0; a < CMP_MAX_ARMS; a++) free(ids[a]);
+    }
+    /* duplicates within a batch take their first occurrence's verdict */
+    for (int k = 0; k < count; k++)
+        for (int j = 0; j < k; j++)
+            if (configs[j].n == configs[k].n &&
+                !memcmp(configs[j].units, configs[k].units, (size_t)configs[k].n * sizeof(int)))
+                verdicts[k] = verdicts[j];
+    free(tc);
+    if (c->progress && !rc)
+        fprintf(c->progress, "bisect: judged %d configuration%s at %d seeds; %d runs so far (%d from the cache)\n", count,
+                count > 1 ? "s" : "", samples, rep->runs_executed + rep->runs_cached, rep->runs_cached);
+    return rc ? -1 : 0;
+}
+
+/* Groups: a unit the trainer refuses alone joins the first unit that makes
+ * it valid (union-find over such pairs). */
+static int group_units(const bisect_config *c, bisect_report *rep, char *err, size_t errlen)
+{
+    int n = rep->n_units;
+    for (int i = 0; i < n; i++) rep->group_of[i] = i;
+    tplan tmp;
+    char why[512];
+    for (int i = 0; i < n; i++) {
+        if (tplan_apply_units(&c->good, &c->bad, &rep->units[i], 1, &tmp, why, sizeof why) == 0) continue;
+        int joined = 0;
+        for (int j = 0; j < n && !joined; j++) {
+            if (j == i) continue;
+            tplan_unit pair[2] = {rep->units[i], rep->units[j]};
+            if (tplan_apply_units(&c->good, &c->bad, pair, 2, &tmp, NULL, 0) == 0) {
+                int gi = rep->group_of[i], gj = rep->group_of[j];
+                for (int k = 0; k < n; k++)
+                    if (rep->group_of[k] == gi) rep->group_of[k] = gj;
+                joined = 1;
+            }
+        }
+        if (!joined) {
+            char u[96];
+            tplan_unit_string(&rep->units[i], u, sizeof u);
+            snprintf(err, errlen, "unit %s cannot switch to the bad plan's setting alone or with one other unit: %s", u,
+                     why);
+            return -1;
+        }
+    }
+    /* renumber groups 0..n_groups-1 in unit order */
+    int *map = malloc((size_t)n * sizeof *map);
+    if (!map) return snprintf(err, errlen, "out of memory"), -1;
+    for (int i = 0; i < n; i++) map[i] = -1;
+    rep->n_groups = 0;
+    for (int i = 0; i < n; i++) {
+        int g = rep->group_of[i];
+        if (map[g] < 0) map[g] = rep->n_groups++;
+        rep->group_of[i] = map[g];
+    }
+    free(map);
+    return 0;
+}
+
+void bisect_group_string(const bisect_report *rep, int g, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < rep->n_units && n < len; i++)
+        if (rep->group_of[i] == g) {
+            char u[96];
+            tplan_unit_string(&rep->units[i], u, sizeof u);
+            n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? " + " : "", u);
+        }
+}
+
+void bisect_report_free(bisect_report *rep)
+{
+    dd_result_free(&rep->dd);
+    cmp_report_free(&rep->confirm);
+    for (int a = 0; a < CMP_MAX_ARMS; a++) free(rep->confirm_ids[a]);
+    memset(rep->confirm_ids, 0, sizeof rep->confirm_ids);
+}
+
+/* The culprits, the rest and the ddmax set judged at the largest count. */
+static int confirm(const bisect_config *c, bisect_report *rep, char *err, size_t errlen)
+{
+    cmp_config *cc = &rep->confirm_cfg;
+    memset(cc, 0, sizeof *cc);
+    cmp_train_ctx *tc = malloc(sizeof *tc);
+    if (!tc) return snprintf(err, errlen, "out of memory"), 1;
+    *tc = c->train;
+    snprintf(cc->arms[0].name, CMP_NAME_MAX, "good");
+    tc->plans[0] = c->good;
+    rep->confirm_ids[0] = identity(&c->good);
+    cc->arms[0].identity = rep->confirm_ids[0];
+    cc->n_arms = 1;
+    const dd_result *d = &rep->dd;
+    struct {
+        const int *groups;
+        int n;
+        char name[CMP_NAME_MAX];
+    } sets[CMP_MAX_ARMS];
+    int ns = 0;
+    for (int k = 0; k < d->n_culprits && ns < CMP_MAX_ARMS - 3; k++) {
+        sets[ns].groups = d->culprit_units + d->culprit_start[k];
+        sets[ns].n = d->culprit_len[k];
+        snprintf(sets[ns++].name, CMP_NAME_MAX, "culprit%d", k + 1);
+    }
+    if (d->n_rest > 0 && d->n_culprits > 0) {
+        sets[ns].groups = d->rest;
+        sets[ns].n = d->n_rest;
+        snprintf(sets[ns++].name, CMP_NAME_MAX, "rest");
+    }
+    if (c->ddmax && d->n_clean > 0) {
+        sets[ns].groups = d->clean;
+        sets[ns].n = d->n_clean;
+        snprintf(sets[ns++].name, CMP_NAME_MAX, "largest-clean");
+    }
+    int rc = 0;
+    for (int k = 0; k < ns && !rc; k++) {
+        int a = cc->n_arms;
+        if (plan_of(c, rep, sets[k].groups, sets[k].n, &tc->plans[a], err, errlen)) continue;
+        char *id = identity(&tc->plans[a]);
+        int dup = 0;
+        for (int b = 0; b < a && id; b++) dup |= strcmp(id, cc->arms[b].identity) == 0;
+        if (!id || dup) {
+            free(id);
+            continue;
+        }
+        tc->planted[a] = c->train.planted[0];
+        snprintf(cc->arms[a].name, CMP_NAME_MAX, "%s", sets[k].name);
+        rep->confirm_ids[a] = id;
+        cc->arms[a].identity = id;
+        cc->n_arms++;
+    }
+    if (cc->n_arms > 1) rc = study(c, rep, cc, tc, c->schedule[c->n_schedule - 1], rep->margin, &rep->confirm, err, errlen);
+    free(tc);
+    return rc;
+}
+
+int bisect_run(const bisect_config *c, bisect_report *rep, char *err, size_t errlen)
+{
+    memset(rep, 0, sizeof *rep);
+    dd_result_init(&rep->dd);
+    if (!c->results_dir) return snprintf(err, errlen, "bisect needs a results directory (the run cache)"), 2;
+    int n = tplan_diff(&c->good, &c->bad, c->train.base.model.n_layer, rep->units, BISECT_MAX_UNITS);
+    if (n < 0) return snprintf(err, errlen, "the good and the bad plan are for different model families"), 2;
+    if (n == 0) return snprintf(err, errlen, "the good and the bad plan do not differ: nothing to bisect"), 2;
+    if (n > BISECT_MAX_UNITS) return snprintf(err, errlen, "%d differing units: at most %d", n, BISECT_MAX_UNITS), 2;
+    rep->n_units = n;
+    if (group_units(c, rep, err, errlen)) return 2;
+    /* the noise floor: the null arm at the largest count */
+    const int smax = c->schedule[c->n_schedule - 1];
+    {
+        cmp_config cc;
+        memset(&cc, 0, sizeof cc);
+        cmp_train_ctx *tc = malloc(sizeof *tc);
+        if (!tc) return snprintf(err, errlen, "out of memory"), 1;
+        *tc = c->train;
+        char *id = identity(&c->good);
+        size_t len = id ? strlen(id) + 16 : 0;
+        char *nid = id ? malloc(len) : NULL;
+        if (!nid) {
+            free(id);
+            free(tc);
+            return snprintf(err, errlen, "out of memory"), 1;
+        }
+        snprintf(nid, len, "%s|null-flip", id);
+        snprintf(cc.arms[0].name, CMP_NAME_MAX, "good");
+        snprintf(cc.arms[1].name, CMP_NAME_MAX, "null");
+        cc.arms[0].identity = id;
+        cc.arms[1].identity = nid;
+        cc.arms[1].is_null = 1;
+        cc.n_arms = 2;
+        tc->plans[0] = tc->plans[1] = c->good;
+        tc->planted[1] = tc->planted[0] = c->train.planted[0];
+        cmp_report r;
+        int rc = study(c, rep, &cc, tc, smax, c->margin, &r, err, errlen);
+        rep->chaos_sd = r.chaos_sd;
+        rep->margin = c->margin > 0 ? c->margin : r.chaos_sd;
+        cmp_report_free(&r);
+        free(id);
+        free(nid);
+        free(tc);
+        if (rc) return rc;
+        if (!(rep->margin > 0))
+            return snprintf(err, errlen, "the null arm ran bit-identical to the good plan (no chaos to measure a margin "
+                                         "from): give --margin"),
+                   2;
+    }
+    dd_problem p;
+    memset(&p, 0, sizeof p);
+    p.n_units = rep->n_groups;
+    memcpy(p.schedule, c->schedule, sizeof p.schedule);
+    p.n_schedule = c->n_schedule;
+    p.max_judgements = c->max_judgements;
+    p.oracle = judge;
+    oracle_ctx o = {c, rep, err, errlen};
+    p.ctx = &o;
+    if (dd_rddmin(&p, &rep->dd)) return err[0] ? 1 : (snprintf(err, errlen, "%s", rep->dd.error), 1);
+    if (c->ddmax && !rep->dd.sanity_failed) {
+        dd_result mx;
+        dd_result_init(&mx);
+        if (dd_ddmax(&p, &mx)) {
+            dd_result_free(&mx);
+            return err[0] ? 1 : (snprintf(err, errlen, "%s", mx.error), 1);
+        }
+        rep->dd.clean = mx.clean;
+        rep->dd.n_clean = mx.n_clean;
+        rep->dd.judgements += mx.judgements;
+        rep->dd.cache_hits += mx.cache_hits;
+        rep->dd.samples += mx.samples;
+        mx.clean = NULL;
+        dd_result_free(&mx);
+    }
+    if (!rep->dd.sanity_failed) return confirm(c, rep, err, errlen);
+    return 0;
+}
+
+void bisect_print(FILE *fp, const bisect_config *c, const bisect_report *rep)
+{
+    const dd_result *d = &rep->dd;
+    char buf[2048];
+    fprintf(fp, "%d units differ (%d groups); margin %.5f%s\n", rep->n_units, rep->n_groups, rep->margin,
+            c->margin > 0 ? "" : " (the null arm's chaos sd)");
+    if (d->sanity_failed == 1) fprintf(fp, "sanity: the good plan against itself came out SHIFT: no bisection\n");
+    if (d->sanity_failed == 2) fprintf(fp, "sanity: the whole bad plan does not SHIFT against the good one: nothing to find\n");
+    for (int k = 0; k < d->n_culprits; k++) {
+        size_t m = 0;
+        for (int i = 0; i < d->culprit_len[k]; i++) {
+            char g[1024];
+            bisect_group_string(rep, d->culprit_units[d->culprit_start[k] + i], g, sizeof g);
+            m += (size_t)snprintf(buf + m, sizeof buf - m > m ? sizeof buf - m : 0, "%s%s", i ? " + " : "", g);
+            if (m >= sizeof buf) break;
+        }
+        fprintf(fp, "culprit %d%s: %s\n", k + 1, d->culprit_confirmed[k] ? "" : " (not confirmed at the largest count)",
+                buf);
+    }
+    if (!d->sanity_failed)
+        fprintf(fp, "the rest (%d group%s) switched to bad: %s\n", d->n_rest, d->n_rest == 1 ? "" : "s",
+                dd_verdict_name(d->rest_verdict));
+    if (c->ddmax) {
+        size_t m = 0;
+        buf[0] = '\0';
+        for (int i = 0; i < d->n_clean && m < sizeof buf; i++) {
+            char g[1024];
+            bisect_group_string(rep, d->clean[i], g, sizeof g);
+            m += (size_t)snprintf(buf + m, sizeof buf - m, "%s%s", i ? ", " : "", g);
+        }
+        fprintf(fp, "largest EQUIVALENT subset (%d of %d groups): %s\n", d->n_clean, rep->n_groups,
+                d->n_clean ? buf : "(none)");
+    }
+    if (rep->confirm.n_arms > 1) {
+        fprintf(fp, "\n");
+        cmp_print_table(fp, &rep->confirm_cfg, &rep->confirm);
+    }
+    fprintf(fp, "bisect: %ld judgements (%ld from the verdict cache), %d runs executed, %d from the run cache%s\n",
+            d->judgements, d->cache_hits, rep->runs_executed, rep->runs_cached,
+            d->budget_exhausted ? "; stopped at --max-judgements" : "");
+}
+
+void bisect_write_records(FILE *fp, const bisect_config *c, const bisect_report *rep)
+{
+    (void)c;
+    const dd_result *d = &rep->dd;
+    char g[1024];
+    for (int k = 0; k < d->n_culprits; k++) {
+        fprintf(fp, "{\"record\":\"culprit\",\"index\":%d,\"confirmed\":%s,\"groups\":[", k + 1,
+                d->culprit_confirmed[k] ? "true" : "false");
+        for (int i = 0; i < d->culprit_len[k]; i++) {
+            bisect_group_string(rep, d->culprit_units[d->culprit_start[k] + i], g, sizeof g);
+            fprintf(fp, "%s\"%s\"", i ? "," : "", g);
+        }
+        fprintf(fp, "]}\n");
+    }
+    fprintf(fp, "{\"record\":\"bisect\",\"units\":%d,\"groups\":%d,\"margin\":%.17g,\"rest_verdict\":\"%s\",\"sanity\":%d,"
+                "\"judgements\":%ld,\"runs_executed\":%d,\"runs_cached\":%d,\"clean\":[",
+            rep->n_units, rep->n_groups, rep->margin, dd_verdict_name(d->rest_verdict), d->sanity_failed, d->judgements,
+            rep->runs_executed, rep->runs_cached);
+    for (int i = 0; i < d->n_clean; i++) {
+        bisect_group_string(rep, d->clean[i], g, sizeof g);
+        fprintf(fp, "%s\"%s\"", i ? "," : "", g);
+    }
+    fprintf(fp, "]}\n");
+}

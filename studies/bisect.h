@@ -1,0 +1,78 @@
+/* studies/bisect.h — which of the slots where a good and a bad plan differ
+ * move the final loss?  Delta debugging (studies/delta_debug.h) with compare
+ * (studies/compare.h) as the oracle.
+ *
+ * Units.  tplan_diff lists every (slot, layer) where the plans assign
+ * differently; GEMM roles (forward, dgrad, wgrad) are slots of their own.
+ * Units the trainer cannot switch alone (weights=bf16:sr needs its
+ * optimizer in bf16; grad_norm must read grad_accum's format) are grouped
+ * with the unit that makes them valid, and the search runs over the groups.
+ *
+ * Oracle.  Configuration S (good with the groups of S switched to bad) is
+ * compared with good at n paired seeds: SHIFT when the paired t test rejects
+ * at alpha / (schedule looks), EQUIVALENT when the TOST at the margin does,
+ * else UNDECIDED; IDENTICAL runs are EQUIVALENT.  The margin is the chaos sd
+ * the null arm measures at the largest count of the schedule (or --margin).
+ * Every run lands in the results directory, so no configuration x seed runs
+ * twice (the base's runs are shared by every judgement).
+ *
+ * A search makes tens of judgements: the per-judgement alpha must be small
+ * (0.01 by default; tests/test_delta_debug.c measured what 0.05 does). */
+#ifndef ULPSCOPE_STUDIES_BISECT_H
+#define ULPSCOPE_STUDIES_BISECT_H
+
+#include <stdio.h>
+
+#include "studies/compare.h"
+#include "studies/compare_train.h"
+#include "studies/delta_debug.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BISECT_MAX_UNITS 1024
+
+typedef struct {
+    cmp_train_ctx train;        /* base config, plan = good; planted bugs apply to every arm */
+    tplan good, bad;
+    int schedule[DD_MAX_SCHEDULE];
+    int n_schedule;
+    double alpha;               /* per search (split over the schedule's looks) */
+    double margin;              /* 0: measured by the null arm */
+    int ddmax;                  /* also search the largest EQUIVALENT subset */
+    long max_judgements;
+    const char *results_dir;    /* required: the run cache */
+    const char *recipe_json;
+    FILE *progress;
+} bisect_config;
+
+typedef struct {
+    tplan_unit units[BISECT_MAX_UNITS];
+    int n_units;
+    int group_of[BISECT_MAX_UNITS];  /* unit -> group */
+    int n_groups;
+    dd_result dd;               /* over groups */
+    double margin;
+    double chaos_sd;
+    cmp_config confirm_cfg;     /* the culprit sets, the rest and the ddmax set at the largest count */
+    cmp_report confirm;         /* ... judged against good */
+    char *confirm_ids[CMP_MAX_ARMS];
+    int runs_executed, runs_cached;
+    double seconds;
+} bisect_report;
+
+/* Returns 0; 2 for bad settings (plans that do not differ, a unit that cannot
+ * switch even in a group); 1 when training or the cache failed. */
+int bisect_run(const bisect_config *c, bisect_report *rep, char *err, size_t errlen);
+void bisect_report_free(bisect_report *rep);
+
+/* "mlp.up@1 + mlp.up.dgrad@1" for group g */
+void bisect_group_string(const bisect_report *rep, int g, char *buf, size_t len);
+void bisect_print(FILE *fp, const bisect_config *c, const bisect_report *rep);
+void bisect_write_records(FILE *fp, const bisect_config *c, const bisect_report *rep);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
