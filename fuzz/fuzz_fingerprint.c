@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "fuzz/fuzz_util.h"
-#include "kernels/probe_fingerprint.h"
+#include "kernels/probe/probe_fingerprint.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
