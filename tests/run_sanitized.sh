@@ -27,6 +27,13 @@ status=$build/sanitize-status
     sed 's/^tests: /sanitize: tests: /'
 rc=$(cat "$status"); rm -f "$status"
 
+# A process started under a virtual-memory limit (ulimit -v: test_train_outputs
+# checks that the memory refusal names it) cannot map ASan's shadow and stops
+# before main; that test skips the case visibly.  Its note is no finding.
+for f in $(grep -l 'ReserveShadowMemoryRange failed' "$logs"/* 2>/dev/null); do
+    echo "sanitize: a process could not start under ASan (virtual memory limited: ulimit -v); not counted"
+    rm -f "$f"
+done
 reports=$(find "$logs" -type f | sort)
 if [ -n "$reports" ]; then
     for f in $reports; do
