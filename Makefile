@@ -182,6 +182,11 @@ clean:
 #                   scratch copy of its seed corpus fuzz/corpus/TARGET/, then every
 #                   file of fuzz/regressions/TARGET/ goes through it once
 #
+# Their runs set ASAN_OPTIONS=protect_shadow_gap=0 (the CUDA driver maps memory at
+# fixed addresses inside the gap ASan would protect, and its allocations then fail)
+# and LeakSanitizer's suppressions for the CUDA libraries (tests/lsan.supp):
+# tests/run_sanitized.sh says more.
+#
 # Both build the C code again with other flags; nvcc's output does not depend on
 # them, so they take the CUDA objects (and their dependency lists) from $(BUILD),
 # brought up to date first, instead of compiling them again (nvcc is most of a full
@@ -205,7 +210,7 @@ SANITIZE_CXX   ?= clang++
 SANITIZE_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_FLAGS     := $(SANITIZE_FLAGS)
 
-.PHONY: sanitize fuzz fuzz-bins fuzz-deps clean-sanitize-fuzz
+.PHONY: sanitize fuzz fuzz-bins clang-deps clean-sanitize-fuzz
 
 # $(call share_cuda_objects,OTHER_BUILD)
 define share_cuda_objects
@@ -216,32 +221,35 @@ define share_cuda_objects
 	done
 endef
 
-sanitize: $(addprefix $(BUILD)/obj/,$(CUDA_OBJS))
+sanitize: clang-deps $(addprefix $(BUILD)/obj/,$(CUDA_OBJS))
 	$(call share_cuda_objects,$(SANITIZE_BUILD))
 	@$(MAKE) --no-print-directory BUILD=$(SANITIZE_BUILD) CC=$(SANITIZE_CC) CXX=$(SANITIZE_CXX) \
 	    CFLAGS="-O1 -g $(SANITIZE_FLAGS)" \
 	    CXXFLAGS="-O1 -g $(SANITIZE_FLAGS)" LDFLAGS="$(SANITIZE_FLAGS)" \
-	    $(SANITIZE_BUILD)/ulpscope $(patsubst $(BUILD)/%,$(SANITIZE_BUILD)/%,$(TEST_BINS))
+	    $(SANITIZE_BUILD)/ulpscope $(SANITIZE_BUILD)/tests/sanitize_twin \
+	    $(patsubst $(BUILD)/%,$(SANITIZE_BUILD)/%,$(TEST_BINS))
 	@sh tests/run_sanitized.sh $(SANITIZE_BUILD) $(patsubst $(BUILD)/%,$(SANITIZE_BUILD)/%,$(TEST_BINS))
 
-# The fuzz targets, in the build they are made in (make fuzz makes them in $(FUZZ_BUILD)).
-fuzz-bins: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%)
+# The fuzz targets and the planted-bug twin, in the build they are made in (make fuzz
+# makes them in $(FUZZ_BUILD)).
+fuzz-bins: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%) $(BUILD)/fuzz/twin/planted
 
 $(BUILD)/fuzz/%: $(BUILD)/obj/fuzz/%.o $(ALL_LIBS)
 	@mkdir -p $(@D)
 	$(CXX) $(LDFLAGS) -o $@ $< $(LINK_ALL) $(LDLIBS) $(REQUIRED_LDLIBS)
 
-fuzz: fuzz-deps $(addprefix $(BUILD)/obj/,$(CUDA_OBJS))
+fuzz: clang-deps $(addprefix $(BUILD)/obj/,$(CUDA_OBJS))
 	$(call share_cuda_objects,$(FUZZ_BUILD))
 	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) CXX=$(FUZZ_CXX) \
 	    CFLAGS="-O1 -g $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link" LDFLAGS="$(FUZZ_FLAGS) -fsanitize=fuzzer" fuzz-bins
 	@sh fuzz/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
-# clang and its libFuzzer runtime (Debian: clang, libclang-rt-dev); make deps installs them.
-FUZZ_APT_PKGS := clang libclang-rt-dev
-fuzz-deps:
-	@sh fuzz/deps.sh "$(FUZZ_CC)" "$(FUZZ_APT_PKGS)"
-deps: fuzz-deps
+# clang with its sanitizer and libFuzzer runtimes (Debian: clang, libclang-rt-dev);
+# make deps installs them too.
+CLANG_APT_PKGS := clang libclang-rt-dev
+clang-deps:
+	@sh fuzz/deps.sh "$(FUZZ_CC)" "$(CLANG_APT_PKGS)"
+deps: clang-deps
 
 clean: clean-sanitize-fuzz
 clean-sanitize-fuzz:

@@ -1,5 +1,5 @@
 #!/bin/sh
-# fuzz/deps.sh CC "APT_PKGS" — the fuzz build's compiler: CC must link a
+# fuzz/deps.sh CC "APT_PKGS" — the sanitizer and fuzz builds' compiler: CC must link a
 # libFuzzer target (-fsanitize=fuzzer,address,undefined).  When it cannot:
 # install APT_PKGS when root (apt-get), else print the command and fail.
 cc=$1; pkgs=$2

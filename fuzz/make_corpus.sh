@@ -79,7 +79,7 @@ d=$out/fuzz_checkpoint; mkdir -p "$d"
 shard "$work/tok.bin" 16 400
 ckpt() {
     name=$1; shift
-    "$bin" train --steps 2 --width 8 --heads 2 --seq 4 --batch 1 --data "$work/tok.bin" --vocab 16 \
+    "$bin" train --steps 2 --width 8 --heads 2 --seq 4 --batch 1 --data tok.bin --vocab 16 \
         --quiet --ckpt "$work/$name.ckpt" "$@" >/dev/null
     head -c $(( $(wc -c <"$work/$name.ckpt") - 8 )) "$work/$name.ckpt" >"$d/$name"
 }
@@ -135,3 +135,39 @@ sed -n 2p "$work/a100.jsonl" >"$d/fingerprint-params"
 cp "$out/fuzz_plan_json/modern-layers.json" "$d/plan.json"
 printf '{"a":[1,-2.5e-3,"nan","inf","-inf",true,false,null],"s":"\\u00e9\\ud83d\\ude00\\n","seed":"0x5eed","n":18446744073709551615}' >"$d/escapes-and-numbers"
 echo "make_corpus: $(find "$out" -type f | wc -l) seeds in $out"
+
+# ---- regression inputs of fuzz_checkpoint: impossible headers ----------------------------
+# The headers issue 9 found crashing `train --resume` (heads 0: SIGFPE; steps
+# done -5: a write out of bounds; -1e9: SIGSEGV; a million layers, a negative
+# width: allocation attempts), and the states fuzz_checkpoint found accepted
+# by the reader before it checked them (more clean steps than steps, a loss
+# scale of 0 or below), written into a real checkpoint of this format.  They
+# live in fuzz/regressions/ (not rewritten with the corpus otherwise).
+d=$here/fuzz/regressions/fuzz_checkpoint; mkdir -p "$d"
+python3 - "$out/fuzz_checkpoint/gpt2-bf16" "$d" <<'PY'
+import struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+b = bytearray(open(src, "rb").read())   # a checkpoint without its checksum
+CFG = 12                                # after "ULPSCKPT" and the u32 version
+fields = ["kind", "layers", "width", "heads", "vocab", "context", "norm_gain"]
+pos = CFG + 7 * 4 + 3 * 8
+for _ in range(3):                      # plan now, plan at start, settings
+    (n,) = struct.unpack_from("<I", b, pos)
+    pos += 4 + n
+STATE = pos                             # i64 steps done, f64 loss scale, i64 clean steps
+def variant(name, edits):
+    v = bytearray(b)
+    for fmt, off, val in edits:
+        struct.pack_into(fmt, v, off, val)
+    open("%s/%s" % (dst, name), "wb").write(v)
+i32 = lambda f: CFG + 4 * fields.index(f)
+variant("heads-0", [("<i", i32("heads"), 0)])
+variant("layers-1e6", [("<i", i32("layers"), 1000000)])
+variant("width-negative", [("<i", i32("width"), -64)])
+variant("steps-done-minus-5", [("<q", STATE, -5)])
+variant("steps-done-minus-1e9", [("<q", STATE, -1000000000)])
+variant("clean-steps-past-steps-done", [("<q", STATE + 16, 5)])
+variant("loss-scale-0", [("<d", STATE + 8, 0.0)])
+variant("loss-scale-negative", [("<d", STATE + 8, -3.1e231)])
+variant("loss-scale-nan", [("<d", STATE + 8, float("nan"))])
+PY

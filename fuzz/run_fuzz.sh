@@ -14,6 +14,14 @@ build=$(cd "$build" && pwd)
 export ASAN_OPTIONS="protect_shadow_gap=0:detect_leaks=1"
 export LSAN_OPTIONS="suppressions=$here/tests/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+# Twin: the planted bug must fail the way a regression input that crashes again does.
+if "$build/fuzz/twin/planted" "$here/fuzz/twin/planted-input" >"$build/fuzz-twin.log" 2>&1 ||
+    ! grep -q 'AddressSanitizer: heap-buffer-overflow' "$build/fuzz-twin.log"; then
+    echo "!! fuzz: the planted bug (fuzz/twin/planted.c) was not caught; $build/fuzz-twin.log:"
+    tail -n 20 "$build/fuzz-twin.log"
+    exit 1
+fi
+echo "fuzz: planted heap overflow caught (fuzz/twin/planted.c)"
 failed=""
 for t in "$@"; do
     bin=$build/fuzz/$t
