@@ -84,6 +84,15 @@ static void json_row(FILE *fp, const accum_dataset *d, const accum_result *r, ui
             r->nonfinite ? "true" : "false", (unsigned long long)seed);
 }
 
+/* A bound for the table: "no bound" where the method has none (NaN: Kahan and
+ * Neumaier outside round to nearest), else %.3e (inf where (n-1)u >= 1). */
+static const char *bound_text(double b, char *buf, size_t len)
+{
+    if (isnan(b)) return "no bound";
+    snprintf(buf, len, "%.3e", b);
+    return buf;
+}
+
 static void classic_header(FILE *fp)
 {
     fprintf(fp, "%-5s %-6s %6s %-6s %-13s %-8s %-16s %-16s %-10s %-10s %-10s %s\n", "acc", "addend", "n", "x",
@@ -92,9 +101,10 @@ static void classic_header(FILE *fp)
 
 static void classic_line(FILE *fp, const accum_dataset *d, const accum_result *r)
 {
-    fprintf(fp, "%-5s %-6s %6zu %-6g %-13.8g %-8.6g %-16.10g %-16.10g %-10.3e %-10.3e %-10.3e %zu\n",
+    char b[32];
+    fprintf(fp, "%-5s %-6s %6zu %-6g %-13.8g %-8.6g %-16.10g %-16.10g %-10.3e %-10.3e %-10s %zu\n",
             prec_format_name(r->m.acc), prec_format_name(d->addend), d->n, d->x, d->v[0], d->exact_unrounded,
-            r->value, r->exact, r->abs_err, r->rel_err, r->bound, r->stagnant);
+            r->value, r->exact, r->abs_err, r->rel_err, bound_text(r->bound, b, sizeof b), r->stagnant);
 }
 
 static void sweep_header(FILE *fp)
@@ -105,10 +115,11 @@ static void sweep_header(FILE *fp)
 
 static void sweep_line(FILE *fp, const accum_dataset *d, const accum_result *r)
 {
-    fprintf(fp, "%-5s %-6s %-9s %-5s %-8s %9zu %-16.10g %-16.10g %-10.3e %-10.3e %-10.3e %-10.3e\n",
+    char b1[32], b2[32];
+    fprintf(fp, "%-5s %-6s %-9s %-5s %-8s %9zu %-16.10g %-16.10g %-10.3e %-10.3e %-10s %-10s\n",
             prec_format_name(r->m.acc), prec_format_name(d->addend), prec_sum_algo_name(r->m.algo),
             prec_round_mode_name(r->m.round), accum_data_name(d->kind), d->n, r->value, r->exact, r->abs_err,
-            r->rel_err, r->bound, r->prob_bound);
+            r->rel_err, bound_text(r->bound, b1, sizeof b1), bound_text(r->prob_bound, b2, sizeof b2));
 }
 
 /* Every row of one dataset: the pairs with its addend format, x algos x rounds. */
