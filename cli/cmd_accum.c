@@ -11,6 +11,7 @@
 #include "base/jsonl.h"
 #include "base/outfile.h"
 #include "cli/accum_args.h"
+#include "base/progress.h"
 #include "cli/commands.h"
 
 static void print_help(void)
@@ -123,6 +124,8 @@ static void sweep_line(FILE *fp, const accum_dataset *d, const accum_result *r)
 }
 
 /* Every row of one dataset: the pairs with its addend format, x algos x rounds. */
+static base_progress progress; /* the sweep's rows (the classic table is quick) */
+
 static void run_dataset(const accum_options *o, const accum_dataset *d, const sinks *out, bool classic)
 {
     for (int p = 0; p < o->n_pairs; p++) {
@@ -134,6 +137,7 @@ static void run_dataset(const accum_options *o, const accum_dataset *d, const si
                 accum_run(d, &meth, o->seed, &r);
                 if (out->table) (classic ? classic_line : sweep_line)(out->table, d, &r);
                 if (out->json) json_row(out->json, d, &r, o->seed);
+                if (!classic) base_progress_step(&progress);
             }
         }
     }
@@ -177,6 +181,8 @@ static int run_rows(const accum_options *o, const sinks *out)
         return 0;
     }
     if (out->table) sweep_header(out->table);
+    /* each dataset runs the pairs of its addend format: over the formats, every pair once */
+    base_progress_start(&progress, "accum", "rows", (long)o->n_data * o->n_ns * o->n_pairs * o->n_algos * o->n_rounds);
     for (int k = 0; k < o->n_data; k++) {
         double x = isnan(o->x) ? (o->data[k] == ACCUM_CONSTANT ? 0.01 : 1.0) : o->x;
         for (int i = 0; i < o->n_ns; i++) {
@@ -188,6 +194,7 @@ static int run_rows(const accum_options *o, const sinks *out)
             }
         }
     }
+    base_progress_end(&progress);
     return 0;
 }
 
