@@ -26,18 +26,26 @@ PYTHON     ?= python3
 GIT_REV    := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 GIT_STAMP  := $(BUILD)/.git-rev
 $(shell mkdir -p $(BUILD); [ "$$(cat $(GIT_STAMP) 2>/dev/null)" = "$(GIT_REV)" ] || echo "$(GIT_REV)" > $(GIT_STAMP))
-CPPFLAGS   += -I. -D_GNU_SOURCE
+# CFLAGS, CXXFLAGS, NVCCFLAGS, CPPFLAGS, LDFLAGS and LDLIBS are the user's:
+# `make CFLAGS='-O1 -fsanitize=address'` replaces only the defaults here.
+# What the code needs (language standard, warnings, dependency files,
+# include path, libraries) is in the REQUIRED_* flags, which every rule adds
+# after the user's, so a command-line CFLAGS cannot drop them.
+CPPFLAGS   ?=
+REQUIRED_CPPFLAGS := -I. -D_GNU_SOURCE
 CFLAGS     ?= -O2 -g
-CFLAGS     += -std=c11 -Wall -Wextra -Wno-unused-parameter -MMD -MP
+REQUIRED_CFLAGS   := -std=c11 -Wall -Wextra -Wno-unused-parameter -MMD -MP
 CXXFLAGS   ?= -O2 -g
-CXXFLAGS   += -std=c++17 -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -MMD -MP
+REQUIRED_CXXFLAGS := -std=c++17 -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -ffp-contract=off -MMD -MP
 NVCC_ARCH  ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90
 NVCCFLAGS  ?= -O3 -lineinfo
-NVCCFLAGS  += -std=c++17 -I. -I$(CUDA_HOME)/include -Xcompiler -Wall -MMD -MP
+REQUIRED_NVCCFLAGS := -std=c++17 -I. -I$(CUDA_HOME)/include -Xcompiler -Wall -MMD -MP
+LDFLAGS    ?=
+LDLIBS     ?=
 # The CUDA libraries every binary needs; MPFR only where references are linked.
 CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
 SYS_LIBS   := -lstdc++ -lpthread -lm -ldl
-LDLIBS     += $(CUDA_LIBS) -lmpfr -lgmp $(SYS_LIBS)
+REQUIRED_LDLIBS := $(CUDA_LIBS) -lmpfr -lgmp $(SYS_LIBS)
 
 # One static library per floor; a floor uses only the floors listed before it
 # (reference/, kernels/check/ and studies/ are the ones that need MPFR; the
@@ -81,31 +89,31 @@ $(DEPS_OK): tests/deps.sh
 	@mkdir -p $(@D) && touch $@
 
 # ---- build --------------------------------------------------------------------
-$(BUILD)/obj/base/jsonl.o: CPPFLAGS += -DULPSCOPE_GIT_REV=\"$(GIT_REV)\"
+$(BUILD)/obj/base/jsonl.o: REQUIRED_CPPFLAGS += -DULPSCOPE_GIT_REV=\"$(GIT_REV)\"
 $(BUILD)/obj/base/jsonl.o: $(GIT_STAMP)
 
 $(BUILD)/obj/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(REQUIRED_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) $(REQUIRED_CFLAGS) -c $< -o $@
 
 # -O0: see the note in tests/test_attention_mma_simt.cc (a GCC 12 miscompilation at -O1 and above)
-$(BUILD)/obj/tests/test_attention_mma_simt.o: CXXFLAGS += -O0
+$(BUILD)/obj/tests/test_attention_mma_simt.o: REQUIRED_CXXFLAGS += -O0
 
 $(BUILD)/obj/%.o: %.cc | $(DEPS_OK)
 	@mkdir -p $(@D)
-	$(CXX) $(CPPFLAGS) -I$(CUDA_HOME)/include $(CXXFLAGS) -c $< -o $@
+	$(CXX) $(REQUIRED_CPPFLAGS) -I$(CUDA_HOME)/include $(CPPFLAGS) $(CXXFLAGS) $(REQUIRED_CXXFLAGS) -c $< -o $@
 
 $(BUILD)/obj/%_sm80.o: %_sm80.cu | $(DEPS_OK)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -gencode=arch=compute_80,code=[sm_80,compute_80] -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(REQUIRED_NVCCFLAGS) -gencode=arch=compute_80,code=[sm_80,compute_80] -c $< -o $@
 
 $(BUILD)/obj/%_sm90a.o: %_sm90a.cu | $(DEPS_OK)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -gencode=arch=compute_90a,code=sm_90a -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(REQUIRED_NVCCFLAGS) -gencode=arch=compute_90a,code=sm_90a -c $< -o $@
 
 $(BUILD)/obj/%.o: %.cu | $(DEPS_OK)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) $(NVCC_ARCH) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(REQUIRED_NVCCFLAGS) $(NVCC_ARCH) -c $< -o $@
 
 # A library is rebuilt when its list of members changes too (a file moved to
 # another floor), not only when a member is newer: the list is kept in
@@ -121,22 +129,22 @@ endef
 $(foreach f,$(FLOORS),$(eval $(call floor_rule,$(f))))
 
 $(BUILD)/ulpscope: $(BUILD)/obj/cli/main.o $(ALL_LIBS)
-	$(CXX) -o $@ $< $(LINK_ALL) $(LDLIBS)
+	$(CXX) $(LDFLAGS) -o $@ $< $(LINK_ALL) $(LDLIBS) $(REQUIRED_LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(ALL_LIBS)
 	@mkdir -p $(@D)
-	$(CXX) -o $@ $< $(LINK_ALL) $(LDLIBS) -lcmocka
+	$(CXX) $(LDFLAGS) -o $@ $< $(LINK_ALL) $(LDLIBS) -lcmocka $(REQUIRED_LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
 	@mkdir -p $(@D)
-	$(CXX) -o $@ $< $(LINK_ALL) $(LDLIBS)
+	$(CXX) $(LDFLAGS) -o $@ $< $(LINK_ALL) $(LDLIBS) $(REQUIRED_LDLIBS)
 
 # The trainer's floor links, whole, against base, precision and kernels
 # alone: no check harness, no references, no MPFR (tests/link_check.sh; its
 # twin adds the check harness to the same link, which must then fail).
 TRAINER_ONLY_LIBS := $(foreach f,base precision kernels trainer,$(call floor_lib,$(f)))
 link-check: $(BUILD)/obj/tests/link_trainer.o $(TRAINER_ONLY_LIBS) $(call floor_lib,check)
-	@sh tests/link_check.sh "$(CXX)" $(BUILD) "$(CUDA_LIBS) $(SYS_LIBS)" $(BUILD)/obj/tests/link_trainer.o \
+	@sh tests/link_check.sh "$(CXX) $(LDFLAGS)" $(BUILD) "$(CUDA_LIBS) $(SYS_LIBS)" $(BUILD)/obj/tests/link_trainer.o \
 	    "$(TRAINER_ONLY_LIBS)" $(call floor_lib,check)
 
 # ---- run ----------------------------------------------------------------------
@@ -162,3 +170,79 @@ clean:
 	rm -rf $(BUILD) results/.tmp
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# ==== sanitizers and fuzzing =====================================================
+#
+#   make sanitize   ASan + UBSan build of the C code and tests in build-sanitize/,
+#                   then the whole test suite under it (GPU tests skip as usual);
+#                   fails on any sanitizer report, from a test or from a ulpscope
+#                   process a test started
+#   make fuzz       libFuzzer targets fuzz/fuzz_*.c (one per parser of outside input),
+#                   built with clang in build-fuzz/; each runs FUZZ_SECONDS on a
+#                   scratch copy of its seed corpus fuzz/corpus/TARGET/, then every
+#                   file of fuzz/regressions/TARGET/ goes through it once
+#
+# Both build the C code again with other flags; nvcc's output does not depend on
+# them, so they take the CUDA objects (and their dependency lists) from $(BUILD),
+# brought up to date first, instead of compiling them again (nvcc is most of a full
+# build's time).  Host code nvcc compiles is therefore not instrumented.
+SANITIZE_BUILD ?= build-sanitize
+FUZZ_BUILD     ?= build-fuzz
+FUZZ_SECONDS   ?= 60
+FUZZ_CC        ?= clang
+FUZZ_CXX       ?= clang++
+FUZZ_TARGETS   := $(patsubst fuzz/%.c,%,$(wildcard fuzz/fuzz_*.c))
+CUDA_OBJS      := $(patsubst %.cu,%.o,$(wildcard kernels/*.cu kernels/*/*.cu trainer/*.cu))
+
+# clang, for make sanitize too: with GCC's separate libubsan, UBSan reports of
+# an ASan+UBSan build ignore UBSAN_OPTIONS=log_path and go to stderr, where a
+# test that runs ulpscope with stderr to /dev/null would lose them
+# (tests/run_sanitized.sh collects the logs).  -fsanitize=undefined of clang
+# includes float-cast-overflow (a double out of an integer's range converted
+# to it); recover nothing: the first report ends the process.
+SANITIZE_CC    ?= clang
+SANITIZE_CXX   ?= clang++
+SANITIZE_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_FLAGS     := $(SANITIZE_FLAGS)
+
+.PHONY: sanitize fuzz fuzz-bins fuzz-deps clean-sanitize-fuzz
+
+# $(call share_cuda_objects,OTHER_BUILD)
+define share_cuda_objects
+	@for o in $(CUDA_OBJS); do \
+	    mkdir -p $(1)/obj/$$(dirname $$o) && \
+	    cp -p $(BUILD)/obj/$$o $(1)/obj/$$o && \
+	    sed 's|^$(BUILD)/obj/|$(1)/obj/|' $(BUILD)/obj/$${o%.o}.d > $(1)/obj/$${o%.o}.d || exit 1; \
+	done
+endef
+
+sanitize: $(addprefix $(BUILD)/obj/,$(CUDA_OBJS))
+	$(call share_cuda_objects,$(SANITIZE_BUILD))
+	@$(MAKE) --no-print-directory BUILD=$(SANITIZE_BUILD) CC=$(SANITIZE_CC) CXX=$(SANITIZE_CXX) \
+	    CFLAGS="-O1 -g $(SANITIZE_FLAGS)" \
+	    CXXFLAGS="-O1 -g $(SANITIZE_FLAGS)" LDFLAGS="$(SANITIZE_FLAGS)" \
+	    $(SANITIZE_BUILD)/ulpscope $(patsubst $(BUILD)/%,$(SANITIZE_BUILD)/%,$(TEST_BINS))
+	@sh tests/run_sanitized.sh $(SANITIZE_BUILD) $(patsubst $(BUILD)/%,$(SANITIZE_BUILD)/%,$(TEST_BINS))
+
+# The fuzz targets, in the build they are made in (make fuzz makes them in $(FUZZ_BUILD)).
+fuzz-bins: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%)
+
+$(BUILD)/fuzz/%: $(BUILD)/obj/fuzz/%.o $(ALL_LIBS)
+	@mkdir -p $(@D)
+	$(CXX) $(LDFLAGS) -o $@ $< $(LINK_ALL) $(LDLIBS) $(REQUIRED_LDLIBS)
+
+fuzz: fuzz-deps $(addprefix $(BUILD)/obj/,$(CUDA_OBJS))
+	$(call share_cuda_objects,$(FUZZ_BUILD))
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) CXX=$(FUZZ_CXX) \
+	    CFLAGS="-O1 -g $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link" LDFLAGS="$(FUZZ_FLAGS) -fsanitize=fuzzer" fuzz-bins
+	@sh fuzz/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# clang and its libFuzzer runtime (Debian: clang, libclang-rt-dev); make deps installs them.
+FUZZ_APT_PKGS := clang libclang-rt-dev
+fuzz-deps:
+	@sh fuzz/deps.sh "$(FUZZ_CC)" "$(FUZZ_APT_PKGS)"
+deps: fuzz-deps
+
+clean: clean-sanitize-fuzz
+clean-sanitize-fuzz:
+	rm -rf $(SANITIZE_BUILD) $(FUZZ_BUILD)

@@ -403,9 +403,10 @@ MMA_HD static inline uint32_t mma_add_out(const mma_arith *p, uint32_t x, uint32
         const double v = (a.special ? va : 0.0) + (b.special ? vb : 0.0);
         return v != v ? 0x7FFFu : (v < 0 ? 0xFC00u : 0x7C00u);
     }
-    const int64_t sa = a.neg ? -(int64_t)a.mant : (int64_t)a.mant, sb = b.neg ? -(int64_t)b.mant : (int64_t)b.mant;
     const int lo = a.exp < b.exp ? a.exp : b.exp; /* both fb = 10 */
-    const int64_t S = (sa << (a.exp - lo)) + (sb << (b.exp - lo));
+    /* magnitudes aligned first (a left shift of a negative value is undefined), then signed */
+    const int64_t ma = (int64_t)((uint64_t)a.mant << (a.exp - lo)), mb = (int64_t)((uint64_t)b.mant << (b.exp - lo));
+    const int64_t S = (a.neg ? -ma : ma) + (b.neg ? -mb : mb);
     mma_arith r = *p;
     r.out_mode = PREC_RNE;
     r.out_frac_bits = 10;

@@ -140,6 +140,45 @@ static void test_json_round_trip(void **state)
             }
 }
 
+/* Rules between slots hold for the whole plan, not for each override in
+ * turn: a plan tplan_set accepts must read back from its JSON, which lists
+ * optimizer.adamw before weights (found by fuzz/fuzz_plan_set: the fp32
+ * preset with weights=bf16:sr,optimizer.adamw=bf16 wrote JSON that was
+ * refused, so a checkpoint of that run could not be resumed). */
+static void test_json_rules_between_slots(void **state)
+{
+    (void)state;
+    char err[1024], json[8192];
+    const char *sets[] = {"weights=bf16:sr,optimizer.adamw=bf16", "optimizer.adamw=bf16,weights=bf16:sr",
+                          "weights=fp16:sr,optimizer.adamw=fp16", "grad_norm=bf16,grad_accum=bf16"};
+    for (int m = 0; m < TMODEL_COUNT; m++)
+        for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
+            tplan p, q;
+            assert_int_equal(tplan_init(&p, "fp32", (tmodel_kind)m, err, sizeof err), 0);
+            if (tplan_set(&p, sets[k], err, sizeof err)) fail_msg("fp32 + '%s' refused: %s", sets[k], err);
+            assert_int_equal(tplan_to_json(&p, json, sizeof json) < (int)sizeof json, 1);
+            if (tplan_from_json(&q, json, err, sizeof err)) fail_msg("fp32 + '%s': %s refused: %s", sets[k], json, err);
+            assert_true(tplan_equal(&p, &q));
+        }
+    /* twins: the rules are still checked, on the whole plan */
+    tplan p, before;
+    assert_int_equal(tplan_init(&p, "fp32", TMODEL_GPT2, err, sizeof err), 0);
+    before = p;
+    assert_int_equal(tplan_set(&p, "optimizer.adamw=bf16", err, sizeof err), -1);
+    assert_non_null(strstr(err, "optimizer.adamw"));
+    assert_memory_equal(&p, &before, sizeof p);
+    assert_int_equal(tplan_set(&p, "grad_norm=bf16", err, sizeof err), -1);
+    assert_non_null(strstr(err, "grad_accum"));
+    assert_int_equal(tplan_set(&p, "weights=bf16:sr,optimizer.adamw=bf16", err, sizeof err), 0);
+    tplan_to_json(&p, json, sizeof json);
+    const char *sr = "\"weights\":\"bf16:sr\"", *master = "\"weights\":\"fp32:master\"";
+    char *w = strstr(json, sr), edited[8192];
+    assert_non_null(w);
+    snprintf(edited, sizeof edited, "%.*s%s%s", (int)(w - json), json, master, w + strlen(sr));
+    assert_int_equal(tplan_from_json(&before, edited, err, sizeof err), -1);
+    if (!strstr(err, "optimizer.adamw")) fail_msg("%s refused for another reason: %s", edited, err);
+}
+
 static void test_json_errors(void **state)
 {
     (void)state;
@@ -598,7 +637,7 @@ int main(void)
         cmocka_unit_test(test_empty_overrides), cmocka_unit_test(test_layer_json),
         cmocka_unit_test(test_layer_explain),   cmocka_unit_test(test_diff_apply),
         cmocka_unit_test(test_op_handles),      cmocka_unit_test(test_slot_table),
-        cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_cli),             cmocka_unit_test(test_json_rules_between_slots),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,7 @@
 #include <assert.h>
 #include <ctype.h>
 #include <fnmatch.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -238,13 +239,27 @@ prec_format tpath_operand(kpath p, int is_gradient)
     return tpath_storage(p);
 }
 
+/* snprintf at offset n of buf[0..len): returns the offset after the text,
+ * which passes len when the buffer is too small (the text is then cut, and
+ * no pointer past the buffer is formed: buf + n would be undefined there,
+ * and so is NULL + 0 when only the length is wanted). */
+static size_t append(char *buf, size_t len, size_t n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static size_t append(char *buf, size_t len, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const int r = n < len ? vsnprintf(buf + n, len - n, fmt, ap) : vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    return n + (r > 0 ? (size_t)r : 0);
+}
+
 static void path_names_of(const kop *op, char *buf, size_t len)
 {
     size_t n = 0;
     buf[0] = '\0';
     for (int p = 0; p < KPATH_COUNT; p++)
         if (op->paths & PATH_BIT(p))
-            n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%s", n ? ", " : "", kpath_name((kpath)p));
+            n = append(buf, len, n, "%s%s", n ? ", " : "", kpath_name((kpath)p));
 }
 
 static void variant_names_of(const kop *op, char *buf, size_t len)
@@ -252,7 +267,7 @@ static void variant_names_of(const kop *op, char *buf, size_t len)
     size_t n = 0;
     buf[0] = '\0';
     for (int v = 0; v < op->n_variants; v++)
-        n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%s", n ? ", " : "", op->variants[v].name);
+        n = append(buf, len, n, "%s%s", n ? ", " : "", op->variants[v].name);
 }
 
 /* The slots of the plan's family (only the per-layer ones when per_layer_only). */
@@ -262,7 +277,7 @@ static void slot_names_of(const tplan *p, int per_layer_only, char *buf, size_t 
     buf[0] = '\0';
     for (int s = 0; s < TSLOT_COUNT; s++)
         if (p->used[s] && (!per_layer_only || slot_table[s].per_layer))
-            n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%s", n ? ", " : "", slot_table[s].name);
+            n = append(buf, len, n, "%s%s", n ? ", " : "", slot_table[s].name);
 }
 
 /* ---- per-layer choices ------------------------------------------------------------ */
@@ -327,6 +342,8 @@ static void clear_layer_choices(tplan *p, tslot s)
 /* ---- validation --------------------------------------------------------------------- */
 
 /* One slot's choice against its op and the trainer's rules. */
+/* The rules a choice for slot s obeys by itself: op, path and variant the
+ * slot can run. */
 static int check_choice(const tplan *p, tslot s, tslot_choice c, char *err, size_t errlen)
 {
     char names[1024];
@@ -359,6 +376,17 @@ static int check_choice(const tplan *p, tslot s, tslot_choice c, char *err, size
     if (c.path == KPATH_FP8 && slot_table[s].gemm == TGEMM_NONE)
         return tfail(err, errlen, "slot %s: the trainer runs fp8 on GEMM slots only (activations between ops are "
                     "stored in bf16 or wider); paths here: fp32, bf16, fp16", slot_table[s].name);
+    if (s == TSLOT_GRAD_ACCUM && c.variant == TGRAD_ACCUM_GEMM_FP32 && c.path != KPATH_FP32)
+        return tfail(err, errlen, "slot grad_accum: variant gemm_fp32 needs path fp32, not %s", kpath_name(c.path));
+    return 0;
+}
+
+/* The rules between slots: the optimizer's path against the weights', grad_norm's against grad_accum's.
+ * Checked on a whole plan only (tplan_validate, after every override of a tplan_set or a JSON): plan
+ * JSON lists the slots in table order, optimizer.adamw before weights, so checking an entry against the
+ * plan half-built would refuse plans that tplan_set accepts and writes. */
+static int check_between_slots(const tplan *p, tslot s, tslot_choice c, char *err, size_t errlen)
+{
     if (s == TSLOT_ADAMW) {
         kpath w = p->slot[TSLOT_WEIGHTS].path;
         int v = p->slot[TSLOT_WEIGHTS].variant;
@@ -373,8 +401,6 @@ static int check_choice(const tplan *p, tslot s, tslot_choice c, char *err, size
             return tfail(err, errlen, "slot optimizer.adamw: path %s must be fp32 (update the fp32 master) or the "
                         "weights' %s (update them with the master beside)", kpath_name(c.path), kpath_name(w));
     }
-    if (s == TSLOT_GRAD_ACCUM && c.variant == TGRAD_ACCUM_GEMM_FP32 && c.path != KPATH_FP32)
-        return tfail(err, errlen, "slot grad_accum: variant gemm_fp32 needs path fp32, not %s", kpath_name(c.path));
     if (s == TSLOT_GRAD_NORM && c.path != p->slot[TSLOT_GRAD_ACCUM].path)
         return tfail(err, errlen, "slot grad_norm: path %s must match grad_accum's %s (it reads those gradients); "
                     "set both, e.g. grad_accum=%s,grad_norm=%s", kpath_name(c.path),
@@ -388,7 +414,9 @@ int tplan_validate(const tplan *p, char *err, size_t errlen)
     if ((unsigned)p->model >= TMODEL_COUNT) return tfail(err, errlen, "unknown model family #%d", (int)p->model);
     for (int s = 0; s < TSLOT_COUNT; s++) {
         if (!p->used[s]) continue;
-        if (check_choice(p, (tslot)s, p->slot[s], err, errlen)) return -1;
+        if (check_choice(p, (tslot)s, p->slot[s], err, errlen) ||
+            check_between_slots(p, (tslot)s, p->slot[s], err, errlen))
+            return -1;
     }
     if (p->n_layer_choices < 0 || p->n_layer_choices > TPLAN_MAX_LAYER_CHOICES)
         return tfail(err, errlen, "plan holds %d per-layer choices (at most %d)", p->n_layer_choices,
@@ -399,7 +427,9 @@ int tplan_validate(const tplan *p, char *err, size_t errlen)
             e->layer < 0 || e->layer >= TPLAN_MAX_LAYERS)
             return tfail(err, errlen, "plan has a per-layer choice for slot #%d, layer %d, which does not exist",
                          e->slot, e->layer);
-        if (check_choice(p, (tslot)e->slot, e->choice, err, errlen)) return -1;
+        if (check_choice(p, (tslot)e->slot, e->choice, err, errlen) ||
+            check_between_slots(p, (tslot)e->slot, e->choice, err, errlen))
+            return -1;
     }
     return 0;
 }
@@ -520,11 +550,10 @@ static int parse_choice(const tplan *p, tslot s, const char *value, tslot_choice
             for (int k = 1; k < TSLOT_FAMILY_MAX && family[k] != TOP_NONE; k++) {
                 const kop *sib = top_lookup(family[k]);
                 if (!sib) continue;
-                n += (size_t)snprintf(names + n, n < sizeof names ? sizeof names - n : 0, ", %s[.", sib->name);
+                n = append(names, sizeof names, n, ", %s[.", sib->name);
                 for (int v = 0; v < sib->n_variants; v++)
-                    n += (size_t)snprintf(names + n, n < sizeof names ? sizeof names - n : 0, "%s%s", v ? "|" : "",
-                                          sib->variants[v].name);
-                n += (size_t)snprintf(names + n, n < sizeof names ? sizeof names - n : 0, "]");
+                    n = append(names, sizeof names, n, "%s%s", v ? "|" : "", sib->variants[v].name);
+                n = append(names, sizeof names, n, "]");
             }
             return tfail(err, errlen, "slot %s: no variant '%s' (variants: %s)", slot_table[s].name, vs, names);
         }
@@ -726,7 +755,7 @@ static void layer_key(const tplan *p, int i, int j, char *buf, size_t len)
 int tplan_to_json(const tplan *p, char *buf, size_t len)
 {
     size_t n = 0;
-#define PUT(...) n += (size_t)snprintf(buf + (n < len ? n : len), n < len ? len - n : 0, __VA_ARGS__)
+#define PUT(...) n = append(buf, len, n, __VA_ARGS__)
     PUT("{\"preset\":\"%s\",\"model\":\"%s\",\"slots\":{", p->preset, tmodel_kind_name(p->model));
     int first = 1;
     char choice[160], key[96];
