@@ -11,6 +11,7 @@
 #include "base/jsonl.h"
 #include "base/outfile.h"
 #include "cli/accum_args.h"
+#include "base/progress.h"
 #include "cli/commands.h"
 
 static void print_help(void)
@@ -84,6 +85,15 @@ static void json_row(FILE *fp, const accum_dataset *d, const accum_result *r, ui
             r->nonfinite ? "true" : "false", (unsigned long long)seed);
 }
 
+/* A bound for the table: "no bound" where the method has none (NaN: Kahan and
+ * Neumaier outside round to nearest), else %.3e (inf where (n-1)u >= 1). */
+static const char *bound_text(double b, char *buf, size_t len)
+{
+    if (isnan(b)) return "no bound";
+    snprintf(buf, len, "%.3e", b);
+    return buf;
+}
+
 static void classic_header(FILE *fp)
 {
     fprintf(fp, "%-5s %-6s %6s %-6s %-13s %-8s %-16s %-16s %-10s %-10s %-10s %s\n", "acc", "addend", "n", "x",
@@ -92,9 +102,10 @@ static void classic_header(FILE *fp)
 
 static void classic_line(FILE *fp, const accum_dataset *d, const accum_result *r)
 {
-    fprintf(fp, "%-5s %-6s %6zu %-6g %-13.8g %-8.6g %-16.10g %-16.10g %-10.3e %-10.3e %-10.3e %zu\n",
+    char b[32];
+    fprintf(fp, "%-5s %-6s %6zu %-6g %-13.8g %-8.6g %-16.10g %-16.10g %-10.3e %-10.3e %-10s %zu\n",
             prec_format_name(r->m.acc), prec_format_name(d->addend), d->n, d->x, d->v[0], d->exact_unrounded,
-            r->value, r->exact, r->abs_err, r->rel_err, r->bound, r->stagnant);
+            r->value, r->exact, r->abs_err, r->rel_err, bound_text(r->bound, b, sizeof b), r->stagnant);
 }
 
 static void sweep_header(FILE *fp)
@@ -105,13 +116,16 @@ static void sweep_header(FILE *fp)
 
 static void sweep_line(FILE *fp, const accum_dataset *d, const accum_result *r)
 {
-    fprintf(fp, "%-5s %-6s %-9s %-5s %-8s %9zu %-16.10g %-16.10g %-10.3e %-10.3e %-10.3e %-10.3e\n",
+    char b1[32], b2[32];
+    fprintf(fp, "%-5s %-6s %-9s %-5s %-8s %9zu %-16.10g %-16.10g %-10.3e %-10.3e %-10s %-10s\n",
             prec_format_name(r->m.acc), prec_format_name(d->addend), prec_sum_algo_name(r->m.algo),
             prec_round_mode_name(r->m.round), accum_data_name(d->kind), d->n, r->value, r->exact, r->abs_err,
-            r->rel_err, r->bound, r->prob_bound);
+            r->rel_err, bound_text(r->bound, b1, sizeof b1), bound_text(r->prob_bound, b2, sizeof b2));
 }
 
 /* Every row of one dataset: the pairs with its addend format, x algos x rounds. */
+static base_progress progress; /* the sweep's rows (the classic table is quick) */
+
 static void run_dataset(const accum_options *o, const accum_dataset *d, const sinks *out, bool classic)
 {
     for (int p = 0; p < o->n_pairs; p++) {
@@ -123,6 +137,7 @@ static void run_dataset(const accum_options *o, const accum_dataset *d, const si
                 accum_run(d, &meth, o->seed, &r);
                 if (out->table) (classic ? classic_line : sweep_line)(out->table, d, &r);
                 if (out->json) json_row(out->json, d, &r, o->seed);
+                if (!classic) base_progress_step(&progress);
             }
         }
     }
@@ -166,6 +181,8 @@ static int run_rows(const accum_options *o, const sinks *out)
         return 0;
     }
     if (out->table) sweep_header(out->table);
+    /* each dataset runs the pairs of its addend format: over the formats, every pair once */
+    base_progress_start(&progress, "accum", "rows", (long)o->n_data * o->n_ns * o->n_pairs * o->n_algos * o->n_rounds);
     for (int k = 0; k < o->n_data; k++) {
         double x = isnan(o->x) ? (o->data[k] == ACCUM_CONSTANT ? 0.01 : 1.0) : o->x;
         for (int i = 0; i < o->n_ns; i++) {
@@ -177,6 +194,7 @@ static int run_rows(const accum_options *o, const sinks *out)
             }
         }
     }
+    base_progress_end(&progress);
     return 0;
 }
 

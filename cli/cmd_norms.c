@@ -10,6 +10,7 @@
 #include "base/jsonl.h"
 #include "base/outfile.h"
 #include "base/parse.h"
+#include "base/progress.h"
 #include "cli/commands.h"
 #include "studies/norms.h"
 
@@ -123,6 +124,7 @@ typedef struct {
     long n, cap;
     FILE *json;
     int oom;
+    base_progress progress; /* a line on stderr while a long run works */
 } sink;
 
 static void json_record(FILE *fp, const norms_record *r)
@@ -160,6 +162,7 @@ static void json_record(FILE *fp, const norms_record *r)
 
 static void collect(const norms_record *r, void *arg)
 {
+    base_progress_step(&((sink *)arg)->progress);
     sink *s = arg;
     if (s->json) json_record(s->json, r);
     if (s->n == s->cap) {
@@ -397,7 +400,9 @@ int cmd_norms(int argc, char **argv)
         base_json_header(out.fp, "norms", extra);
         s.json = out.fp;
     }
+    base_progress_start(&s.progress, "norms", "records", 0);
     int status = norms_run(&plan, collect, &s);
+    base_progress_end(&s.progress);
     if (status || s.oom) {
         if (json_path) base_outfile_abort(&out);
         free(s.recs);

@@ -1187,6 +1187,16 @@ extern "C" int kmatmul(kpath path, kmatmul_accum accum, int variant, const kmatm
     return kmatmul_batched(path, accum, variant, x, nullptr);
 }
 
+// Per-tensor fp8 scales of R replicas, contiguous in src, to dst[r * spread]
+// (256-byte aligned scale pointers for cuBLASLt).
+__global__ void spread_scales_kernel(float *da, const float *sa, float *db, const float *sb, int64_t R, int64_t spread)
+{
+    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {
+        da[r * spread] = sa[r];
+        db[r * spread] = sb[r];
+    }
+}
+
 extern "C" int kmatmul_quantized_batched(kmatmul_accum accum, int variant, const kmatmul_args *x,
                                          const kmatmul_batch *batch, prec_format x_format, prec_format a_fp8,
                                          prec_format b_fp8)
@@ -1212,13 +1222,19 @@ extern "C" int kmatmul_quantized_batched(kmatmul_accum accum, int variant, const
     const int64_t nb = (x->N + KMATMUL_FP8_BLOCK - 1) / KMATMUL_FP8_BLOCK;
     const int block = accum == KMATMUL_ACC_BLOCK_SCALED;
     const int64_t qa_stride = (x->M * x->K + 255) / 256 * 256, qb_stride = (x->N * x->K + 255) / 256 * 256;
-    const int64_t sa_stride = block ? x->M * G : 1, sb_stride = block ? nb * G : 1;
+    // Per-tensor scales of several replicas sit 256 bytes apart: cuBLASLt
+    // refused fp8 GEMMs whose scale pointer was only 4-byte aligned (replica
+    // 1 of contiguous scales; CUBLAS_STATUS_NOT_SUPPORTED on an H100).  The
+    // quantiser writes them contiguously after that spread area; one 2D copy
+    // spreads them.  A single call keeps its one contiguous scale.
+    const int64_t spread = (!block && R > 1) ? 256 / (int64_t)sizeof(float) : 0;
+    const int64_t sa_stride = block ? x->M * G : spread ? spread : 1, sb_stride = block ? nb * G : spread ? spread : 1;
     void *qa = nullptr, *qb = nullptr, *sa = nullptr, *sb = nullptr;
     if (ws_get(ctx, WS_QA, (size_t)((R - 1) * qa_stride + x->M * x->K), &qa) ||
         ws_get(ctx, WS_QB, (size_t)((R - 1) * qb_stride + x->N * x->K), &qb))
         return -1;
-    if (ws_get(ctx, WS_SA, (size_t)((R - 1) * sa_stride + x->M * G) * sizeof(float), &sa) ||
-        ws_get(ctx, WS_SB, (size_t)((R - 1) * sb_stride + nb * G) * sizeof(float), &sb))
+    if (ws_get(ctx, WS_SA, (size_t)((R - 1) * sa_stride + x->M * G + R) * sizeof(float), &sa) ||
+        ws_get(ctx, WS_SB, (size_t)((R - 1) * sb_stride + nb * G + R) * sizeof(float), &sb))
         return -1;
     if (block) {
         if (kfp8_quantize_blocks_batched(R, x->a, b->stride_a, x_format, x->M, x->K, x->a_trans, 1, a_fp8, qa,
@@ -1229,11 +1245,17 @@ extern "C" int kmatmul_quantized_batched(kmatmul_accum accum, int variant, const
     } else {
         // A stored [M,K] (or [K,M]: transposed while quantising); B to [N,K];
         // one scale per replica (its own amax), contiguous.
+        float *sa_out = spread ? (float *)sa + R * spread : (float *)sa;
+        float *sb_out = spread ? (float *)sb + R * spread : (float *)sb;
         if (kfp8_quantize_tensor_batched(R, x->a, b->stride_a, x_format, x->a_trans ? x->K : x->M,
-                                         x->a_trans ? x->M : x->K, x->a_trans, a_fp8, qa, qa_stride, (float *)sa) ||
+                                         x->a_trans ? x->M : x->K, x->a_trans, a_fp8, qa, qa_stride, sa_out) ||
             kfp8_quantize_tensor_batched(R, x->b, b->stride_b, x_format, x->b_trans ? x->N : x->K,
-                                         x->b_trans ? x->K : x->N, !x->b_trans, b_fp8, qb, qb_stride, (float *)sb))
+                                         x->b_trans ? x->K : x->N, !x->b_trans, b_fp8, qb, qb_stride, sb_out))
             return -1;
+        if (spread) {
+            spread_scales_kernel<<<1, 256, 0, kstream()>>>((float *)sa, sa_out, (float *)sb, sb_out, R, spread);
+            if (klaunched(ctx, "spread scales")) return -1;
+        }
     }
     kmatmul_args q = *x;
     q.a = qa;

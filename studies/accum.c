@@ -110,4 +110,7 @@ void accum_run(const accum_dataset *d, const accum_method *m, uint64_t seed, acc
     out->bound = prec_sum_bound(&c, d->n, d->sum_abs, fabs(d->exact));
     out->prob_bound = prec_sum_prob_bound(&c, d->n, d->sum_abs, fabs(d->exact), m->fail_prob);
     out->prob_status = prec_prob_status_of(m->round);
+    /* Kahan and Neumaier have bounds under round to nearest only: elsewhere
+     * there is no bound (NaN), and no status may claim one */
+    if (isnan(out->prob_bound)) out->prob_status = PREC_PROB_NONE;
 }

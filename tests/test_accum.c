@@ -197,12 +197,41 @@ static void test_good_input(void **state)
     assert_int_equal(o.n_data, ACCUM_NDATA);
 }
 
+/* Kahan and Neumaier have bounds under round to nearest only: under directed
+ * and stochastic rounding the result says "no bound" (NaN) and claims no
+ * probabilistic status; under RNE (the twin) both exist and hold. */
+static void test_no_bound_is_said(void **state)
+{
+    (void)state;
+    accum_dataset d;
+    assert_int_equal(accum_dataset_make(&d, ACCUM_UNIFORM, 1.0, PREC_FP32, 500, 7), 0);
+    const prec_sum_algo algos[2] = {PREC_SUM_KAHAN, PREC_SUM_NEUMAIER};
+    const prec_round_mode rounds[3] = {PREC_RZ, PREC_RU, PREC_SR};
+    for (int a = 0; a < 2; a++) {
+        for (int k = 0; k < 3; k++) {
+            accum_method m = method(PREC_FP32, algos[a], rounds[k]);
+            accum_result r;
+            accum_run(&d, &m, 1, &r);
+            assert_true(isnan(r.prob_bound));
+            assert_int_equal(r.prob_status, PREC_PROB_NONE);
+        }
+        accum_method m = method(PREC_FP32, algos[a], PREC_RNE);
+        accum_result r;
+        accum_run(&d, &m, 1, &r);
+        assert_false(isnan(r.bound));
+        assert_int_not_equal(r.prob_status, PREC_PROB_NONE);
+        assert_true(r.abs_err <= r.bound);
+    }
+    accum_dataset_free(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_classic_fp32_matches_float_loop),
         cmocka_unit_test(test_rows_within_bounds),
         cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_no_bound_is_said),
         cmocka_unit_test(test_log_spaced),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_good_input),

@@ -1069,12 +1069,7 @@ static void graph_init(graph_case *g)
     assert_int_equal(kdevice_alloc(&g->ws_emb, g->wsb_emb, "embedding workspace"), 0);
     assert_int_equal(kdevice_alloc(&g->ws_gn, g->wsb_gn, "grad norm workspace"), 0);
     assert_int_equal(kdevice_alloc(&g->hparams, kadamw_hparams_bytes(), "adamw hparams"), 0);
-    /* Not the fp8 GEMM: on an H100 (2026-11-23) kmatmul_quantized_batched at
-     * M=64 N=96 K=128 (a_trans 0, b_trans 1) failed eagerly, before any
-     * capture, with CUBLAS_STATUS_NOT_SUPPORTED in its per-replica loop; an
-     * open finding (docs/results-replicas.md), so this capture test covers
-     * the other ops until it is fixed. */
-    g->fp8 = 0;
+    g->fp8 = device_cc() >= 89;
 }
 
 static void graph_free(graph_case *g)
@@ -1113,8 +1108,6 @@ static int graph_step(graph_case *g, int stray)
     mm.y = a[GZ2].dev;
     if (kmatmul_batched(KPATH_BF16, KMATMUL_ACC_DEFAULT, KMATMUL_SPLIT_K, &mm, &b)) return step_fail("matmul split-K");
     mm.y = a[GZQ].dev;
-    mm.bias = NULL; /* as the trainer's fp8 GEMMs: cuBLASLt refused this shape's fp8 GEMM with a bf16 bias
-                       epilogue ("not supported", H100, 2026-11-23): a finding for kmatmul_quantized, not capture */
     if (g->fp8 && kmatmul_quantized_batched(KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &mm, &b, PREC_BF16, PREC_E4M3,
                                             PREC_E4M3))
         return step_fail("matmul fp8");
@@ -1230,7 +1223,7 @@ static void test_graph_capture_replay(void **state)
     assert_int_equal(end_rc, 0);
     size_t nodes = 0;
     assert_int_equal(kgraph_node_count(graph, &nodes), 0);
-    print_message("captured %zu graph nodes%s\n", nodes, g.fp8 ? "" : " (no fp8 GEMM: see graph_init)");
+    print_message("captured %zu graph nodes%s\n", nodes, g.fp8 ? "" : " (no fp8 GEMM: compute capability below 8.9)");
     unsigned char *untouched = graph_fetch(&g);
     for (int i = 0, off = 0; i < GRAPH_ARRS; i++) {
         if (!compared(&g.a[i])) continue;
