@@ -62,7 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (tmodel_measure(&ck->run.model, be, &ck->plan_now, 1, 1, &mem, err, sizeof err)) {
         FUZZ_REQUIRE(err[0], "model measure refused without a message");
     } else if (mem.total_bytes <= FUZZ_MACHINE_BYTES) {
-        tmodel *m = tmodel_create(&ck->run.model, be, &ck->plan_now, 1, 1, ck->run.seed, err, sizeof err);
+        tmodel *m = tmodel_create(&ck->run.model, be, &ck->plan_now, 1, 1, &ck->run.seed, err, sizeof err);
         if (m) {
             err[0] = '\0';
             if (tckpt_load(path, m, err, sizeof err)) FUZZ_REQUIRE(err[0], "tensors refused without a message");

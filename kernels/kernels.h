@@ -31,6 +31,10 @@ typedef struct {
     int ndim;
     int64_t shape[KTENSOR_MAX_DIMS]; /* row-major; the last dimension is contiguous */
     float *scale;                   /* fp8 only: device float; real value = stored * *scale */
+    /* The trainer's replicas (trainer/backend.h): 0 for a single tensor; else
+     * the tensor is one of R replicas' copies, replica r's at data + r *
+     * replica_stride elements (shape: one replica's).  Kernels ignore it. */
+    int64_t replica_stride;
 } ktensor;
 
 int64_t ktensor_numel(const ktensor *t);

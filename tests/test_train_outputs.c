@@ -508,7 +508,8 @@ static void test_measure_matches_allocation(void **state)
         tmodel_memory mem;
         char err[512];
         assert_int_equal(tmodel_measure(&c.model, be, &c.plan, c.batch, c.seq, &mem, err, sizeof err), 0);
-        tmodel *m = tmodel_create(&c.model, be, &c.plan, c.batch, c.seq, 1, err, sizeof err);
+        const uint64_t seed = 1;
+        tmodel *m = tmodel_create(&c.model, be, &c.plan, c.batch, c.seq, &seed, err, sizeof err);
         assert_non_null(m);
         size_t tokens = 2 * (size_t)c.batch * c.seq * sizeof(int32_t);
         assert_int_equal(mem.total_bytes, be->peak_bytes + tokens);

@@ -18,7 +18,16 @@
  * in the path's storage format).  An op a backend cannot
  * run at the slot's (path, variant) fails with a message naming the slot —
  * no backend falls back to another path silently.  Ops return 0 or -1 with
- * tbackend_error() set. */
+ * tbackend_error() set.
+ *
+ * Replicas (tbackend_set_replicas): R independent runs of one model through
+ * one backend.  Every tensor the backend then allocates holds R copies
+ * (ktensor.replica_stride), and every op works on all of them: replica r's
+ * outputs from replica r's inputs, with the bits a single run's call on them
+ * would give.  A slice (tbackend_slice: one replica's copy, replica_stride 0)
+ * is a single tensor again.  Raw buffers (tokens) are the caller's to lay
+ * out: replica r's B*T tokens at r*B*T.  The per-replica scalars (losses'
+ * dloss, gradient norms, optimizer arguments) are arrays of R. */
 #ifndef ULPSCOPE_TRAINER_BACKEND_H
 #define ULPSCOPE_TRAINER_BACKEND_H
 
@@ -55,12 +64,14 @@ typedef struct {
     long step;           /* 1-based update count (bias correction) */
     double grad_scale;   /* multiply gradients by this first (1/loss_scale) */
     uint64_t seed;       /* stochastic rounding stream of this update */
+    int skip;            /* leave this replica's parameter and state untouched */
 } tadamw_args;
 
 typedef struct {
     double lr, momentum, weight_decay;
     double grad_scale;
     uint64_t seed;
+    int skip;
 } tmuon_args;
 
 struct tbackend {
@@ -69,6 +80,8 @@ struct tbackend {
     char error[1024];
     size_t bytes_in_use, peak_bytes;
     void *impl;
+    int replicas;        /* R (1: a single run) */
+    tbackend *one;       /* with R > 1: the backend's single-replica ops, which the replica loops call */
 
     /* 0 when the backend can run the site's (op, path, variant) in binding b */
     int (*supports)(tbackend *be, const tbinding *b, const tsite *at, char *why, size_t why_len);
@@ -133,15 +146,17 @@ struct tbackend {
     /* y = a + b (y may alias a) */
     int (*residual)(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, const ktensor *b);
     /* losses[i] = logsumexp(z_i) - z_i[target_i] with z = cap*tanh(logits/cap)
-     * (cap = 0: z = logits); dlogits = dloss * dz/dlogits * (softmax(z) - onehot) */
+     * (cap = 0: z = logits); dlogits = dloss[r] * dz/dlogits * (softmax(z) - onehot) in replica r */
     int (*cross_entropy)(tbackend *be, const tsite *at, ktensor *losses, ktensor *dlogits, const ktensor *logits,
-                         const int32_t *targets, double softcap, double dloss);
+                         const int32_t *targets, double softcap, const double *dloss);
     /* out = in^T, or out += in^T */
     int (*transpose)(tbackend *be, const tsite *at, ktensor *out, const ktensor *in, int accumulate);
     /* dst += src (gradient accumulation when a GEMM's output format differs) */
     int (*accumulate)(tbackend *be, const tsite *at, ktensor *dst, const ktensor *src);
-    /* the global gradient norm sqrt(sum of g^2) over every parameter's gradient (fp32 result) */
+    /* the global gradient norm sqrt(sum of g^2) over every parameter's
+     * gradient (fp32 result), norm[r] for replica r */
     int (*grad_norm)(tbackend *be, const tsite *at, tparam *const *params, int n, double *norm);
+    /* replica r updated with a[r] (a: R entries) */
     int (*adamw)(tbackend *be, tparam *p, const tadamw_args *a);
     int (*muon)(tbackend *be, tparam *p, const tmuon_args *a);
     /* Data parallel: join `world` processes (this one is `rank`) through the
@@ -150,8 +165,24 @@ struct tbackend {
      * slot's format and algorithm (identity for a single process). */
     int (*dp_init)(tbackend *be, int world, int rank, const char *id_file);
     int (*allreduce)(tbackend *be, tparam *const *params, int n);
+    /* R > 1: replace the ops that have batched forms (tbackend_set_replicas
+     * has installed the loops over replicas first); NULL: loops only */
+    int (*batch_replicas)(tbackend *be);
     void (*destroy)(tbackend *be);
 };
+
+/* Make be run R replicas (before anything is allocated; once): every op
+ * becomes a loop over replicas calling the single-replica op on slices,
+ * then the backend's batched forms replace what they cover.  0 or -1. */
+int tbackend_set_replicas(tbackend *be, int R);
+/* Elements between replicas' copies of a tensor of n elements in format f:
+ * n rounded up so that each copy starts 256 bytes after an aligned one
+ * (a single allocation's alignment, which GEMM plans depend on). */
+int64_t tbackend_replica_stride(const tbackend *be, prec_format f, int64_t n);
+/* Replica r's copy of t (t itself when t is not replicated). */
+ktensor tbackend_slice(const tbackend *be, const ktensor *t, int r);
+/* The parameter with every tensor sliced to replica r (lowbits too). */
+tparam tbackend_param_slice(const tbackend *be, const tparam *p, int r);
 
 static inline size_t tensor_image_bytes(const ktensor *t)
 {

@@ -753,7 +753,7 @@ static int cpu_accumulate(tbackend *be, const tsite *at, ktensor *dst, const kte
 /* ---- cross-entropy ------------------------------------------------------------------------ */
 
 static int cpu_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, ktensor *dlogits, const ktensor *logits,
-                             const int32_t *targets, double softcap, double dloss)
+                             const int32_t *targets, double softcap, const double *dloss)
 {
     enter(at);
     /* fp32_logits reads the lm_head's fp32 accumulator and writes fp32 dlogits */
@@ -785,7 +785,7 @@ static int cpu_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, kte
                 float th = z[j] / (float)softcap;
                 g *= 1.0f - th * th;
             }
-            fdata(dlogits)[r * V + j] = rnd2(g * (float)dloss, f, dlogits->format);
+            fdata(dlogits)[r * V + j] = rnd2(g * (float)*dloss, f, dlogits->format);
         }
     }
     free(z);
@@ -1049,6 +1049,7 @@ tbackend *tbackend_cpu_create(void)
     be->muon = cpu_muon;
     be->dp_init = cpu_dp_init;
     be->allreduce = cpu_allreduce;
+    be->replicas = 1;
     be->destroy = cpu_destroy;
     return be;
 }

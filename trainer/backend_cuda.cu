@@ -606,7 +606,7 @@ static int cuda_transpose(tbackend *be, const tsite *at, ktensor *out, const kte
 // ---- cross-entropy, gradient norm -----------------------------------------------------------------
 
 static int cuda_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, ktensor *dlogits, const ktensor *logits,
-                              const int32_t *targets, double softcap, double dloss)
+                              const int32_t *targets, double softcap, const double *dloss)
 {
     if (softcap > 0)
         return tbackend_fail(be, "slot cross_entropy: the registry's kernel has no logit soft-cap (cap %g); train with "
@@ -617,7 +617,7 @@ static int cuda_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, kt
     ktensor L, DL;
     if (as_format(be, 0, logits, lf, &L) || (dlogits && out_begin(be, 1, dlogits, lf, &DL))) return -1;
     if (kce_forward_backward(path, v, logits->shape[0], logits->shape[1], L.data, targets, (float *)losses->data,
-                             dlogits ? DL.data : nullptr, (float)dloss))
+                             dlogits ? DL.data : nullptr, (float)*dloss))
         return kfail(be, at, "cross-entropy");
     return dlogits ? out_end(be, dlogits, &DL) : 0;
 }
@@ -848,6 +848,7 @@ extern "C" tbackend *tbackend_cuda_create(char *why, size_t why_len)
     be->muon = cuda_muon;
     be->dp_init = cuda_dp_init;
     be->allreduce = cuda_allreduce;
+    be->replicas = 1;
     be->destroy = cuda_destroy;
     return be;
 }

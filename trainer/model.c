@@ -175,9 +175,8 @@ static ktensor *pool_for(tmodel *m, fpool *p, tslot s, int layer) { return pool_
 
 typedef enum { INIT_NORMAL, INIT_UNIFORM, INIT_ONES, INIT_ZEROS } init_kind;
 
-/* Initial values, drawn in double, rounded to fp32 (the master format), then
- * stored as the weights slot says. */
-static int init_param(tmodel *m, tparam *p, init_kind kind, double scale, prec_rng *rng)
+/* One replica's parameter p (a slice) from rng. */
+static int init_replica(tmodel *m, tparam *p, init_kind kind, double scale, prec_rng *rng)
 {
     int64_t n = ktensor_numel(&p->w);
     double *vals = malloc((size_t)n * sizeof *vals);
@@ -211,6 +210,18 @@ static int init_param(tmodel *m, tparam *p, init_kind kind, double scale, prec_r
     if (!rc && p->v.data) rc = m->be->zero(m->be, &p->v);
     free(vals);
     return rc;
+}
+
+/* Initial values, drawn in double, rounded to fp32 (the master format), then
+ * stored as the weights slot says: replica r's from rng[r], so that it
+ * starts where a single run with its seed starts. */
+static int init_param(tmodel *m, tparam *p, init_kind kind, double scale, prec_rng *rng)
+{
+    for (int r = 0; r < m->be->replicas; r++) {
+        tparam s = tbackend_param_slice(m->be, p, r);
+        if (init_replica(m, &s, kind, scale, &rng[r])) return -1;
+    }
+    return 0;
 }
 
 /* What a parameter is: decides its optimizer, weight decay and initial values. */
@@ -261,8 +272,9 @@ static int add_param(tmodel *m, const char *name, int layer, int64_t rows, int64
     prec_format work = tpath_storage(wpath), grad = fmt_of(m, TSLOT_GRAD_ACCUM, -1);
     if (alloc2(m, &p->w, work, rows, cols)) return -1;
     if (wpath != KPATH_FP32 && variant == TWEIGHTS_MASTER && alloc2(m, &p->master, PREC_FP32, rows, cols)) return -1;
-    if (variant == TWEIGHTS_MANTISSA_BUFFER &&
-        m->be->alloc_raw(m->be, &p->lowbits, (size_t)(rows * (cols ? cols : 1)) * sizeof(uint16_t)))
+    /* replicas' low bits at the working copy's replica stride (tbackend_param_slice) */
+    size_t low_elems = m->be->replicas > 1 ? (size_t)(p->w.replica_stride * m->be->replicas) : (size_t)(rows * (cols ? cols : 1));
+    if (variant == TWEIGHTS_MANTISSA_BUFFER && m->be->alloc_raw(m->be, &p->lowbits, low_elems * sizeof(uint16_t)))
         return -1;
     if (alloc2(m, &p->grad, grad, rows, cols)) return -1;
     /* optimizer state is fp32 (the AdamW kernels keep m, v in fp32; Muon's momentum likewise) */
@@ -282,38 +294,49 @@ static int add_param(tmodel *m, const char *name, int layer, int64_t rows, int64
     return m->n_params++;
 }
 
-static int create_params(tmodel *m, uint64_t seed)
+static int add_params(tmodel *m, prec_rng *rng);
+
+static int create_params(tmodel *m, const uint64_t *seeds)
+{
+    prec_rng *rng = malloc((size_t)m->be->replicas * sizeof *rng);
+    if (!rng) return tbackend_fail(m->be, "out of memory");
+    for (int r = 0; r < m->be->replicas; r++) prec_rng_seed(&rng[r], seeds ? seeds[r] : 0);
+    int rc = add_params(m, rng);
+    free(rng);
+    return rc;
+}
+
+/* Every parameter in a fixed order (the order they draw from each replica's rng). */
+static int add_params(tmodel *m, prec_rng *rng)
 {
     const tmodel_config *c = &m->cfg;
     int64_t C = c->n_embd, V = c->vocab, F = 4 * (int64_t)C, L = c->n_layer;
     int gpt2 = c->kind == TMODEL_GPT2;
-    prec_rng rng;
-    prec_rng_seed(&rng, seed);
     /* wte's gradient is last written by the embedding backward (gpt2) or the
      * lm_head's transposed fold (modern) */
     const param_role wte = {PARAM_EMBEDDING, gpt2 ? TSLOT_EMBEDDING : TSLOT_TRANSPOSE};
     const param_role wpe = {PARAM_EMBEDDING, TSLOT_EMBEDDING};
-    m->p_wte = add_param(m, "wte", -1, V, C, wte, 1, &rng);
-    m->p_wpe = gpt2 ? add_param(m, "wpe", -1, c->seq_len, C, wpe, 1, &rng) : -1;
+    m->p_wte = add_param(m, "wte", -1, V, C, wte, 1, rng);
+    m->p_wpe = gpt2 ? add_param(m, "wpe", -1, c->seq_len, C, wpe, 1, rng) : -1;
     if (m->p_wte < 0 || (gpt2 && m->p_wpe < 0)) return -1;
     int gains = gpt2 || c->norm_gain;
     const param_role ln1_g = {PARAM_GAIN, TSLOT_NORM_ATTN}, ln1_b = {PARAM_BIAS, TSLOT_NORM_ATTN};
     const param_role ln2_g = {PARAM_GAIN, TSLOT_NORM_MLP}, ln2_b = {PARAM_BIAS, TSLOT_NORM_MLP};
     for (int l = 0; l < L; l++) {
         layer_acts *A = &m->layers[l];
-        A->ln1_g = gains ? add_param(m, "norm.attn.g", l, C, 0, ln1_g, 1, &rng) : -1;
-        A->ln1_b = gpt2 ? add_param(m, "norm.attn.b", l, C, 0, ln1_b, 1, &rng) : -1;
-        A->qkv = add_param(m, "attn.qkv.w", l, 3 * C, C, (param_role){PARAM_MATRIX, TSLOT_ATTN_QKV_WGRAD}, 3, &rng);
-        A->proj = add_param(m, "attn.out.w", l, C, C, (param_role){PARAM_OUT_PROJ, TSLOT_ATTN_OUT_WGRAD}, 1, &rng);
-        A->ln2_g = gains ? add_param(m, "norm.mlp.g", l, C, 0, ln2_g, 1, &rng) : -1;
-        A->ln2_b = gpt2 ? add_param(m, "norm.mlp.b", l, C, 0, ln2_b, 1, &rng) : -1;
-        A->up = add_param(m, "mlp.up.w", l, F, C, (param_role){PARAM_MATRIX, TSLOT_MLP_UP_WGRAD}, 1, &rng);
-        A->down = add_param(m, "mlp.down.w", l, C, F, (param_role){PARAM_OUT_PROJ, TSLOT_MLP_DOWN_WGRAD}, 1, &rng);
+        A->ln1_g = gains ? add_param(m, "norm.attn.g", l, C, 0, ln1_g, 1, rng) : -1;
+        A->ln1_b = gpt2 ? add_param(m, "norm.attn.b", l, C, 0, ln1_b, 1, rng) : -1;
+        A->qkv = add_param(m, "attn.qkv.w", l, 3 * C, C, (param_role){PARAM_MATRIX, TSLOT_ATTN_QKV_WGRAD}, 3, rng);
+        A->proj = add_param(m, "attn.out.w", l, C, C, (param_role){PARAM_OUT_PROJ, TSLOT_ATTN_OUT_WGRAD}, 1, rng);
+        A->ln2_g = gains ? add_param(m, "norm.mlp.g", l, C, 0, ln2_g, 1, rng) : -1;
+        A->ln2_b = gpt2 ? add_param(m, "norm.mlp.b", l, C, 0, ln2_b, 1, rng) : -1;
+        A->up = add_param(m, "mlp.up.w", l, F, C, (param_role){PARAM_MATRIX, TSLOT_MLP_UP_WGRAD}, 1, rng);
+        A->down = add_param(m, "mlp.down.w", l, C, F, (param_role){PARAM_OUT_PROJ, TSLOT_MLP_DOWN_WGRAD}, 1, rng);
         if (A->qkv < 0 || A->proj < 0 || A->up < 0 || A->down < 0) return -1;
     }
     const param_role lnf_g = {PARAM_GAIN, TSLOT_NORM_FINAL}, lnf_b = {PARAM_BIAS, TSLOT_NORM_FINAL};
-    m->p_lnf_g = gains ? add_param(m, "norm.final.g", -1, C, 0, lnf_g, 1, &rng) : -1;
-    m->p_lnf_b = gpt2 ? add_param(m, "norm.final.b", -1, C, 0, lnf_b, 1, &rng) : -1;
+    m->p_lnf_g = gains ? add_param(m, "norm.final.g", -1, C, 0, lnf_g, 1, rng) : -1;
+    m->p_lnf_b = gpt2 ? add_param(m, "norm.final.b", -1, C, 0, lnf_b, 1, rng) : -1;
     m->param_ptrs = malloc((size_t)m->n_params * sizeof *m->param_ptrs);
     if (!m->param_ptrs) return tbackend_fail(m->be, "out of memory");
     for (int i = 0; i < m->n_params; i++) m->param_ptrs[i] = &m->params[i];
@@ -465,7 +488,7 @@ static int alloc_acts(tmodel *m)
 
 /* ---- lifecycle -------------------------------------------------------------------------- */
 
-static tmodel *create(const tmodel_config *cfg, tbackend *be, const tplan *plan, int B, int T, uint64_t seed,
+static tmodel *create(const tmodel_config *cfg, tbackend *be, const tplan *plan, int B, int T, const uint64_t *seeds,
                       int measure_only, size_t *param_bytes, char *err, size_t errlen)
 {
     if (plan->model != cfg->kind) {
@@ -494,12 +517,13 @@ static tmodel *create(const tmodel_config *cfg, tbackend *be, const tplan *plan,
     m->B = B;
     m->T = T;
     m->layers = calloc((size_t)cfg->n_layer, sizeof *m->layers);
-    m->loss_host = measure_only ? NULL : malloc((size_t)B * T * sizeof *m->loss_host);
+    size_t tokens = (size_t)be->replicas * B * T; /* replica r's at r*B*T */
+    m->loss_host = measure_only ? NULL : malloc(tokens * sizeof *m->loss_host);
     int rc = !m->layers || (!measure_only && !m->loss_host) || !m->plan ? tbackend_fail(be, "out of memory") : 0;
-    if (!rc) rc = be->alloc_raw(be, &m->tokens_dev, (size_t)B * T * sizeof(int32_t));
-    if (!rc) rc = be->alloc_raw(be, &m->targets_dev, (size_t)B * T * sizeof(int32_t));
+    if (!rc) rc = be->alloc_raw(be, &m->tokens_dev, tokens * sizeof(int32_t));
+    if (!rc) rc = be->alloc_raw(be, &m->targets_dev, tokens * sizeof(int32_t));
     size_t before_params = be->bytes_in_use;
-    if (!rc) rc = create_params(m, seed);
+    if (!rc) rc = create_params(m, seeds);
     if (param_bytes) *param_bytes = be->bytes_in_use - before_params;
     if (!rc) rc = alloc_acts(m);
     if (!rc && !measure_only) rc = tmodel_sync_weights(m);
@@ -511,10 +535,10 @@ static tmodel *create(const tmodel_config *cfg, tbackend *be, const tplan *plan,
     return m;
 }
 
-tmodel *tmodel_create(const tmodel_config *cfg, tbackend *be, const tplan *plan, int B, int T, uint64_t seed,
+tmodel *tmodel_create(const tmodel_config *cfg, tbackend *be, const tplan *plan, int B, int T, const uint64_t *seeds,
                       char *err, size_t errlen)
 {
-    return create(cfg, be, plan, B, T, seed, 0, NULL, err, errlen);
+    return create(cfg, be, plan, B, T, seeds, 0, NULL, err, errlen);
 }
 
 /* ---- measuring ------------------------------------------------------------------------------- */
@@ -530,6 +554,15 @@ typedef struct {
 
 static char sizer_data; /* the address every counted tensor "holds"; never read or written */
 
+/* What t takes on the real backend: every replica's copy, and an fp8 scale. */
+static size_t sizer_bytes(const tbackend *be, const ktensor *t)
+{
+    const sizer *z = (const sizer *)be;
+    int64_t elems = t->replica_stride ? t->replica_stride * be->replicas : ktensor_numel(t);
+    return (size_t)elems * z->real->elem_bytes(t->format) +
+           (t->format == PREC_E4M3 || t->format == PREC_E5M2 ? sizeof(float) : 0);
+}
+
 static int sizer_alloc(tbackend *be, ktensor *t, prec_format f, int ndim, const int64_t *shape)
 {
     sizer *z = (sizer *)be;
@@ -539,7 +572,8 @@ static int sizer_alloc(tbackend *be, ktensor *t, prec_format f, int ndim, const 
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) n *= (t->shape[i] = shape[i]);
     t->data = &sizer_data;
-    size_t bytes = (size_t)n * z->real->elem_bytes(f) + (f == PREC_E4M3 || f == PREC_E5M2 ? sizeof(float) : 0);
+    if (be->replicas > 1) t->replica_stride = tbackend_replica_stride(z->real, f, n);
+    size_t bytes = sizer_bytes(be, t);
     be->bytes_in_use += bytes;
     if (be->bytes_in_use > be->peak_bytes) be->peak_bytes = be->bytes_in_use;
     if ((size_t)n > z->largest) z->largest = (size_t)n;
@@ -548,9 +582,7 @@ static int sizer_alloc(tbackend *be, ktensor *t, prec_format f, int ndim, const 
 
 static void sizer_release(tbackend *be, ktensor *t)
 {
-    sizer *z = (sizer *)be;
-    be->bytes_in_use -= (size_t)ktensor_numel(t) * z->real->elem_bytes(t->format) +
-                        (t->format == PREC_E4M3 || t->format == PREC_E5M2 ? sizeof(float) : 0);
+    be->bytes_in_use -= sizer_bytes(be, t);
     memset(t, 0, sizeof *t);
 }
 
@@ -577,7 +609,7 @@ int tmodel_measure(const tmodel_config *cfg, const tbackend *be, const tplan *pl
     z.be.alloc_raw = sizer_alloc_raw;
     z.be.release_raw = sizer_release_raw;
     z.be.zero = sizer_zero;
-    tmodel *m = create(cfg, &z.be, plan, B, T, 0, 1, &out->param_bytes, err, errlen);
+    tmodel *m = create(cfg, &z.be, plan, B, T, NULL, 1, &out->param_bytes, err, errlen);
     if (m) {
         out->total_bytes = z.be.peak_bytes;
         out->largest_elems = z.largest;
@@ -679,7 +711,7 @@ static int wgrad(tmodel *m, const tsite *at, ktensor *grad, const ktensor *a, in
     return 0;
 }
 
-static int forward(tmodel *m, double dloss)
+static int forward(tmodel *m, const double *dloss)
 {
     tbackend *be = m->be;
     const tmodel_config *c = &m->cfg;
@@ -748,10 +780,10 @@ static int forward(tmodel *m, double dloss)
     if (gpt2) TRY(be->matmul(be, lm, &m->logits, &m->lnf, 0, pw(m, m->p_wte), 1, 0)); /* [BT,C] [V,C]^T */
     else TRY(be->matmul(be, lm, &m->logits, &m->lnf, 0, &m->wlm, 0, 0));                /* [BT,C] [C,V] */
     OBS(TSLOT_LM_HEAD, -1, "logits", &m->logits);
-    TRY(be->cross_entropy(be, site(m, TSLOT_CROSS_ENTROPY, -1), &m->losses, dloss != 0.0 ? &m->dlogits : NULL,
+    TRY(be->cross_entropy(be, site(m, TSLOT_CROSS_ENTROPY, -1), &m->losses, dloss ? &m->dlogits : NULL,
                           &m->logits, m->targets_dev, c->softcap, dloss));
     OBS(TSLOT_CROSS_ENTROPY, -1, "losses", &m->losses);
-    if (dloss != 0.0) OBS(TSLOT_CROSS_ENTROPY, -1, "dlogits", &m->dlogits);
+    if (dloss) OBS(TSLOT_CROSS_ENTROPY, -1, "dlogits", &m->dlogits);
     return 0;
 }
 
@@ -858,18 +890,24 @@ static int backward(tmodel *m)
     return 0;
 }
 
-int tmodel_step_micro(tmodel *m, const int32_t *tokens, const int32_t *targets, double dloss, double *loss)
+int tmodel_step_micro(tmodel *m, const int32_t *tokens, const int32_t *targets, const double *dloss, double *loss)
 {
     tbackend *be = m->be;
-    size_t bytes = (size_t)m->B * m->T * sizeof(int32_t);
+    const int R = be->replicas;
+    const int64_t BT = (int64_t)m->B * m->T;
+    size_t bytes = (size_t)(R * BT) * sizeof(int32_t);
     TRY(be->raw_upload(be, m->tokens_dev, tokens, bytes));
     TRY(be->raw_upload(be, m->targets_dev, targets, bytes));
     TRY(forward(m, dloss));
-    if (dloss != 0.0) TRY(backward(m));
-    TRY(be->raw_download(be, m->loss_host, m->losses.data, (size_t)m->B * m->T * sizeof(float)));
-    double sum = 0.0;
-    for (int64_t i = 0; i < (int64_t)m->B * m->T; i++) sum += m->loss_host[i];
-    *loss = sum / ((double)m->B * m->T);
+    if (dloss) TRY(backward(m));
+    for (int r = 0; r < R; r++) {
+        ktensor lr = tbackend_slice(be, &m->losses, r);
+        float *host = m->loss_host + r * BT;
+        TRY(be->raw_download(be, host, lr.data, (size_t)BT * sizeof(float)));
+        double sum = 0.0;
+        for (int64_t i = 0; i < BT; i++) sum += host[i];
+        loss[r] = sum / (double)BT;
+    }
     return 0;
 }
 

@@ -71,14 +71,16 @@ typedef struct tmodel tmodel;
 /* Allocates parameters (working copy, master, gradients, optimizer state)
  * and the activations for micro-batches of B sequences of T tokens, in the
  * formats the plan gives (per layer where it has per-layer choices), and
- * initialises the parameters from seed.  The model keeps a copy of the plan
- * and binds the backend to it. */
-tmodel *tmodel_create(const tmodel_config *cfg, tbackend *be, const tplan *plan, int B, int T, uint64_t seed,
+ * initialises the parameters: replica r from seeds[r] (one seed per replica
+ * of the backend, tbackend_set_replicas; replica r then starts bit for bit
+ * where a single model from seeds[r] starts).  The model keeps a copy of the
+ * plan and binds the backend to it. */
+tmodel *tmodel_create(const tmodel_config *cfg, tbackend *be, const tplan *plan, int B, int T, const uint64_t *seeds,
                       char *err, size_t errlen);
 void tmodel_destroy(tmodel *m);
 
-/* What tmodel_create would allocate on backend be (its element sizes),
- * counted without allocating or initialising anything. */
+/* What tmodel_create would allocate on backend be (its element sizes and
+ * replicas), counted without allocating or initialising anything. */
 typedef struct {
     size_t param_bytes;     /* parameters, their gradients and optimizer state */
     size_t total_bytes;     /* everything: parameters and activations at their peak */
@@ -95,11 +97,12 @@ int tmodel_rebind(tmodel *m, const tplan *plan, char *err, size_t errlen);
 
 void tmodel_set_observer(tmodel *m, tobserve_fn fn, void *ctx);
 
-/* Forward pass on tokens/targets [B*T] (host arrays); *loss = mean loss.
- * With dloss != 0 the backward follows and parameter gradients are
- * accumulated (+=), the loss gradient being dloss per token (the caller
- * folds in 1/(B*T*accumulation) and the loss scale). */
-int tmodel_step_micro(tmodel *m, const int32_t *tokens, const int32_t *targets, double dloss, double *loss);
+/* Forward pass on tokens/targets [R*B*T] (host arrays, replica r's at
+ * r*B*T); loss[r] = replica r's mean loss.  With dloss (R entries) the
+ * backward follows and parameter gradients are accumulated (+=), replica r's
+ * loss gradient being dloss[r] per token (the caller folds in
+ * 1/(B*T*accumulation) and the loss scale); NULL: forward only. */
+int tmodel_step_micro(tmodel *m, const int32_t *tokens, const int32_t *targets, const double *dloss, double *loss);
 /* Zero parameter gradients (start of a step). */
 int tmodel_zero_grads(tmodel *m);
 /* Gradient work after the last micro-batch (modern: transpose-add of the

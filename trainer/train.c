@@ -61,32 +61,67 @@ int trun_fail(trun *r, int status, const char *fmt, ...)
 
 int trun_stop_signal(const trun *r) { return r->cfg->stop ? (int)*r->cfg->stop : 0; }
 
+/* The group's error: runs[0]'s (every run gets it when the group fails). */
+static int group_fail(tgroup *g, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int group_fail(tgroup *g, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->runs[0].res->error, sizeof g->runs[0].res->error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+/* What replicas cannot do (single runs only). */
+static int check_replica_settings(tgroup *g)
+{
+    const ttrain_config *cfg = g->cfg;
+    if (g->R == 1) return 0;
+    const char *what = cfg->ckpt_path ? "--ckpt" : cfg->resume_path ? "--resume" : cfg->world > 1 ? "--world" : NULL;
+    for (int s = 0; s < TSLOT_COUNT && !what; s++)
+        if (cfg->hash_slot[s] || cfg->dump_slot[s]) what = cfg->hash_slot[s] ? "--hash" : "--dump";
+    if (what)
+        return group_fail(g, 2, "%s is for single runs; it cannot be combined with --replicas %d (run the seed "
+                                "alone for it)", what, g->R);
+    return 0;
+}
+
 /* Checks the settings and the outputs, opens the data and reads a
  * checkpoint's header when resuming.  0 or a status. */
-static int setup_run(trun *r)
+static int setup_group(tgroup *g)
 {
-    const ttrain_config *cfg = r->cfg;
+    const ttrain_config *cfg = g->cfg;
+    trun *r0 = &g->runs[0];
     char err[1024];
-    if (ttrain_settings_check(cfg, err, sizeof err)) return trun_fail(r, 2, "%s", err);
-    if (tplan_check_layers(&cfg->plan, cfg->model.n_layer, err, sizeof err)) return trun_fail(r, 2, "%s", err);
+    for (int i = 0; i < g->R; i++)
+        if (ttrain_settings_check(g->runs[i].cfg, err, sizeof err)) return group_fail(g, 2, "%s", err);
+    if (tplan_check_layers(&cfg->plan, cfg->model.n_layer, err, sizeof err)) return group_fail(g, 2, "%s", err);
     if (strcmp(cfg->backend, "cpu") != 0 && strcmp(cfg->backend, "cuda") != 0)
-        return trun_fail(r, 2, "unknown backend '%s' (backends: cpu, cuda)", cfg->backend);
+        return group_fail(g, 2, "unknown backend '%s' (backends: cpu, cuda)", cfg->backend);
     if (strcmp(cfg->backend, "cuda") == 0 && !kernels_gpu_available(err, sizeof err))
-        return trun_fail(r, 2, "--backend cuda needs a GPU: %s", err);
-    int status = trun_check_outputs(r);
+        return group_fail(g, 2, "--backend cuda needs a GPU: %s", err);
+    int status = check_replica_settings(g);
+    if (!status) status = trun_check_outputs(r0);
     if (status) return status;
-    if (tdata_open(&r->data, cfg->data_path, cfg->val_frac, cfg->shard_vocab, err, sizeof err))
-        return trun_fail(r, 2, "%s", err);
-    r->data_open = 1;
-    r->plan = cfg->plan;
-    r->dynamic = cfg->plan.slot[TSLOT_LOSS_SCALE].variant == TLOSS_SCALE_DYNAMIC;
-    r->st = (tckpt_state){0, r->dynamic ? cfg->loss_scale_init : 1.0, 0};
-    r->ckpt_at = -1;
-    if (r->data.vocab > cfg->model.vocab)
-        return trun_fail(r, 2, "%s has vocabulary %d but the model's is %d", r->data.source, r->data.vocab,
-                         cfg->model.vocab);
-    if (tdata_check_windows(&r->data, cfg->seq, err, sizeof err)) return trun_fail(r, 2, "%s", err);
-    return trun_resume_peek(r);
+    if (tdata_open(&g->data, cfg->data_path, cfg->val_frac, cfg->shard_vocab, err, sizeof err))
+        return group_fail(g, 2, "%s", err);
+    g->data_open = 1;
+    g->plan = cfg->plan;
+    if (g->data.vocab > cfg->model.vocab)
+        return group_fail(g, 2, "%s has vocabulary %d but the model's is %d", g->data.source, g->data.vocab,
+                          cfg->model.vocab);
+    if (tdata_check_windows(&g->data, cfg->seq, err, sizeof err)) return group_fail(g, 2, "%s", err);
+    for (int i = 0; i < g->R; i++) {
+        trun *r = &g->runs[i];
+        r->data = &g->data;
+        r->plan = cfg->plan;
+        r->dynamic = cfg->plan.slot[TSLOT_LOSS_SCALE].variant == TLOSS_SCALE_DYNAMIC;
+        r->st = (tckpt_state){0, r->dynamic ? cfg->loss_scale_init : 1.0, 0};
+        r->ckpt_at = -1;
+    }
+    status = trun_resume_peek(r0);
+    g->plan = r0->plan;
+    return status;
 }
 
 /* The per-step results: NaN until a step fills them. */
@@ -103,84 +138,142 @@ static int alloc_results(trun *r)
     return 0;
 }
 
-/* The backend, the memory check, the model (loaded when resuming), the log
- * and the batch buffers.  0 or a status. */
-static int build_run(trun *r)
+/* The group's buffers: the batch and the per-replica scalars. */
+static int alloc_group_buffers(tgroup *g)
 {
-    const ttrain_config *cfg = r->cfg;
+    size_t tokens = (size_t)g->R * g->cfg->batch * g->cfg->seq;
+    g->tok = malloc(tokens * sizeof *g->tok);
+    g->tgt = malloc(tokens * sizeof *g->tgt);
+    g->dloss = malloc((size_t)g->R * sizeof *g->dloss);
+    g->loss = malloc((size_t)g->R * sizeof *g->loss);
+    g->sum = malloc((size_t)g->R * sizeof *g->sum);
+    g->norm = malloc((size_t)g->R * sizeof *g->norm);
+    g->adamw = calloc((size_t)g->R, sizeof *g->adamw);
+    g->muon = calloc((size_t)g->R, sizeof *g->muon);
+    if (!g->tok || !g->tgt || !g->dloss || !g->loss || !g->sum || !g->norm || !g->adamw || !g->muon)
+        return group_fail(g, 1, "out of memory");
+    return 0;
+}
+
+/* The backend (with the group's replicas), the memory check, the model
+ * (loaded when resuming), the logs and the buffers.  0 or a status. */
+static int build_group(tgroup *g)
+{
+    const ttrain_config *cfg = g->cfg;
+    trun *r0 = &g->runs[0];
     char err[1024];
-    if (strcmp(cfg->backend, "cpu") == 0) r->be = tbackend_cpu_create();
+    if (strcmp(cfg->backend, "cpu") == 0) g->be = tbackend_cpu_create();
     else {
-        r->be = tbackend_cuda_create(err, sizeof err);
-        if (!r->be) return trun_fail(r, 1, "cuda backend unavailable: %s", err);
+        g->be = tbackend_cuda_create(err, sizeof err);
+        if (!g->be) return group_fail(g, 1, "cuda backend unavailable: %s", err);
     }
-    tbackend *be = r->be;
-    if (!be) return trun_fail(r, 1, "out of memory");
-    if (be->mem_used(be, &r->mem_before)) return trun_fail(r, 1, "%s", tbackend_error(be));
-    if (tbackend_bind_plan(be, &r->plan, cfg->model.n_layer)) return trun_fail(r, 2, "%s", tbackend_error(be));
-    int status = trun_check_memory(r);
-    if (!status) status = alloc_results(r);
+    tbackend *be = g->be;
+    if (!be) return group_fail(g, 1, "out of memory");
+    if (tbackend_set_replicas(be, g->R)) return group_fail(g, 2, "%s", tbackend_error(be));
+    for (int i = 0; i < g->R; i++) g->runs[i].be = be;
+    if (be->mem_used(be, &r0->mem_before)) return group_fail(g, 1, "%s", tbackend_error(be));
+    if (tbackend_bind_plan(be, &g->plan, cfg->model.n_layer)) return group_fail(g, 2, "%s", tbackend_error(be));
+    int status = trun_check_memory(r0);
+    for (int i = 0; i < g->R && !status; i++) status = alloc_results(&g->runs[i]);
+    if (!status) status = alloc_group_buffers(g);
     if (status) return status;
     if (cfg->world > 1 && be->dp_init(be, cfg->world, cfg->rank, cfg->nccl_id_file))
-        return trun_fail(r, 1, "%s", tbackend_error(be));
-    r->m = tmodel_create(&cfg->model, be, &r->plan, cfg->batch, cfg->seq, cfg->seed, err, sizeof err);
-    if (!r->m) return trun_fail(r, 1, "%s", err);
-    if ((status = trun_resume_load(r))) return status;
-    if (cfg->after_init && cfg->after_init(r->m, cfg->after_init_ctx))
-        return trun_fail(r, 1, "after_init hook failed: %s", tbackend_error(be));
-    if ((status = trun_log_open(r))) return status;
-    r->tok = malloc((size_t)cfg->batch * cfg->seq * sizeof *r->tok);
-    r->tgt = malloc((size_t)cfg->batch * cfg->seq * sizeof *r->tgt);
-    if (!r->tok || !r->tgt) return trun_fail(r, 1, "out of memory");
-    tmodel_set_observer(r->m, trun_observe, r);
-    r->tokens_per_step = (double)cfg->batch * cfg->seq * cfg->accum * cfg->world;
-    r->flops_per_token = tmodel_flops_per_token(&cfg->model);
+        return group_fail(g, 1, "%s", tbackend_error(be));
+    uint64_t *seeds = malloc((size_t)g->R * sizeof *seeds);
+    if (!seeds) return group_fail(g, 1, "out of memory");
+    for (int i = 0; i < g->R; i++) seeds[i] = g->runs[i].cfg->seed;
+    g->m = tmodel_create(&cfg->model, be, &g->plan, cfg->batch, cfg->seq, seeds, err, sizeof err);
+    free(seeds);
+    if (!g->m) return group_fail(g, 1, "%s", err);
+    for (int i = 0; i < g->R; i++) g->runs[i].m = g->m;
+    if ((status = trun_resume_load(r0))) return status;
+    if (cfg->after_init && cfg->after_init(g->m, cfg->after_init_ctx))
+        return group_fail(g, 1, "after_init hook failed: %s", tbackend_error(be));
+    if ((status = trun_log_open(r0))) return status;
+    for (int i = 1; i < g->R; i++) {
+        g->runs[i].log = r0->log;
+        g->runs[i].log_shared = 1;
+    }
+    tmodel_set_observer(g->m, trun_observe, g);
+    for (int i = 0; i < g->R; i++) {
+        trun *r = &g->runs[i];
+        r->tokens_per_step = (double)cfg->batch * cfg->seq * cfg->accum * cfg->world;
+        r->flops_per_token = tmodel_flops_per_token(&cfg->model);
+    }
     return 0;
+}
+
+/* The first run still going (progress lines follow it), or NULL. */
+static trun *first_live(tgroup *g)
+{
+    for (int i = 0; i < g->R; i++)
+        if (!g->runs[i].dead) return &g->runs[i];
+    return NULL;
 }
 
 /* Steps from the checkpoint's (or 0) to --steps, --stop-after, the time
  * budget or a stop signal.  0 or a status (128 + the signal when one
  * stopped the run, after the checkpoint of the last completed step). */
-static int train_steps(trun *r)
+static int train_steps(tgroup *g)
 {
-    const ttrain_config *cfg = r->cfg;
-    ttrain_result *res = r->res;
-    long first = r->first_step = r->st.steps_done;
+    const ttrain_config *cfg = g->cfg;
+    trun *r0 = &g->runs[0];
+    long first = r0->st.steps_done;
     long last = cfg->stop_after > 0 && cfg->stop_after < cfg->steps ? cfg->stop_after : cfg->steps;
-    for (long s = first; s < last && !trun_stop_signal(r); s++) {
-        int status = trun_switch_plan(r, s);
-        if (status) return status;
+    tstep_out *out = calloc((size_t)g->R, sizeof *out);
+    double *val = malloc((size_t)g->R * sizeof *val);
+    int status = !out || !val ? group_fail(g, 1, "out of memory") : 0;
+    for (int i = 0; i < g->R; i++) g->runs[i].first_step = first;
+    double train_seconds = 0.0;
+    for (long s = first; !status && s < last && first_live(g) && !trun_stop_signal(r0); s++) {
+        if ((status = tgroup_switch_plan(g, s))) break;
         double t0 = trun_now();
-        tstep_out o;
-        status = trun_step(r, s, &o);
-        if (status == TRUN_ABANDONED) break; /* nothing of step s applied: steps_done stays s */
-        if (status) return status;
+        status = tgroup_step(g, s, out);
+        if (status == TRUN_ABANDONED) { /* nothing of step s applied: steps_done stays s */
+            status = 0;
+            break;
+        }
+        if (status) break;
         double ms = 1e3 * (trun_now() - t0);
-        res->step_ms[s] = ms;
-        res->train_seconds += ms * 1e-3;
-        int out_of_time = cfg->max_seconds > 0 && res->train_seconds >= cfg->max_seconds;
-        if (s > first || last - first == 1) { /* the first step warms caches up */
-            r->time_sum += ms;
-            r->timed_steps++;
+        train_seconds += ms * 1e-3;
+        int out_of_time = cfg->max_seconds > 0 && train_seconds >= cfg->max_seconds;
+        int validate = (cfg->val_every > 0 && (s + 1) % cfg->val_every == 0) || s + 1 == cfg->steps || out_of_time;
+        for (int i = 0; i < g->R; i++) val[i] = NAN;
+        if (validate && tgroup_validate(g, val)) {
+            status = group_fail(g, 1, "step %ld validation: %s", s, tbackend_error(g->be));
+            break;
         }
-        r->st.steps_done = s + 1;
-        double val = NAN;
-        if ((cfg->val_every > 0 && (s + 1) % cfg->val_every == 0) || s + 1 == cfg->steps || out_of_time) {
-            if (trun_validate(r, &val)) return trun_fail(r, 1, "step %ld validation: %s", s, tbackend_error(r->be));
-            res->val_loss[s] = val;
-            res->final_val_loss = val;
+        double tps = r0->tokens_per_step * g->R / (ms * 1e-3);
+        trun *shown = first_live(g);
+        for (int i = 0; i < g->R; i++) {
+            trun *r = &g->runs[i];
+            if (r->dead) continue;
+            ttrain_result *res = r->res;
+            res->step_ms[s] = ms;
+            res->train_seconds = train_seconds;
+            if (s > first || last - first == 1) { /* the first step warms caches up */
+                r->time_sum += ms;
+                r->timed_steps++;
+            }
+            r->st.steps_done = s + 1;
+            if (validate) {
+                res->val_loss[s] = val[i];
+                res->final_val_loss = val[i];
+            }
+            trun_log_step(r, s, &out[i], val[i], ms, tps);
+            if (r == shown) trun_progress(r, s, first, last, &out[i], val[i], ms, tps);
+            if ((status = trun_checkpoint(r, s, last, out_of_time))) break;
         }
-        double tps = r->tokens_per_step / (ms * 1e-3);
-        trun_log_step(r, s, &o, val, ms, tps);
-        if ((status = trun_log_flush(r))) return status;
-        trun_progress(r, s, first, last, &o, val, ms, tps);
-        if ((status = trun_checkpoint(r, s, last, out_of_time))) return status;
+        if (!status) status = trun_log_flush(r0);
         if (out_of_time) break;
     }
-    int sig = trun_stop_signal(r);
+    free(out);
+    free(val);
+    if (status) return status;
+    int sig = trun_stop_signal(r0);
     if (!sig) return 0;
-    res->interrupted = sig;
-    int status = trun_checkpoint_now(r);
+    for (int i = 0; i < g->R; i++) g->runs[i].res->interrupted = sig;
+    status = trun_checkpoint_now(r0);
     return status ? status : 128 + sig;
 }
 
@@ -191,44 +284,93 @@ static void finish_run(trun *r)
     ttrain_result *res = r->res;
     res->final_loss_scale = r->st.loss_scale;
     if (r->timed_steps) {
-        res->tokens_per_s = r->tokens_per_step / (r->time_sum / r->timed_steps * 1e-3);
+        /* the group's tokens per second: every replica's tokens in a step's time */
+        res->tokens_per_s = r->tokens_per_step * r->replicas / (r->time_sum / r->timed_steps * 1e-3);
         res->mfu = cfg->peak_flops > 0 ? r->flops_per_token * res->tokens_per_s / cfg->peak_flops : NAN;
     }
-    trun_profile_report(r);
+    if (r->replica == 0) trun_profile_report(r);
     res->param_hash = trun_state_hash(r);
     res->peak_bytes = r->be->peak_bytes;
     size_t mem_after = 0;
-    if (r->be->mem_used(r->be, &mem_after) == 0 && mem_after > r->mem_before) res->device_bytes = mem_after - r->mem_before;
+    const size_t before = r->g->runs[0].mem_before;
+    if (r->be->mem_used(r->be, &mem_after) == 0 && mem_after > before) res->device_bytes = mem_after - before;
     trun_log_final(r);
+}
+
+static void free_group(tgroup *g)
+{
+    free(g->tok), free(g->tgt), free(g->dloss), free(g->loss), free(g->sum), free(g->norm);
+    free(g->adamw), free(g->muon);
+    for (int i = 0; i < g->R; i++) free(g->runs[i].buf);
+    tmodel_destroy(g->m);
+    if (g->be) g->be->destroy(g->be);
+    if (g->data_open) tdata_close(&g->data);
+    free(g->runs);
+    free(g);
+}
+
+int ttrain_run_replicas(const ttrain_config *cfg, int R, const uint64_t *seeds, const uint64_t *data_seeds,
+                        ttrain_result *res)
+{
+    if (R < 1 || R > TTRAIN_REPLICAS_MAX) {
+        memset(res, 0, sizeof *res);
+        snprintf(res->error, sizeof res->error, "--replicas %d: from 1 to %d", R, TTRAIN_REPLICAS_MAX);
+        return res->status = 2;
+    }
+    for (int i = 0; i < R; i++) {
+        memset(&res[i], 0, sizeof res[i]);
+        res[i].final_val_loss = NAN;
+    }
+    tgroup *g = calloc(1, sizeof *g);
+    trun *runs = calloc((size_t)R, sizeof *runs);
+    if (!g || !runs) {
+        free(g), free(runs);
+        snprintf(res->error, sizeof res->error, "out of memory");
+        return res->status = 1;
+    }
+    g->cfg = cfg;
+    g->R = R;
+    g->runs = runs;
+    for (int i = 0; i < R; i++) {
+        trun *r = &runs[i];
+        r->own = *cfg;
+        r->own.seed = seeds[i];
+        r->own.data_seed = data_seeds[i];
+        r->cfg = &r->own;
+        r->res = &res[i];
+        r->g = g;
+        r->replica = i;
+        r->replicas = R;
+    }
+    int status = setup_group(g);
+    if (!status) status = build_group(g);
+    if (!status) {
+        trun_log_header(&runs[0], runs[0].st.steps_done);
+        status = trun_log_flush(&runs[0]);
+    }
+    if (!status) status = train_steps(g);
+    for (int i = 0; i < R; i++) {
+        trun *r = &runs[i];
+        int own = status ? status : r->res->status;
+        r->res->steps_done = r->st.steps_done;
+        if (!own) finish_run(r);
+        if (i == 0) r->res->status = own;
+        else if (status) { /* the group's failure, recorded once (replica 0) */
+            memcpy(r->res->error, res[0].error, sizeof r->res->error);
+            r->res->interrupted = res[0].interrupted;
+            r->res->status = status;
+        } else r->res->status = trun_log_close(r, own);
+    }
+    /* replica 0 owns the shared log: it closes it last */
+    res[0].status = trun_log_close(&runs[0], res[0].status);
+    free_group(g);
+    if (status) return status;
+    for (int i = 0; i < R; i++)
+        if (res[i].status) return res[i].status;
+    return 0;
 }
 
 int ttrain_run(const ttrain_config *cfg, ttrain_result *res)
 {
-    memset(res, 0, sizeof *res);
-    res->final_val_loss = NAN;
-    trun *r = calloc(1, sizeof *r);
-    if (!r) {
-        snprintf(res->error, sizeof res->error, "out of memory");
-        return 1;
-    }
-    r->cfg = cfg;
-    r->res = res;
-    int status = setup_run(r);
-    if (!status) status = build_run(r);
-    if (!status) {
-        trun_log_header(r, r->st.steps_done);
-        status = trun_log_flush(r);
-    }
-    if (!status) status = train_steps(r);
-    res->steps_done = r->st.steps_done;
-    if (!status) finish_run(r);
-    status = trun_log_close(r, status);
-    free(r->tok);
-    free(r->tgt);
-    free(r->buf);
-    tmodel_destroy(r->m);
-    if (r->be) r->be->destroy(r->be);
-    if (r->data_open) tdata_close(&r->data);
-    free(r);
-    return status;
+    return ttrain_run_replicas(cfg, 1, &cfg->seed, &cfg->data_seed, res);
 }

@@ -146,6 +146,7 @@ typedef struct {
     size_t device_bytes;    /* device memory the run added, measured at its end (kernels' workspaces included) */
     int interrupted;        /* the signal that stopped the run (0: none) */
     int ckpt_written;       /* a checkpoint holds the state after steps_done */
+    int status;             /* this run's: as ttrain_run returns */
     char error[1024];
 } ttrain_result;
 
@@ -155,6 +156,21 @@ typedef struct {
  * interrupted (res->interrupted); 1 for other failures (backend, I/O). */
 int ttrain_run(const ttrain_config *cfg, ttrain_result *res);
 void ttrain_result_free(ttrain_result *res);
+
+/* Replicas: R runs of cfg's model and plan in one process, run r with init
+ * seed seeds[r] and data-order seed data_seeds[r] (cfg->seed and
+ * cfg->data_seed are ignored), on one backend whose ops do all replicas at
+ * once (backend.h).  Run r gives the bits a ttrain_run with those seeds
+ * gives.  res[r] is run r's result, res[r].status its status; a run stopped
+ * by a non-finite value (status 3) does not stop the others.  One --log
+ * holds every run's records (a header naming the replicas, then records
+ * with "replica" and "seed" fields).  Checkpoints, hash and dump hooks and
+ * data parallelism are for single runs (status 2).  Returns the first
+ * nonzero of: the group's status (bad settings, a failure of the backend
+ * or of I/O, a signal), then the runs' statuses in order; else 0. */
+#define TTRAIN_REPLICAS_MAX 4096
+int ttrain_run_replicas(const ttrain_config *cfg, int R, const uint64_t *seeds, const uint64_t *data_seeds,
+                        ttrain_result *res);
 
 /* FNV-1a 64 over bytes, continuing from h (start with TTRAIN_FNV_OFFSET). */
 #define TTRAIN_FNV_OFFSET 0xcbf29ce484222325ull

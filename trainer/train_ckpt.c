@@ -20,7 +20,7 @@ int trun_resume_peek(trun *r)
         /* the run continues only with the settings it started with: every
          * difference is listed, none is taken silently */
         char diff[sizeof r->res->error - 200];
-        ttrain_settings_diff(cfg, &r->data, ck, diff, sizeof diff);
+        ttrain_settings_diff(cfg, r->data, ck, diff, sizeof diff);
         if (diff[0])
             status = trun_fail(r, 2, "--resume %s: these settings differ from the checkpoint's: %s (resume with the "
                                "checkpoint's, or start a new run)", cfg->resume_path, diff);
@@ -45,7 +45,7 @@ static int save(trun *r)
 {
     const ttrain_config *cfg = r->cfg;
     char err[1024];
-    if (tckpt_save(cfg->ckpt_path, r->m, cfg, &r->data, &r->plan, &r->st, err, sizeof err)) return trun_fail(r, 1, "%s", err);
+    if (tckpt_save(cfg->ckpt_path, r->m, cfg, r->data, &r->plan, &r->st, err, sizeof err)) return trun_fail(r, 1, "%s", err);
     r->ckpt_at = r->st.steps_done;
     r->res->ckpt_written = 1;
     return 0;

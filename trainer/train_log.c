@@ -72,6 +72,19 @@ void trec_end(trecord *w)
     if (w->fp) fputs("}\n", w->fp);
 }
 
+/* A record of run r: with replicas, tagged with the run's replica and seeds. */
+static void rec_begin(trun *r, trecord *w, const char *record)
+{
+    trec_begin(w, r->log, record);
+    if (r->replicas <= 1) return;
+    char seed[64];
+    trec_int(w, "replica", r->replica);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)r->cfg->seed);
+    trec_json(w, "seed", seed);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)r->cfg->data_seed);
+    trec_json(w, "data_seed", seed);
+}
+
 /* ---- the log file ------------------------------------------------------------------------- */
 
 /* The log is written where it points, as the run goes (a record per step,
@@ -103,10 +116,23 @@ static const char *signal_name(int sig)
 int trun_log_close(trun *r, int status)
 {
     if (!r->log) return status;
+    if (r->log_shared) { /* another run closes it: only this run's records */
+        if (!r->log_failed && (status == 1 || status == 2)) {
+            trecord w;
+            rec_begin(r, &w, "error");
+            trec_int(&w, "status", status);
+            trec_int(&w, "steps_done", r->st.steps_done);
+            trec_str(&w, "message", r->res->error);
+            trec_end(&w);
+        }
+        status = trun_log_flush(r) ? (status ? status : 1) : status;
+        r->log = NULL;
+        return status;
+    }
     const ttrain_result *res = r->res;
     trecord w;
     if (!r->log_failed && res->interrupted) {
-        trec_begin(&w, r->log, "interrupted");
+        rec_begin(r, &w, "interrupted");
         trec_str(&w, "signal", signal_name(res->interrupted));
         trec_int(&w, "steps_done", r->st.steps_done);
         if (res->ckpt_written) trec_str(&w, "checkpoint", r->cfg->ckpt_path);
@@ -114,7 +140,7 @@ int trun_log_close(trun *r, int status)
         trec_end(&w);
     }
     if (!r->log_failed && (status == 1 || status == 2)) {
-        trec_begin(&w, r->log, "error");
+        rec_begin(r, &w, "error");
         trec_int(&w, "status", status);
         trec_int(&w, "steps_done", r->st.steps_done);
         trec_str(&w, "message", res->error);
@@ -143,7 +169,7 @@ void trun_log_header(trun *r, long start_step)
     const ttrain_config *cfg = r->cfg;
     const tmodel_config *mc = &cfg->model;
     char *json = tplan_json_alloc(&r->plan);
-    size_t extra_len = (json ? strlen(json) : 0) + 4096;
+    size_t extra_len = (json ? strlen(json) : 0) + 4096 + (size_t)r->replicas * 48;
     char *extra = malloc(extra_len);
     if (json && extra)
         snprintf(extra, extra_len,
@@ -157,13 +183,26 @@ void trun_log_header(trun *r, long start_step)
                  cfg->accum, cfg->world, cfg->steps, start_step, cfg->lr, cfg->warmup,
                  cfg->schedule == TSCHED_LINEAR ? "linear" : "cosine", cfg->cooldown_frac, cfg->min_lr_frac,
                  cfg->weight_decay, cfg->grad_clip, cfg->muon_lr, (unsigned long long)cfg->seed,
-                 (unsigned long long)cfg->data_seed, (long long)r->data.train_tokens, (long long)r->data.val_tokens);
+                 (unsigned long long)cfg->data_seed, (long long)r->data->train_tokens, (long long)r->data->val_tokens);
+    if (json && extra && r->replicas > 1) { /* the group: every run's seeds, in replica order */
+        size_t n = strlen(extra);
+        n += (size_t)snprintf(extra + n, extra_len - n, ",\"replicas\":%d", r->replicas);
+        for (int k = 0; k < 2; k++) {
+            n += (size_t)snprintf(extra + n, extra_len - n, k ? ",\"data_seeds\":[" : ",\"seeds\":[");
+            for (int i = 0; i < r->replicas; i++) {
+                const ttrain_config *c = r->g->runs[i].cfg;
+                n += (size_t)snprintf(extra + n, extra_len - n, "%s%llu", i ? "," : "",
+                                      (unsigned long long)(k ? c->data_seed : c->seed));
+            }
+            n += (size_t)snprintf(extra + n, extra_len - n, "]");
+        }
+    }
     base_json_header(r->log, "train", json && extra ? extra : "\"error\":\"out of memory\"");
     free(json), free(extra);
     trecord w;
     trec_begin(&w, r->log, "data");
-    trec_str(&w, "source", r->data.source);
-    trec_int(&w, "vocab", r->data.vocab);
+    trec_str(&w, "source", r->data->source);
+    trec_int(&w, "vocab", r->data->vocab);
     trec_end(&w);
 }
 
@@ -172,7 +211,7 @@ void trun_log_switch(trun *r, long s, const char *overrides)
     if (!r->log) return;
     char *json = tplan_json_alloc(&r->plan);
     trecord w;
-    trec_begin(&w, r->log, "switch");
+    rec_begin(r, &w, "switch");
     trec_int(&w, "step", s);
     trec_str(&w, "set", overrides);
     trec_json(&w, "plan", json ? json : "null");
@@ -183,7 +222,7 @@ void trun_log_switch(trun *r, long s, const char *overrides)
 void trun_log_step(trun *r, long s, const tstep_out *o, double val, double ms, double tokens_per_s)
 {
     trecord w;
-    trec_begin(&w, r->log, "step");
+    rec_begin(r, &w, "step");
     trec_int(&w, "step", s);
     trec_num(&w, "loss", o->loss);
     trec_num_or_null(&w, "val_loss", val);
@@ -199,7 +238,7 @@ void trun_log_step(trun *r, long s, const tstep_out *o, double val, double ms, d
 void trun_log_nonfinite(trun *r, const tstep_out *o)
 {
     trecord w;
-    trec_begin(&w, r->log, "nonfinite");
+    rec_begin(r, &w, "nonfinite");
     trec_int(&w, "step", r->step);
     trec_str(&w, "slot", r->where_slot);
     trec_int(&w, "layer", r->where_layer);
@@ -212,7 +251,7 @@ void trun_log_nonfinite(trun *r, const tstep_out *o)
 void trun_log_hash(trun *r, tslot slot, int layer, const char *tensor, const ktensor *t, uint64_t hash)
 {
     trecord w;
-    trec_begin(&w, r->log, "hash");
+    rec_begin(r, &w, "hash");
     trec_int(&w, "step", r->step);
     trec_int(&w, "micro", r->micro);
     trec_str(&w, "slot", tslot_get(slot)->name);
@@ -233,7 +272,7 @@ void trun_log_dump(trun *r, tslot slot, int layer, const char *tensor, const kte
                               (long long)t->shape[i]);
     if (n + 2 <= sizeof shape) memcpy(shape + n, "]", 2);
     trecord w;
-    trec_begin(&w, r->log, "dump");
+    rec_begin(r, &w, "dump");
     trec_int(&w, "step", r->step);
     trec_int(&w, "micro", r->micro);
     trec_str(&w, "slot", tslot_get(slot)->name);
@@ -250,7 +289,7 @@ void trun_log_final(trun *r)
 {
     const ttrain_result *res = r->res;
     trecord w;
-    trec_begin(&w, r->log, "final");
+    rec_begin(r, &w, "final");
     trec_int(&w, "steps_done", res->steps_done);
     trec_num_or_null(&w, "val_loss", res->final_val_loss);
     trec_num(&w, "tokens_per_s", res->tokens_per_s);

@@ -20,21 +20,27 @@ extern "C" {
 
 /* ---- one run ---------------------------------------------------------------------- */
 
+typedef struct tgroup tgroup;
+
 typedef struct {
-    const ttrain_config *cfg;
+    const ttrain_config *cfg; /* = &own: the group's settings with this replica's seeds */
+    ttrain_config own;
     ttrain_result *res;
-    tdata data;
-    int data_open;
-    tbackend *be;
+    tgroup *g;
+    int replica, replicas;  /* this run's index in its group, and the group's size */
+    int dead;               /* stopped on a non-finite value; the group goes on without it */
+    const tdata *data;      /* the group's */
+    tbackend *be;           /* the group's backend and model (replica `replica` of it) */
     tmodel *m;
     tplan plan;             /* the plan in force (switches change it between steps) */
     tckpt_state st;         /* steps done, loss scale: what a checkpoint restores besides the tensors */
     long ckpt_at;           /* steps_done of the last checkpoint this run wrote (-1: none) */
     long first_step;        /* the step this invocation started at */
     int dynamic;            /* dynamic loss scaling */
-    int32_t *tok, *tgt;     /* host batch [B*T] */
-    /* the log (rank 0): JSON Lines written in place, flushed after every step */
+    /* the log (rank 0): JSON Lines written in place, flushed after every step;
+     * a group's runs share replica 0's (their records carry replica and seed) */
     FILE *log;
+    int log_shared;         /* another run's log: not closed by this one */
     int log_failed;         /* writing it failed (no record is attempted after that) */
     /* the step in progress */
     long step;
@@ -55,6 +61,24 @@ typedef struct {
     unsigned char *buf;     /* host copy of a tensor image */
     size_t buf_len;
 } trun;
+
+/* R runs of one model and plan stepping together through one backend with
+ * R replicas (backend.h): one batch buffer, one model, one data source. */
+struct tgroup {
+    const ttrain_config *cfg; /* the settings the runs share */
+    int R;
+    trun *runs;             /* [R] */
+    tdata data;
+    int data_open;
+    tbackend *be;
+    tmodel *m;
+    tplan plan;             /* the plan in force, as every run's */
+    int32_t *tok, *tgt;     /* host batch [R*B*T], replica r's at r*B*T */
+    double *dloss, *loss, *sum, *norm; /* [R] */
+    tadamw_args *adamw;     /* [R] */
+    tmuon_args *muon;       /* [R] */
+    int audit_replica;      /* the non-finite audit's replica */
+};
 
 /* res->error with status; returns status. */
 int trun_fail(trun *r, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -89,18 +113,20 @@ typedef struct {
     int skipped;            /* dynamic loss scaling: overflow, update skipped */
 } tstep_out;
 
-/* The model's observer: hooks, profiling and the non-finite audit. */
+/* The model's observer (ctx: the group): hooks, profiling and the
+ * non-finite audit. */
 int trun_observe(void *ctx, tslot slot, int layer, const char *tensor, const ktensor *t);
 /* Apply the --switch-at changes scheduled before step s.  0 or a status. */
-int trun_switch_plan(trun *r, long s);
-/* One optimizer step s: micro-batches, gradient sync, norm, non-finite
- * detection (a named first NaN/Inf: status 3), loss scaling, the update.
- * 0, TRUN_ABANDONED (a stop signal between micro-batches), or a status with
- * res->error set. */
-int trun_step(trun *r, long s, tstep_out *out);
-/* Mean validation loss over cfg->val_batches batches (NaN when a stop
- * signal cut it short). */
-int trun_validate(trun *r, double *out);
+int tgroup_switch_plan(tgroup *g, long s);
+/* One optimizer step s of every live run: micro-batches, gradient sync,
+ * norms, non-finite detection (a run with a named first NaN/Inf stops with
+ * status 3 and dead set; the others go on), loss scaling, the updates.
+ * out[r] for run r.  0, TRUN_ABANDONED (a stop signal between micro-batches),
+ * or a status with the group's error (runs[0].res->error) set. */
+int tgroup_step(tgroup *g, long s, tstep_out *out);
+/* Mean validation loss of every run over cfg->val_batches batches, val[r]
+ * (NaN when a stop signal cut it short). */
+int tgroup_validate(tgroup *g, double *val);
 /* FNV-1a of every parameter's and optimizer state's bytes. */
 uint64_t trun_state_hash(trun *r);
 

@@ -84,25 +84,29 @@ static int dump_tensor(trun *r, tslot slot, int layer, const char *tensor, const
 
 int trun_observe(void *ctx, tslot slot, int layer, const char *tensor, const ktensor *t)
 {
-    trun *r = ctx;
+    tgroup *g = ctx;
+    trun *r = &g->runs[0]; /* profiles and hooks: replica 0 (hooks are for single runs) */
+    if (g->runs[g->audit_replica].audit) {
+        /* the audited replica's copy only: the others may hold their own NaNs */
+        trun *a = &g->runs[g->audit_replica];
+        ktensor mine = tbackend_slice(g->be, t, g->audit_replica);
+        int64_t bad = 0;
+        if (g->be->count_nonfinite(g->be, &mine, &bad)) return -1;
+        if (bad) {
+            a->found = 1;
+            snprintf(a->where_slot, sizeof a->where_slot, "%s", tslot_get(slot)->name);
+            snprintf(a->where_tensor, sizeof a->where_tensor, "%s", tensor);
+            a->where_layer = layer;
+            return 1;
+        }
+        return 0;
+    }
     if (r->prof_on) {
         /* the time since the previous slot finished is this slot's */
         if (r->be->sync(r->be)) return -1;
         double now = trun_now();
         r->prof_ms[slot] += 1e3 * (now - r->prof_last);
         r->prof_last = now;
-    }
-    if (r->audit) {
-        int64_t bad = 0;
-        if (r->be->count_nonfinite(r->be, t, &bad)) return -1;
-        if (bad) {
-            r->found = 1;
-            snprintf(r->where_slot, sizeof r->where_slot, "%s", tslot_get(slot)->name);
-            snprintf(r->where_tensor, sizeof r->where_tensor, "%s", tensor);
-            r->where_layer = layer;
-            return 1;
-        }
-        return 0;
     }
     if (!r->hooks_now) return 0;
     if (r->cfg->hash_slot[slot] && hash_tensor(r, slot, layer, tensor, t)) {
@@ -135,58 +139,72 @@ static double lr_factor(const ttrain_config *c, long s)
     return lo + (1.0 - lo) * 0.5 * (1.0 + cos(M_PI * prog));
 }
 
-int trun_switch_plan(trun *r, long s)
+int tgroup_switch_plan(tgroup *g, long s)
 {
-    const ttrain_config *cfg = r->cfg;
+    const ttrain_config *cfg = g->cfg;
+    trun *r0 = &g->runs[0];
     for (int i = 0; i < cfg->n_switches; i++) {
         if (cfg->switches[i].step != s) continue;
         tplan *next = malloc(sizeof *next);
-        if (!next) return trun_fail(r, 1, "out of memory");
-        *next = r->plan;
+        if (!next) return trun_fail(r0, 1, "out of memory");
+        *next = g->plan;
         char err[2048];
         int bad = tplan_set(next, cfg->switches[i].overrides, err, sizeof err) ||
                   tplan_check_layers(next, cfg->model.n_layer, err, sizeof err) ||
-                  tmodel_rebind(r->m, next, err, sizeof err);
-        if (!bad) r->plan = *next;
+                  tmodel_rebind(g->m, next, err, sizeof err);
+        if (!bad) {
+            g->plan = *next;
+            for (int k = 0; k < g->R; k++) g->runs[k].plan = *next;
+        }
         free(next);
-        if (bad) return trun_fail(r, 2, "switch at step %ld: %s", s, err);
-        trun_log_switch(r, s, cfg->switches[i].overrides);
+        if (bad) return trun_fail(r0, 2, "switch at step %ld: %s", s, err);
+        for (int k = 0; k < g->R; k++)
+            if (!g->runs[k].dead) trun_log_switch(&g->runs[k], s, cfg->switches[i].overrides);
     }
     return 0;
 }
 
 /* ---- the step ------------------------------------------------------------------------------------ */
 
-static int run_micro_batches(trun *r, double dloss, double *loss)
+/* Every replica's micro-batches: replica r's batch from its data-order seed;
+ * g->loss[r] = its mean training loss.  dloss NULL: forward only. */
+static int run_micro_batches(tgroup *g, long step, const double *dloss)
 {
-    const ttrain_config *cfg = r->cfg;
-    double sum = 0.0;
+    const ttrain_config *cfg = g->cfg;
+    const size_t BT = (size_t)cfg->batch * cfg->seq;
+    for (int r = 0; r < g->R; r++) g->sum[r] = 0.0;
     for (int mb = 0; mb < cfg->accum; mb++) {
-        if (!r->audit && trun_stop_signal(r)) return TRUN_ABANDONED; /* before anything of the step is applied */
-        r->micro = mb;
-        tdata_train_batch(&r->data, cfg->data_seed, r->step, mb, cfg->rank, cfg->batch, cfg->seq, r->tok, r->tgt);
-        double l;
-        int rc = tmodel_step_micro(r->m, r->tok, r->tgt, dloss, &l);
+        if (!g->runs[g->audit_replica].audit && trun_stop_signal(&g->runs[0]))
+            return TRUN_ABANDONED; /* before anything of the step is applied */
+        for (int r = 0; r < g->R; r++) {
+            g->runs[r].micro = mb;
+            tdata_train_batch(&g->data, g->runs[r].cfg->data_seed, step, mb, cfg->rank, cfg->batch, cfg->seq,
+                              g->tok + r * BT, g->tgt + r * BT);
+        }
+        int rc = tmodel_step_micro(g->m, g->tok, g->tgt, dloss, g->loss);
         if (rc) return rc;
-        sum += l;
+        for (int r = 0; r < g->R; r++) g->sum[r] += g->loss[r];
     }
-    *loss = sum / cfg->accum;
+    for (int r = 0; r < g->R; r++) g->loss[r] = g->sum[r] / cfg->accum;
     return 0;
 }
 
-/* Replay step r->step with every slot output checked; names the first
- * non-finite value in r->where_*. */
-static int audit_step(trun *r, double dloss)
+/* Replay step `step` with every slot output of replica `rep` checked; names
+ * the first non-finite value in that run's where_*.  The replay recomputes
+ * every replica's gradients from the same weights and batches: the same bits. */
+static int audit_step(tgroup *g, int rep, long step, const double *dloss)
 {
-    tmodel *m = r->m;
-    tbackend *be = r->be;
+    trun *r = &g->runs[rep];
+    tmodel *m = g->m;
+    tbackend *be = g->be;
     int np = tmodel_n_params(m);
     for (int i = 0; i < np; i++) {
         tparam *p = tmodel_param(m, i);
+        ktensor w = tbackend_slice(be, &p->w, rep);
         int64_t bad = 0;
-        if (be->count_nonfinite(be, &p->w, &bad)) return -1;
+        if (be->count_nonfinite(be, &w, &bad)) return -1;
         if (bad) {
-            tslot s = r->step == 0 ? TSLOT_WEIGHTS : p->muon ? TSLOT_MUON : TSLOT_ADAMW;
+            tslot s = step == 0 ? TSLOT_WEIGHTS : p->muon ? TSLOT_MUON : TSLOT_ADAMW;
             snprintf(r->where_slot, sizeof r->where_slot, "%s", tslot_get(s)->name);
             snprintf(r->where_tensor, sizeof r->where_tensor, "%s", p->name);
             r->where_layer = p->layer;
@@ -196,17 +214,19 @@ static int audit_step(trun *r, double dloss)
         }
     }
     if (tmodel_zero_grads(m)) return -1;
+    g->audit_replica = rep;
     r->audit = 1;
-    double loss;
-    int rc = run_micro_batches(r, dloss, &loss);
+    int rc = run_micro_batches(g, step, dloss);
     if (rc == 0) rc = tmodel_finish_grads(m);
     r->audit = 0;
+    g->audit_replica = 0;
     if (rc < 0) return -1;
     if (r->found) return 0;
     for (int i = 0; i < np; i++) {
         tparam *p = tmodel_param(m, i);
+        ktensor grad = tbackend_slice(be, &p->grad, rep);
         int64_t bad = 0;
-        if (be->count_nonfinite(be, &p->grad, &bad)) return -1;
+        if (be->count_nonfinite(be, &grad, &bad)) return -1;
         if (bad) {
             snprintf(r->where_slot, sizeof r->where_slot, "%s", tslot_get(p->grad_slot)->name);
             snprintf(r->where_tensor, sizeof r->where_tensor, "grad %s", p->name);
@@ -223,12 +243,16 @@ static int audit_step(trun *r, double dloss)
     return 0;
 }
 
-/* A NaN/Inf in the loss or the gradient norm that loss scaling does not
- * explain: the audit names the first slot that produced one (status 3). */
-static int stop_on_nonfinite(trun *r, double dloss, const tstep_out *o)
+/* A NaN/Inf in replica rep's loss or gradient norm that loss scaling does
+ * not explain: the audit names the first slot that produced one; the run
+ * stops with status 3 (dead), the group goes on.  0, or -1 when the audit
+ * itself failed (the group's error). */
+static int stop_on_nonfinite(tgroup *g, int rep, long step, const double *dloss, const tstep_out *o)
 {
-    long s = r->step;
-    if (audit_step(r, dloss) < 0) return trun_fail(r, 1, "step %ld: audit failed: %s", s, tbackend_error(r->be));
+    trun *r = &g->runs[rep];
+    r->step = step;
+    if (audit_step(g, rep, step, dloss) < 0)
+        return trun_fail(&g->runs[0], 1, "step %ld: audit failed: %s", step, tbackend_error(g->be));
     ttrain_result *res = r->res;
     res->nonfinite = 1;
     res->nonfinite_step = r->step;
@@ -236,106 +260,157 @@ static int stop_on_nonfinite(trun *r, double dloss, const tstep_out *o)
     snprintf(res->nonfinite_tensor, sizeof res->nonfinite_tensor, "%s", r->where_tensor);
     res->nonfinite_layer = r->where_layer;
     trun_log_nonfinite(r, o);
-    char layer[32] = "";
+    char layer[32] = "", who[96] = "";
     if (r->where_layer >= 0) snprintf(layer, sizeof layer, " layer %d", r->where_layer);
-    return trun_fail(r, 3, "non-finite value at step %ld: first in slot %s%s, tensor %s (loss %g, grad norm %g)",
-                     r->step, r->where_slot, layer, r->where_tensor, o->loss, o->grad_norm);
+    if (r->replicas > 1)
+        snprintf(who, sizeof who, "replica %d (seed %llu): ", r->replica, (unsigned long long)r->cfg->seed);
+    res->status = trun_fail(r, 3, "%snon-finite value at step %ld: first in slot %s%s, tensor %s (loss %g, grad norm %g)",
+                            who, r->step, r->where_slot, layer, r->where_tensor, o->loss, o->grad_norm);
+    r->dead = 1;
+    return 0;
 }
 
-static int update(trun *r, long s, double lr_scale, double grad_norm)
+/* The optimizer update of every live replica that did not overflow. */
+static int update(tgroup *g, long s, double lr_scale, const tstep_out *out)
 {
-    const ttrain_config *cfg = r->cfg;
-    tbackend *be = r->be;
-    tmodel *m = r->m;
-    double clip = cfg->grad_clip > 0 && grad_norm > cfg->grad_clip ? cfg->grad_clip / grad_norm : 1.0;
-    double grad_scale = clip / r->st.loss_scale;
-    tadamw_args aa = {cfg->lr * lr_scale, cfg->beta1, cfg->beta2, cfg->adam_eps, cfg->weight_decay, s + 1, grad_scale,
-                      cfg->seed ^ (0xada3ull << 40) ^ (uint64_t)s * 0x9e3779b97f4a7c15ull};
-    tmuon_args ma = {cfg->muon_lr * lr_scale, cfg->muon_momentum, cfg->weight_decay, grad_scale,
-                     cfg->seed ^ (0x3a0ull << 40) ^ (uint64_t)s * 0x9e3779b97f4a7c15ull};
+    const ttrain_config *cfg = g->cfg;
+    tbackend *be = g->be;
+    tmodel *m = g->m;
+    int any = 0;
+    for (int k = 0; k < g->R; k++) {
+        trun *r = &g->runs[k];
+        double norm = out[k].grad_norm;
+        double clip = cfg->grad_clip > 0 && norm > cfg->grad_clip ? cfg->grad_clip / norm : 1.0;
+        double grad_scale = clip / r->st.loss_scale;
+        int skip = r->dead || out[k].skipped;
+        any |= !skip;
+        g->adamw[k] = (tadamw_args){cfg->lr * lr_scale, cfg->beta1, cfg->beta2, cfg->adam_eps, cfg->weight_decay,
+                                    s + 1, grad_scale,
+                                    r->cfg->seed ^ (0xada3ull << 40) ^ (uint64_t)s * 0x9e3779b97f4a7c15ull, skip};
+        g->muon[k] = (tmuon_args){cfg->muon_lr * lr_scale, cfg->muon_momentum, cfg->weight_decay, grad_scale,
+                                  r->cfg->seed ^ (0x3a0ull << 40) ^ (uint64_t)s * 0x9e3779b97f4a7c15ull, skip};
+    }
+    if (!any) return 0;
     int rc = 0;
     for (int i = 0; i < tmodel_n_params(m) && !rc; i++) {
         tparam *p = tmodel_param(m, i);
-        aa.seed ^= (uint64_t)i << 20;
-        ma.seed ^= (uint64_t)i << 20;
-        rc = p->muon ? be->muon(be, p, &ma) : be->adamw(be, p, &aa);
+        for (int k = 0; k < g->R; k++) {
+            g->adamw[k].seed ^= (uint64_t)i << 20;
+            g->muon[k].seed ^= (uint64_t)i << 20;
+        }
+        rc = p->muon ? be->muon(be, p, g->muon) : be->adamw(be, p, g->adamw);
     }
     if (!rc) rc = tmodel_sync_weights(m);
-    if (rc) return trun_fail(r, 1, "step %ld update: %s", s, tbackend_error(be));
-    if (r->dynamic && ++r->st.good_steps >= LOSS_SCALE_GROWTH_INTERVAL) {
-        r->st.loss_scale *= 2.0;
-        r->st.good_steps = 0;
+    if (rc) return trun_fail(&g->runs[0], 1, "step %ld update: %s", s, tbackend_error(be));
+    for (int k = 0; k < g->R; k++) {
+        trun *r = &g->runs[k];
+        if (r->dead || out[k].skipped) continue;
+        if (r->dynamic && ++r->st.good_steps >= LOSS_SCALE_GROWTH_INTERVAL) {
+            r->st.loss_scale *= 2.0;
+            r->st.good_steps = 0;
+        }
     }
     return 0;
 }
 
-int trun_step(trun *r, long s, tstep_out *out)
+int tgroup_step(tgroup *g, long s, tstep_out *out)
 {
-    const ttrain_config *cfg = r->cfg;
-    tbackend *be = r->be;
-    tmodel *m = r->m;
-    memset(out, 0, sizeof *out);
-    r->prof_last = trun_now();
-    r->prof_on = cfg->profile;
-    r->step = s;
-    r->hooks_now = at_hook_step(cfg, s);
-    double dloss = r->st.loss_scale / r->tokens_per_step;
-    double loss = NAN, norm = 0.0;
+    const ttrain_config *cfg = g->cfg;
+    tbackend *be = g->be;
+    tmodel *m = g->m;
+    trun *r0 = &g->runs[0];
+    memset(out, 0, (size_t)g->R * sizeof *out);
+    r0->prof_last = trun_now();
+    r0->prof_on = cfg->profile;
+    for (int k = 0; k < g->R; k++) {
+        g->runs[k].step = s;
+        g->dloss[k] = g->runs[k].st.loss_scale / g->runs[k].tokens_per_step;
+    }
+    r0->hooks_now = at_hook_step(cfg, s);
     int rc = tmodel_zero_grads(m);
-    if (!rc) rc = run_micro_batches(r, dloss, &loss);
-    r->hooks_now = 0;
+    if (!rc) rc = run_micro_batches(g, s, g->dloss);
+    r0->hooks_now = 0;
     if (rc == TRUN_ABANDONED) {
-        r->prof_on = 0;
+        r0->prof_on = 0;
         return rc;
     }
     if (!rc) rc = tmodel_finish_grads(m);
     if (!rc) rc = be->allreduce(be, tmodel_params(m), tmodel_n_params(m));
-    if (!rc) rc = be->grad_norm(be, tbackend_site(be, TSLOT_GRAD_NORM, -1), tmodel_params(m), tmodel_n_params(m), &norm);
-    if (rc) return trun_fail(r, r->failed ? 2 : 1, "step %ld: %s", s, tbackend_error(be));
-    out->loss = loss;
-    out->grad_norm = norm / r->st.loss_scale;
-    r->res->loss[s] = out->loss;
-    r->res->grad_norm[s] = out->grad_norm;
-    if (!isfinite(out->loss) || !isfinite(out->grad_norm)) {
-        if (!r->dynamic || !isfinite(out->loss)) return stop_on_nonfinite(r, dloss, out);
+    if (!rc) rc = be->grad_norm(be, tbackend_site(be, TSLOT_GRAD_NORM, -1), tmodel_params(m), tmodel_n_params(m), g->norm);
+    if (rc) return trun_fail(r0, r0->failed ? 2 : 1, "step %ld: %s", s, tbackend_error(be));
+    /* copies: a replay by the audit overwrites the group's buffers */
+    for (int k = 0; k < g->R; k++) {
+        out[k].loss = g->loss[k];
+        out[k].grad_norm = g->norm[k] / g->runs[k].st.loss_scale;
+    }
+    double lr_scale = lr_factor(cfg, s);
+    int audited = 0, live = 0;
+    for (int k = 0; k < g->R; k++) {
+        trun *r = &g->runs[k];
+        out[k].lr = cfg->lr * lr_scale;
+        if (r->dead) continue;
+        r->res->loss[s] = out[k].loss;
+        r->res->grad_norm[s] = out[k].grad_norm;
+        if (isfinite(out[k].loss) && isfinite(out[k].grad_norm)) {
+            live = 1;
+            continue;
+        }
+        if (!r->dynamic || !isfinite(out[k].loss)) {
+            if (stop_on_nonfinite(g, k, s, g->dloss, &out[k])) return 1;
+            audited = 1;
+            continue;
+        }
+        live = 1;
         /* gradient overflow under loss scaling: halve and skip */
         r->st.loss_scale /= 2.0;
         r->st.good_steps = 0;
         r->res->skipped_steps++;
-        out->skipped = 1;
+        out[k].skipped = 1;
     }
-    double lr_scale = lr_factor(cfg, s);
-    out->lr = cfg->lr * lr_scale;
+    if (audited && live) {
+        /* the audit stopped its replay at the first NaN: the other replicas'
+         * gradients again, in full (the same bits as before the replay) */
+        rc = tmodel_zero_grads(m);
+        if (!rc) rc = run_micro_batches(g, s, g->dloss);
+        if (rc == TRUN_ABANDONED) return rc;
+        if (!rc) rc = tmodel_finish_grads(m);
+        if (rc) return trun_fail(r0, 1, "step %ld: %s", s, tbackend_error(be));
+    }
     if (cfg->profile && be->sync(be) == 0) {
         double now = trun_now();
-        r->prof_ms[TSLOT_COUNT + 1] += 1e3 * (now - r->prof_last); /* grad sync, all-reduce, norm */
-        r->prof_last = now;
+        r0->prof_ms[TSLOT_COUNT + 1] += 1e3 * (now - r0->prof_last); /* grad sync, all-reduce, norm */
+        r0->prof_last = now;
     }
-    if (!out->skipped && (rc = update(r, s, lr_scale, out->grad_norm))) return rc;
-    if (be->sync(be)) return trun_fail(r, 1, "step %ld: %s", s, tbackend_error(be));
-    if (cfg->profile) r->prof_ms[TSLOT_COUNT] += 1e3 * (trun_now() - r->prof_last);
-    r->prof_on = 0;
+    if ((rc = update(g, s, lr_scale, out))) return rc;
+    if (be->sync(be)) return trun_fail(r0, 1, "step %ld: %s", s, tbackend_error(be));
+    if (cfg->profile) r0->prof_ms[TSLOT_COUNT] += 1e3 * (trun_now() - r0->prof_last);
+    r0->prof_on = 0;
     return 0;
 }
 
 /* ---- validation and the state hash ------------------------------------------------------------- */
 
-int trun_validate(trun *r, double *out)
+int tgroup_validate(tgroup *g, double *val)
 {
-    const ttrain_config *cfg = r->cfg;
-    double sum = 0.0;
+    const ttrain_config *cfg = g->cfg;
+    const size_t BT = (size_t)cfg->batch * cfg->seq;
+    for (int r = 0; r < g->R; r++) g->sum[r] = 0.0;
     for (int i = 0; i < cfg->val_batches; i++) {
-        if (trun_stop_signal(r)) {
-            *out = NAN; /* cut short: no figure rather than a partial mean */
+        if (trun_stop_signal(&g->runs[0])) {
+            for (int r = 0; r < g->R; r++) val[r] = NAN; /* cut short: no figure rather than a partial mean */
             return 0;
         }
-        tdata_val_batch(&r->data, i, cfg->batch, cfg->seq, r->tok, r->tgt);
-        double l;
-        int rc = tmodel_step_micro(r->m, r->tok, r->tgt, 0.0, &l);
+        /* every replica on the same validation windows */
+        tdata_val_batch(&g->data, i, cfg->batch, cfg->seq, g->tok, g->tgt);
+        for (int r = 1; r < g->R; r++) {
+            memcpy(g->tok + r * BT, g->tok, BT * sizeof *g->tok);
+            memcpy(g->tgt + r * BT, g->tgt, BT * sizeof *g->tgt);
+        }
+        int rc = tmodel_step_micro(g->m, g->tok, g->tgt, NULL, g->loss);
         if (rc) return rc;
-        sum += l;
+        for (int r = 0; r < g->R; r++) g->sum[r] += g->loss[r];
     }
-    *out = sum / cfg->val_batches;
+    for (int r = 0; r < g->R; r++) val[r] = g->sum[r] / cfg->val_batches;
     return 0;
 }
 
@@ -343,7 +418,8 @@ uint64_t trun_state_hash(trun *r)
 {
     uint64_t h = TTRAIN_FNV_OFFSET;
     for (int i = 0; i < tmodel_n_params(r->m); i++) {
-        tparam *p = tmodel_param(r->m, i);
+        tparam mine = tbackend_param_slice(r->be, tmodel_param(r->m, i), r->replica);
+        const tparam *p = &mine;
         const ktensor *ts[] = {&p->w, &p->master, &p->m, &p->v};
         for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++) {
             if (!ts[j]->data) continue;
