@@ -71,6 +71,8 @@ struct cuda_impl {
     nccl_api nccl;
     nccl_comm_t comm;
     int world;
+    tbackend *loop;              // replicas: the loops over replicas (trainer/replicas.c) the batched forms fall back on
+    float *replica_norms;        // replicas: device float[R] (gradient norms)
 };
 
 static cuda_impl *impl_of(tbackend *be) { return (cuda_impl *)be->impl; }
@@ -781,6 +783,298 @@ static int cuda_allreduce(tbackend *be, tparam *const *params, int n)
     return 0;
 }
 
+// ---- replicas: the batched forms (backend.h) ----------------------------------------------------
+//
+// Each replaces the loop over replicas where one launch can do every replica
+// with the bits of single calls: the GEMMs through kmatmul_batched (the
+// single problem's algorithm, pinned), ops whose rows or elements are
+// independent on the replicas' rows folded into one bigger call, the norms,
+// gradient norm and polar express through their replica kernels.  Those
+// kernels take replicas back to back, so a tensor padded between replicas
+// (replica_stride > numel, only for tensors under 256 bytes) and stored
+// formats that need a conversion first go through the loop.
+
+static int contiguous(const ktensor *t) { return !t || !t->data || t->replica_stride == ktensor_numel(t); }
+
+// t with every replica's rows as one tensor (shape[0] times R)
+static ktensor folded(const tbackend *be, const ktensor *t)
+{
+    ktensor f = *t;
+    f.shape[0] *= be->replicas;
+    f.replica_stride = 0;
+    return f;
+}
+
+static ktensor *fold_or_null(const tbackend *be, const ktensor *t, ktensor *buf)
+{
+    if (!t) return nullptr;
+    *buf = folded(be, t);
+    return buf;
+}
+
+static int in_format(const ktensor *t, prec_format f) { return !t || !t->data || (t->format == f && !t->scale); }
+
+static int batched_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
+                          int b_trans, int accumulate)
+{
+    tbackend *one = be->one, *loop = impl_of(be)->loop;
+    if (!y->replica_stride) return one->matmul(be, at, y, a, a_trans, b, b_trans, accumulate);
+    kpath path = at->path;
+    prec_format f = tpath_storage(path);
+    int y_fp32 = y->format == PREC_FP32 && (path == KPATH_BF16 || path == KPATH_FP16);
+    // fp8 quantises each replica's operands with its own scales: the loop
+    if (path == KPATH_FP8 || !in_format(a, f) || !in_format(b, f) || (y->format != f && !y_fp32) ||
+        !a->replica_stride || !b->replica_stride)
+        return loop->matmul(be, at, y, a, a_trans, b, b_trans, accumulate);
+    int64_t M = a_trans ? a->shape[1] : a->shape[0], K = a_trans ? a->shape[0] : a->shape[1];
+    int64_t N = b_trans ? b->shape[0] : b->shape[1];
+    if (y->shape[0] != M || y->shape[1] != N) return one->matmul(be, at, y, a, a_trans, b, b_trans, accumulate);
+    kmatmul_args args;
+    memset(&args, 0, sizeof args);
+    args.M = M, args.N = N, args.K = K;
+    args.a_trans = a_trans, args.b_trans = b_trans;
+    args.a = a->data, args.b = b->data;
+    args.y = y->data;
+    args.c = accumulate ? y->data : nullptr;
+    args.alpha = 1.0f;
+    args.beta = accumulate ? 1.0f : 0.0f;
+    args.y_fp32 = y_fp32;
+    kmatmul_batch batch;
+    memset(&batch, 0, sizeof batch);
+    batch.count = be->replicas;
+    batch.stride_a = a->replica_stride, batch.stride_b = b->replica_stride;
+    batch.stride_y = y->replica_stride;
+    batch.stride_c = accumulate ? y->replica_stride : 0;
+    if (kmatmul_batched(path, accum_of(at->op), matmul_variant(at), &args, &batch)) return kfail(be, at, "batched matmul");
+    return 0;
+}
+
+// Row- and element-wise ops: every replica's rows in one call when they lie back to back.
+#define FOLD2(t0, t1) (contiguous(t0) && contiguous(t1))
+#define FOLD3(t0, t1, t2) (FOLD2(t0, t1) && contiguous(t2))
+
+static int batched_residual(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, const ktensor *b)
+{
+    if (!y->replica_stride) return be->one->residual(be, at, y, a, b);
+    if (!FOLD3(y, a, b)) return impl_of(be)->loop->residual(be, at, y, a, b);
+    ktensor Y = folded(be, y), A = folded(be, a), B = folded(be, b);
+    if (y->data == a->data) A.data = Y.data;
+    return be->one->residual(be, at, &Y, &A, &B);
+}
+
+static int batched_accumulate(tbackend *be, const tsite *at, ktensor *dst, const ktensor *src)
+{
+    if (!dst->replica_stride) return be->one->accumulate(be, at, dst, src);
+    if (!FOLD2(dst, src)) return impl_of(be)->loop->accumulate(be, at, dst, src);
+    ktensor D = folded(be, dst), S = folded(be, src);
+    return be->one->accumulate(be, at, &D, &S);
+}
+
+static int batched_activation_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *g, const ktensor *x)
+{
+    if (!y->replica_stride) return be->one->activation_fwd(be, at, y, g, x);
+    if (!FOLD3(y, g, x)) return impl_of(be)->loop->activation_fwd(be, at, y, g, x);
+    ktensor Y = folded(be, y), X = folded(be, x), G;
+    return be->one->activation_fwd(be, at, &Y, fold_or_null(be, g, &G), &X);
+}
+
+static int batched_activation_bwd(tbackend *be, const tsite *at, ktensor *dx, const ktensor *dy, const ktensor *x,
+                                  const ktensor *g)
+{
+    if (!dx->replica_stride) return be->one->activation_bwd(be, at, dx, dy, x, g);
+    if (!FOLD3(dx, dy, x) || !contiguous(g)) return impl_of(be)->loop->activation_bwd(be, at, dx, dy, x, g);
+    ktensor DX = folded(be, dx), DY = folded(be, dy), X = folded(be, x), G;
+    return be->one->activation_bwd(be, at, &DX, &DY, &X, fold_or_null(be, g, &G));
+}
+
+static int batched_rope_fwd(tbackend *be, const tsite *at, ktensor *y, const ktensor *x, int B, int T, int H,
+                            double theta)
+{
+    if (!y->replica_stride) return be->one->rope_fwd(be, at, y, x, B, T, H, theta);
+    if (!FOLD2(y, x)) return impl_of(be)->loop->rope_fwd(be, at, y, x, B, T, H, theta);
+    ktensor Y = folded(be, y), X = folded(be, x);
+    return be->one->rope_fwd(be, at, &Y, &X, B * be->replicas, T, H, theta);
+}
+
+static int batched_rope_bwd(tbackend *be, const tsite *at, ktensor *dx, const ktensor *dy, int B, int T, int H,
+                            double theta)
+{
+    if (!dx->replica_stride) return be->one->rope_bwd(be, at, dx, dy, B, T, H, theta);
+    if (!FOLD2(dx, dy)) return impl_of(be)->loop->rope_bwd(be, at, dx, dy, B, T, H, theta);
+    ktensor DX = folded(be, dx), DY = folded(be, dy);
+    return be->one->rope_bwd(be, at, &DX, &DY, B * be->replicas, T, H, theta);
+}
+
+static int batched_attention_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *lse, const ktensor *q,
+                                 const ktensor *k, const ktensor *v, int B, int T, int H)
+{
+    if (!y->replica_stride) return be->one->attention_fwd(be, at, y, lse, q, k, v, B, T, H);
+    if (!FOLD3(y, lse, q) || !FOLD2(k, v)) return impl_of(be)->loop->attention_fwd(be, at, y, lse, q, k, v, B, T, H);
+    ktensor Y = folded(be, y), L = folded(be, lse), Q = folded(be, q), K = folded(be, k), V = folded(be, v);
+    return be->one->attention_fwd(be, at, &Y, &L, &Q, &K, &V, B * be->replicas, T, H);
+}
+
+static int batched_attention_bwd(tbackend *be, const tsite *at, ktensor *dq, ktensor *dk, ktensor *dv,
+                                 const ktensor *dy, const ktensor *q, const ktensor *k, const ktensor *v,
+                                 const ktensor *y, const ktensor *lse, int B, int T, int H)
+{
+    if (!dq->replica_stride) return be->one->attention_bwd(be, at, dq, dk, dv, dy, q, k, v, y, lse, B, T, H);
+    if (!FOLD3(dq, dk, dv) || !FOLD3(dy, q, k) || !FOLD3(v, y, lse))
+        return impl_of(be)->loop->attention_bwd(be, at, dq, dk, dv, dy, q, k, v, y, lse, B, T, H);
+    ktensor DQ = folded(be, dq), DK = folded(be, dk), DV = folded(be, dv), DY = folded(be, dy), Q = folded(be, q),
+            K = folded(be, k), V = folded(be, v), Y = folded(be, y), L = folded(be, lse);
+    return be->one->attention_bwd(be, at, &DQ, &DK, &DV, &DY, &Q, &K, &V, &Y, &L, B * be->replicas, T, H);
+}
+
+static int batched_norm_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *mean, ktensor *rstd, const ktensor *x,
+                            const ktensor *gain, const ktensor *bias, double eps)
+{
+    if (!y->replica_stride) return be->one->norm_fwd(be, at, y, mean, rstd, x, gain, bias, eps);
+    prec_format f = path_fmt(at);
+    if (!FOLD3(y, mean, rstd) || !FOLD3(x, gain, bias) || !in_format(y, f) || !in_format(x, f) ||
+        !in_format(gain, f) || !in_format(bias, f))
+        return impl_of(be)->loop->norm_fwd(be, at, y, mean, rstd, x, gain, bias, eps);
+    // x, y: R x N rows; gain, bias: R x C (the replica kernels' layout)
+    int64_t R = be->replicas;
+    ktensor Y = folded(be, y), X = folded(be, x), G, Bb;
+    ktensor *g = fold_or_null(be, gain, &G), *b = fold_or_null(be, bias, &Bb);
+    int rc = at->op == TOP_LAYERNORM
+                 ? klayernorm_forward_replicas(R, &Y, (float *)mean->data, (float *)rstd->data, &X, g, b, (float)eps,
+                                               at->variant)
+                 : krmsnorm_forward_replicas(R, &Y, (float *)rstd->data, &X, g, (float)eps, at->variant);
+    return rc ? kfail(be, at, "norm forward (replicas)") : 0;
+}
+
+static int batched_norm_bwd(tbackend *be, const tsite *at, ktensor *dx, ktensor *dgain, ktensor *dbias,
+                            const ktensor *dy, const ktensor *x, const ktensor *gain, const ktensor *mean,
+                            const ktensor *rstd)
+{
+    if (!dx->replica_stride) return be->one->norm_bwd(be, at, dx, dgain, dbias, dy, x, gain, mean, rstd);
+    prec_format f = path_fmt(at);
+    if (!FOLD3(dx, dgain, dbias) || !FOLD3(dy, x, gain) || !FOLD2(mean, rstd) || !in_format(dx, f) ||
+        !in_format(dy, f) || !in_format(x, f) || !in_format(gain, f))
+        return impl_of(be)->loop->norm_bwd(be, at, dx, dgain, dbias, dy, x, gain, mean, rstd);
+    int64_t R = be->replicas;
+    ktensor DX = folded(be, dx), DY = folded(be, dy), X = folded(be, x), G, DG, DB;
+    ktensor *g = fold_or_null(be, gain, &G);
+    // the kernels write dgain/dbias in the path's format; they are accumulated into the gradients after
+    void *buf = nullptr;
+    if (dgain) {
+        DG = folded(be, dgain);
+        if (scratch(be, 4, (size_t)ktensor_numel(&DG) * kformat_bytes(f), &buf)) return -1;
+        DG.data = buf, DG.format = f;
+    }
+    if (dbias) {
+        DB = folded(be, dbias);
+        if (scratch(be, 5, (size_t)ktensor_numel(&DB) * kformat_bytes(f), &buf)) return -1;
+        DB.data = buf, DB.format = f;
+    }
+    int rc = at->op == TOP_LAYERNORM
+                 ? klayernorm_backward_replicas(R, &DX, dgain ? &DG : nullptr, dbias ? &DB : nullptr, &DY, &X, g,
+                                                (const float *)mean->data, (const float *)rstd->data, at->variant)
+                 : krmsnorm_backward_replicas(R, &DX, dgain ? &DG : nullptr, &DY, &X, g, (const float *)rstd->data,
+                                              at->variant);
+    if (rc) return kfail(be, at, "norm backward (replicas)");
+    if (dgain && tglue_add(dgain->data, dgain->format, DG.data, f, ktensor_numel(&DG))) return kfail(be, at, "dgain");
+    if (dbias && tglue_add(dbias->data, dbias->format, DB.data, f, ktensor_numel(&DB))) return kfail(be, at, "dbias");
+    return 0;
+}
+
+static int batched_grad_norm(tbackend *be, const tsite *at, tparam *const *params, int n, double *norm)
+{
+    cuda_impl *im = impl_of(be);
+    int64_t R = be->replicas;
+    int ok = n > 0 && params[0]->grad.replica_stride;
+    for (int i = 0; i < n && ok; i++) ok = contiguous(&params[i]->grad) && params[i]->grad.format == params[0]->grad.format;
+    if (!ok) return im->loop->grad_norm(be, at, params, n, norm);
+    ktensor *grads = (ktensor *)malloc((size_t)n * sizeof *grads);
+    float *host = (float *)malloc((size_t)R * sizeof *host);
+    int rc = !grads || !host ? tbackend_fail(be, "out of memory") : 0;
+    for (int i = 0; !rc && i < n; i++) grads[i] = params[i]->grad; // one replica's shape; R x n_t elements
+    size_t ws = rc ? 0 : kgrad_norm_workspace_replicas(R, grads, n, at->variant);
+    void *buf = nullptr;
+    if (!rc && ws && scratch(be, 0, ws, &buf)) rc = -1;
+    if (!rc && !im->replica_norms && kdevice_alloc((void **)&im->replica_norms, (size_t)R * sizeof(float), "grad norms"))
+        rc = tbackend_fail(be, "%s", kernels_last_error());
+    if (!rc && kgrad_norm_replicas(R, im->replica_norms, grads, n, buf, ws, at->variant))
+        rc = kfail(be, at, "gradient norms (replicas)");
+    if (!rc && cuda_raw_download(be, host, im->replica_norms, (size_t)R * sizeof(float))) rc = -1;
+    for (int64_t r = 0; !rc && r < R; r++) norm[r] = host[r];
+    free(grads);
+    free(host);
+    return rc;
+}
+
+// Muon: each replica's momentum with its own gradient scale, then every
+// replica's blocks orthogonalised in one batched polar express, then each
+// replica's update with its own stochastic-rounding seed.
+static int batched_muon(tbackend *be, tparam *p, const tmuon_args *a)
+{
+    cuda_impl *im = impl_of(be);
+    if (!p->w.replica_stride) return be->one->muon(be, p, a);
+    const tsite *at = tbackend_site(be, TSLOT_MUON, -1);
+    kpath path = at->path;
+    prec_format f = tpath_storage(path);
+    int64_t R = be->replicas, block = (int64_t)p->rows * p->cols, per = block * p->blocks;
+    if (!contiguous(&p->w) || !contiguous(&p->grad) || !contiguous(&p->m) || (block * (int64_t)kformat_bytes(f)) % 256)
+        return im->loop->muon(be, p, a);
+    kpe_coeffs which = at->op == TOP_MUON_NEWTON_SCHULZ ? KPE_MUON_QUINTIC : KPE_POLAR_EXPRESS;
+    float scale = sqrtf(fmaxf(1.0f, (float)p->rows / (float)p->cols));
+    int sr = tbackend_site(be, TSLOT_WEIGHTS, -1)->variant == TWEIGHTS_SR && p->w.format != PREC_FP32;
+    void *U = nullptr;
+    if (scratch(be, 0, (size_t)(R * per) * kformat_bytes(f), &U)) return -1;
+    size_t we = kformat_bytes(p->w.format), ge = kformat_bytes(p->grad.format), fe = kformat_bytes(f);
+    for (int64_t r = 0; r < R; r++) {
+        if (a[r].skip) continue;
+        int64_t off = r * per;
+        if (tglue_muon_momentum((float *)p->m.data + off, (const char *)p->grad.data + off * ge, p->grad.format, per,
+                                (float)a[r].momentum, (float)a[r].grad_scale, (char *)U + off * fe, f))
+            return kfail(be, at, "momentum");
+    }
+    // skipped replicas' blocks are orthogonalised too (from their stale U) and then not applied
+    if (kpolar_express_batched(path, at->variant, which, R * p->blocks, p->rows, p->cols, block, U, U))
+        return kfail(be, at, "polar express (replicas)");
+    for (int64_t r = 0; r < R; r++) {
+        if (a[r].skip) continue;
+        int64_t off = r * per;
+        for (int b = 0; b < p->blocks; b++) {
+            int64_t o = off + (int64_t)b * block;
+            if (tglue_weight_update((char *)p->w.data + o * we, p->w.format,
+                                    p->master.data ? (float *)p->master.data + o : nullptr,
+                                    p->lowbits ? (uint16_t *)p->lowbits + o : nullptr, sr, a[r].seed,
+                                    (char *)U + o * fe, f, block, (float)a[r].lr,
+                                    p->decay ? (float)a[r].weight_decay : 0.0f, scale))
+                return kfail(be, at, "weight update");
+        }
+    }
+    return 0;
+}
+
+#undef FOLD2
+#undef FOLD3
+
+static int cuda_batch_replicas(tbackend *be)
+{
+    cuda_impl *im = impl_of(be);
+    im->loop = (tbackend *)malloc(sizeof *im->loop);
+    if (!im->loop) return tbackend_fail(be, "out of memory");
+    *im->loop = *be;
+    be->matmul = batched_matmul;
+    be->residual = batched_residual;
+    be->accumulate = batched_accumulate;
+    be->activation_fwd = batched_activation_fwd;
+    be->activation_bwd = batched_activation_bwd;
+    be->rope_fwd = batched_rope_fwd;
+    be->rope_bwd = batched_rope_bwd;
+    be->attention_fwd = batched_attention_fwd;
+    be->attention_bwd = batched_attention_bwd;
+    be->norm_fwd = batched_norm_fwd;
+    be->norm_bwd = batched_norm_bwd;
+    be->grad_norm = batched_grad_norm;
+    be->muon = batched_muon;
+    return 0;
+}
+
 static void cuda_destroy(tbackend *be)
 {
     cuda_impl *im = impl_of(be);
@@ -788,6 +1082,8 @@ static void cuda_destroy(tbackend *be)
     kdevice_free(im->positions);
     kdevice_free(im->rope_cos), kdevice_free(im->rope_sin), kdevice_free(im->rope_inv);
     kdevice_free(im->norm_out);
+    kdevice_free(im->replica_norms);
+    free(im->loop);
     kattention_release();
     kpolar_express_release();
     if (im->comm) im->nccl.comm_destroy(im->comm);
@@ -848,6 +1144,7 @@ extern "C" tbackend *tbackend_cuda_create(char *why, size_t why_len)
     be->muon = cuda_muon;
     be->dp_init = cuda_dp_init;
     be->allreduce = cuda_allreduce;
+    be->batch_replicas = cuda_batch_replicas;
     be->replicas = 1;
     be->destroy = cuda_destroy;
     return be;

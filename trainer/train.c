@@ -309,6 +309,9 @@ static void free_group(tgroup *g)
     free(g);
 }
 
+static ttrain_bug planted_bug; /* tests' twins only */
+void ttrain_plant_replica_bug(ttrain_bug bug) { planted_bug = bug; }
+
 int ttrain_run_replicas(const ttrain_config *cfg, int R, const uint64_t *seeds, const uint64_t *data_seeds,
                         ttrain_result *res)
 {
@@ -334,8 +337,8 @@ int ttrain_run_replicas(const ttrain_config *cfg, int R, const uint64_t *seeds, 
     for (int i = 0; i < R; i++) {
         trun *r = &runs[i];
         r->own = *cfg;
-        r->own.seed = seeds[i];
-        r->own.data_seed = data_seeds[i];
+        r->own.seed = seeds[planted_bug == TTRAIN_BUG_SHARED_INIT_SEED ? 0 : i];
+        r->own.data_seed = data_seeds[planted_bug == TTRAIN_BUG_SHARED_DATA_ORDER ? 0 : i];
         r->cfg = &r->own;
         r->res = &res[i];
         r->g = g;

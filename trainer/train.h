@@ -169,6 +169,10 @@ void ttrain_result_free(ttrain_result *res);
  * nonzero of: the group's status (bad settings, a failure of the backend
  * or of I/O, a signal), then the runs' statuses in order; else 0. */
 #define TTRAIN_REPLICAS_MAX 4096
+/* Planted mistakes for the replica tests' twins (never set outside tests):
+ * every replica takes replica 0's data order, or replica 0's init seed. */
+typedef enum { TTRAIN_BUG_NONE = 0, TTRAIN_BUG_SHARED_DATA_ORDER, TTRAIN_BUG_SHARED_INIT_SEED } ttrain_bug;
+void ttrain_plant_replica_bug(ttrain_bug bug);
 int ttrain_run_replicas(const ttrain_config *cfg, int R, const uint64_t *seeds, const uint64_t *data_seeds,
                         ttrain_result *res);
 
