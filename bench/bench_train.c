@@ -8,19 +8,27 @@
  *           epochs only overfit): time to the plateau and the final
  *           validation loss
  *   memory  peak memory per preset (fp32, bf16, fp16, fp8) on gpt2 d12
+ *   replicas  the replica engine: the 1-minute recipe for --replica-steps
+ *           (1000) steps with R = 1, 8, 16, 32, 64 (wall time of the whole
+ *           call, training tokens/s of all replicas, speed-up over R = 1,
+ *           peak tensors per replica), and gpt2 depth 4, width 256, sequence
+ *           256 with R = 1 and 32
  * Times are the median step (the first, which warms cuBLASLt up, excluded).
  * MFU: model FLOPs (6 N + 12 L T C per token, lm_head in N) over 989.4 TFLOP/s
  * (dense bf16 of an H100/H200 SXM).  The text's bytes are the tokens (ids <
  * 256 in the 50304-entry vocabulary): speed does not depend on token values.
  *
- * usage: bench_train [gpt2|fp8|modern|memory|all] [--steps N] [--batch B] [--seconds S] */
+ * usage: bench_train [gpt2|fp8|modern|memory|replicas|all] [--steps N] [--batch B] [--seconds S]
+ *                    [--modern-steps N] [--replica-steps N] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kernels/kernels.h"
+#include "kernels/matmul.h"
 #include "trainer/train.h"
 
 #define PEAK_FLOPS 989.4e12
@@ -107,11 +115,11 @@ static int bench_gpt2(const char *preset, int batch, long steps)
     return 0;
 }
 
-static int bench_modern(double seconds, long steps)
+static int modern_config(ttrain_config *cp, long steps)
 {
     char err[512];
-    ttrain_config c;
-    ttrain_config_defaults(&c);
+    ttrain_config_defaults(cp);
+    ttrain_config c = *cp;
     /* 6 layers of width 256: 12 L C^2 + V C = 4.79M parameters */
     if (tmodel_config_init(&c.model, TMODEL_MODERN, 6, 256, 4, 256, 256, err, sizeof err) ||
         tplan_init(&c.plan, "bf16", TMODEL_MODERN, err, sizeof err)) {
@@ -131,8 +139,16 @@ static int bench_modern(double seconds, long steps)
     c.cooldown_frac = 0.5;
     c.val_every = steps / 10 > 0 ? steps / 10 : 1;
     c.val_batches = 8;
-    c.max_seconds = seconds;
     c.seed = 1337;
+    *cp = c;
+    return 0;
+}
+
+static int bench_modern(double seconds, long steps)
+{
+    ttrain_config c;
+    if (modern_config(&c, steps)) return 1;
+    c.max_seconds = seconds;
     ttrain_result r;
     if (run(&c, &r, "modern")) return 1;
     printf("modern 4.8M on %s: %ld steps in %.1f s of training\n", c.data_path ? c.data_path : "the embedded corpus",
@@ -153,10 +169,81 @@ static int bench_modern(double seconds, long steps)
     return 0;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* R replicas of c (seeds 1..R); base_tps: R = 1's tokens/s (0: this is it). */
+static double bench_group(const char *name, const ttrain_config *c, int R, double base_tps)
+{
+    uint64_t *seeds = malloc((size_t)R * sizeof *seeds);
+    ttrain_result *res = calloc((size_t)R, sizeof *res);
+    if (!seeds || !res) return 0;
+    for (int i = 0; i < R; i++) seeds[i] = (uint64_t)i + 1;
+    kmatmul_batch_stats_reset();
+    double t0 = now_s();
+    int st = ttrain_run_replicas(c, R, seeds, seeds, res);
+    double wall = now_s() - t0;
+    double tps = 0;
+    if (st) fprintf(stderr, "bench_train replicas %s R=%d: %s\n", name, R, res[0].error);
+    else {
+        kmatmul_batch_stats bs;
+        kmatmul_batch_stats_get(&bs);
+        double tokens = (double)R * c->batch * c->seq * c->accum * res[0].steps_done;
+        tps = tokens / res[0].train_seconds;
+        double mean = 0;
+        for (int i = 0; i < R; i++) mean += res[i].final_val_loss / R;
+        printf("%-22s R=%3d  %5ld steps  wall %7.1f s (training %7.1f s)  %10.0f tok/s  x%5.2f of R=1  "
+               "val mean %.4f  peak tensors %6.1f MiB/replica  GEMMs strided %lld loop %lld\n",
+               name, R, res[0].steps_done, wall, res[0].train_seconds, tps, base_tps > 0 ? tps / base_tps : 1.0, mean,
+               (double)res[0].peak_bytes / 1048576.0 / R, (long long)bs.strided,
+               (long long)(bs.loop_fallback + bs.loop_fp8));
+        fflush(stdout);
+    }
+    for (int i = 0; i < R; i++) ttrain_result_free(&res[i]);
+    free(res), free(seeds);
+    return tps;
+}
+
+static int bench_replicas(long steps)
+{
+    ttrain_config c;
+    if (modern_config(&c, steps)) return 1;
+    c.val_every = 0; /* validation at the end only */
+    static const int Rs[] = {1, 8, 16, 32, 64};
+    double base = 0;
+    for (size_t i = 0; i < sizeof Rs / sizeof Rs[0]; i++) {
+        double tps = bench_group("modern 4.8M B32 T256", &c, Rs[i], base);
+        if (Rs[i] == 1) base = tps;
+        if (tps <= 0) return 1;
+    }
+    char err[512];
+    ttrain_config g;
+    ttrain_config_defaults(&g);
+    if (tmodel_config_init(&g.model, TMODEL_GPT2, 4, 256, 4, 256, 256, err, sizeof err) ||
+        tplan_init(&g.plan, "bf16", TMODEL_GPT2, err, sizeof err)) {
+        fprintf(stderr, "bench_train: %s\n", err);
+        return 1;
+    }
+    tplan_set(&g.plan, "attention=bf16:flash", NULL, 0);
+    g.backend = "cuda";
+    g.data_path = text_path();
+    g.batch = 32;
+    g.seq = 256;
+    g.steps = steps / 5 > 20 ? steps / 5 : 20;
+    g.val_batches = 2;
+    base = bench_group("gpt2 d4 w256 T256", &g, 1, 0);
+    return base > 0 && bench_group("gpt2 d4 w256 T256", &g, 32, base) > 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     const char *what = "all";
     long steps = 20, modern_steps = 800; /* ~6 epochs of tinyshakespeare: past that a 4.8M model overfits */
+    long replica_steps = 1000;
     int batch = 8;
     double seconds = 60.0;
     for (int i = 1; i < argc; i++) {
@@ -164,6 +251,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) batch = atoi(argv[++i]);
         else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) seconds = atof(argv[++i]);
         else if (strcmp(argv[i], "--modern-steps") == 0 && i + 1 < argc) modern_steps = atol(argv[++i]);
+        else if (strcmp(argv[i], "--replica-steps") == 0 && i + 1 < argc) replica_steps = atol(argv[++i]);
         else what = argv[i];
     }
     char why[256];
@@ -179,5 +267,6 @@ int main(int argc, char **argv)
         rc |= bench_gpt2("fp16", batch, 3);
     }
     if (all || strcmp(what, "modern") == 0) rc |= bench_modern(seconds, modern_steps);
+    if (all || strcmp(what, "replicas") == 0) rc |= bench_replicas(replica_steps);
     return rc;
 }

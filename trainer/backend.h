@@ -146,7 +146,8 @@ struct tbackend {
     /* y = a + b (y may alias a) */
     int (*residual)(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, const ktensor *b);
     /* losses[i] = logsumexp(z_i) - z_i[target_i] with z = cap*tanh(logits/cap)
-     * (cap = 0: z = logits); dlogits = dloss[r] * dz/dlogits * (softmax(z) - onehot) in replica r */
+     * (cap = 0: z = logits); dlogits = dloss[r] * dz/dlogits * (softmax(z) - onehot) in replica r
+     * (dlogits and dloss NULL: the losses only) */
     int (*cross_entropy)(tbackend *be, const tsite *at, ktensor *losses, ktensor *dlogits, const ktensor *logits,
                          const int32_t *targets, double softcap, const double *dloss);
     /* out = in^T, or out += in^T */

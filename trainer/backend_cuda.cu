@@ -619,7 +619,7 @@ static int cuda_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, kt
     ktensor L, DL;
     if (as_format(be, 0, logits, lf, &L) || (dlogits && out_begin(be, 1, dlogits, lf, &DL))) return -1;
     if (kce_forward_backward(path, v, logits->shape[0], logits->shape[1], L.data, targets, (float *)losses->data,
-                             dlogits ? DL.data : nullptr, (float)*dloss))
+                             dlogits ? DL.data : nullptr, dloss ? (float)*dloss : 0.0f))
         return kfail(be, at, "cross-entropy");
     return dlogits ? out_end(be, dlogits, &DL) : 0;
 }
@@ -990,7 +990,7 @@ static int batched_grad_norm(tbackend *be, const tsite *at, tparam *const *param
     ktensor *grads = (ktensor *)malloc((size_t)n * sizeof *grads);
     float *host = (float *)malloc((size_t)R * sizeof *host);
     int rc = !grads || !host ? tbackend_fail(be, "out of memory") : 0;
-    for (int i = 0; !rc && i < n; i++) grads[i] = params[i]->grad; // one replica's shape; R x n_t elements
+    for (int i = 0; !rc && i < n; i++) grads[i] = folded(be, &params[i]->grad); // R x n_t elements each
     size_t ws = rc ? 0 : kgrad_norm_workspace_replicas(R, grads, n, at->variant);
     void *buf = nullptr;
     if (!rc && ws && scratch(be, 0, ws, &buf)) rc = -1;

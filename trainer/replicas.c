@@ -250,7 +250,7 @@ static int rep_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, kte
     size_t rows = (size_t)logits->shape[0];
     EACH_REPLICA(losses, be->one->cross_entropy(be, at, losses, dlogits, logits, targets, softcap, dloss),
                  be->one->cross_entropy(be, at, S(0, losses), S(1, dlogits), S(2, logits), targets + r * rows,
-                                        softcap, dloss + r));
+                                        softcap, dloss ? dloss + r : NULL));
 }
 
 static int rep_transpose(tbackend *be, const tsite *at, ktensor *out, const ktensor *in, int accumulate)
