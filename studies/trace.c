@@ -918,10 +918,10 @@ static int tapped_run(const trace_config *tc, const ttrain_config *cfg, tap *t, 
         return 1;
     }
     active_tap = t;
-    kernels_set_planted_bug(tc ? tc->planted : KBUG_NONE);
+    if (tc) kernels_set_planted_bug(tc->planted); /* recording (no tc) keeps the caller's */
     double t0 = now_seconds();
     int rc = ttrain_run(&run, res);
-    kernels_set_planted_bug(KBUG_NONE);
+    if (tc) kernels_set_planted_bug(KBUG_NONE);
     active_tap = NULL;
     if (!rc && states) t->state_hash[run.steps] = res->param_hash;
     if (tc && tc->progress)

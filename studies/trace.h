@@ -65,7 +65,7 @@ extern "C" {
 typedef enum {
     TRACE_BUG_NONE = 0,
     TRACE_BUG_NO_INPUT_CHECK, /* the locator blames the first differing output whatever its inputs */
-    TRACE_BUG_IGNORE_BOUND,   /* the verdict blames the replay further from the reference, bounds ignored */
+    TRACE_BUG_IGNORE_BOUND,   /* the verdict blames the replay with the larger total error, bounds ignored */
 } trace_bug;
 
 typedef enum {

@@ -83,7 +83,7 @@ void trace_judge_matmul(trace_report *r, const char *backend, const tsite *site_
         if (!taken[m]) rows[n_rows++] = m;
     const prec_format_info *fo = prec_format_get(Y->format);
     const double u = fo->unit_roundoff;
-    double max_err[2] = {0, 0};
+    double sum_err[2] = {0, 0};
     trace_judgement *J = r->judge;
     memset(J, 0, 2 * sizeof *J);
     J[0].ratio = J[1].ratio = 0;
@@ -103,7 +103,7 @@ void trace_judge_matmul(trace_report *r, const char *backend, const tsite *site_
                 double got = (k ? yb : ya)[m * N + n];
                 double err = fabs(got - ref);
                 if (!(err == err)) err = INFINITY;
-                max_err[k] = fmax(max_err[k], err);
+                sum_err[k] += err;
                 double ratio = e > 0 ? err / e : (err > 0 ? INFINITY : 0);
                 if (ratio > 1) J[k].over++;
                 if (ratio > J[k].ratio || (i == 0 && n == 0)) {
@@ -118,9 +118,9 @@ void trace_judge_matmul(trace_report *r, const char *backend, const tsite *site_
     }
     free(rows), free(S), free(taken);
     if (bug == TRACE_BUG_IGNORE_BOUND) {
-        /* twin: whichever replay is further from the reference is "the bug" */
-        r->verdict = max_err[0] > max_err[1] ? TRACE_VERDICT_BUG_A
-                     : max_err[1] > max_err[0] ? TRACE_VERDICT_BUG_B
+        /* twin: whichever replay is further from the reference in total is "the bug" */
+        r->verdict = sum_err[0] > sum_err[1] ? TRACE_VERDICT_BUG_A
+                     : sum_err[1] > sum_err[0] ? TRACE_VERDICT_BUG_B
                                                : TRACE_VERDICT_CHAOS;
         return;
     }
