@@ -63,37 +63,6 @@ static int parse_schedule(const char *s, bisect_config *c)
     return c->n_schedule ? 0 : -1;
 }
 
-/* SLOT[@LAYER][:VARIANT] against the bad plan (the variant the bad plan runs
- * there by default). */
-static int parse_plant(const char *s, const tplan *bad, int depth, int *slot, int *layer, int *variant)
-{
-    char name[64];
-    size_t n = strcspn(s, "@:");
-    if (n == 0 || n >= sizeof name) return -1;
-    memcpy(name, s, n);
-    name[n] = '\0';
-    *slot = -1;
-    for (int k = 0; k < TSLOT_COUNT; k++)
-        if (strcmp(tslot_get((tslot)k)->name, name) == 0) *slot = k;
-    if (*slot < 0) return -1;
-    *layer = -1;
-    *variant = -1;
-    const char *p = s + n;
-    if (*p == '@') {
-        char *end;
-        long l = strtol(p + 1, &end, 10);
-        if (end == p + 1 || l < 0 || l >= depth) return -1;
-        *layer = (int)l;
-        p = end;
-    }
-    if (*p == ':') {
-        const kop *op = tplan_kop(bad, (tslot)*slot);
-        *variant = op ? kregistry_variant(op, p + 1) : -1;
-        if (*variant < 0) return -1;
-    } else if (*p) return -1;
-    return 0;
-}
-
 int cmd_bisect(int argc, char **argv)
 {
     typedef struct {
@@ -125,41 +94,18 @@ int cmd_bisect(int argc, char **argv)
     if (!status) status = train_options_finish(&s->t, "bisect");
     bisect_config *c = &s->c;
     char err[1024], *recipe = NULL, tmpdir[64] = "";
-    if (!status && !!s->o.bad == !!s->o.bad_plan)
-        status = base_error("bisect", "give the bad plan with exactly one of --bad OVERRIDES or --bad-plan PRESET");
     if (!status && parse_schedule(s->o.schedule, c))
         status = base_error("bisect", "--schedule %s: increasing seed counts >= 2, comma separated (e.g. 4,8,16)",
                            s->o.schedule);
     if (!status) status = experiment_setup("bisect", &s->t, &s->o.e, CMP_VARY_BOTH, &c->train, &recipe);
     if (!status) {
         c->good = s->t.cfg.plan;
-        c->bad = c->good;
-        const char *over = s->o.bad;
-        if (s->o.bad_plan) {
-            char preset[32];
-            const char *comma = strchr(s->o.bad_plan, ',');
-            size_t k = comma ? (size_t)(comma - s->o.bad_plan) : strlen(s->o.bad_plan);
-            if (k == 0 || k >= sizeof preset) status = base_error("bisect", "--bad-plan %s: no preset name", s->o.bad_plan);
-            else {
-                memcpy(preset, s->o.bad_plan, k);
-                preset[k] = '\0';
-                if (tplan_init(&c->bad, preset, s->t.cfg.model.kind, err, sizeof err))
-                    status = base_error("bisect", "--bad-plan: %s", err);
-                over = comma ? comma + 1 : NULL;
-            }
-        }
-        if (!status && over && tplan_set(&c->bad, over, err, sizeof err)) status = base_error("bisect", "bad plan: %s", err);
-        if (!status && tplan_check_layers(&c->bad, s->t.cfg.model.n_layer, err, sizeof err))
-            status = base_error("bisect", "bad plan: %s", err);
+        status = experiment_bad_plan("bisect", &s->t, s->o.bad, s->o.bad_plan, &c->bad);
     }
     if (!status && s->o.plant) {
-        int slot, layer, variant;
-        if (parse_plant(s->o.plant, &c->bad, s->t.cfg.model.n_layer, &slot, &layer, &variant))
-            status = base_error("bisect", "--plant-truncation %s: expected SLOT[@LAYER][:VARIANT] of the bad plan", s->o.plant);
-        else {
+        status = experiment_plant("bisect", s->o.plant, &c->bad, s->t.cfg.model.n_layer);
+        if (!status)
             for (int a = 0; a < CMP_MAX_ARMS; a++) c->train.planted[a] = KBUG_TRUNCATE_OUTPUT;
-            tbackend_cpu_plant_site(slot, layer, variant);
-        }
     }
     if (!status) {
         /* both plans must be runnable on the backend */

@@ -1,4 +1,4 @@
-/* cli/experiment.c — shared by compare and noise (experiment.h). */
+/* cli/experiment.c — shared by compare, noise, bisect and trace (experiment.h). */
 #include "cli/experiment.h"
 
 #include <errno.h>
@@ -9,6 +9,7 @@
 #include "base/jsonl.h"
 #include "base/outfile.h"
 #include "base/parse.h"
+#include "trainer/backend.h"
 
 void experiment_options_defaults(experiment_options *e)
 {
@@ -147,4 +148,66 @@ int experiment_write_json(const char *cmd, const char *json_path, const char *re
     cmp_write_arm_records(o.fp, c, rep);
     if (extra) extra(o.fp, extra_ctx);
     return base_outfile_commit(&o, cmd) ? 1 : 0;
+}
+
+int experiment_bad_plan(const char *cmd, const train_options *t, const char *bad, const char *bad_plan, tplan *out)
+{
+    char err[1024];
+    if (!!bad == !!bad_plan)
+        return base_error(cmd, "give the bad plan with exactly one of --bad OVERRIDES or --bad-plan PRESET");
+    *out = t->cfg.plan;
+    const char *over = bad;
+    if (bad_plan) {
+        char preset[32];
+        const char *comma = strchr(bad_plan, ',');
+        size_t k = comma ? (size_t)(comma - bad_plan) : strlen(bad_plan);
+        if (k == 0 || k >= sizeof preset) return base_error(cmd, "--bad-plan %s: no preset name", bad_plan);
+        memcpy(preset, bad_plan, k);
+        preset[k] = '\0';
+        if (tplan_init(out, preset, t->cfg.model.kind, err, sizeof err)) return base_error(cmd, "--bad-plan: %s", err);
+        over = comma ? comma + 1 : NULL;
+    }
+    if (over && tplan_set(out, over, err, sizeof err)) return base_error(cmd, "bad plan: %s", err);
+    if (tplan_check_layers(out, t->cfg.model.n_layer, err, sizeof err)) return base_error(cmd, "bad plan: %s", err);
+    return 0;
+}
+
+/* SLOT[@LAYER][:VARIANT] against the bad plan (the variant the bad plan runs
+ * there by default). */
+static int parse_plant(const char *s, const tplan *bad, int depth, int *slot, int *layer, int *variant)
+{
+    char name[64];
+    size_t n = strcspn(s, "@:");
+    if (n == 0 || n >= sizeof name) return -1;
+    memcpy(name, s, n);
+    name[n] = '\0';
+    *slot = -1;
+    for (int k = 0; k < TSLOT_COUNT; k++)
+        if (strcmp(tslot_get((tslot)k)->name, name) == 0) *slot = k;
+    if (*slot < 0) return -1;
+    *layer = -1;
+    *variant = -1;
+    const char *p = s + n;
+    if (*p == '@') {
+        char *end;
+        long l = strtol(p + 1, &end, 10);
+        if (end == p + 1 || l < 0 || l >= depth) return -1;
+        *layer = (int)l;
+        p = end;
+    }
+    if (*p == ':') {
+        const kop *op = tplan_kop(bad, (tslot)*slot);
+        *variant = op ? kregistry_variant(op, p + 1) : -1;
+        if (*variant < 0) return -1;
+    } else if (*p) return -1;
+    return 0;
+}
+
+int experiment_plant(const char *cmd, const char *spec, const tplan *bad, int depth)
+{
+    int slot, layer, variant;
+    if (parse_plant(spec, bad, depth, &slot, &layer, &variant))
+        return base_error(cmd, "--plant-truncation %s: expected SLOT[@LAYER][:VARIANT] of the bad plan", spec);
+    tbackend_cpu_plant_site(slot, layer, variant);
+    return 0;
 }

@@ -1,5 +1,5 @@
 /* cli/experiment.h — what the commands that run training arms share
- * (compare, noise): their options beside the training options, seed lists,
+ * (compare, noise, bisect, trace): their options beside the training options, seed lists,
  * the trainer-backed runner with its validation windows and recipe, and the
  * JSON Lines output. */
 #ifndef ULPSCOPE_CLI_EXPERIMENT_H
@@ -34,5 +34,16 @@ int experiment_setup(const char *cmd, train_options *t, const experiment_options
  * (nothing when json_path is NULL).  Returns 0 or 1. */
 int experiment_write_json(const char *cmd, const char *json_path, const char *recipe, const cmp_config *c,
                           const cmp_report *rep, void (*extra)(FILE *fp, void *ctx), void *extra_ctx);
+
+/* The bad plan of bisect and trace: --bad OVERRIDES on the good plan
+ * (t->cfg.plan, --plan/--set) or --bad-plan PRESET[,OVERRIDES], exactly one
+ * of them, checked against the depth.  0, or BASE_EXIT_USAGE after an error
+ * line. */
+int experiment_bad_plan(const char *cmd, const train_options *t, const char *bad, const char *bad_plan, tplan *out);
+
+/* --plant-truncation SLOT[@LAYER][:VARIANT] (a variant of the bad plan's op
+ * there): the CPU backend's planted site (tbackend_cpu_plant_site; the caller
+ * sets KBUG_TRUNCATE_OUTPUT for the runs).  0 or BASE_EXIT_USAGE. */
+int experiment_plant(const char *cmd, const char *spec, const tplan *bad, int depth);
 
 #endif

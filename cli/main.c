@@ -16,6 +16,7 @@ static const cli_command commands[] = {
     {"compare", "do these plans give different final losses? paired seeds, a null arm, a verdict per arm", cmd_compare},
     {"noise", "a recipe's noise floor: seed and chaos spread, runs needed per shift", cmd_noise},
     {"bisect", "which slots (per layer and GEMM role) of a bad plan move the loss: delta debugging", cmd_bisect},
+    {"trace", "where do two configurations from one seed first part: bug or reordering, and amplification", cmd_trace},
 };
 static const int n_commands = (int)(sizeof commands / sizeof commands[0]);
 

@@ -134,6 +134,23 @@ head -n 1 "$work/a100.jsonl" >"$d/fingerprint-header"
 sed -n 2p "$work/a100.jsonl" >"$d/fingerprint-params"
 cp "$out/fuzz_plan_json/modern-layers.json" "$d/plan.json"
 printf '{"a":[1,-2.5e-3,"nan","inf","-inf",true,false,null],"s":"\\u00e9\\ud83d\\ude00\\n","seed":"0x5eed","n":18446744073709551615}' >"$d/escapes-and-numbers"
+# ---- fuzz_trace: bytes 0-1 = where file A ends; trace files of `trace --record`
+d=$out/fuzz_trace; mkdir -p "$d"
+tiny="--depth 2 --width 32 --heads 2 --seq 32 --batch 2 --steps 4 --warmup 2 --val-batches 1 --quiet"
+"$bin" trace $tiny --record "$work/ta.trace" --record-steps 3
+"$bin" trace $tiny --set matmul=bf16:split_k --record "$work/tb.trace" --record-steps 3
+# the parting step (2) keeps its op records; the others only their states
+for f in ta tb; do grep -v '"record":"op","step":[01],' "$work/$f.trace" >"$work/$f.small"; done
+cat "$work/ta.small" "$work/tb.small" >"$work/both"
+n=$(wc -c <"$work/ta.small")
+prefix "$d/parted" $((n & 255)) $((n >> 8)) "$work/both"
+cat "$work/ta.small" "$work/ta.small" >"$work/both"
+prefix "$d/agree" $((n & 255)) $((n >> 8)) "$work/both"
+head -n 20 "$work/ta.small" >"$work/cut"
+cat "$work/cut" "$work/tb.small" >"$work/both"
+n=$(wc -c <"$work/cut")
+prefix "$d/truncated" $((n & 255)) $((n >> 8)) "$work/both"
+
 echo "make_corpus: $(find "$out" -type f | wc -l) seeds in $out"
 
 # ---- regression inputs of fuzz_checkpoint: impossible headers ----------------------------

@@ -1,0 +1,83 @@
+/* studies/trace_tap.h — the op tap behind `ulpscope trace` (studies/trace.h),
+ * shared by trace.c (runs, locating, replay) and trace_verdict.c (the MPFR
+ * verdict on a replayed op).  Not a public interface. */
+#ifndef ULPSCOPE_STUDIES_TRACE_TAP_H
+#define ULPSCOPE_STUDIES_TRACE_TAP_H
+
+#include "studies/trace.h"
+#include "trainer/backend.h"
+#include "trainer/model.h"
+
+/* The backend entry points the tap wraps. */
+typedef enum {
+    TAP_EMBEDDING_FWD = 0,
+    TAP_EMBEDDING_BWD,
+    TAP_NORM_FWD,
+    TAP_NORM_BWD,
+    TAP_MATMUL,
+    TAP_ATTENTION_FWD,
+    TAP_ATTENTION_BWD,
+    TAP_ROPE_FWD,
+    TAP_ROPE_BWD,
+    TAP_ACTIVATION_FWD,
+    TAP_ACTIVATION_BWD,
+    TAP_RESIDUAL,
+    TAP_CROSS_ENTROPY,
+    TAP_TRANSPOSE,
+    TAP_ACCUMULATE,
+    TAP_GRAD_NORM,
+    TAP_ADAMW,
+    TAP_MUON,
+    TAP_COUNT
+} tap_kind;
+
+/* One op call as the wrapper saw it: its arguments, sorted into inputs
+ * (read) and outputs (written; an accumulated output is an input too). */
+typedef struct {
+    tap_kind kind;
+    const tsite *at;               /* NULL for ops without a site argument */
+    tslot slot;
+    int layer;
+    /* inputs: a tensor, or raw host bytes (ids already downloaded, scalar
+     * arguments) */
+    int n_in;
+    const char *in_name[TRACE_MAX_IN];
+    ktensor *in[TRACE_MAX_IN];
+    const void *in_raw[TRACE_MAX_IN];
+    size_t in_raw_len[TRACE_MAX_IN];
+    int n_out;
+    const char *out_name[TRACE_MAX_OUT];
+    ktensor *out[TRACE_MAX_OUT];
+    double *out_scalar;            /* grad_norm's result */
+    /* the other arguments, as the entry point takes them */
+    ktensor *t[10];                /* positional tensors (see tap_invoke) */
+    const int32_t *ids;            /* device/host ids (tokens, targets) */
+    int a_trans, b_trans, accumulate, B, T, H;
+    double eps, theta, softcap, dloss;
+    tparam *param;
+    tparam *const *params;
+    int n_params;
+    const tadamw_args *adamw;
+    const tmuon_args *muon;
+} tap_call;
+
+/* Runs call c on the original entry points of `orig` at site `at` (ignored
+ * by ops that read their site from be->bound). */
+int tap_invoke(tbackend *be, const tbackend *orig, const tap_call *c, const tsite *at);
+
+/* The MPFR verdict on a replayed matmul: inputs (as doubles in stored units)
+ * and each replay's output; fills r->judge[] and r->verdict, or leaves the
+ * verdict NONE with r->verdict_note saying why.  backend: "cpu" or "cuda"
+ * (the accumulation model of the bound). */
+void trace_judge_matmul(trace_report *r, const char *backend, const tsite *site_a, const tsite *site_b,
+                        const tap_call *c, const double *a, const double *b, const double *y_in, const double *ya,
+                        const double *yb, trace_bug bug);
+
+/* One op record as a JSON Lines record (trace_file.c). */
+void trace_write_op_record(FILE *fp, const trace_op *o);
+/* Runs cfg with op hashes of steps < op_steps (all when <= 0) written to fp
+ * as they happen; *state_hash [steps + 1] and *loss [steps] malloc'd. */
+int trace_record_run(const ttrain_config *cfg, long op_steps, FILE *fp, uint64_t **state_hash, double **loss,
+                     char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,279 @@
+/* tests/test_trace.c — `ulpscope trace` on the CPU backend, tiny model
+ * (tests/test_train_util.h: 2 layers, width 32, 6 steps), fresh seed each run.
+ *
+ *  - a planted over-bound kernel (KBUG_TRUNCATE_OUTPUT at mlp.up@1 running
+ *    split_k, B's variant there) is located at step 0, micro-batch 0, layer 1,
+ *    slot mlp.up, and called a precision bug in B; switched on at step 3
+ *    (--switch-at) it is located at step 3 (the state-hash pass);
+ *  - a genuine reordering (every matmul split_k in B) is called chaos, and
+ *    each replay reproduces its run bit for bit;
+ *  - runs whose initial states differ by one weight ulp have no op with equal
+ *    inputs and unequal outputs: nothing is blamed;
+ *  - twins: a locator that blames the first differing output without
+ *    checking its inputs blames an op in the perturbed-start case; a verdict
+ *    that ignores the bound calls the reordering a bug;
+ *  - trace files: --record of A and B, --diff finds the same site; broken and
+ *    hostile files are refused with the file and line named. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/matmul.h"
+#include "studies/trace.h"
+#include "tests/test_train_util.h"
+#include "tests/test_util.h"
+#include "trainer/backend.h"
+
+static void tiny_pair(trace_config *c, const char *name, const char *b_overrides)
+{
+    memset(c, 0, sizeof *c);
+    tiny_config(&c->a, TMODEL_GPT2, "bf16", test_seed(name));
+    c->b = c->a;
+    if (b_overrides) tiny_set(&c->b, b_overrides);
+    c->amplify_steps = 3;
+    c->amplify_elems = 4096;
+}
+
+static void run_trace(const trace_config *c, trace_report *r)
+{
+    char err[1024];
+    int rc = trace_run(c, r, err, sizeof err);
+    if (rc) fail_msg("trace failed (%d): %s", rc, err);
+    trace_print(stdout, c, r);
+}
+
+static void plant_mlp_up_1(trace_config *c)
+{
+    tbackend_cpu_plant_site(TSLOT_MLP_UP, 1, KMATMUL_SPLIT_K);
+    c->planted = KBUG_TRUNCATE_OUTPUT;
+}
+
+static void assert_at_mlp_up_1(const trace_report *r, long step)
+{
+    assert_true(r->located);
+    assert_false(r->inputs_differ);
+    assert_int_equal(r->part_step, step);
+    assert_int_equal(r->op_b.step, step);
+    assert_int_equal(r->op_b.micro, 0);
+    assert_int_equal(r->op_b.layer, 1);
+    assert_int_equal(r->op_b.slot, TSLOT_MLP_UP);
+    assert_string_equal(r->op_b.op, "matmul");
+    assert_string_equal(r->op_b.out_name[r->out_index], "y");
+}
+
+static void test_planted_bug_located(void **state)
+{
+    (void)state;
+    trace_config c;
+    trace_report r;
+    tiny_pair(&c, "test_planted_bug_located", "mlp.up@1=bf16:split_k");
+    plant_mlp_up_1(&c);
+    run_trace(&c, &r);
+    assert_at_mlp_up_1(&r, 0);
+    assert_true(r.replayed && r.replay_a_exact && r.replay_b_exact);
+    assert_true(r.n_differing > 0 && r.n_diffs > 0);
+    assert_int_equal(r.verdict, TRACE_VERDICT_BUG_B);
+    assert_true(r.judge[0].ratio <= 1 && r.judge[1].ratio > 1);
+    assert_int_equal(r.amp_steps, 3);
+    trace_report_free(&r);
+    /* twin check of the verdict's other side: the same plant in A is a bug in A */
+    trace_config swapped = c;
+    swapped.a = c.b;
+    swapped.b = c.a;
+    run_trace(&swapped, &r);
+    assert_int_equal(r.verdict, TRACE_VERDICT_BUG_A);
+    trace_report_free(&r);
+    tbackend_cpu_plant_site(-1, -1, -1);
+}
+
+static void test_planted_bug_late(void **state)
+{
+    (void)state;
+    trace_config c;
+    trace_report r;
+    tiny_pair(&c, "test_planted_bug_late", NULL);
+    c.b.switches[0] = (tswitch){3, "mlp.up@1=bf16:split_k"};
+    c.b.n_switches = 1;
+    plant_mlp_up_1(&c);
+    run_trace(&c, &r);
+    assert_at_mlp_up_1(&r, 3);
+    assert_int_equal(r.verdict, TRACE_VERDICT_BUG_B);
+    trace_report_free(&r);
+    tbackend_cpu_plant_site(-1, -1, -1);
+}
+
+static void test_reordering_is_chaos(void **state)
+{
+    (void)state;
+    trace_config c;
+    trace_report r;
+    tiny_pair(&c, "test_reordering_is_chaos", "matmul=bf16:split_k");
+    c.a.steps = c.b.steps = 10;
+    run_trace(&c, &r);
+    assert_false(r.identical);
+    assert_true(r.located);
+    assert_string_equal(r.op_b.op, "matmul");
+    assert_true(r.replayed && r.replay_a_exact && r.replay_b_exact);
+    assert_int_equal(r.verdict, TRACE_VERDICT_CHAOS);
+    assert_true(r.judge[0].ratio <= 1 && r.judge[1].ratio <= 1);
+    trace_report_free(&r);
+    /* twin: a verdict that ignores the bound blames one of two equally good kernels */
+    c.bug = TRACE_BUG_IGNORE_BOUND;
+    run_trace(&c, &r);
+    print_message("twin (bound ignored): verdict %d\n", (int)r.verdict);
+    assert_int_not_equal(r.verdict, TRACE_VERDICT_CHAOS);
+    trace_report_free(&r);
+}
+
+/* B's first weight one ulp off (compare's null-arm perturbation, here by hand). */
+static int flip_first_weight(tmodel *m, void *ctx)
+{
+    (void)ctx;
+    tbackend *be = tmodel_backend(m);
+    for (int i = 0; i < tmodel_n_params(m); i++) {
+        tparam *p = tmodel_param(m, i);
+        if (p->layer != 0 || p->w.ndim != 2) continue;
+        size_t n = tensor_image_bytes(&p->w);
+        unsigned char *img = malloc(n);
+        int rc = !img || be->read_bytes(be, &p->w, img);
+        if (!rc) {
+            img[0] ^= 1;
+            rc = be->write_bytes(be, &p->w, img);
+        }
+        free(img);
+        return rc;
+    }
+    return 1;
+}
+
+static void test_different_start_blames_nothing(void **state)
+{
+    (void)state;
+    trace_config c;
+    trace_report r;
+    tiny_pair(&c, "test_different_start_blames_nothing", NULL);
+    c.b.after_init = flip_first_weight;
+    run_trace(&c, &r);
+    assert_int_equal(r.part_step, 0);
+    assert_false(r.located);
+    assert_true(r.inputs_differ);
+    trace_report_free(&r);
+    /* twin: the locator that skips the input check blames the first op that reads the flipped weight */
+    c.bug = TRACE_BUG_NO_INPUT_CHECK;
+    run_trace(&c, &r);
+    assert_true(r.located && r.inputs_differ);
+    trace_report_free(&r);
+}
+
+/* ---- trace files ---- */
+
+static char dir[64];
+
+static void path_in(char *buf, size_t len, const char *name) { snprintf(buf, len, "%s/%s", dir, name); }
+
+static void record(const ttrain_config *cfg, const char *name)
+{
+    char path[128], err[1024];
+    path_in(path, sizeof path, name);
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    int rc = trace_record(cfg, 0, "\"backend\":\"cpu\",\"device\":\"cpu\",\"seed\":1", fp, err, sizeof err);
+    fclose(fp);
+    if (rc) fail_msg("record failed: %s", err);
+}
+
+static void write_text(const char *name, const char *text)
+{
+    char path[128];
+    path_in(path, sizeof path, name);
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs(text, fp);
+    fclose(fp);
+}
+
+static int diff(const char *a, const char *b, int *parted, char *out, size_t len, char *err, size_t errlen)
+{
+    char pa[128], pb[128];
+    path_in(pa, sizeof pa, a);
+    path_in(pb, sizeof pb, b);
+    FILE *fp = fmemopen(out, len, "w");
+    int rc = trace_diff(fp, pa, pb, parted, err, errlen);
+    fclose(fp);
+    return rc;
+}
+
+static void test_record_and_diff(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/ulpscope_trace_XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    trace_config c;
+    tiny_pair(&c, "test_record_and_diff", "mlp.up@1=bf16:split_k");
+    plant_mlp_up_1(&c);
+    kernels_set_planted_bug(KBUG_TRUNCATE_OUTPUT);
+    record(&c.a, "a.trace");
+    record(&c.b, "b.trace");
+    record(&c.a, "a2.trace");
+    kernels_set_planted_bug(KBUG_NONE);
+    tbackend_cpu_plant_site(-1, -1, -1);
+    char out[8192], err[1024];
+    int parted;
+    assert_int_equal(diff("a.trace", "b.trace", &parted, out, sizeof out, err, sizeof err), 0);
+    print_message("%s", out);
+    assert_true(parted);
+    assert_non_null(strstr(out, "the runs part in step 0"));
+    assert_non_null(strstr(out, "step 0, micro-batch 0, layer 1, slot mlp.up (matmul call 0)"));
+    assert_non_null(strstr(out, "y DIFFER"));
+    assert_int_equal(diff("a.trace", "a2.trace", &parted, out, sizeof out, err, sizeof err), 0);
+    assert_false(parted);
+    /* broken and hostile files: status 2, the file and the problem named */
+    static const struct {
+        const char *text, *expect;
+    } bad[] = {
+        {"", "empty file"},
+        {"not json\n", "line 1: not JSON"},
+        {"{\"record\":\"header\",\"tool\":\"compare\",\"steps\":1}\n", "not a trace file"},
+        {"{\"record\":\"header\",\"tool\":\"trace\",\"steps\":1}\n", "no end record"},
+        {"{\"record\":\"header\",\"tool\":\"trace\",\"steps\":99999999999}\n", "steps"},
+        {"{\"record\":\"header\",\"tool\":\"trace\",\"steps\":1}\n{\"record\":\"op\",\"step\":0,\"micro\":0,"
+         "\"slot\":\"nope\",\"layer\":0,\"call\":0,\"op\":\"matmul\",\"in\":[],\"out\":[\"0000000000000000\"],"
+         "\"out_names\":[\"y\"]}\n",
+         "line 2: op record: bad or missing \"slot (no such slot)\""},
+        {"{\"record\":\"header\",\"tool\":\"trace\",\"steps\":1}\n{\"record\":\"state\",\"step\":0,\"hash\":\"xyz\","
+         "\"loss\":1}\n",
+         "line 2: state record: bad or missing \"hash\""},
+        {"{\"record\":\"header\",\"tool\":\"trace\",\"steps\":1}\n{\"record\":\"end\",\"steps\":1}\n",
+         "no state record for step 0"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_text("bad.trace", bad[i].text);
+        err[0] = '\0';
+        int rc = diff("a.trace", "bad.trace", &parted, out, sizeof out, err, sizeof err);
+        print_message("bad file %zu: %s\n", i, err);
+        assert_int_equal(rc, 2);
+        assert_non_null(strstr(err, "bad.trace"));
+        assert_non_null(strstr(err, bad[i].expect));
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_planted_bug_located),
+        cmocka_unit_test(test_planted_bug_late),
+        cmocka_unit_test(test_reordering_is_chaos),
+        cmocka_unit_test(test_different_start_blames_nothing),
+        cmocka_unit_test(test_record_and_diff),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
