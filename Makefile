@@ -48,15 +48,16 @@ SYS_LIBS   := -lstdc++ -lpthread -lm -ldl
 REQUIRED_LDLIBS := $(CUDA_LIBS) -lmpfr -lgmp $(SYS_LIBS)
 
 # One static library per floor; a floor uses only the floors listed before it
-# (reference/, kernels/check/ and studies/ are the ones that need MPFR; the
+# (reference/, kernels/check/, verify/ and studies/ are the ones that need MPFR; the
 # trainer's floor sits on base, precision and kernels alone, which
 # `make link-check` proves).  Sources are found by wildcard in each folder.
-FLOORS         := base precision reference kernels check probe trainer studies cli
+FLOORS         := base precision reference kernels check verify probe trainer studies cli
 base_SRCS      := $(wildcard base/*.c)
 precision_SRCS := $(wildcard precision/*.c)
 reference_SRCS := $(wildcard reference/*.c)
 kernels_SRCS   := $(wildcard kernels/*.c kernels/*.cu kernels/common/*.c kernels/common/*.cu)
 check_SRCS     := $(wildcard kernels/check/*.c)
+verify_SRCS    := $(wildcard verify/*.c)
 probe_SRCS     := $(wildcard kernels/probe/*.c kernels/probe/*.cu)
 trainer_SRCS   := $(wildcard trainer/*.c trainer/*.cu)
 studies_SRCS   := $(wildcard studies/*.c)

@@ -18,5 +18,6 @@ int cmd_train(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_noise(int argc, char **argv);
 int cmd_bisect(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
 
 #endif
