@@ -241,7 +241,7 @@ static int bind(const vtensor *want, const ulp_tensor *given, int n_given, const
             char names[128] = "";
             for (int w = 0; w < VMAX_TENSORS && want[w].name; w++)
                 snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", w ? ", " : "", want[w].name);
-            return bad(err, errlen, "%s tensor '%s' is not one of this pass's %s (%s)", role,
+            return bad(err, errlen, "%s tensor '%s' is not one of this pass's %ss (%s)", role,
                        given[g].name ? given[g].name : "(no name)", role, names);
         }
         if (out[found].t) return bad(err, errlen, "%s tensor '%s' given twice", role, given[g].name);
