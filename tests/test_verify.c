@@ -426,7 +426,7 @@ static void cli_refuses_bad_input(void **state)
         {"softmax --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'softmax'"},
         {"rmsnorm --path bf16 --path bf16 --inputs D/a.npy --outputs D/a.npy", "given twice"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy --outputs dx=D/a.npy", "missing input tensor 'dy'"},
-        {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy,D/a3.npy,D/a.npy --outputs D/a.npy,D/a3.npy", "dgain has 3"},
+        {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy,D/a3.npy,D/a.npy --outputs D/a.npy,D/a4.npy", "dgain has 4"},
     };
     DIR *before = opendir(dir);
     int entries_before = 0;
