@@ -48,15 +48,16 @@ SYS_LIBS   := -lstdc++ -lpthread -lm -ldl
 REQUIRED_LDLIBS := $(CUDA_LIBS) -lmpfr -lgmp $(SYS_LIBS)
 
 # One static library per floor; a floor uses only the floors listed before it
-# (reference/, kernels/check/ and studies/ are the ones that need MPFR; the
+# (reference/, kernels/check/, verify/ and studies/ are the ones that need MPFR; the
 # trainer's floor sits on base, precision and kernels alone, which
 # `make link-check` proves).  Sources are found by wildcard in each folder.
-FLOORS         := base precision reference kernels check probe trainer studies cli
+FLOORS         := base precision reference kernels check verify probe trainer studies cli
 base_SRCS      := $(wildcard base/*.c)
 precision_SRCS := $(wildcard precision/*.c)
 reference_SRCS := $(wildcard reference/*.c)
 kernels_SRCS   := $(wildcard kernels/*.c kernels/*.cu kernels/common/*.c kernels/common/*.cu)
 check_SRCS     := $(wildcard kernels/check/*.c)
+verify_SRCS    := $(wildcard verify/*.c)
 probe_SRCS     := $(wildcard kernels/probe/*.c kernels/probe/*.cu)
 trainer_SRCS   := $(wildcard trainer/*.c trainer/*.cu)
 studies_SRCS   := $(wildcard studies/*.c)
@@ -149,7 +150,7 @@ link-check: $(BUILD)/obj/tests/link_trainer.o $(TRAINER_ONLY_LIBS) $(call floor_
 
 # ---- run ----------------------------------------------------------------------
 # Tests that drive the command line find it through ULPSCOPE_BIN.
-test: link-check $(TEST_BINS) $(BUILD)/ulpscope
+test: link-check verify-examples $(TEST_BINS) $(BUILD)/ulpscope
 	@ULPSCOPE_BIN=$(abspath $(BUILD)/ulpscope) sh tests/run_tests.sh $(TEST_BINS)
 
 test-gpu: $(TEST_BINS) $(BUILD)/ulpscope
@@ -254,3 +255,50 @@ deps: clang-deps
 clean: clean-sanitize-fuzz
 clean-sanitize-fuzz:
 	rm -rf $(SANITIZE_BUILD) $(FUZZ_BUILD)
+
+# ==== the installed library ======================================================
+#
+#   make install    PREFIX (default /usr/local) and DESTDIR honoured: lib/libulpscope.a,
+#                   lib/libulpscope.so, include/ulpscope/verify.h and unit.h,
+#                   lib/pkgconfig/ulpscope.pc
+#   make verify-examples  (run by make test) installs into a fresh scratch prefix, builds
+#                   examples/verify/toy_rmsnorm_test.c with pkg-config against it and runs
+#                   it, then the NumPy example examples/verify/rmsnorm_numpy.py
+#
+# The library is what `ulpscope verify` needs and nothing of the GPU: the tensor
+# readers, the formats and bounds, the MPFR references, the comparisons the checks
+# share (kernels/check/rows.c, compare_*.c) and verify/.  Its objects are built
+# position-independent in $(BUILD)/pic/.
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+ULP_VERSION := $(shell sed -n 's/^#define ULPSCOPE_VERSION "\(.*\)"/\1/p' base/version.h)
+LIBULP_SRCS := base/error.c base/json_read.c base/tensor_file.c $(precision_SRCS) $(reference_SRCS) \
+               kernels/check/rows.c $(wildcard kernels/check/compare_*.c) $(verify_SRCS)
+LIBULP_OBJS := $(patsubst %.c,$(BUILD)/pic/%.o,$(LIBULP_SRCS))
+LIBULP_HDRS := verify/verify.h verify/unit.h
+.PHONY: install verify-examples
+
+$(BUILD)/pic/%.o: %.c | $(DEPS_OK)
+	@mkdir -p $(@D)
+	$(CC) $(REQUIRED_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) $(REQUIRED_CFLAGS) -fPIC -c $< -o $@
+
+$(BUILD)/lib/libulpscope.a: $(LIBULP_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+# --no-undefined: the library must not lean on anything but MPFR, GMP and libm.
+$(BUILD)/lib/libulpscope.so: $(LIBULP_OBJS)
+	$(CC) $(LDFLAGS) -shared -Wl,--no-undefined -Wl,-soname,libulpscope.so -o $@ $^ -lmpfr -lgmp -lm
+
+install: $(BUILD)/lib/libulpscope.a $(BUILD)/lib/libulpscope.so
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/ulpscope
+	install -m 644 $(BUILD)/lib/libulpscope.a $(DESTDIR)$(PREFIX)/lib/libulpscope.a
+	install -m 755 $(BUILD)/lib/libulpscope.so $(DESTDIR)$(PREFIX)/lib/libulpscope.so
+	install -m 644 $(LIBULP_HDRS) $(DESTDIR)$(PREFIX)/include/ulpscope/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(ULP_VERSION)|' verify/ulpscope.pc.in \
+	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ulpscope.pc
+
+verify-examples: $(BUILD)/lib/libulpscope.a $(BUILD)/lib/libulpscope.so $(BUILD)/ulpscope
+	@sh tests/verify_examples.sh "$(MAKE)" $(BUILD) "$(CC)" "$(PYTHON)"
+
+-include $(shell find $(BUILD)/pic -name '*.d' 2>/dev/null)

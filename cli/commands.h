@@ -19,5 +19,6 @@ int cmd_compare(int argc, char **argv);
 int cmd_noise(int argc, char **argv);
 int cmd_bisect(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
 
 #endif

@@ -10,6 +10,7 @@ static const cli_command commands[] = {
     {"accum", "accumulation study: error of sums by format, algorithm, rounding and n", cmd_accum},
     {"norms", "LayerNorm/RMSNorm stability study: variance algorithm, upcast placement, width", cmd_norms},
     {"check", "check GPU kernels (op x path x variant) against the MPFR reference", cmd_check},
+    {"verify", "verify a kernel that is not ulpscope's from the tensors it saw and produced (.npy, safetensors)", cmd_verify},
     {"probe", "probe, model and compare matrix-unit (tensor core) arithmetic", cmd_probe},
     {"plan", "print or explain a numerics plan for the trainer", cmd_plan},
     {"train", "train a GPT whose every kernel slot follows a numerics plan", cmd_train},

@@ -74,6 +74,38 @@ PY
     done
 done
 
+# ---- fuzz_npy, fuzz_safetensors: tensors as NumPy writes them (what verify reads) -------
+d=$out/fuzz_npy; mkdir -p "$d"
+d2=$out/fuzz_safetensors; mkdir -p "$d2"
+python3 - "$d" "$d2" <<'PY'
+import json, struct, sys
+import numpy as np
+npy, st = sys.argv[1], sys.argv[2]
+rng = np.random.default_rng(5)
+for name, a in [("f4-2d", rng.standard_normal((3, 5)).astype(np.float32)),
+                ("f8-1d", rng.standard_normal(7)), ("f2-3d", rng.standard_normal((2, 2, 3)).astype(np.float16)),
+                ("u2-bf16", (rng.standard_normal((4, 4)).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)),
+                ("i4", np.arange(6, dtype=np.int32).reshape(2, 3)), ("u1", np.arange(5, dtype=np.uint8)),
+                ("scalar", np.float32(1.5)), ("empty", np.zeros((0, 4), np.float32)),
+                ("big-endian", rng.standard_normal(3).astype(">f4"))]:
+    np.save("%s/%s.npy" % (npy, name), a)
+def safetensors(path, tensors):
+    header, blob = {"__metadata__": {"format": "pt"}}, b""
+    for name, dtype, a in tensors:
+        raw = a.tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [len(blob), len(blob) + len(raw)]}
+        blob += raw
+    h = json.dumps(header).encode()
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + blob)
+x = rng.standard_normal((4, 8)).astype(np.float32)
+bits = lambda a: (a.view(np.uint32) >> 16).astype(np.uint16)
+safetensors(st + "/rmsnorm-f32.safetensors", [("x", "F32", x), ("gain", "F32", np.ones(8, np.float32)), ("y", "F32", x)])
+safetensors(st + "/rmsnorm-bf16.safetensors", [("x", "BF16", bits(x)), ("y", "BF16", bits(x)), ("rstd", "F32", np.ones(4, np.float32))])
+safetensors(st + "/mixed.safetensors", [("a", "F64", rng.standard_normal(3)), ("b", "F16", np.ones((2, 2), np.float16)),
+                                        ("c", "I64", np.arange(3)), ("d", "U8", np.arange(4, dtype=np.uint8))])
+safetensors(st + "/empty.safetensors", [])
+PY
+
 # ---- fuzz_checkpoint: real checkpoints without their last 8 bytes (the checksum) -----
 d=$out/fuzz_checkpoint; mkdir -p "$d"
 shard "$work/tok.bin" 16 400

@@ -1,0 +1,268 @@
+/* cli/cmd_verify.c — `ulpscope verify`: a kernel that is not ulpscope's,
+ * judged from the tensors it saw and produced (.npy or safetensors files)
+ * against the MPFR reference and the bound of the kernel as declared
+ * (verify/verify.h does the work; this file reads the files and options). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/parse.h"
+#include "base/tensor_file.h"
+#include "cli/commands.h"
+#include "verify/verify.h"
+
+static void usage(FILE *fp)
+{
+    fprintf(fp,
+            "usage: ulpscope verify OP --inputs FILES --outputs FILES --path P [--pass fwd|bwd]\n"
+            "                       [--accum A] [--reduce R] [--col-reduce R] [--upcast U]\n"
+            "                       [--math-ulps N] [--eps E] [--list]\n\n"
+            "Reads the tensors a kernel saw (--inputs) and produced (--outputs), computes the\n"
+            "MPFR reference of every output element and a bound on its error for the kernel\n"
+            "as you declare it, and prints per output: max and RMS error in units of the\n"
+            "storage format's u, the bound, the worst element with its inputs, PASS or FAIL\n"
+            "(as `ulpscope check` judges its own kernels).\n\n"
+            "  OP               the op (--list shows each op's tensors)\n"
+            "  --inputs FILES   comma-separated: FILE.npy (bound to the pass's tensors in order),\n"
+            "                   NAME=FILE.npy, or FILE.safetensors (its tensors by name)\n"
+            "  --outputs FILES  the same for the outputs\n"
+            "  --path P         storage format of the op's tensors: fp32, bf16, fp16 (f4, f2 and\n"
+            "                   f8 files must hold values of that format; u2 files hold bf16 or\n"
+            "                   fp16 bit patterns)\n"
+            "  --pass           fwd (default) or bwd\n"
+            "  --accum A        format the kernel accumulates its sums in: fp64, fp32, bf16,\n"
+            "                   fp16, storage (the path's) or unknown (default)\n"
+            "  --reduce R       order of the row sums: sequential, pairwise, blocks:T (T threads\n"
+            "                   each summing a strided share, then a tree), depth:D (the longest\n"
+            "                   chain of roundings) or unknown (default)\n"
+            "  --col-reduce R   the same for sums over rows (rmsnorm's dgain)\n"
+            "  --upcast U       rmsnorm: gemma (every step in fp32, y rounded once), llama (x rstd\n"
+            "                   rounded to storage before the gain), none (statistics in storage\n"
+            "                   too) or unknown (default)\n"
+            "  --math-ulps N    error of rsqrt and the like in fp32 ulps (default 2, CUDA's rsqrtf)\n"
+            "  --eps E          the op's epsilon (default 1e-5 as an fp32 value)\n"
+            "  --list           the ops and their tensors, then exit\n\n"
+            "Unknown parts of the declaration: two rows per output, the tightest bound (fp32,\n"
+            "pairwise, gemma) and the loosest (storage format, sequential, none); the verdict\n"
+            "is taken against the loosest.  A declared kernel that FAILs is tried against\n"
+            "looser declarations, and the first one the outputs fit is named.\n\n"
+            "Exit status: 0 PASS, 1 FAIL, 2 bad input (options, files, dtypes, shapes).\n");
+}
+
+#define MAX_FILE_TENSORS 16
+
+typedef struct {
+    tfile_tensor file[MAX_FILE_TENSORS]; /* .npy tensors (owned) */
+    int n_file;
+    tfile_tensor *st[MAX_FILE_TENSORS];  /* safetensors files (owned) */
+    int st_n[MAX_FILE_TENSORS], n_st;
+    ulp_tensor bound[MAX_FILE_TENSORS];
+    char names[MAX_FILE_TENSORS][128];
+    int n_bound;
+} tensor_set;
+
+static void free_set(tensor_set *s)
+{
+    for (int i = 0; i < s->n_file; i++) tfile_free(&s->file[i]);
+    for (int i = 0; i < s->n_st; i++) tfile_free_all(s->st[i], s->st_n[i]);
+}
+
+static int ends_with(const char *s, const char *tail)
+{
+    size_t a = strlen(s), b = strlen(tail);
+    return a >= b && strcmp(s + a - b, tail) == 0;
+}
+
+/* Makes t usable as a ulp_tensor of the declared path: u2 patterns become
+ * the path's 16-bit values; integer dtypes are refused. */
+static int to_values(tfile_tensor *t, const char *what, const char *path)
+{
+    if (t->dtype == TFILE_U16) {
+        int bf16 = strcmp(path, "bf16") == 0;
+        if (!bf16 && strcmp(path, "fp16") != 0)
+            return base_error("verify", "%s: dtype u2 holds 16-bit patterns; they need --path bf16 or fp16, not %s", what, path);
+        for (int64_t i = 0; i < t->n; i++)
+            t->data[i] = bf16 ? tfile_bf16_to_double((uint16_t)t->data[i]) : tfile_half_to_double((uint16_t)t->data[i]);
+    } else if (!tfile_dtype_is_float(t->dtype)) {
+        return base_error("verify", "%s: dtype %s is not a floating-point tensor (f8, f4, f2, bf16, or u2 bit patterns)",
+                          what, tfile_dtype_name(t->dtype));
+    }
+    return 0;
+}
+
+static int bind_tensor(tensor_set *s, tfile_tensor *t, const char *name)
+{
+    if (s->n_bound == MAX_FILE_TENSORS) return base_error("verify", "more than %d tensors", MAX_FILE_TENSORS);
+    ulp_tensor *u = &s->bound[s->n_bound];
+    snprintf(s->names[s->n_bound], sizeof s->names[0], "%s", name);
+    u->name = s->names[s->n_bound];
+    u->dtype = ULP_F64;
+    u->data = t->data;
+    u->ndim = t->ndim;
+    for (int k = 0; k < t->ndim; k++) u->shape[k] = t->shape[k];
+    s->n_bound++;
+    return 0;
+}
+
+/* Reads FILES for one role.  own: the pass's tensor names for this role
+ * (positional .npy files take them in order); other: the other role's names
+ * (a safetensors file holding both is fine). */
+static int read_files(const char *list, const char *role, const char *const *own, const char *const *other,
+                      const char *path, tensor_set *s)
+{
+    char *copy = strdup(list), *save = NULL;
+    if (!copy) return base_error("verify", "out of memory");
+    int position = 0, rc = 0;
+    for (char *item = strtok_r(copy, ",", &save); item && !rc; item = strtok_r(NULL, ",", &save), position++) {
+        char err[1200];
+        char *eq = strchr(item, '=');
+        const char *file = eq ? eq + 1 : item;
+        if (!*file) {
+            rc = base_error("verify", "--%s: an empty file name in '%s'", role, list);
+            break;
+        }
+        if (ends_with(file, ".safetensors")) {
+            if (eq) {
+                rc = base_error("verify", "--%s: %s: a safetensors file binds its tensors by their own names (no NAME=)", role, item);
+                break;
+            }
+            if (s->n_st == MAX_FILE_TENSORS) {
+                rc = base_error("verify", "too many files");
+                break;
+            }
+            tfile_tensor *ts;
+            int n;
+            if (tfile_read_safetensors(file, &ts, &n, err, sizeof err) != 0) {
+                rc = base_error("verify", "%s", err);
+                break;
+            }
+            s->st[s->n_st] = ts;
+            s->st_n[s->n_st++] = n;
+            int used = 0;
+            for (int i = 0; i < n && !rc; i++) {
+                int mine = 0, theirs = 0;
+                for (int k = 0; own[k]; k++) mine |= strcmp(ts[i].name, own[k]) == 0;
+                for (int k = 0; other[k]; k++) theirs |= strcmp(ts[i].name, other[k]) == 0;
+                char what[1200];
+                snprintf(what, sizeof what, "%s: tensor '%s'", file, ts[i].name);
+                if (mine) {
+                    rc = to_values(&ts[i], what, path);
+                    if (!rc) rc = bind_tensor(s, &ts[i], ts[i].name);
+                    used++;
+                } else if (!theirs) {
+                    rc = base_error("verify", "%s is none of the op's tensors", what);
+                }
+            }
+            if (!rc && !used) rc = base_error("verify", "--%s: %s holds none of the pass's %s tensors", role, file, role);
+            continue;
+        }
+        if (!ends_with(file, ".npy")) {
+            rc = base_error("verify", "--%s: '%s' is neither a .npy nor a .safetensors file", role, file);
+            break;
+        }
+        const char *name = NULL;
+        if (eq) {
+            *eq = '\0';
+            name = item;
+        } else {
+            int count = 0;
+            while (own[count]) count++;
+            if (position >= count) {
+                rc = base_error("verify", "--%s: more files than the pass has %s tensors; name them (NAME=FILE)", role, role);
+                break;
+            }
+            name = own[position];
+        }
+        if (s->n_file == MAX_FILE_TENSORS) {
+            rc = base_error("verify", "too many files");
+            break;
+        }
+        tfile_tensor *t = &s->file[s->n_file];
+        if (tfile_read_npy(file, t, err, sizeof err) != 0) {
+            rc = base_error("verify", "%s", err);
+            break;
+        }
+        s->n_file++;
+        rc = to_values(t, file, path);
+        if (!rc) rc = bind_tensor(s, t, name);
+    }
+    free(copy);
+    return rc;
+}
+
+int cmd_verify(int argc, char **argv)
+{
+    ulp_kernel k = ULP_KERNEL_DEFAULT;
+    k.path = NULL;
+    const char *op = NULL, *inputs = NULL, *outputs = NULL;
+    static const char *const options[] = {"--inputs", "--outputs", "--path",  "--pass", "--accum", "--reduce",
+                                          "--col-reduce", "--upcast", "--math-ulps", "--eps", "--list"};
+    const char **fields[] = {&inputs, &outputs, &k.path, &k.pass, &k.accum, &k.reduce, &k.col_reduce, &k.upcast};
+    const int n_options = (int)(sizeof options / sizeof options[0]);
+    unsigned seen = 0;
+    int list = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        int opt = -1;
+        for (int o = 0; o < n_options; o++)
+            if (strcmp(a, options[o]) == 0) opt = o;
+        if (opt < 0) {
+            if (a[0] == '-' && a[1])
+                return base_error("verify", "unknown option '%s' (options: --inputs --outputs --path --pass --accum --reduce "
+                                            "--col-reduce --upcast --math-ulps --eps --list --help)", a);
+            if (op) return base_error("verify", "more than one op ('%s' and '%s')", op, a);
+            op = a;
+            continue;
+        }
+        if (seen & (1u << opt)) return base_error("verify", "%s given twice", a);
+        seen |= 1u << opt;
+        if (strcmp(a, "--list") == 0) {
+            list = 1;
+            continue;
+        }
+        if (i + 1 >= argc || !argv[i + 1][0] || strncmp(argv[i + 1], "--", 2) == 0)
+            return base_error("verify", "%s needs a value", a);
+        const char *v = argv[++i];
+        if (opt < (int)(sizeof fields / sizeof fields[0])) {
+            *fields[opt] = v;
+        } else {
+            double x;
+            if (base_parse_double(v, &x) != 0) return base_error("verify", "%s: '%s' is not a number", a, v);
+            if (strcmp(a, "--math-ulps") == 0) k.math_ulps = x;
+            else k.eps = x;
+        }
+    }
+    if (list) {
+        ulp_op_help(stdout);
+        return 0;
+    }
+    if (!op) return base_error("verify", "no op given (ops: %s; ulpscope verify --list)", ulp_op_names());
+    if (!inputs || !outputs) return base_error("verify", "%s is required", !inputs ? "--inputs" : "--outputs");
+    if (!k.path) return base_error("verify", "--path is required (fp32, bf16, fp16): the storage format the kernel used");
+
+    /* The names the files bind to: the pass's tensors. */
+    const char *names_in[8], *names_out[8];
+    if (ulp_op_tensors(op, "fwd", 0, names_in, 8) < 0)
+        return base_error("verify", "unknown op '%s' (ops: %s)", op, ulp_op_names());
+    if (ulp_op_tensors(op, k.pass, 0, names_in, 8) < 0) return base_error("verify", "unknown pass '%s' (fwd, bwd)", k.pass);
+    ulp_op_tensors(op, k.pass, 1, names_out, 8);
+
+    tensor_set in = {0}, out = {0};
+    int rc = read_files(inputs, "inputs", names_in, names_out, k.path, &in);
+    if (!rc) rc = read_files(outputs, "outputs", names_out, names_in, k.path, &out);
+    if (!rc) {
+        static ulp_report rep;
+        char err[1200];
+        rc = ulp_verify(op, &k, in.bound, in.n_bound, out.bound, out.n_bound, &rep, err, sizeof err);
+        if (rc == ULP_BAD_INPUT) rc = base_error("verify", "%s", err);
+        else ulp_report_print(stdout, &rep);
+    }
+    free_set(&in);
+    free_set(&out);
+    return rc;
+}

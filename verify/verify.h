@@ -1,0 +1,129 @@
+/* ulpscope/verify.h — precision unit tests for kernels that are not
+ * ulpscope's (installed as <ulpscope/verify.h>; `ulpscope verify` is the
+ * command-line face of the same function).
+ *
+ * Give the tensors a kernel saw and produced and what you know about the
+ * kernel (its storage format, accumulation format, reduction shape,
+ * upcasting, the error of its math functions).  ulp_verify computes the MPFR
+ * reference of every output element (correctly rounded to double), a bound
+ * on each element's error for the kernel so described, replayed on the
+ * actual inputs, and reports per output: max and RMS error in units of the
+ * storage format's unit roundoff u, the worst element with its inputs, the
+ * bound in the same units, PASS or FAIL (the verdict `ulpscope check` gives
+ * its own kernels: every element within its bound, the RMS error within the
+ * probabilistic RMS bound, no non-finite output where the reference is
+ * finite).
+ *
+ * What you cannot describe, say "unknown": the report then has two rows per
+ * output, the tightest assumption (fp32 accumulation, pairwise reduction,
+ * every step in fp32) and the loosest (accumulation in the storage format,
+ * sequential, every step rounded to the storage format), and the verdict is
+ * taken against the loosest, which the report says.
+ *
+ * Plain C11; link with `pkg-config --cflags --libs ulpscope`. */
+#ifndef ULPSCOPE_VERIFY_H
+#define ULPSCOPE_VERIFY_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ULP_MAX_DIMS 8
+
+/* How a tensor's elements are stored in memory. */
+typedef enum {
+    ULP_F64 = 0,   /* double */
+    ULP_F32,       /* float */
+    ULP_BF16_BITS, /* uint16_t bf16 bit patterns */
+    ULP_F16_BITS   /* uint16_t IEEE binary16 bit patterns */
+} ulp_dtype;
+
+typedef struct {
+    const char *name;   /* the op's name for it: "x", "gain", "y", ... (ulp_op_help lists them) */
+    ulp_dtype dtype;
+    const void *data;   /* row-major (C order) */
+    int ndim;
+    int64_t shape[ULP_MAX_DIMS];
+} ulp_tensor;
+
+/* ULP_TENSOR(name, dtype, data, dims...): ulp_tensor x = ULP_TENSOR("x", ULP_F32, xs, 4, 512); */
+#define ULP_NARGS_(a, b, c, d, e, f, g, h, n, ...) n
+#define ULP_NARGS(...) ULP_NARGS_(__VA_ARGS__, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define ULP_TENSOR(name, dtype, data, ...) \
+    ((ulp_tensor){(name), (dtype), (data), ULP_NARGS(__VA_ARGS__), {__VA_ARGS__}})
+
+/* What you declare about the kernel.  Start from ULP_KERNEL_DEFAULT. */
+typedef struct {
+    const char *path;     /* storage format of the op's tensors: "fp32", "bf16" or "fp16" */
+    const char *pass;     /* "fwd" or "bwd" */
+    const char *accum;    /* format the sums are accumulated in: "fp32", "fp64", "bf16", "fp16",
+                             "storage" (the path's format) or "unknown" */
+    const char *reduce;   /* shape of the row sums: "sequential", "pairwise", "blocks:T" (T threads
+                             each summing a strided share in order, then a tree), "depth:D" (the
+                             longest chain of roundings) or "unknown" */
+    const char *col_reduce; /* shape of sums over rows (rmsnorm's dgain); same syntax */
+    const char *upcast;   /* rmsnorm: "gemma" (every step in fp32, one rounding of y), "llama"
+                             (x rstd rounded to storage before the gain), "none" (statistics in
+                             the storage format too) or "unknown" */
+    double math_ulps;     /* error of the math functions (rsqrt) in ulps of fp32 */
+    double eps;           /* rmsnorm's epsilon */
+} ulp_kernel;
+
+#define ULP_KERNEL_DEFAULT \
+    ((ulp_kernel){"fp32", "fwd", "unknown", "unknown", "unknown", "unknown", 2.0, (double)1e-5f})
+
+typedef struct {
+    char output[16];        /* "y", "dx", ... */
+    char assumption[200];   /* the declaration this row's bound takes, as options */
+    char shape[96];
+    int64_t n;
+    double unit_roundoff;   /* u of the storage format (fp32 for rstd) */
+    double max_err_u, rms_err_u; /* errors over u times each element's scale */
+    double max_bound_u, rms_bound_u;
+    double worst_ratio;     /* max |got - ref| / bound; <= 1 passes */
+    int64_t worst_index;
+    char worst_detail[256]; /* got, ref and the inputs of the worst element */
+    int64_t nonfinite;
+    int pass;
+    int vacuous;            /* the declaration gives no finite bound here (every finite output passes) */
+} ulp_row;
+
+#define ULP_MAX_ROWS 16
+typedef struct {
+    char op[32];
+    char pass[4];
+    int n_rows;
+    ulp_row rows[ULP_MAX_ROWS];
+    int unknown;            /* rows come in pairs: tightest, then loosest */
+    int pass_verdict;       /* 1: PASS */
+    char verdict[768];      /* one line: PASS or FAIL and against which bound */
+    char diagnosis[768];    /* on a FAIL of a declared kernel: a looser declaration the outputs fit, or none */
+} ulp_report;
+
+enum { ULP_PASS = 0, ULP_FAIL = 1, ULP_BAD_INPUT = 2 };
+
+/* Returns ULP_PASS or ULP_FAIL with *rep filled, or ULP_BAD_INPUT with err
+ * holding one line (an unknown op, name or declaration, a missing tensor, a
+ * shape mismatch, a value the declared storage format cannot hold). */
+int ulp_verify(const char *op, const ulp_kernel *k, const ulp_tensor *inputs, int n_inputs,
+               const ulp_tensor *outputs, int n_outputs, ulp_report *rep, char *err, size_t errlen);
+
+/* The table `ulpscope verify` prints: a header, one line per row, the worst
+ * element of every FAIL row, the verdict and the diagnosis. */
+void ulp_report_print(FILE *fp, const ulp_report *rep);
+
+/* The ops ulp_verify knows ("rmsnorm ..."), and one op's tensors per pass. */
+const char *ulp_op_names(void);
+void ulp_op_help(FILE *fp);
+/* The names of op's tensors for pass ("fwd", "bwd") and role (0 inputs, 1
+ * outputs), in order, NULL-terminated in names[max]; -1 for an unknown op or
+ * pass. */
+int ulp_op_tensors(const char *op, const char *pass, int role, const char **names, int max);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
