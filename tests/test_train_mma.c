@@ -1,8 +1,9 @@
 /* tests/test_train_mma.c — training "as an A100" (plan matmul=...:mma.a100):
  *  1. (CPU, CI) a tiny model trains with every GEMM slot through the A100
- *     model: finite losses, bit-identical across two runs, and different
- *     from the same plan on the plain bf16 matmul (twin: were the model not
- *     used, the losses would agree);
+ *     model: finite losses and gradient norms, bit-identical across two
+ *     runs; on the fp32 path (tf32 units, unrounded fp32 outputs) different
+ *     from the plain fp32 matmul (twin: were the model not used, they would
+ *     agree);
  *  2. (GPU) the CUDA backend's matmul_mma and the CPU backend's give the
  *     same bits for every GEMM role the tiny model runs (forward, dgrad,
  *     wgrad accumulating into fp32, the layouts of kernels/matmul.h), on
@@ -26,25 +27,35 @@ static void test_cpu_trains_as_a100(void **state)
 {
     (void)state;
     const unsigned long long seed = test_seed("train as a100");
-    ttrain_config c;
-    ttrain_result a100, again, plain;
-    tiny_config(&c, TMODEL_GPT2, "bf16", seed);
-    c.steps = 3;
-    run_ok(&c, &plain);
-    tiny_set(&c, "matmul=bf16:mma.a100");
-    run_ok(&c, &a100);
-    run_ok(&c, &again);
-    int differs = 0;
-    for (long s = 0; s < c.steps; s++) {
-        print_message("step %ld: loss a100 model %.9f, plain bf16 %.9f\n", s, a100.loss[s], plain.loss[s]);
-        assert_true(isfinite(a100.loss[s]));
-        if (!same_bits(a100.loss[s], again.loss[s])) fail_msg("step %ld: two runs of one plan differ", s);
-        differs |= !same_bits(a100.loss[s], plain.loss[s]);
+    /* bf16: the A100 run is finite and repeats bit for bit.  fp32 (tf32 units
+     * under the model, fp32 outputs, so every GEMM difference reaches the
+     * loss): the model's run differs from the plain fp32 matmul's. */
+    static const char *const presets[] = {"bf16", "fp32"};
+    for (int p = 0; p < 2; p++) {
+        ttrain_config c;
+        ttrain_result a100, again, plain;
+        tiny_config(&c, TMODEL_GPT2, presets[p], seed);
+        c.steps = 3;
+        run_ok(&c, &plain);
+        char set[64];
+        snprintf(set, sizeof set, "matmul=%s:mma.a100", presets[p]);
+        tiny_set(&c, set);
+        run_ok(&c, &a100);
+        run_ok(&c, &again);
+        int differs = 0;
+        for (long s = 0; s < c.steps; s++) {
+            print_message("%s step %ld: loss a100 model %.9f, plain %.9f; grad norm %.9g, %.9g\n", presets[p], s,
+                          a100.loss[s], plain.loss[s], a100.grad_norm[s], plain.grad_norm[s]);
+            assert_true(isfinite(a100.loss[s]));
+            if (!same_bits(a100.loss[s], again.loss[s]) || !same_bits(a100.grad_norm[s], again.grad_norm[s]))
+                fail_msg("%s step %ld: two runs of one plan differ", presets[p], s);
+            differs |= !same_bits(a100.loss[s], plain.loss[s]) || !same_bits(a100.grad_norm[s], plain.grad_norm[s]);
+        }
+        if (p == 1 && !differs) fail_msg("fp32: the A100 model gave the plain matmul's losses: the model was not used");
+        ttrain_result_free(&a100);
+        ttrain_result_free(&again);
+        ttrain_result_free(&plain);
     }
-    if (!differs) fail_msg("the A100 model gave the plain bf16 matmul's losses: the model was not used");
-    ttrain_result_free(&a100);
-    ttrain_result_free(&again);
-    ttrain_result_free(&plain);
 }
 
 typedef struct {
