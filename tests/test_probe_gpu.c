@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "kernels/common/ktensor_io.h"
-#include "kernels/probe/mma_emulate.h"
+#include "kernels/mma_emulate.h"
 #include "kernels/probe/probe_gpu.h"
 #include "kernels/probe/probe_report.h"
 #include "tests/test_util.h"

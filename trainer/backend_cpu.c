@@ -24,6 +24,7 @@
 #include "kernels/grad_norm.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "precision/mma.h"
 #include "kernels/polar_express.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -236,6 +237,7 @@ static const struct {
     {TOP_MATMUL, ANY_VARIANT},           /* no epilogue here: split_epilogue rounds as fused; split_k in 4 fp32 slices */
     {TOP_MATMUL_FAST, ANY_VARIANT},      /* fp32 path only (tf32 inputs), not split_k: cpu_supports */
     {TOP_MATMUL_BLOCK_FP8, ANY_VARIANT}, /* 1x128 / 128x128 scales, fp32 promotion every 128 */
+    {TOP_MATMUL_MMA, ANY_VARIANT},       /* the matrix-unit model itself (mma_dot), as the CUDA emulation */
     {TOP_LAYERNORM, KLAYERNORM_TWO_PASS}, {TOP_LAYERNORM, KLAYERNORM_SEQUENTIAL}, {TOP_LAYERNORM, KLAYERNORM_ONE_PASS},
     {TOP_RMSNORM, KRMSNORM_BLOCK_TREE},  {TOP_RMSNORM, KRMSNORM_SEQUENTIAL},   {TOP_RMSNORM, KRMSNORM_LLAMA},
     {TOP_RMSNORM, KRMSNORM_NONE},
@@ -459,6 +461,44 @@ static int gemm_operand(const ktensor *t, int trans, int64_t rows, int64_t K, pr
     return 0;
 }
 
+/* matmul_mma: each output the model's chain of blocks over K in order
+ * (mma_dot), from a zero accumulator, on the operands in the model's input
+ * format (tf32: their fp32 words); then, as kernels/mma_emulate.h's
+ * epilogue, y = round(fp32(D + y_old)) into y's format. */
+static int cpu_matmul_mma(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
+                          int b_trans, int64_t M, int64_t N, int64_t K, int accumulate)
+{
+    const char *fallback;
+    char why[256], name[64];
+    const mma_model *model = tplan_mma_model(at->slot, at->path, at->variant, &fallback, why, sizeof why);
+    if (!model) {
+        tsite_name(at, name, sizeof name);
+        return tbackend_fail(be, "%s: %s", name, why);
+    }
+    const prec_format in = model->arith.in, load = in == PREC_TF32 ? PREC_FP32 : in;
+    const size_t esz = (size_t)mma_elem_bytes(in);
+    uint8_t *qa = malloc((size_t)(M * K) * esz + 1), *qb = malloc((size_t)(N * K) * esz + 1);
+    if (!qa || !qb) {
+        free(qa), free(qb);
+        return tbackend_fail(be, "cpu: out of memory");
+    }
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t k = 0; k < K; k++) mma_store(in, qa, (long)(m * K + k), ld(a, a_trans ? k * M + m : m * K + k, load));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) mma_store(in, qb, (long)(n * K + k), ld(b, b_trans ? n * K + k : k * N + n, load));
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            const uint32_t bits = mma_dot(&model->arith, (int)K, qa + (size_t)(m * K) * esz, qb + (size_t)(n * K) * esz, 0u);
+            float d;
+            memcpy(&d, &bits, sizeof d);
+            float *dst = &fdata(y)[m * N + n];
+            const float t = accumulate ? d + *dst : d; /* fp32 add, as the GPU epilogue */
+            *dst = rnd(t, y->format);
+        }
+    free(qa), free(qb);
+    return 0;
+}
+
 static int cpu_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
                       int b_trans, int accumulate)
 {
@@ -475,6 +515,7 @@ static int cpu_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor *
                              (long long)b->shape[0], (long long)b->shape[1], b_trans ? "^T" : "",
                              (long long)y->shape[0], (long long)y->shape[1], prec_format_name(y->format));
     }
+    if (at->op == TOP_MATMUL_MMA) return cpu_matmul_mma(be, at, y, a, a_trans, b, b_trans, M, N, K, accumulate);
     int grad = tslot_is_gradient_gemm(at->slot);
     prec_format fa = tpath_operand(path, grad), fb = tpath_operand(path, 0);
     if (at->op == TOP_MATMUL_FAST) fa = fb = PREC_TF32; /* supports(): fp32 path only */

@@ -33,6 +33,7 @@
 #include "kernels/common/ktensor_io.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/mma_emulate.h"
 #include "kernels/polar_express.h"
 #include "kernels/residual.h"
 #include "kernels/rmsnorm.h"
@@ -172,6 +173,7 @@ static int cuda_supports(tbackend *be, const tbinding *b, const tsite *at, char 
     if (!top_is_kernel(at->op)) return 0;
     if (at->op == TOP_MATMUL || at->op == TOP_MATMUL_FAST || at->op == TOP_MATMUL_BLOCK_FP8)
         return kmatmul_supports(at->path, accum_of(at->op), matmul_variant(at), why, len) ? 0 : -1;
+    if (at->op == TOP_MATMUL_MMA) return 0; // every model the plan accepts runs in the fast emulation kernel
     if (at->op == TOP_ADAMW) return kadamw_supports(at->path, adamw_storage(b), why, len) ? 0 : -1;
     if (at->op == TOP_ATTENTION) return kattention_supports(at->path, at->variant, 0, why, len) ? 0 : -1; // flash_mma: no fp32
     return 0; // the registry's paths and variants, which tplan_validate checked
@@ -276,6 +278,26 @@ static int cuda_mem_available(tbackend *be, size_t *bytes, char *what, size_t wh
 
 // ---- matmul -----------------------------------------------------------------------------------
 
+// matmul_mma: the generation's matrix-unit model on CUDA cores (kernels/mma_emulate.h),
+// operands in the model's input format (tf32: fp32 words), y = round(fp32(D + y_old)).
+static int cuda_matmul_mma(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
+                           int b_trans, int64_t M, int64_t N, int64_t K, int accumulate)
+{
+    const char *fallback;
+    char why[256], name[64];
+    const mma_model *model = tplan_mma_model(at->slot, at->path, at->variant, &fallback, why, sizeof why);
+    if (!model) {
+        tsite_name(at, name, sizeof name);
+        return tbackend_fail(be, "%s: %s", name, why);
+    }
+    const prec_format load = model->arith.in == PREC_TF32 ? PREC_FP32 : model->arith.in;
+    ktensor A, B;
+    if (as_format(be, 0, a, load, &A) || as_format(be, 1, b, load, &B)) return -1;
+    if (mma_emulate_linear(&model->arith, M, N, K, A.data, a_trans, B.data, b_trans, y->data, y->format, accumulate))
+        return kfail(be, at, "matmul_mma");
+    return 0;
+}
+
 static int cuda_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
                        int b_trans, int accumulate)
 {
@@ -291,6 +313,7 @@ static int cuda_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor 
         return tbackend_fail(be, "%s: output %lldx%lld %s, expected %lldx%lld %s", name,
                              (long long)y->shape[0], (long long)y->shape[1], prec_format_name(y->format), (long long)M,
                              (long long)N, prec_format_name(tpath_storage(path)));
+    if (at->op == TOP_MATMUL_MMA) return cuda_matmul_mma(be, at, y, a, a_trans, b, b_trans, M, N, K, accumulate);
     kmatmul_args args;
     memset(&args, 0, sizeof args);
     args.M = M, args.N = N, args.K = K;
@@ -1089,6 +1112,7 @@ static void cuda_destroy(tbackend *be)
     if (im->comm) im->nccl.comm_destroy(im->comm);
     if (im->nccl.lib) dlclose(im->nccl.lib);
     kmatmul_release();
+    mma_emulate_release();
     tbinding_free(&be->bound);
     free(im);
     free(be);

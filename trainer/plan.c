@@ -71,6 +71,52 @@ static const kop loss_scale_op = {
     "loss_scale", "loss scaling for narrow-exponent gradients",
     PATH_BIT(KPATH_FP32), "the scale is an fp32 number", loss_scale_variants, 2};
 
+static const kvariant matmul_mma_variants[TMMA_COUNT] = {
+    {"v100", "V100 matrix units (fp16 only): blocks of 4 products, 23 fraction bits, RZ"},
+    {"a100", "A100 matrix units: blocks of 8 (tf32: 4), 24 fraction bits after alignment, RZ into fp32"},
+    {"h100", "H100 matrix units (mma.sync): blocks of 16 (tf32: 8), 25 fraction bits, RZ, +0 for zero sums"},
+    {"b200", "B200 matrix units (mma.sync): blocks of 16 (tf32: 8), 25 fraction bits, RZ"},
+};
+static const kop matmul_mma_op = {
+    "matmul_mma", "the GEMM through a GPU generation's bit-accurate matrix-unit model (precision/mma.h), "
+    "on CUDA cores or the CPU, K in order in blocks of L",
+    PATH_BIT(KPATH_FP32) | PATH_BIT(KPATH_BF16) | PATH_BIT(KPATH_FP16) | PATH_BIT(KPATH_FP8),
+    "fp8 runs bf16 on a100 (no fp8 units); refused on the others", matmul_mma_variants, TMMA_COUNT};
+
+const mma_model *tplan_mma_model(tslot s, kpath path, int gen, const char **fallback, char *why, size_t why_len)
+{
+    static const char *const gens[TMMA_COUNT] = {"v100", "a100", "h100", "b200"};
+    *fallback = NULL;
+    if (gen < 0 || gen >= TMMA_COUNT) {
+        snprintf(why, why_len, "matmul_mma: no generation #%d (v100, a100, h100, b200)", gen);
+        return NULL;
+    }
+    prec_format in;
+    switch (path) {
+    case KPATH_FP16: in = PREC_FP16; break;
+    case KPATH_BF16: in = PREC_BF16; break;
+    case KPATH_FP32: in = PREC_TF32; break;
+    default:
+        if (gen != TMMA_A100) {
+            snprintf(why, why_len, "matmul_mma.%s has no fp8 path: the trainer's fp8 GEMMs mix e5m2 gradients with "
+                     "e4m3 operands, which the one-format models do not describe (a100 runs fp8 as bf16)", gens[gen]);
+            return NULL;
+        }
+        in = PREC_BF16;
+        *fallback = "no fp8 units on a100: runs bf16 (operands unquantised)";
+        break;
+    }
+    (void)s;
+    if (gen == TMMA_V100 && in != PREC_FP16) {
+        snprintf(why, why_len, "matmul_mma.v100 takes the fp16 path only (V100 matrix units have no %s; real code "
+                 "runs such GEMMs on CUDA cores: use the plain matmul there)", in == PREC_TF32 ? "tf32" : "bf16");
+        return NULL;
+    }
+    const mma_model *m = mma_model_find(gens[gen], "mma.sync", in, PREC_FP32);
+    if (!m) snprintf(why, why_len, "matmul_mma.%s: no %s model", gens[gen], prec_format_name(in));
+    return m;
+}
+
 /* ---- ops ------------------------------------------------------------------------ */
 
 static const struct {
@@ -95,6 +141,7 @@ static const struct {
     [TOP_ADAMW] = {"adamw", NULL},
     [TOP_POLAR_EXPRESS] = {"polar_express", NULL},
     [TOP_MUON_NEWTON_SCHULZ] = {"muon_newton_schulz", NULL},
+    [TOP_MATMUL_MMA] = {"matmul_mma", &matmul_mma_op},
     [TOP_WEIGHTS] = {"weights", &weights_op},
     [TOP_GRAD_ACCUM] = {"grad_accum", &grad_accum_op},
     [TOP_ALLREDUCE] = {"allreduce", &allreduce_op},
@@ -115,7 +162,7 @@ const kop *top_lookup(top_id op)
 
 #define SAME(op) {{op}, {op}}
 #define BY_MODEL(gpt2, modern) {{gpt2}, {modern}}
-#define GEMM_OPS {TOP_MATMUL, TOP_MATMUL_FAST, TOP_MATMUL_BLOCK_FP8}
+#define GEMM_OPS {TOP_MATMUL, TOP_MATMUL_FAST, TOP_MATMUL_BLOCK_FP8, TOP_MATMUL_MMA}
 #define GEMM(role, fwd) .family = {GEMM_OPS, GEMM_OPS}, .gemm = (role), .forward = (fwd)
 #define BOTH_MODELS 3u
 #define GPT2_ONLY 1u
@@ -376,6 +423,12 @@ static int check_choice(const tplan *p, tslot s, tslot_choice c, char *err, size
     if (c.path == KPATH_FP8 && slot_table[s].gemm == TGEMM_NONE)
         return tfail(err, errlen, "slot %s: the trainer runs fp8 on GEMM slots only (activations between ops are "
                     "stored in bf16 or wider); paths here: fp32, bf16, fp16", slot_table[s].name);
+    if (c.op == TOP_MATMUL_MMA) {
+        const char *fallback;
+        char why[256];
+        if (!tplan_mma_model(s, c.path, c.variant, &fallback, why, sizeof why))
+            return tfail(err, errlen, "slot %s: %s", slot_table[s].name, why);
+    }
     if (s == TSLOT_GRAD_ACCUM && c.variant == TGRAD_ACCUM_GEMM_FP32 && c.path != KPATH_FP32)
         return tfail(err, errlen, "slot grad_accum: variant gemm_fp32 needs path fp32, not %s", kpath_name(c.path));
     return 0;
@@ -528,7 +581,7 @@ static int parse_choice(const tplan *p, tslot s, const char *value, tslot_choice
         }
         /* short names people use for the matmul siblings: lm_head=fp8:fast */
         static const struct { const char *alias, *op; } family_aliases[] = {
-            {"fast", "matmul_fast"}, {"blockwise", "matmul_block_fp8"}};
+            {"fast", "matmul_fast"}, {"blockwise", "matmul_block_fp8"}, {"mma", "matmul_mma"}};
         for (size_t a = 0; a < sizeof family_aliases / sizeof family_aliases[0]; a++)
             if (strcmp(opname, family_aliases[a].alias) == 0) snprintf(opname, sizeof opname, "%s", family_aliases[a].op);
         /* a sibling op named (with or without a variant), else a variant of the slot's op */
@@ -942,11 +995,26 @@ static void slot_formats(const tplan *p, tslot s, const tslot_choice *c, char *b
         const char *a = prec_format_name(tpath_operand(path, dgrad || wgrad));
         const char *b = prec_format_name(tpath_operand(path, 0));
         const char *acc = "acc fp32";
-        if (c->op == TOP_MATMUL_FAST)
+        char mma_acc[192];
+        if (c->op == TOP_MATMUL_MMA) {
+            const char *fallback = NULL;
+            char why[256];
+            const mma_model *m = tplan_mma_model(s, path, c->variant, &fallback, why, sizeof why);
+            if (!m) {
+                snprintf(buf, len, "refused: %s", why);
+                return;
+            }
+            a = b = prec_format_name(m->arith.in);
+            snprintf(mma_acc, sizeof mma_acc, "%s matrix-unit model, emulated: blocks of %d in K order, %d "
+                     "fraction bits, RZ to fp32%s%s", m->gen, m->arith.block, m->arith.frac_bits,
+                     fallback ? "; " : "", fallback ? fallback : "");
+            acc = mma_acc;
+        } else if (c->op == TOP_MATMUL_FAST)
             acc = path == KPATH_FP8 ? "acc in the tensor cores, never promoted (fast accumulation)" : "inputs rounded to tf32; acc fp32";
         else if (c->op == TOP_MATMUL_BLOCK_FP8) acc = "scales per 1x128 / 128x128 tile; acc promoted to fp32 every 128";
         else if (path == KPATH_FP8) acc = "acc fp32 (cuBLASLt's periodic promotion)";
-        const char *scale = path == KPATH_FP8 && c->op != TOP_MATMUL_BLOCK_FP8 ? " (per-tensor scales)" : "";
+        const char *scale =
+            path == KPATH_FP8 && c->op != TOP_MATMUL_BLOCK_FP8 && c->op != TOP_MATMUL_MMA ? " (per-tensor scales)" : "";
         prec_format grad = tpath_storage(p->slot[TSLOT_GRAD_ACCUM].path);
         int direct = p->slot[TSLOT_GRAD_ACCUM].variant == TGRAD_ACCUM_GEMM_FP32 && grad == PREC_FP32 &&
                      (path == KPATH_BF16 || path == KPATH_FP16);
@@ -1006,7 +1074,7 @@ static void slot_formats(const tplan *p, tslot s, const tslot_choice *c, char *b
 
 static void explain_row(const tplan *p, tslot s, const char *name, int width, const tslot_choice *c, FILE *fp)
 {
-    char formats[256], variant[128];
+    char formats[640], variant[128];
     slot_formats(p, s, c, formats, sizeof formats);
     tplan_choice_variant_string(p, s, c, variant, sizeof variant);
     const kop *op = top_lookup(c->op);

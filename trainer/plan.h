@@ -32,6 +32,7 @@
 #include <stdio.h>
 
 #include "kernels/registry.h"
+#include "precision/mma.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -69,6 +70,7 @@ typedef enum {
     TOP_ADAMW,
     TOP_POLAR_EXPRESS,
     TOP_MUON_NEWTON_SCHULZ, /* polar express' iteration with Muon's quintic */
+    TOP_MATMUL_MMA,        /* a generation's matrix-unit model on CUDA cores (variant = generation) */
     TOP_WEIGHTS,           /* the trainer's own from here on */
     TOP_GRAD_ACCUM,
     TOP_ALLREDUCE,
@@ -143,7 +145,7 @@ typedef struct {
     int row;              /* its place in execution order: explain's row; 0 ends the list */
 } ttensor_info;
 
-#define TSLOT_FAMILY_MAX 3
+#define TSLOT_FAMILY_MAX 4
 #define TSLOT_TENSORS_MAX 4
 
 typedef struct {
@@ -238,6 +240,24 @@ prec_format tpath_storage(kpath p);
 /* Format of a GEMM operand under a path: fp8 stores activations and weights
  * as e4m3 and gradients as e5m2 (each with a per-tensor scale). */
 prec_format tpath_operand(kpath p, int is_gradient);
+
+/* matmul_mma: the slot's GEMMs through the bit-accurate matrix-unit model of
+ * a GPU generation (precision/mma.h), on the CUDA cores of whatever GPU runs
+ * (kernels/mma_emulate.h, its K order) or on the CPU.  Its variants are the
+ * generations; the path picks the model's input format as real code on that
+ * generation would get it:
+ *   fp16 -> fp16 blocks; bf16 -> bf16 blocks; fp32 -> tf32 blocks (the
+ *   matrix units take fp32 data as tf32, as TF32-enabled cuBLAS does);
+ *   fp8 on a100 -> bf16 blocks on the unquantised bf16 operands (the A100
+ *   has no fp8 units: fp8 recipes run their GEMMs in bf16 there).
+ * Refused, with the reason: v100 with any path but fp16 (its units take
+ * fp16 only); fp8 on v100, h100, b200 (the trainer's fp8 GEMMs mix e5m2
+ * gradients with e4m3, which the one-format models do not describe).
+ * Every model runs the mma.sync route with fp32 output. */
+typedef enum { TMMA_V100 = 0, TMMA_A100, TMMA_H100, TMMA_B200, TMMA_COUNT } tmma_gen;
+/* The model slot s runs under (path, gen) with the fallback it takes (NULL
+ * when none) in *fallback; NULL with the reason in why when refused. */
+const mma_model *tplan_mma_model(tslot s, kpath path, int gen, const char **fallback, char *why, size_t why_len);
 
 /* Named trainer-slot variants, for the code that acts on them. */
 typedef enum { TWEIGHTS_MASTER = 0, TWEIGHTS_SR, TWEIGHTS_MANTISSA_BUFFER } tweights_variant;

@@ -168,6 +168,8 @@ extern "C" int kdevice_describe(kdevice_props *props)
     props->cc_minor = p.minor;
     props->multiprocessors = p.multiProcessorCount;
     props->memory_bytes = p.totalGlobalMem;
+    err = cudaDeviceGetAttribute(&props->max_clock_khz, cudaDevAttrClockRate, dev);
+    if (err != cudaSuccess) return cuda_fail("kdevice_describe", "cudaDeviceGetAttribute(ClockRate)", err);
     return 0;
 }
 

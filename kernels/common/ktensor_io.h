@@ -56,6 +56,7 @@ typedef struct {
     int driver_version, runtime_version;
     int multiprocessors;
     size_t memory_bytes;
+    int max_clock_khz; /* the SM clock's peak (cudaDevAttrClockRate), for issue-rate fractions */
 } kdevice_props;
 int kdevice_describe(kdevice_props *props);
 

@@ -13,7 +13,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/probe/mma_emulate.h"
+#include "kernels/mma_emulate.h"
 #include "kernels/probe/probe_gpu.h"
 #include "precision/rng.h"
 

@@ -1,0 +1,368 @@
+// kernels/mma_emulate.cu — the modelled matrix unit on CUDA cores (mma_emulate.h).
+//
+// Fast kernel (precision/mma_fast.h gives the arithmetic and proves it on the
+// CPU): a decode pass turns each operand into magnitude, sign and exponent
+// arrays laid out [K][rows] (rows padded to the 64-row tile), plus one flag
+// byte per (block of L, row) saying whether that row's block holds a zero or
+// a non-finite operand.  The GEMM kernel stages BK x 64 tiles of both
+// operands in shared memory; each thread owns 4 x 4 outputs and, per block of
+// L products, runs pass 1 (emax over ea + eb), pass 2 (the aligned terms in
+// 32-bit chunks, their sum in 64 bits) and the rounding into its decoded
+// accumulator.  Per product: pass 1 an add and a max, pass 2 an add of three
+// (the shift), two multiplies (magnitudes, signs), a shift and a
+// multiply-add: 7 integer instructions (bench/bench_mma_emulate.c reports the
+// fraction of the GPU's integer issue rate this reaches).
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "kernels/common/kelem.cuh"
+#include "kernels/common/klaunch.cuh"
+#include "kernels/mma_emulate.h"
+#include "precision/mma_fast.h"
+
+namespace {
+
+constexpr int TILE = 64;   // output tile edge (rows of A, rows of B)
+constexpr int THREADS = 256; // 16 x 16 threads, 4 x 4 outputs each
+
+int planted_drop_last = 0;
+const char *last_kernel = "";
+
+// ---- the model's own code: one thread per output ---------------------------------------
+
+__global__ void model_gemm(mma_arith p, int M, int N, int K, const uint8_t *A, const uint8_t *B, const float *C,
+                           float *D)
+{
+    const int n = blockIdx.x * blockDim.x + threadIdx.x;
+    const int m = blockIdx.y;
+    if (n >= N || m >= M) return;
+    const int sz = mma_elem_bytes(p.in);
+    uint32_t c = C ? __float_as_uint(C[(long)m * N + n]) : 0u;
+    c = mma_dot(&p, K, A + (long)m * K * sz, B + (long)n * K * sz, c);
+    D[(long)m * N + n] = __uint_as_float(c);
+}
+
+// ---- fast kernel ---------------------------------------------------------------------------
+
+// Operand (row r, k) of a source at element r * s_row + k * s_k, decoded into
+// [Kp][Rp] arrays; flags [Kp / L][Rp].  One thread per (row, block of L).
+// Rows past `rows` and k past K decode as +0 (K padding is the unit's own
+// zero padding of a short block; padded rows are never written out).
+__global__ void decode_operand(prec_format in, int shift, int L, int rows, int K, int Rp, const uint8_t *src,
+                               int64_t s_row, int64_t s_k, uint32_t *mag, int32_t *sgn, int32_t *exp, uint8_t *flags)
+{
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    const int blk = blockIdx.y;
+    if (r >= Rp) return;
+    uint32_t f = 0u;
+    for (int kk = 0; kk < L; kk++) {
+        const int k = blk * L + kk;
+        mma_fast_operand o;
+        if (r < rows && k < K) {
+            o = mma_fast_decode(in, mma_load_bits(in, src, (long)(r * s_row + k * s_k)), shift);
+        } else {
+            o.mag = 0u;
+            o.sgn = 1;
+            o.exp = MMA_FAST_ZERO_EXP;
+            o.flag = MMA_FAST_FLAG_ZERO;
+        }
+        const int64_t at = (int64_t)k * Rp + r;
+        mag[at] = o.mag;
+        sgn[at] = o.sgn;
+        exp[at] = o.exp;
+        f |= o.flag;
+    }
+    flags[(int64_t)blk * Rp + r] = (uint8_t)f;
+}
+
+struct decoded {
+    const uint32_t *mag;
+    const int32_t *sgn, *exp;
+    const uint8_t *flags;
+    int Rp;
+};
+
+struct source {
+    const uint8_t *p;
+    int64_t s_row, s_k; // element (r, k) at r * s_row + k * s_k
+};
+
+// The model's own block for output (m, n), operands gathered from the sources.
+__device__ __noinline__ uint32_t model_block(const mma_arith &p, int n_products, source a, int m, source b, int n,
+                                             int k0, uint32_t c)
+{
+    uint32_t abuf[32], bbuf[32]; // up to 32 elements of up to 4 bytes
+    for (int i = 0; i < n_products; i++) {
+        const uint32_t x = mma_load_bits(p.in, a.p, (long)(m * a.s_row + (int64_t)(k0 + i) * a.s_k));
+        const uint32_t y = mma_load_bits(p.in, b.p, (long)(n * b.s_row + (int64_t)(k0 + i) * b.s_k));
+        switch (mma_elem_bytes(p.in)) {
+        case 4: abuf[i] = x; bbuf[i] = y; break;
+        case 2: reinterpret_cast<uint16_t *>(abuf)[i] = (uint16_t)x; reinterpret_cast<uint16_t *>(bbuf)[i] = (uint16_t)y; break;
+        default: reinterpret_cast<uint8_t *>(abuf)[i] = (uint8_t)x; reinterpret_cast<uint8_t *>(bbuf)[i] = (uint8_t)y; break;
+        }
+    }
+    return mma_block(&p, n_products, abuf, bbuf, c);
+}
+
+template <int L, int BK>
+__global__ void __launch_bounds__(THREADS) fast_gemm(mma_arith p, mma_fast_params q, int M, int N, int K, int nblk,
+                                                     int Kp, decoded da, decoded db, source sa, source sb,
+                                                     const float *C, float *D, int drop_last)
+{
+    static_assert(BK % L == 0 && BK % 16 == 0, "a tile holds whole blocks");
+    __shared__ __align__(16) uint32_t s_amag[BK][TILE], s_bmag[BK][TILE];
+    __shared__ __align__(16) int32_t s_asgn[BK][TILE], s_bsgn[BK][TILE], s_aexp[BK][TILE], s_bexp[BK][TILE];
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const int m0 = blockIdx.y * TILE + ty * 4, n0 = blockIdx.x * TILE + tx * 4;
+
+    mma_fast_acc acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int m = m0 + i, n = n0 + j;
+            acc[i][j] = mma_fast_acc_of(C && m < M && n < N ? __float_as_uint(C[(int64_t)m * N + n]) : 0u);
+        }
+
+    for (int kt = 0; kt < Kp; kt += BK) {
+        // stage BK x 64 of every decoded array: BK * 16 int4 each
+        for (int v = threadIdx.x; v < BK * 16; v += THREADS) {
+            const int kk = v / 16, c4 = (v % 16) * 4;
+            const int64_t ga = (int64_t)(kt + kk) * da.Rp + blockIdx.y * TILE + c4;
+            const int64_t gb = (int64_t)(kt + kk) * db.Rp + blockIdx.x * TILE + c4;
+            *reinterpret_cast<uint4 *>(&s_amag[kk][c4]) = *reinterpret_cast<const uint4 *>(da.mag + ga);
+            *reinterpret_cast<int4 *>(&s_asgn[kk][c4]) = *reinterpret_cast<const int4 *>(da.sgn + ga);
+            *reinterpret_cast<int4 *>(&s_aexp[kk][c4]) = *reinterpret_cast<const int4 *>(da.exp + ga);
+            *reinterpret_cast<uint4 *>(&s_bmag[kk][c4]) = *reinterpret_cast<const uint4 *>(db.mag + gb);
+            *reinterpret_cast<int4 *>(&s_bsgn[kk][c4]) = *reinterpret_cast<const int4 *>(db.sgn + gb);
+            *reinterpret_cast<int4 *>(&s_bexp[kk][c4]) = *reinterpret_cast<const int4 *>(db.exp + gb);
+            if (drop_last && kk % L == L - 1) *reinterpret_cast<uint4 *>(&s_bmag[kk][c4]) = make_uint4(0, 0, 0, 0);
+        }
+        __syncthreads();
+        for (int bl = 0; bl < BK / L; bl++) {
+            const int blk = kt / L + bl;
+            if (blk >= nblk) break;
+            const int kb = bl * L; // first k of the block in the tile
+            uint32_t fa[4], fb[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                fa[i] = da.flags[(int64_t)blk * da.Rp + m0 + i];
+                fb[i] = db.flags[(int64_t)blk * db.Rp + n0 + i];
+            }
+            // pass 1: the block's largest exponent
+            int emax[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) emax[i][j] = mma_fast_emax_start(&q, acc[i][j], fa[i] | fb[j]);
+#pragma unroll 4
+            for (int kk = 0; kk < L; kk++) {
+                const int4 ea = *reinterpret_cast<const int4 *>(&s_aexp[kb + kk][ty * 4]);
+                const int4 eb = *reinterpret_cast<const int4 *>(&s_bexp[kb + kk][tx * 4]);
+                const int ae[4] = {ea.x, ea.y, ea.z, ea.w}, be[4] = {eb.x, eb.y, eb.z, eb.w};
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) emax[i][j] = max(emax[i][j], ae[i] + be[j]);
+            }
+            // pass 2: aligned terms, 32-bit chunks added into 64 bits
+            int64_t S[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) S[i][j] = mma_fast_c_term(&q, acc[i][j], emax[i][j]);
+#pragma unroll 1
+            for (int k0 = 0; k0 < L; k0 += MMA_FAST_CHUNK) {
+                int32_t chunk[4][4] = {};
+#pragma unroll 4
+                for (int kk = k0; kk < k0 + (L < MMA_FAST_CHUNK ? L : MMA_FAST_CHUNK); kk++) {
+                    const uint4 am = *reinterpret_cast<const uint4 *>(&s_amag[kb + kk][ty * 4]);
+                    const int4 as = *reinterpret_cast<const int4 *>(&s_asgn[kb + kk][ty * 4]);
+                    const int4 ae = *reinterpret_cast<const int4 *>(&s_aexp[kb + kk][ty * 4]);
+                    const uint4 bm = *reinterpret_cast<const uint4 *>(&s_bmag[kb + kk][tx * 4]);
+                    const int4 bs = *reinterpret_cast<const int4 *>(&s_bsgn[kb + kk][tx * 4]);
+                    const int4 be = *reinterpret_cast<const int4 *>(&s_bexp[kb + kk][tx * 4]);
+                    const uint32_t amv[4] = {am.x, am.y, am.z, am.w}, bmv[4] = {bm.x, bm.y, bm.z, bm.w};
+                    const int32_t asv[4] = {as.x, as.y, as.z, as.w}, bsv[4] = {bs.x, bs.y, bs.z, bs.w};
+                    const int32_t aev[4] = {ae.x, ae.y, ae.z, ae.w}, bev[4] = {be.x, be.y, be.z, be.w};
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+#pragma unroll
+                        for (int j = 0; j < 4; j++)
+                            chunk[i][j] += mma_fast_term(amv[i], asv[i], aev[i], bmv[j], bsv[j], bev[j],
+                                                        emax[i][j]);
+                }
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) S[i][j] += chunk[i][j];
+            }
+            // round into the accumulators; the rare blocks through the model's own code
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const bool special =
+                        ((fa[i] | fb[j]) & MMA_FAST_FLAG_SPECIAL) || acc[i][j].exp == MMA_FAST_C_SPECIAL;
+                    if (!special && mma_fast_finish(&q, S[i][j], emax[i][j], &acc[i][j]) == 0) continue;
+                    const int m = m0 + i, n = n0 + j;
+                    if (m >= M || n >= N) continue; // padding: never written
+                    const int k0 = blk * L, count = K - k0 < L ? K - k0 : L;
+                    acc[i][j] = mma_fast_acc_of(model_block(p, count, sa, m, sb, n, k0, mma_fast_acc_bits(acc[i][j])));
+                }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int m = m0 + i, n = n0 + j;
+            if (m < M && n < N) D[(int64_t)m * N + n] = __uint_as_float(mma_fast_acc_bits(acc[i][j]));
+        }
+}
+
+// y = round(D (+ y)) into y's format.
+template <typename T>
+__global__ void epilogue(int64_t count, const float *D, T *y, int accumulate)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    float v = D[i];
+    if (accumulate) v = __fadd_rn(v, kto_float(y[i]));
+    y[i] = kfrom_float<T>(v, KBUG_NONE);
+}
+
+// ---- workspaces -----------------------------------------------------------------------------
+
+void *ws_ptr = nullptr;
+size_t ws_size = 0;
+
+size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
+
+// Bytes of one operand's decoded arrays: [Kp][Rp] of three words + [Kp / L][Rp] flags.
+size_t decoded_bytes(int Kp, int Rp, int L) { return round_up((size_t)Kp * Rp * 12 + (size_t)(Kp / L) * Rp, 256); }
+
+int decode(const char *ctx, const mma_arith &p, int shift, int rows, int K, int Kp, const source &s, uint8_t *base,
+           decoded *d)
+{
+    const int L = p.block, Rp = (int)round_up((size_t)rows, TILE);
+    uint32_t *mag = reinterpret_cast<uint32_t *>(base);
+    int32_t *sgn = reinterpret_cast<int32_t *>(base + (size_t)Kp * Rp * 4);
+    int32_t *exp = reinterpret_cast<int32_t *>(base + (size_t)Kp * Rp * 8);
+    uint8_t *flags = base + (size_t)Kp * Rp * 12;
+    const dim3 grid((unsigned)(Rp / 128 + (Rp % 128 ? 1 : 0)), (unsigned)(Kp / L));
+    decode_operand<<<grid, 128, 0, kstream()>>>(p.in, shift, L, rows, K, Rp, s.p, s.s_row, s.s_k, mag, sgn, exp,
+                                                flags);
+    if (klaunched(ctx, "decode")) return -1;
+    *d = decoded{mag, sgn, exp, flags, Rp};
+    return 0;
+}
+
+template <int L, int BK>
+void launch_fast(const mma_arith &p, const mma_fast_params &q, int M, int N, int K, int nblk, int Kp,
+                 const decoded &da, const decoded &db, const source &sa, const source &sb, const float *C, float *D)
+{
+    const dim3 grid((unsigned)(db.Rp / TILE), (unsigned)(da.Rp / TILE));
+    fast_gemm<L, BK><<<grid, THREADS, 0, kstream()>>>(p, q, M, N, K, nblk, Kp, da, db, sa, sb, C, D,
+                                                      planted_drop_last);
+}
+
+// D[M][N] = A . B^T (+ C) through the fast kernel.
+int run_fast(const char *ctx, const mma_arith &p, int M, int N, int K, const source &sa, const source &sb,
+             const float *C, float *D)
+{
+    const mma_fast_params q = mma_fast_params_of(&p);
+    const int L = p.block, BK = L > 16 ? 32 : 16;
+    if (L != 4 && L != 8 && L != 16 && L != 32)
+        return kernels_fail("%s: block of %d products (the fast kernel takes 4, 8, 16, 32)", ctx, L);
+    const int nblk = (K + L - 1) / L, Kp = (int)round_up((size_t)nblk * L, BK);
+    const int Mp = (int)round_up((size_t)M, TILE), Np = (int)round_up((size_t)N, TILE);
+    if (Kp / L > 65535) return kernels_fail("%s: K=%d is more than %d blocks", ctx, K, 65535);
+    if (Mp / TILE > 65535) return kernels_fail("%s: M=%d above the grid limit", ctx, M);
+    const size_t bytes_a = decoded_bytes(Kp, Mp, L), bytes_b = decoded_bytes(Kp, Np, L);
+    if (kworkspace_grow(ctx, &ws_ptr, &ws_size, bytes_a + bytes_b)) return -1;
+    decoded da, db;
+    uint8_t *base = static_cast<uint8_t *>(ws_ptr);
+    if (decode(ctx, p, q.a_shift, M, K, Kp, sa, base, &da) || decode(ctx, p, 0, N, K, Kp, sb, base + bytes_a, &db))
+        return -1;
+    switch (L) {
+    case 4: launch_fast<4, 16>(p, q, M, N, K, nblk, Kp, da, db, sa, sb, C, D); break;
+    case 8: launch_fast<8, 16>(p, q, M, N, K, nblk, Kp, da, db, sa, sb, C, D); break;
+    case 16: launch_fast<16, 16>(p, q, M, N, K, nblk, Kp, da, db, sa, sb, C, D); break;
+    default: launch_fast<32, 32>(p, q, M, N, K, nblk, Kp, da, db, sa, sb, C, D); break;
+    }
+    last_kernel = "fast";
+    return klaunched(ctx, "fast gemm");
+}
+
+}  // namespace
+
+extern "C" void mma_emulate_plant_drop_last(int on) { planted_drop_last = on != 0; }
+
+extern "C" const char *mma_emulate_last_kernel(void) { return last_kernel; }
+
+extern "C" void mma_emulate_release(void)
+{
+    if (ws_ptr) cudaFree(ws_ptr);
+    ws_ptr = nullptr;
+    ws_size = 0;
+}
+
+extern "C" int mma_emulate_gemm(const mma_arith *p, int M, int N, int K, const void *A, const void *B,
+                                const float *C, float *D)
+{
+    if (M <= 0 || N <= 0 || K <= 0) return kernels_fail("mma_emulate_gemm: M=%d N=%d K=%d must be > 0", M, N, K);
+    if (p->out != PREC_FP32)
+        return kernels_fail("mma_emulate_gemm: output %s, only fp32 outputs are emulated", prec_format_name(p->out));
+    char ctx[96];
+    snprintf(ctx, sizeof ctx, "mma_emulate_gemm %s M=%d N=%d K=%d", prec_format_name(p->in), M, N, K);
+    if (mma_fast_supported(p)) {
+        const source sa{static_cast<const uint8_t *>(A), K, 1}, sb{static_cast<const uint8_t *>(B), K, 1};
+        if (run_fast(ctx, *p, M, N, K, sa, sb, C, D)) return -1;
+    } else {
+        if (M > 65535) return kernels_fail("%s: M above the grid limit 65535", ctx);
+        const dim3 block(128), grid((N + 127) / 128, M);
+        model_gemm<<<grid, block, 0, kstream()>>>(*p, M, N, K, static_cast<const uint8_t *>(A),
+                                                  static_cast<const uint8_t *>(B), C, D);
+        last_kernel = "model";
+        if (klaunched(ctx, "model gemm")) return -1;
+    }
+    return klaunched_synced(ctx);
+}
+
+extern "C" int mma_emulate_linear(const mma_arith *p, int64_t M, int64_t N, int64_t K, const void *A, int a_trans,
+                                  const void *B, int b_trans, void *y, prec_format y_format, int accumulate)
+{
+    char ctx[128];
+    snprintf(ctx, sizeof ctx, "mma_emulate_linear %s M=%lld N=%lld K=%lld", prec_format_name(p->in), (long long)M,
+             (long long)N, (long long)K);
+    if (M <= 0 || N <= 0 || K <= 0 || M > (1 << 30) || N > (1 << 30) || K > (1 << 30))
+        return kernels_fail("%s: sizes must be in 1..2^30", ctx);
+    if (!mma_fast_supported(p)) return kernels_fail("%s: the fast kernel does not cover this model", ctx);
+    if (y_format != PREC_FP32 && y_format != PREC_BF16 && y_format != PREC_FP16)
+        return kernels_fail("%s: output %s (fp32, bf16 or fp16)", ctx, prec_format_name(y_format));
+    // A(m, k) and B(n, k) as kernels/matmul.h lays them out
+    const source sa{static_cast<const uint8_t *>(A), a_trans ? 1 : K, a_trans ? M : 1};
+    const source sb{static_cast<const uint8_t *>(B), b_trans ? K : 1, b_trans ? 1 : N};
+    // D after the decoded operands in the workspace: grown together
+    const int L = p->block, BK = L > 16 ? 32 : 16;
+    const int nblk = (int)((K + L - 1) / L), Kp = (int)round_up((size_t)nblk * L, BK);
+    const size_t dec = decoded_bytes(Kp, (int)round_up((size_t)M, TILE), L) +
+                       decoded_bytes(Kp, (int)round_up((size_t)N, TILE), L);
+    if (kworkspace_grow(ctx, &ws_ptr, &ws_size, dec + (size_t)M * N * sizeof(float))) return -1;
+    float *D = reinterpret_cast<float *>(static_cast<uint8_t *>(ws_ptr) + dec);
+    if (run_fast(ctx, *p, (int)M, (int)N, (int)K, sa, sb, nullptr, D)) return -1;
+    const int64_t count = M * N;
+    const unsigned blocks = (unsigned)((count + 255) / 256);
+    switch (y_format) {
+    case PREC_FP32: epilogue<float><<<blocks, 256, 0, kstream()>>>(count, D, static_cast<float *>(y), accumulate); break;
+    case PREC_BF16:
+        epilogue<__nv_bfloat16><<<blocks, 256, 0, kstream()>>>(count, D, static_cast<__nv_bfloat16 *>(y), accumulate);
+        break;
+    default: epilogue<__half><<<blocks, 256, 0, kstream()>>>(count, D, static_cast<__half *>(y), accumulate); break;
+    }
+    return klaunched(ctx, "epilogue");
+}

@@ -1,0 +1,238 @@
+/* tests/test_mma_emulate_gpu.c — the matrix-unit emulation on CUDA cores
+ * (kernels/mma_emulate.h) against the CPU model (GPU tests; make test-gpu):
+ *  1. for each input format (A100 and H100 models), a 320 x 320 x 203 GEMM
+ *     = 102400 dot products whose operand rows take every kind of
+ *     tests/mma_test_values.h (subnormals, zeros of both signs, overflow,
+ *     infinities, NaN; K = 203 leaves a short last block for every L) gives
+ *     mma_dot's bits on every element; twin: with the planted bug (the last
+ *     product of each block dropped) some elements must differ;
+ *  2. the trainer's entry (mma_emulate_linear) on transposed layouts, with an
+ *     accumulating bf16 output: element by element the CPU's
+ *     round_bf16(fp32(model + y_old)); twin: the planted bug is seen;
+ *  3. control (Hopper): the H100 model through the same fast kernel gives
+ *     exactly what the H100's own mma.sync gives for the same K order (a
+ *     chain of m16n8k16 / m16n8k8 in increasing k); twin: the A100 model
+ *     through it must not. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/common/ktensor_io.h"
+#include "kernels/mma_emulate.h"
+#include "kernels/probe/probe_gpu.h"
+#include "tests/mma_test_values.h"
+#include "tests/test_util.h"
+
+static uint32_t bits_at(const void *base, prec_format f, long i) { return mma_load_bits(f, base, i); }
+
+/* rows x K operand bits of format f, each row of a random kind */
+static void *random_rows(prec_rng *rng, prec_format f, int rows, int K)
+{
+    uint8_t *x = malloc((size_t)rows * K * mma_elem_bytes(f));
+    assert_non_null(x);
+    for (int r = 0; r < rows; r++) {
+        const int kind = (int)(prec_rng_next(rng) % MMA_TEST_KINDS);
+        for (int k = 0; k < K; k++) mma_test_store_bits(f, x, (long)r * K + k, mma_test_operand(rng, f, kind));
+    }
+    return x;
+}
+
+static void *upload(const void *h, size_t bytes)
+{
+    void *d = NULL;
+    assert_int_equal(kdevice_alloc(&d, bytes, "operand"), 0);
+    assert_int_equal(kdevice_upload(d, h, bytes, "operand"), 0);
+    return d;
+}
+
+/* Mismatches of mma_emulate_gemm against mma_dot on one random GEMM. */
+static long gemm_mismatches(const mma_model *m, int M, int N, int K, uint64_t seed, int planted)
+{
+    const mma_arith *p = &m->arith;
+    const size_t esz = (size_t)mma_elem_bytes(p->in);
+    prec_rng rng;
+    prec_rng_seed(&rng, seed);
+    void *A = random_rows(&rng, p->in, M, K), *B = random_rows(&rng, p->in, N, K);
+    void *dA = upload(A, (size_t)M * K * esz), *dB = upload(B, (size_t)N * K * esz), *dD = NULL;
+    assert_int_equal(kdevice_alloc(&dD, sizeof(float) * M * N, "D"), 0);
+    assert_int_equal(kdevice_fill_bytes(dD, 0xFF, sizeof(float) * M * N, "poison D"), 0);
+    mma_emulate_plant_drop_last(planted);
+    const int rc = mma_emulate_gemm(p, M, N, K, dA, dB, NULL, dD);
+    mma_emulate_plant_drop_last(0);
+    if (rc) fail_msg("%s", kernels_last_error());
+    if (strcmp(mma_emulate_last_kernel(), "fast") != 0)
+        fail_msg("%s %s: ran the %s kernel, not the fast one", m->gen, prec_format_name(p->in), mma_emulate_last_kernel());
+    uint32_t *D = malloc(sizeof(uint32_t) * M * N);
+    assert_non_null(D);
+    assert_int_equal(kdevice_download(D, dD, sizeof(float) * M * N, "D"), 0);
+    long bad = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            const uint32_t want = mma_dot(p, K, (uint8_t *)A + (size_t)i * K * esz, (uint8_t *)B + (size_t)j * K * esz, 0u);
+            if (D[(size_t)i * N + j] != want && ++bad <= 3 && !planted)
+                print_message("%s %s: D[%d][%d] gpu 0x%08x model 0x%08x\n", m->gen, prec_format_name(p->in), i, j,
+                              D[(size_t)i * N + j], want);
+        }
+    kdevice_free(dA);
+    kdevice_free(dB);
+    kdevice_free(dD);
+    free(A);
+    free(B);
+    free(D);
+    return bad;
+}
+
+static void test_fast_kernel_matches_cpu_model(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    const uint64_t seed = test_seed("mma emulation vs cpu model");
+    static const prec_format fmts[] = {PREC_FP16, PREC_BF16, PREC_TF32, PREC_E4M3, PREC_E5M2};
+    static const char *const gens[] = {"a100", "h100"};
+    const int M = 320, N = 320, K = 203;
+    for (int g = 0; g < 2; g++)
+        for (int f = 0; f < 5; f++) {
+            const int fp8 = fmts[f] == PREC_E4M3 || fmts[f] == PREC_E5M2;
+            const mma_model *m = mma_model_find(gens[g], fp8 && g == 1 ? "wgmma" : "mma.sync", fmts[f], PREC_FP32);
+            assert_non_null(m);
+            const uint64_t s = seed + (uint64_t)(10 * g + f);
+            const long bad = gemm_mismatches(m, M, N, K, s, 0);
+            const long twin = gemm_mismatches(m, M, N, K, s, 1);
+            print_message("%s %s: %d dots, %ld mismatches; planted twin %ld\n", gens[g], prec_format_name(fmts[f]),
+                          M * N, bad, twin);
+            if (bad) fail_msg("%s %s: %ld of %d elements differ from the CPU model", gens[g], prec_format_name(fmts[f]),
+                              bad, M * N);
+            if (!twin) fail_msg("%s %s: the planted twin matched every element: the check cannot fail", gens[g],
+                                prec_format_name(fmts[f]));
+        }
+}
+
+static double bf16_round(float x) { return prec_rne((double)x, PREC_BF16); }
+
+/* mma_emulate_linear with a_trans = 1, b_trans = 0, accumulating into bf16 y. */
+static long linear_mismatches(const mma_model *m, int M, int N, int K, uint64_t seed, int planted)
+{
+    const mma_arith *p = &m->arith;
+    const size_t esz = (size_t)mma_elem_bytes(p->in);
+    prec_rng rng;
+    prec_rng_seed(&rng, seed);
+    /* A stored [K, M], B stored [K, N]: both with k the row */
+    void *At = random_rows(&rng, p->in, K, M), *Bt = random_rows(&rng, p->in, K, N);
+    uint16_t *y0 = malloc(2 * (size_t)M * N), *y = malloc(2 * (size_t)M * N);
+    uint8_t *arow = malloc((size_t)K * esz), *brow = malloc((size_t)K * esz);
+    assert_true(y0 && y && arow && brow);
+    for (long i = 0; i < (long)M * N; i++) y0[i] = (uint16_t)prec_encode(prec_rne(prec_rng_normal(&rng), PREC_BF16), PREC_BF16);
+    void *dA = upload(At, (size_t)M * K * esz), *dB = upload(Bt, (size_t)N * K * esz), *dy = upload(y0, 2 * (size_t)M * N);
+    mma_emulate_plant_drop_last(planted);
+    const int rc = mma_emulate_linear(p, M, N, K, dA, 1, dB, 0, dy, PREC_BF16, 1);
+    mma_emulate_plant_drop_last(0);
+    if (rc) fail_msg("%s", kernels_last_error());
+    assert_int_equal(kdevice_download(y, dy, 2 * (size_t)M * N, "y"), 0);
+    long bad = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            for (int k = 0; k < K; k++) {
+                mma_test_store_bits(p->in, arow, k, bits_at(At, p->in, (long)k * M + i));
+                mma_test_store_bits(p->in, brow, k, bits_at(Bt, p->in, (long)k * N + j));
+            }
+            const uint32_t d = mma_dot(p, K, arow, brow, 0u);
+            float df, sum;
+            memcpy(&df, &d, 4);
+            sum = df + (float)prec_decode(y0[(size_t)i * N + j], PREC_BF16);
+            const uint16_t want = (uint16_t)prec_encode(bf16_round(sum), PREC_BF16);
+            /* NaN: any NaN bits */
+            const int both_nan = sum != sum && (y[(size_t)i * N + j] & 0x7FFFu) > 0x7F80u;
+            bad += y[(size_t)i * N + j] != want && !both_nan;
+        }
+    kdevice_free(dA);
+    kdevice_free(dB);
+    kdevice_free(dy);
+    free(At), free(Bt), free(y0), free(y), free(arow), free(brow);
+    return bad;
+}
+
+static void test_linear_layouts_and_epilogue(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    const uint64_t seed = test_seed("mma emulation linear");
+    static const prec_format fmts[] = {PREC_FP16, PREC_BF16, PREC_TF32};
+    for (int f = 0; f < 3; f++) {
+        const mma_model *m = mma_model_find("a100", "mma.sync", fmts[f], PREC_FP32);
+        assert_non_null(m);
+        const long bad = linear_mismatches(m, 96, 80, 200, seed + (uint64_t)f, 0);
+        const long twin = linear_mismatches(m, 96, 80, 200, seed + (uint64_t)f, 1);
+        if (bad) fail_msg("a100 %s: %ld of %d linear outputs differ", prec_format_name(fmts[f]), bad, 96 * 80);
+        if (!twin) fail_msg("a100 %s: the planted twin matched every output: the check cannot fail",
+                            prec_format_name(fmts[f]));
+    }
+}
+
+static int is_hopper(void)
+{
+    kdevice_props p;
+    return kdevice_describe(&p) == 0 && p.cc_major == 9;
+}
+
+static void test_h100_model_emulated_is_h100_mma(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    if (!is_hopper()) {
+        print_message("skipping: the control needs an H100 (compute capability 9.x)\n");
+        skip();
+    }
+    const uint64_t seed = test_seed("h100 emulation vs mma.sync");
+    static const prec_format fmts[] = {PREC_FP16, PREC_BF16, PREC_TF32};
+    const int M = 256, N = 256, K = 1024;
+    for (int f = 0; f < 3; f++) {
+        const size_t esz = (size_t)mma_elem_bytes(fmts[f]);
+        uint8_t *A = malloc((size_t)M * K * esz), *B = malloc((size_t)N * K * esz);
+        uint32_t *native = malloc(4 * (size_t)M * N), *emul = malloc(4 * (size_t)M * N);
+        assert_true(A && B && native && emul);
+        prec_rng rng;
+        prec_rng_seed(&rng, seed + (uint64_t)f);
+        for (long i = 0; i < (long)M * K; i++) mma_store(fmts[f], A, i, prec_rne(prec_rng_normal(&rng), fmts[f]));
+        for (long i = 0; i < (long)N * K; i++) mma_store(fmts[f], B, i, prec_rne(prec_rng_normal(&rng), fmts[f]));
+        void *dA = upload(A, (size_t)M * K * esz), *dB = upload(B, (size_t)N * K * esz), *dD = NULL;
+        assert_int_equal(kdevice_alloc(&dD, 4 * (size_t)M * N, "D"), 0);
+        assert_int_equal(kdevice_fill_bytes(dD, 0xFF, 4 * (size_t)M * N, "poison"), 0);
+        if (probe_sm80_gemm(fmts[f], M, N, K, dA, dB, dD)) fail_msg("%s", kernels_last_error());
+        assert_int_equal(kdevice_download(native, dD, 4 * (size_t)M * N, "native D"), 0);
+        long bad = 0, twin = 0;
+        static const char *const gens[] = {"h100", "a100"};
+        for (int g = 0; g < 2; g++) {
+            const mma_model *m = mma_model_find(gens[g], "mma.sync", fmts[f], PREC_FP32);
+            assert_non_null(m);
+            assert_int_equal(kdevice_fill_bytes(dD, 0xFF, 4 * (size_t)M * N, "poison"), 0);
+            if (mma_emulate_gemm(&m->arith, M, N, K, dA, dB, NULL, dD)) fail_msg("%s", kernels_last_error());
+            assert_int_equal(kdevice_download(emul, dD, 4 * (size_t)M * N, "emulated D"), 0);
+            long diff = 0;
+            for (long i = 0; i < (long)M * N; i++) diff += native[i] != emul[i];
+            if (g == 0) bad = diff;
+            else twin = diff;
+        }
+        print_message("%s: H100 model emulated vs mma.sync: %ld of %d differ; A100 model (twin) %ld\n",
+                      prec_format_name(fmts[f]), bad, M * N, twin);
+        kdevice_free(dA), kdevice_free(dB), kdevice_free(dD);
+        free(A), free(B), free(native), free(emul);
+        if (bad) fail_msg("%s: the emulated H100 model differs from the H100's mma.sync", prec_format_name(fmts[f]));
+        if (!twin) fail_msg("%s: the A100 model matched mma.sync too: the control cannot fail", prec_format_name(fmts[f]));
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fast_kernel_matches_cpu_model),
+        cmocka_unit_test(test_linear_layouts_and_epilogue),
+        cmocka_unit_test(test_h100_model_emulated_is_h100_mma),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
