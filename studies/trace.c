@@ -502,9 +502,12 @@ static int w_residual(tbackend *be, const tsite *at, ktensor *y, const ktensor *
 }
 
 static int w_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, ktensor *dlogits, const ktensor *logits,
-                           const int32_t *targets, double softcap, double dloss)
+                           const int32_t *targets, double softcap, const double *dloss_in)
 {
-    tap_call c = {.kind = TAP_CROSS_ENTROPY, .ids = targets, .softcap = softcap, .dloss = dloss};
+    /* a single run (trace runs no replicas): one dloss, or none (forward only) */
+    double dloss = dloss_in ? *dloss_in : 0.0;
+    tap_call c = {.kind = TAP_CROSS_ENTROPY, .ids = targets, .softcap = softcap, .dloss = dloss,
+                  .has_dloss = dloss_in != NULL};
     SITE(at);
     int32_t *host;
     size_t rows = (size_t)logits->shape[0];
@@ -613,7 +616,8 @@ int tap_invoke(tbackend *be, const tbackend *o, const tap_call *c, const tsite *
     case TAP_ACTIVATION_FWD: return o->activation_fwd(be, at, t[0], t[1], t[2]);
     case TAP_ACTIVATION_BWD: return o->activation_bwd(be, at, t[0], t[1], t[2], t[3]);
     case TAP_RESIDUAL: return o->residual(be, at, t[0], t[1], t[2]);
-    case TAP_CROSS_ENTROPY: return o->cross_entropy(be, at, t[0], t[1], t[2], c->ids, c->softcap, c->dloss);
+    case TAP_CROSS_ENTROPY:
+        return o->cross_entropy(be, at, t[0], t[1], t[2], c->ids, c->softcap, c->has_dloss ? &c->dloss : NULL);
     case TAP_TRANSPOSE: return o->transpose(be, at, t[0], t[1], c->accumulate);
     case TAP_ACCUMULATE: return o->accumulate(be, at, t[0], t[1]);
     case TAP_GRAD_NORM: return o->grad_norm(be, at, c->params, c->n_params, c->out_scalar);

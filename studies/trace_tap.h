@@ -54,6 +54,7 @@ typedef struct {
     const int32_t *ids;            /* device/host ids (tokens, targets) */
     int a_trans, b_trans, accumulate, B, T, H;
     double eps, theta, softcap, dloss;
+    int has_dloss;          /* cross-entropy: a loss gradient was asked for (dloss given) */
     tparam *param;
     tparam *const *params;
     int n_params;
