@@ -11,8 +11,9 @@
  *   replicas  the replica engine: the 1-minute recipe for --replica-steps
  *           (1000) steps with R = 1, 8, 16, 32, 64 (wall time of the whole
  *           call, training tokens/s of all replicas, speed-up over R = 1,
- *           peak tensors per replica), and gpt2 depth 4, width 256, sequence
- *           256 with R = 1 and 32
+ *           peak tensors per replica); the same with attention=flash_mma and
+ *           warp_tree norms at R = 1 and 64; gpt2 depth 4, width 256,
+ *           sequence 256 with R = 1 and 32
  * Times are the median step (the first, which warms cuBLASLt up, excluded).
  * MFU: model FLOPs (6 N + 12 L T C per token, lm_head in N) over 989.4 TFLOP/s
  * (dense bf16 of an H100/H200 SXM).  The text's bytes are the tokens (ids <
@@ -218,6 +219,17 @@ static int bench_replicas(long steps)
     for (size_t i = 0; i < sizeof Rs / sizeof Rs[0]; i++) {
         double tps = bench_group("modern 4.8M B32 T256", &c, Rs[i], base);
         if (Rs[i] == 1) base = tps;
+        if (tps <= 0) return 1;
+    }
+    /* the same recipe with the faster variants of its two slowest non-GEMM
+     * slots (tensor-core attention, a warp per norm row): another plan, so
+     * its own R = 1 */
+    if (tplan_set(&c.plan, "attention=bf16:flash_mma,norm.*=bf16:warp_tree", NULL, 0)) return 1;
+    base = 0;
+    static const int Rfast[] = {1, 64};
+    for (size_t i = 0; i < sizeof Rfast / sizeof Rfast[0]; i++) {
+        double tps = bench_group("modern fast variants", &c, Rfast[i], base);
+        if (Rfast[i] == 1) base = tps;
         if (tps <= 0) return 1;
     }
     char err[512];

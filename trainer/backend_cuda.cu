@@ -1047,16 +1047,30 @@ static int batched_muon(tbackend *be, tparam *p, const tmuon_args *a)
     void *U = nullptr;
     if (scratch(be, 0, (size_t)(R * per) * kformat_bytes(f), &U)) return -1;
     size_t we = kformat_bytes(p->w.format), ge = kformat_bytes(p->grad.format), fe = kformat_bytes(f);
-    for (int64_t r = 0; r < R; r++) {
+    // replicas sharing every scalar of the update (no skip, one gradient scale,
+    // no stochastic rounding) are one elementwise call over all of them
+    int uniform = 1;
+    for (int64_t r = 0; r < R; r++)
+        uniform &= !a[r].skip && a[r].grad_scale == a[0].grad_scale && a[r].lr == a[0].lr &&
+                   a[r].momentum == a[0].momentum && a[r].weight_decay == a[0].weight_decay && (!sr || R == 1);
+    int64_t groups = uniform ? 1 : R, span = uniform ? R * per : per;
+    for (int64_t r = 0; r < groups; r++) {
         if (a[r].skip) continue;
         int64_t off = r * per;
-        if (tglue_muon_momentum((float *)p->m.data + off, (const char *)p->grad.data + off * ge, p->grad.format, per,
+        if (tglue_muon_momentum((float *)p->m.data + off, (const char *)p->grad.data + off * ge, p->grad.format, span,
                                 (float)a[r].momentum, (float)a[r].grad_scale, (char *)U + off * fe, f))
             return kfail(be, at, "momentum");
     }
     // skipped replicas' blocks are orthogonalised too (from their stale U) and then not applied
     if (kpolar_express_batched(path, at->variant, which, R * p->blocks, p->rows, p->cols, block, U, U))
         return kfail(be, at, "polar express (replicas)");
+    if (uniform) { // every replica's blocks as one span: the update is elementwise
+        if (tglue_weight_update(p->w.data, p->w.format, p->master.data ? (float *)p->master.data : nullptr,
+                                p->lowbits ? (uint16_t *)p->lowbits : nullptr, sr, a[0].seed, U, f, R * per,
+                                (float)a[0].lr, p->decay ? (float)a[0].weight_decay : 0.0f, scale))
+            return kfail(be, at, "weight update");
+        return 0;
+    }
     for (int64_t r = 0; r < R; r++) {
         if (a[r].skip) continue;
         int64_t off = r * per;
@@ -1071,6 +1085,66 @@ static int batched_muon(tbackend *be, tparam *p, const tmuon_args *a)
         }
     }
     return 0;
+}
+
+// The loss gradient is one number for every replica unless their loss
+// scales differ: then each replica's rows are their own call.
+static int batched_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, ktensor *dlogits,
+                                 const ktensor *logits, const int32_t *targets, double softcap, const double *dloss)
+{
+    if (!losses->replica_stride) return be->one->cross_entropy(be, at, losses, dlogits, logits, targets, softcap, dloss);
+    int same = 1;
+    for (int r = 1; dloss && r < be->replicas; r++) same &= dloss[r] == dloss[0];
+    if (!same || !FOLD3(losses, dlogits, logits))
+        return impl_of(be)->loop->cross_entropy(be, at, losses, dlogits, logits, targets, softcap, dloss);
+    ktensor L = folded(be, losses), Z = folded(be, logits), D;
+    return be->one->cross_entropy(be, at, &L, fold_or_null(be, dlogits, &D), &Z, targets, softcap, dloss);
+}
+
+// Token tables per replica (the replica kernels); the gpt2 position table through the loop.
+static int batched_embedding_fwd(tbackend *be, ktensor *x, const int32_t *tokens, const ktensor *wte,
+                                 const ktensor *wpe, int B, int T)
+{
+    if (!x->replica_stride) return be->one->embedding_fwd(be, x, tokens, wte, wpe, B, T);
+    const tsite *at = tbackend_site(be, TSLOT_EMBEDDING, -1);
+    prec_format f = path_fmt(at);
+    if (wpe || !FOLD2(x, wte) || !in_format(x, f) || !in_format(wte, f))
+        return impl_of(be)->loop->embedding_fwd(be, x, tokens, wte, wpe, B, T);
+    ktensor X = folded(be, x), W = folded(be, wte);
+    if (kembedding_forward_replicas(be->replicas, &X, &W, tokens, at->variant))
+        return kfail(be, at, "token lookup (replicas)");
+    return 0;
+}
+
+static int batched_embedding_bwd(tbackend *be, ktensor *dwte, ktensor *dwpe, const ktensor *dx,
+                                 const int32_t *tokens, int B, int T)
+{
+    if (!dx->replica_stride) return be->one->embedding_bwd(be, dwte, dwpe, dx, tokens, B, T);
+    const tsite *at = tbackend_site(be, TSLOT_EMBEDDING, -1);
+    if (dwpe || !FOLD2(dwte, dx) || dx->format != dwte->format)
+        return impl_of(be)->loop->embedding_bwd(be, dwte, dwpe, dx, tokens, B, T);
+    int64_t R = be->replicas, n = (int64_t)B * T;
+    ktensor DW = folded(be, dwte), DX = folded(be, dx);
+    size_t ws = kembedding_backward_workspace_replicas(R, n, dwte->shape[0], at->variant);
+    void *buf = nullptr;
+    if (ws && scratch(be, 1, ws, &buf)) return -1;
+    if (kembedding_backward_replicas(R, &DW, &DX, tokens, buf, ws, at->variant))
+        return kfail(be, at, "token scatter (replicas)");
+    return 0;
+}
+
+// The modern lm_head's transposed copies: each replica's matrix on its own.
+static int batched_transpose(tbackend *be, const tsite *at, ktensor *out, const ktensor *in, int accumulate)
+{
+    if (!out->replica_stride) return be->one->transpose(be, at, out, in, accumulate);
+    prec_format f = accumulate ? path_fmt(at) : out->format;
+    if (!FOLD2(out, in) || !in_format(in, f) || !in_format(out, f))
+        return impl_of(be)->loop->transpose(be, at, out, in, accumulate);
+    // (R M, N) -> (R N, M): the folded shapes the replica kernels read
+    ktensor O = folded(be, out), I = folded(be, in);
+    int rc = accumulate ? ktranspose_add_replicas(be->replicas, &O, &I, at->variant)
+                        : ktranspose_copy_replicas(be->replicas, &O, &I, at->variant);
+    return rc ? kfail(be, at, accumulate ? "transpose add (replicas)" : "transpose copy (replicas)") : 0;
 }
 
 #undef FOLD2
@@ -1095,6 +1169,10 @@ static int cuda_batch_replicas(tbackend *be)
     be->norm_bwd = batched_norm_bwd;
     be->grad_norm = batched_grad_norm;
     be->muon = batched_muon;
+    be->cross_entropy = batched_cross_entropy;
+    be->embedding_fwd = batched_embedding_fwd;
+    be->embedding_bwd = batched_embedding_bwd;
+    be->transpose = batched_transpose;
     return 0;
 }
 

@@ -900,10 +900,13 @@ int tmodel_step_micro(tmodel *m, const int32_t *tokens, const int32_t *targets, 
     TRY(be->raw_upload(be, m->targets_dev, targets, bytes));
     TRY(forward(m, dloss));
     if (dloss) TRY(backward(m));
+    /* the replicas' losses back to back: one copy; else one per replica */
+    int one_copy = R == 1 || m->losses.replica_stride == BT;
+    if (one_copy) TRY(be->raw_download(be, m->loss_host, m->losses.data, (size_t)(R * BT) * sizeof(float)));
     for (int r = 0; r < R; r++) {
         ktensor lr = tbackend_slice(be, &m->losses, r);
         float *host = m->loss_host + r * BT;
-        TRY(be->raw_download(be, host, lr.data, (size_t)BT * sizeof(float)));
+        if (!one_copy) TRY(be->raw_download(be, host, lr.data, (size_t)BT * sizeof(float)));
         double sum = 0.0;
         for (int64_t i = 0; i < BT; i++) sum += host[i];
         loss[r] = sum / (double)BT;
