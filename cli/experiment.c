@@ -126,6 +126,7 @@ int experiment_setup(const char *cmd, train_options *t, const experiment_options
     *recipe = cmp_train_recipe(c, vary, vary == CMP_VARY_INIT ? c->data_seed : c->seed, err, sizeof err);
     if (!*recipe) return base_error(cmd, "%s", err);
     ctx->progress = t->quiet ? NULL : stderr;
+    ctx->replicas = e->replicas;
     return 0;
 }
 

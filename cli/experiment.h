@@ -16,6 +16,7 @@ typedef struct {
     const char *json_path;
     long val_tokens;          /* validation windows cover the split up to this many tokens */
     double alpha, power;
+    int replicas;             /* runs of one arm at once (0: the backend's default, compare_train.h) */
 } experiment_options;
 
 void experiment_options_defaults(experiment_options *e);

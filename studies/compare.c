@@ -650,7 +650,7 @@ static void progress(const cmp_config *c, int done, int total, int cached, doubl
 static int fill(const cmp_config *c, cmp_runner *runner, cache *k, const uint64_t *ids, run_table *t, int from, int to,
                 cmp_report *rep, int total_hint, double t0, char *err, size_t errlen)
 {
-    int cap = runner->capacity > 0 ? runner->capacity : 1;
+    int cap = (runner->capacity > 0 ? runner->capacity : 1) * (runner->per_arm ? c->n_arms : 1);
     cmp_job *jobs = malloc((size_t)cap * sizeof *jobs);
     cmp_run *out = malloc((size_t)cap * sizeof *out);
     int *cell_arm = malloc((size_t)cap * sizeof *cell_arm), *cell_seed = malloc((size_t)cap * sizeof *cell_seed);

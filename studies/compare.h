@@ -83,18 +83,22 @@ typedef struct {
     long curve_step[CMP_MAX_CURVE];
     double curve_val[CMP_MAX_CURVE];
     uint64_t state_hash;   /* every parameter and optimizer state byte at the end */
-    double seconds;        /* wall time of the run (training + validation) */
+    double seconds;        /* wall time of the run (training + validation); runs done together as
+                              replicas: their share, the group's wall time over its runs */
     char error[256];
 } cmp_run;
 
-/* What runs the jobs: sequential trainer runs, the replica engine, or a
+/* What runs the jobs: the trainer's replica engine (compare_train.h) or a
  * simulation in the tests.  run() executes jobs[0..n) — in parallel where it
  * can — and fills out[i]; it returns -1 only when it cannot go on at all
- * (a run that failed is reported through out[i].status). */
+ * (a run that failed is reported through out[i].status; the reason it
+ * cannot go on is in out[0].error). */
 typedef struct cmp_runner {
     int (*run)(struct cmp_runner *r, const cmp_arm *arms, const cmp_job *jobs, int n, cmp_run *out);
-    int capacity;          /* jobs it runs well in one call (>= 1) */
+    int capacity;          /* jobs it runs well in one call (>= 1); per_arm: runs of each arm */
     void *ctx;
+    int per_arm;           /* the runner does each arm's jobs together (one plan at a time): a call
+                              gets up to capacity seeds, every arm's runs of them */
 } cmp_runner;
 
 typedef struct {

@@ -256,7 +256,7 @@ static double sequential_false_shift(uint64_t seed, int fixed_n_twin, int trials
         c.max_runs = 60 * 3;
         c.first_seed = 1;
         if (!fixed_n_twin) {
-            cmp_runner r = {sim_run, 64, &m};
+            cmp_runner r = {sim_run, 64, &m, 0};
             cmp_report rep;
             char err[256];
             assert_int_equal(cmp_run_study(&c, &r, &rep, err, sizeof err), 0);
@@ -297,7 +297,7 @@ static void test_sequential(void **state)
     c.batch = 4;
     c.max_runs = 60 * 3;
     c.first_seed = 1;
-    cmp_runner r = {sim_run, 64, &m};
+    cmp_runner r = {sim_run, 64, &m, 0};
     cmp_report rep;
     char err[256];
     assert_int_equal(cmp_run_study(&c, &r, &rep, err, sizeof err), 0);
@@ -361,7 +361,7 @@ static void test_cache_and_resume(void **state)
     char err[256];
     /* killed after 7 of 18 runs */
     m.fail_after = 7;
-    cmp_runner r = {sim_run, 1, &m};
+    cmp_runner r = {sim_run, 1, &m, 0};
     cmp_report rep;
     assert_int_equal(cmp_run_study(&c, &r, &rep, err, sizeof err), 1);
     cmp_report_free(&rep);
@@ -430,7 +430,7 @@ static void test_bad_settings(void **state)
     c.seeds = seeds;
     c.n_seeds = 3;
     sim m = null_sim(1);
-    cmp_runner r = {sim_run, 1, &m};
+    cmp_runner r = {sim_run, 1, &m, 0};
     cmp_report rep;
     char err[256];
     assert_int_equal(cmp_run_study(&c, &r, &rep, err, sizeof err), 2);

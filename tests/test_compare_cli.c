@@ -186,6 +186,7 @@ static void test_bad_input(void **state)
         {"--arm x=mlp.up=fp32 --max-runs 10", "go with --until-decided"},
         {"--arm x=mlp.up=fp32 --plant-truncation y", "no such arm"},
         {"--arm x=norm.*=bf16:welford", "arm x: "},
+        {"--arm x=mlp.up=fp32 --replicas 0", "--replicas"},
         {"", "no --arm given"},
     };
     static char out[8192], err[8192];
