@@ -295,12 +295,62 @@ static void test_shards_merge(void **state)
 #undef STUDY
 }
 
+/* Lines of out when every one is a JSON record; -1 otherwise. */
+static int json_record_lines(const char *out)
+{
+    int lines = 0;
+    for (const char *p = out; *p;) {
+        const char *nl = strchr(p, '\n');
+        if (!nl) return -1;
+        json_value *v;
+        char jerr[256];
+        if (json_parse(p, (size_t)(nl - p), &v, jerr, sizeof jerr)) return -1;
+        int record = json_get(v, "record") != NULL;
+        json_free(v);
+        if (!record) return -1;
+        lines++;
+        p = nl + 1;
+    }
+    return lines;
+}
+
+/* With --json -, stdout carries JSON Lines only; the progress lines and the
+ * table go to stderr.  Without it the table is on stdout, which the check
+ * must then reject (its twin). */
+static void check_pure_json(const char *args, const char *table)
+{
+    static char out[262144], err[65536];
+    char with_json[1024];
+    snprintf(with_json, sizeof with_json, "%s --json -", args);
+    int rc = run(with_json, out, sizeof out, err, sizeof err);
+    if (rc) fail_msg("'%s' failed (%d): %s", with_json, rc, err);
+    int lines = json_record_lines(out);
+    if (lines < 4) fail_msg("'%s': stdout is not JSON Lines only: %.200s", with_json, out);
+    if (!strstr(err, table)) fail_msg("'%s': stderr lacks '%s'", with_json, table);
+    assert_non_null(strstr(err, "  run base seed 1: val")); /* the progress, not quieted */
+    rc = run(args, out, sizeof out, err, sizeof err);
+    if (rc) fail_msg("'%s' failed (%d): %s", args, rc, err);
+    assert_non_null(strstr(out, table));
+    assert_int_equal(json_record_lines(out), -1);
+}
+
+static void test_json_stdout_is_pure(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+#define LOUD "--depth 1 --width 16 --heads 2 --seq 16 --batch 4 --steps 8 --lr 3e-3 --seeds 3"
+    check_pure_json("compare " LOUD " --arm f32=residual=fp32", "noise floor:");
+    check_pure_json("noise " LOUD, "chaos sd");
+#undef LOUD
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_planted_bias_is_a_shift),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_shards_merge),
+        cmocka_unit_test(test_json_stdout_is_pure),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
