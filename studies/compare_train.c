@@ -94,6 +94,11 @@ static int run_group(cmp_train_ctx *ctx, const cmp_arm *arms, const cmp_job *job
         seeds[k] = jobs[idx[k]].init_seed;
         data_seeds[k] = jobs[idx[k]].data_seed;
     }
+    if (ctx->progress && m > 1) {
+        /* nothing else shows until the whole group ends */
+        fprintf(ctx->progress, "  arm %s: %d runs at once (replicas)\n", arms[j0->arm].name, m);
+        fflush(ctx->progress);
+    }
     double t0 = now_seconds();
     kernels_set_planted_bug(ctx->planted[j0->arm]);
     int rc = ttrain_run_replicas(&cfg, m, seeds, data_seeds, res);
