@@ -44,6 +44,12 @@ static const copt compare_opts[] = {
     {"--first-seed", COPT_SEED, F(first_seed), 0, 0, "compare", "S", "(1) with --until-decided", NULL, 0},
     {"--plant-truncation", COPT_STRING, F(plant), 0, 0, "compare", "ARM",
      "self-test: ARM's stores truncate instead of rounding (a planted bias it must call SHIFT)", NULL, 0},
+    {"--replicas", COPT_INT, F(e.replicas), 1, TTRAIN_REPLICAS_MAX, "compare", "R",
+     "(64 on cuda, 8 on cpu) runs per process at once: an arm's runs go through the replica engine R at a time", NULL,
+     0},
+    {"--shard", COPT_STRING, F(e.shard), 0, 0, "compare", "I/N",
+     "run only the I-th of N shares of the seeds (every arm) into --results, no verdict; merge: rerun without it", NULL,
+     0},
     {"--results", COPT_STRING, F(e.results_dir), 0, 0, "compare", "DIR", "cache of finished runs: resume, reuse", NULL, 0},
     {"--json", COPT_STRING, F(e.json_path), 0, 0, "compare", "FILE", "JSON Lines: every run and every arm ('-': stdout)",
      NULL, 0},
@@ -235,9 +241,11 @@ int cmd_compare(int argc, char **argv)
         c->first_seed = s->o.first_seed;
         c->results_dir = s->o.e.results_dir;
         c->recipe_json = s->recipe;
+        status = experiment_shard("compare", &s->o.e, s->o.until_decided, c);
         c->progress = s->t.quiet ? NULL : stderr;
         /* the JSON output is checked before any run */
-        if (s->o.e.json_path && base_outfile_check("compare", s->o.e.json_path)) status = BASE_EXIT_USAGE; /* before any run */
+        if (!status && s->o.e.json_path && base_outfile_check("compare", s->o.e.json_path))
+            status = BASE_EXIT_USAGE; /* before any run */
     }
     if (!status) {
         cmp_runner runner;
@@ -246,7 +254,8 @@ int cmd_compare(int argc, char **argv)
         if (status == 2) status = base_error("compare", "%s", err);
         else if (status) fprintf(stderr, "ulpscope compare: error: %s\n", err);
     }
-    if (!status) {
+    if (!status && s->rep.sharded) experiment_print_shard(stdout, "compare", c, &s->rep);
+    else if (!status) {
         int json_to_stdout = s->o.e.json_path && strcmp(s->o.e.json_path, "-") == 0;
         cmp_print_table(json_to_stdout ? stderr : stdout, c, &s->rep);
         status = experiment_write_json("compare", s->o.e.json_path, s->recipe, c, &s->rep, NULL, NULL);

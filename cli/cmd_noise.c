@@ -20,6 +20,12 @@ static const copt noise_opts[] = {
     {"--vary", COPT_STRING, F(vary), 0, 0, "noise", "both|init|data", "(both) what the seed varies", NULL, 0},
     {"--alpha", COPT_DOUBLE, F(alpha), 0.0001, 0.5, "noise", "A", "(0.05) for the runs needed", NULL, COPT_MAX_OPEN},
     {"--power", COPT_DOUBLE, F(power), 0.5, 1, "noise", "P", "(0.8) for the runs needed", NULL, COPT_MAX_OPEN},
+    {"--replicas", COPT_INT, F(replicas), 1, TTRAIN_REPLICAS_MAX, "noise", "R",
+     "(64 on cuda, 8 on cpu) runs per process at once: an arm's runs go through the replica engine R at a time", NULL,
+     0},
+    {"--shard", COPT_STRING, F(shard), 0, 0, "noise", "I/N",
+     "run only the I-th of N shares of the seeds (every arm) into --results, no verdict; merge: rerun without it", NULL,
+     0},
     {"--results", COPT_STRING, F(results_dir), 0, 0, "noise", "DIR", "cache of finished runs (shared with compare)", NULL,
      0},
     {"--json", COPT_STRING, F(json_path), 0, 0, "noise", "FILE", "JSON Lines ('-': stdout)", NULL, 0},
@@ -101,7 +107,9 @@ int cmd_noise(int argc, char **argv)
         c->results_dir = s->e.results_dir;
         c->recipe_json = recipe;
         c->progress = s->t.quiet ? NULL : stderr;
-        if (s->e.json_path && base_outfile_check("noise", s->e.json_path)) status = BASE_EXIT_USAGE; /* before any run */
+        status = experiment_shard("noise", &s->e, 0, c);
+        if (!status && s->e.json_path && base_outfile_check("noise", s->e.json_path))
+            status = BASE_EXIT_USAGE; /* before any run */
     }
     if (!status) {
         cmp_runner runner;
@@ -110,7 +118,8 @@ int cmd_noise(int argc, char **argv)
         if (status == 2) status = base_error("noise", "%s", err);
         else if (status) fprintf(stderr, "ulpscope noise: error: %s\n", err);
     }
-    if (!status) {
+    if (!status && s->rep.sharded) experiment_print_shard(stdout, "noise", c, &s->rep);
+    else if (!status) {
         int n = s->rep.seeds_used;
         noise_out out = {s->points, 0, c->alpha, c->power};
         out.n = noise_analyse(s->rep.runs, s->rep.runs + n, n, c->alpha, c->power, s->points, CMP_MAX_CURVE);

@@ -126,7 +126,33 @@ int experiment_setup(const char *cmd, train_options *t, const experiment_options
     *recipe = cmp_train_recipe(c, vary, vary == CMP_VARY_INIT ? c->data_seed : c->seed, err, sizeof err);
     if (!*recipe) return base_error(cmd, "%s", err);
     ctx->progress = t->quiet ? NULL : stderr;
+    ctx->replicas = e->replicas;
     return 0;
+}
+
+int experiment_shard(const char *cmd, const experiment_options *e, int until_decided, cmp_config *c)
+{
+    if (!e->shard) return 0;
+    if (cmp_shard_parse(e->shard, &c->shard, &c->n_shards))
+        return base_error(cmd, "--shard %s: expected I/N, shard I of N (0 <= I < N <= %d)", e->shard, CMP_MAX_SHARDS);
+    if (!e->results_dir) return base_error(cmd, "--shard needs --results DIR: the shards' runs meet there");
+    if (until_decided) return base_error(cmd, "--shard needs a fixed --seeds list (--until-decided cannot be sharded)");
+    if (e->json_path)
+        return base_error(cmd, "--shard writes runs into --results only; the call without --shard judges and writes --json");
+    return 0;
+}
+
+void experiment_print_shard(FILE *fp, const char *cmd, const cmp_config *c, const cmp_report *rep)
+{
+    int from, to;
+    cmp_shard_range(c->n_seeds, c->shard, c->n_shards, &from, &to);
+    fprintf(fp,
+            "shard %d/%d: seeds %d..%d of %d (%llu..%llu), %d arms: %d runs in %s (%d executed now, %d from the cache) "
+            "in %.1f s\n",
+            c->shard, c->n_shards, from + 1, to, c->n_seeds, (unsigned long long)c->seeds[from],
+            (unsigned long long)c->seeds[to - 1], c->n_arms, rep->runs_total, c->results_dir, rep->runs_executed,
+            rep->runs_cached, rep->seconds);
+    fprintf(fp, "no verdict from a shard: once every shard has run, the same %s without --shard judges them all\n", cmd);
 }
 
 int experiment_write_json(const char *cmd, const char *json_path, const char *recipe, const cmp_config *c,

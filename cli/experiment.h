@@ -16,6 +16,8 @@ typedef struct {
     const char *json_path;
     long val_tokens;          /* validation windows cover the split up to this many tokens */
     double alpha, power;
+    int replicas;             /* runs of one arm at once (0: the backend's default, compare_train.h) */
+    const char *shard;        /* "I/N": this process runs the I-th of N shares of the seeds (compare, noise) */
 } experiment_options;
 
 void experiment_options_defaults(experiment_options *e);
@@ -29,6 +31,14 @@ int experiment_parse_seeds(const char *spec, uint64_t **seeds, int *n, char *err
  * (*recipe malloc'd).  Returns 0 or BASE_EXIT_USAGE after an error line. */
 int experiment_setup(const char *cmd, train_options *t, const experiment_options *e, cmp_vary vary,
                      cmp_train_ctx *ctx, char **recipe);
+
+/* --shard I/N into c (shard, n_shards): it needs --results and a fixed seed
+ * list, and writes no --json (the merge call judges).  0, or BASE_EXIT_USAGE
+ * after an error line.  Without --shard: 0, nothing set. */
+int experiment_shard(const char *cmd, const experiment_options *e, int until_decided, cmp_config *c);
+
+/* A shard's summary line (what it ran, where, how to merge). */
+void experiment_print_shard(FILE *fp, const char *cmd, const cmp_config *c, const cmp_report *rep);
 
 /* Writes the header, every run and every arm record to the --json output
  * (nothing when json_path is NULL).  Returns 0 or 1. */

@@ -15,3 +15,8 @@ for gen in v100 a100 h100 b200; do
 done
 "$ulpscope" probe --model h100 --accum-sweep --dots 32 --json "$dir/accum_fp8_h100.jsonl" >/dev/null
 "$ulpscope" probe --model b200 --accum-sweep --dots 32 --json "$dir/accum_fp8_b200.jsonl" >/dev/null
+# paired comparison of plans (compare): a tiny GPT on the CPU, the null arm, naive attention and a
+# planted truncation against the bf16 base at six seeds
+"$ulpscope" compare --depth 1 --width 16 --heads 2 --seq 16 --batch 4 --steps 24 --lr 3e-3 --seeds 6 \
+    --arm naive=attention=bf16:naive --arm trunc=residual=bf16 --plant-truncation trunc --quiet \
+    --json "$dir/compare.jsonl" >/dev/null

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,6 +54,26 @@ static double now_seconds(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int cmp_shard_parse(const char *s, int *shard, int *n_shards)
+{
+    char *end;
+    errno = 0;
+    long i = strtol(s, &end, 10);
+    if (end == s || *end != '/' || errno) return -1;
+    const char *q = end + 1;
+    long n = strtol(q, &end, 10);
+    if (end == q || *end || errno || n < 1 || n > CMP_MAX_SHARDS || i < 0 || i >= n) return -1;
+    *shard = (int)i;
+    *n_shards = (int)n;
+    return 0;
+}
+
+void cmp_shard_range(int n_seeds, int shard, int n_shards, int *from, int *to)
+{
+    *from = (int)((long long)n_seeds * shard / n_shards);
+    *to = (int)((long long)n_seeds * (shard + 1) / n_shards);
 }
 
 /* ---- the run table: arm x seed ------------------------------------------------- */
@@ -113,7 +134,9 @@ static void job_seeds(const cmp_config *c, uint64_t seed, cmp_job *j)
 
 typedef struct {
     char path[4096];
-    FILE *runs;         /* runs.jsonl, appending */
+    int on;             /* a results directory is in use */
+    int fd;             /* the runs file this process appends to (O_APPEND): runs.jsonl, or a shard's own */
+    char file[4200];
     json_value **loaded;
     int n_loaded;
 } cache;
@@ -200,80 +223,112 @@ done:
     return rc;
 }
 
-static int cache_open(cache *k, const char *dir, const char *recipe, char *err, size_t errlen)
+/* Appends every complete line of a runs file to k->loaded.  A last line
+ * without its newline is a run being written (another shard's) or cut by a
+ * kill: it is skipped, and when the file is the one this process appends to,
+ * cut off so that appends start on a line of their own. */
+static int cache_load(cache *k, const char *file, int own, char *err, size_t errlen)
+{
+    size_t len = 0;
+    char *text = read_file(file, &len);
+    if (!text) {
+        if (errno == ENOENT) return 0; /* the file of a shard that has not written yet */
+        return set_err(err, errlen, "cannot read %s: %s", file, strerror(errno)), 1;
+    }
+    size_t pos = 0;
+    int line = 0;
+    while (pos < len) {
+        char *nl = memchr(text + pos, '\n', len - pos);
+        if (!nl) break;
+        size_t n = (size_t)(nl - (text + pos));
+        line++;
+        json_value *v;
+        char jerr[256];
+        if (n && json_parse(text + pos, n, &v, jerr, sizeof jerr) == 0) {
+            json_value **grown = realloc(k->loaded, (size_t)(k->n_loaded + 1) * sizeof *grown);
+            if (!grown) {
+                json_free(v);
+                free(text);
+                return set_err(err, errlen, "out of memory"), 1;
+            }
+            k->loaded = grown;
+            k->loaded[k->n_loaded++] = v;
+        } else if (n) {
+            free(text);
+            return set_err(err, errlen, "%s line %d is corrupt (%s)", file, line, jerr), 2;
+        }
+        pos += n + 1;
+    }
+    if (own && len && text[len - 1] != '\n') {
+        size_t keep = len;
+        while (keep && text[keep - 1] != '\n') keep--;
+        if (truncate(file, (off_t)keep)) {
+            free(text);
+            return set_err(err, errlen, "cannot repair %s: %s", file, strerror(errno)), 1;
+        }
+    }
+    free(text);
+    return 0;
+}
+
+/* runs.jsonl and the shards' runs.shard-I-of-N.jsonl */
+static int is_runs_file(const struct dirent *e)
+{
+    const char *n = e->d_name;
+    size_t len = strlen(n);
+    return strcmp(n, "runs.jsonl") == 0 ||
+           (strncmp(n, "runs.shard-", 11) == 0 && len > 17 && strcmp(n + len - 6, ".jsonl") == 0);
+}
+
+static int cache_open(cache *k, const char *dir, const char *recipe, int shard, int n_shards, char *err, size_t errlen)
 {
     memset(k, 0, sizeof *k);
+    k->fd = -1;
     if (strlen(dir) > 4000) return set_err(err, errlen, "results directory path too long"), 2;
     struct stat st;
     char file[4200];
-    if (stat(dir, &st) == 0) {
-        if (!S_ISDIR(st.st_mode)) return set_err(err, errlen, "results directory %s exists and is not a directory", dir), 2;
-    } else if (errno != ENOENT || mkdir(dir, 0777) != 0)
+    /* shards may start together: the directory someone else just made is as good */
+    if (stat(dir, &st) != 0 && (errno != ENOENT || (mkdir(dir, 0777) != 0 && errno != EEXIST)))
         return set_err(err, errlen, "cannot create results directory %s: %s", dir, strerror(errno)), 2;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return set_err(err, errlen, "results directory %s exists and is not a directory", dir), 2;
     snprintf(k->path, sizeof k->path, "%s", dir);
+    k->on = 1;
+    struct dirent **names = NULL;
+    int n_names = scandir(dir, &names, is_runs_file, alphasort);
+    if (n_names < 0) return set_err(err, errlen, "cannot read results directory %s: %s", dir, strerror(errno)), 1;
+    int rc = 0;
     snprintf(file, sizeof file, "%s/recipe.json", dir);
     if (stat(file, &st) == 0) {
-        if (check_recipe(file, recipe, err, errlen)) return 2;
-    } else {
+        if (check_recipe(file, recipe, err, errlen)) rc = 2;
+    } else if (n_names > 0) {
         /* a directory with other things in it is not ours to fill */
-        snprintf(file, sizeof file, "%s/runs.jsonl", dir);
-        if (stat(file, &st) == 0)
-            return set_err(err, errlen, "results directory %s has runs.jsonl but no recipe.json: not a compare cache", dir),
-                   2;
-        snprintf(file, sizeof file, "%s/recipe.json", dir);
-        if (write_whole(file, recipe, err, errlen)) return 1;
+        rc = (set_err(err, errlen, "results directory %s has %s but no recipe.json: not a compare cache", dir,
+                      names[0]->d_name), 2);
+    } else if (write_whole(file, recipe, err, errlen)) /* shards racing here write the same text */
+        rc = 1;
+    if (n_shards > 1) snprintf(k->file, sizeof k->file, "%s/runs.shard-%d-of-%d.jsonl", dir, shard, n_shards);
+    else snprintf(k->file, sizeof k->file, "%s/runs.jsonl", dir);
+    /* finished runs: every runs file, in name order */
+    for (int i = 0; i < n_names && !rc; i++) {
+        snprintf(file, sizeof file, "%s/%s", dir, names[i]->d_name);
+        rc = cache_load(k, file, strcmp(file, k->file) == 0, err, errlen);
     }
-    /* load finished runs */
-    snprintf(file, sizeof file, "%s/runs.jsonl", dir);
-    size_t len = 0;
-    char *text = read_file(file, &len);
-    if (text) {
-        size_t pos = 0;
-        int line = 0;
-        while (pos < len) {
-            char *nl = memchr(text + pos, '\n', len - pos);
-            size_t n = nl ? (size_t)(nl - (text + pos)) : len - pos;
-            line++;
-            json_value *v;
-            char jerr[256];
-            if (!nl) break; /* a last line cut by a kill: the run is simply run again */
-            if (n && json_parse(text + pos, n, &v, jerr, sizeof jerr) == 0) {
-                json_value **nl2 = realloc(k->loaded, (size_t)(k->n_loaded + 1) * sizeof *nl2);
-                if (!nl2) {
-                    json_free(v);
-                    free(text);
-                    return set_err(err, errlen, "out of memory"), 1;
-                }
-                k->loaded = nl2;
-                k->loaded[k->n_loaded++] = v;
-            } else if (n) {
-                free(text);
-                return set_err(err, errlen, "%s line %d is corrupt (%s)", file, line, jerr), 2;
-            }
-            pos += n + 1;
-        }
-        /* drop a cut last line so that appends start on a line of their own */
-        if (len && text[len - 1] != '\n') {
-            size_t keep = len;
-            while (keep && text[keep - 1] != '\n') keep--;
-            if (truncate(file, (off_t)keep)) {
-                free(text);
-                return set_err(err, errlen, "cannot repair %s: %s", file, strerror(errno)), 1;
-            }
-        }
-        free(text);
-    }
-    k->runs = fopen(file, "a");
-    if (!k->runs) return set_err(err, errlen, "cannot append to %s: %s", file, strerror(errno)), 1;
+    for (int i = 0; i < n_names; i++) free(names[i]);
+    free(names);
+    if (rc) return rc;
+    k->fd = open(k->file, O_WRONLY | O_APPEND | O_CREAT, 0666);
+    if (k->fd < 0) return set_err(err, errlen, "cannot append to %s: %s", k->file, strerror(errno)), 1;
     return 0;
 }
 
 static void cache_close(cache *k)
 {
-    if (k->runs) fclose(k->runs);
+    if (k->fd >= 0) close(k->fd);
     for (int i = 0; i < k->n_loaded; i++) json_free(k->loaded[i]);
     free(k->loaded);
     memset(k, 0, sizeof *k);
+    k->fd = -1;
 }
 
 static int cache_find(const cache *k, uint64_t identity, const cmp_job *j, cmp_run *out)
@@ -350,12 +405,30 @@ static void write_run_record(FILE *fp, const cmp_arm *arm, uint64_t identity, co
     fprintf(fp, "}\n");
 }
 
+/* One run, one write(2) of its whole line to an O_APPEND descriptor: two
+ * processes appending to one file (local file systems) never interleave
+ * within a line; shards on a network file system write files of their own. */
 static int cache_append(cache *k, const cmp_arm *arm, uint64_t identity, const cmp_job *j, const cmp_run *r, char *err,
                         size_t errlen)
 {
-    write_run_record(k->runs, arm, identity, j, r);
-    if (fflush(k->runs) || fsync(fileno(k->runs)))
-        return set_err(err, errlen, "cannot write %s/runs.jsonl: %s", k->path, strerror(errno));
+    char *line = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&line, &len);
+    if (!mem) return set_err(err, errlen, "out of memory");
+    write_run_record(mem, arm, identity, j, r);
+    if (fclose(mem)) {
+        free(line);
+        return set_err(err, errlen, "out of memory");
+    }
+    size_t done = 0;
+    while (done < len) {
+        ssize_t w = write(k->fd, line + done, len - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        done += (size_t)w;
+    }
+    free(line);
+    if (done < len || fsync(k->fd)) return set_err(err, errlen, "cannot write %s: %s", k->file, strerror(errno));
     return 0;
 }
 
@@ -602,6 +675,15 @@ static int validate(const cmp_config *c, int n_seeds, char *err, size_t errlen)
     if (!(c->power > 0 && c->power < 1)) return set_err(err, errlen, "power must lie in (0, 1), got %g", c->power);
     if (c->margin < 0 || !isfinite(c->margin)) return set_err(err, errlen, "margin must be positive, got %g", c->margin);
     if (!(c->margin > 0) && null_arm_of(c) < 0) return set_err(err, errlen, "no margin: give --margin or keep the null arm");
+    if (c->n_shards > 1) {
+        if (c->shard < 0 || c->shard >= c->n_shards)
+            return set_err(err, errlen, "shard %d/%d: the shard index runs from 0 to %d", c->shard, c->n_shards,
+                           c->n_shards - 1);
+        if (!c->results_dir) return set_err(err, errlen, "a shard writes its runs into a results directory: give one");
+        if (c->until_decided) return set_err(err, errlen, "the sequential mode cannot be sharded (each batch depends on the last)");
+        if (c->n_shards > n_seeds)
+            return set_err(err, errlen, "%d shards of %d seeds: at most one shard per seed", c->n_shards, n_seeds);
+    }
     if (c->until_decided) {
         if (c->batch < 2) return set_err(err, errlen, "batch must be at least 2 seeds, got %d", c->batch);
         if (c->max_runs < c->batch * c->n_arms)
@@ -650,7 +732,7 @@ static void progress(const cmp_config *c, int done, int total, int cached, doubl
 static int fill(const cmp_config *c, cmp_runner *runner, cache *k, const uint64_t *ids, run_table *t, int from, int to,
                 cmp_report *rep, int total_hint, double t0, char *err, size_t errlen)
 {
-    int cap = runner->capacity > 0 ? runner->capacity : 1;
+    int cap = (runner->capacity > 0 ? runner->capacity : 1) * (runner->per_arm ? c->n_arms : 1);
     cmp_job *jobs = malloc((size_t)cap * sizeof *jobs);
     cmp_run *out = malloc((size_t)cap * sizeof *out);
     int *cell_arm = malloc((size_t)cap * sizeof *cell_arm), *cell_seed = malloc((size_t)cap * sizeof *cell_seed);
@@ -665,7 +747,7 @@ static int fill(const cmp_config *c, cmp_runner *runner, cache *k, const uint64_
             cmp_job j;
             job_seeds(c, t->seeds[s], &j);
             j.arm = a;
-            if (k->runs && cache_find(k, ids[a], &j, table_run(t, a, s))) {
+            if (k->on && cache_find(k, ids[a], &j, table_run(t, a, s))) {
                 *table_have(t, a, s) = 1;
                 rep->runs_cached++;
                 continue;
@@ -684,7 +766,7 @@ static int fill(const cmp_config *c, cmp_runner *runner, cache *k, const uint64_
                     *table_run(t, cell_arm[i], cell_seed[i]) = out[i];
                     *table_have(t, cell_arm[i], cell_seed[i]) = 1;
                     rep->runs_executed++;
-                    if (k->runs && cache_append(k, &c->arms[cell_arm[i]], ids[cell_arm[i]], &jobs[i], &out[i], err, errlen))
+                    if (k->on && cache_append(k, &c->arms[cell_arm[i]], ids[cell_arm[i]], &jobs[i], &out[i], err, errlen))
                         rc = 1;
                 }
                 n = 0;
@@ -700,7 +782,7 @@ static int fill(const cmp_config *c, cmp_runner *runner, cache *k, const uint64_
             *table_run(t, cell_arm[i], cell_seed[i]) = out[i];
             *table_have(t, cell_arm[i], cell_seed[i]) = 1;
             rep->runs_executed++;
-            if (k->runs && cache_append(k, &c->arms[cell_arm[i]], ids[cell_arm[i]], &jobs[i], &out[i], err, errlen)) rc = 1;
+            if (k->on && cache_append(k, &c->arms[cell_arm[i]], ids[cell_arm[i]], &jobs[i], &out[i], err, errlen)) rc = 1;
         }
         progress(c, rep->runs_executed + rep->runs_cached, total_hint, rep->runs_cached, t0);
     }
@@ -721,9 +803,10 @@ int cmp_run_study(const cmp_config *c, cmp_runner *runner, cmp_report *rep, char
     for (int a = 0; a < c->n_arms; a++) ids[a] = fnv1a(c->arms[a].identity);
     cache k;
     memset(&k, 0, sizeof k);
+    k.fd = -1;
     if (c->results_dir) {
         if (!c->recipe_json) return set_err(err, errlen, "internal: a results directory needs the recipe"), 2;
-        int rc = cache_open(&k, c->results_dir, c->recipe_json, err, errlen);
+        int rc = cache_open(&k, c->results_dir, c->recipe_json, c->shard, c->n_shards, err, errlen);
         if (rc) {
             cache_close(&k);
             return rc == 2 ? 2 : 1;
@@ -732,12 +815,25 @@ int cmp_run_study(const cmp_config *c, cmp_runner *runner, cmp_report *rep, char
     run_table t = {.n_arms = c->n_arms};
     int rc = 0;
     if (!c->until_decided) {
-        if (table_reserve(&t, c->n_seeds)) rc = (set_err(err, errlen, "out of memory"), 1);
+        /* a shard's table holds its share of the seeds only */
+        int from = 0, to = c->n_seeds;
+        if (c->n_shards > 1) cmp_shard_range(c->n_seeds, c->shard, c->n_shards, &from, &to);
+        if (table_reserve(&t, to - from)) rc = (set_err(err, errlen, "out of memory"), 1);
         else {
-            t.n_seeds = c->n_seeds;
-            memcpy(t.seeds, c->seeds, (size_t)c->n_seeds * sizeof *t.seeds);
-            rc = fill(c, runner, &k, ids, &t, 0, t.n_seeds, rep, c->n_seeds * c->n_arms, t0, err, errlen);
-            if (!rc) {
+            t.n_seeds = to - from;
+            memcpy(t.seeds, c->seeds + from, (size_t)t.n_seeds * sizeof *t.seeds);
+            rc = fill(c, runner, &k, ids, &t, 0, t.n_seeds, rep, t.n_seeds * c->n_arms, t0, err, errlen);
+            if (!rc && c->n_shards > 1) {
+                rep->n_arms = c->n_arms;
+                rep->seeds_used = t.n_seeds;
+                rep->runs_total = rep->runs_executed + rep->runs_cached;
+                rep->sharded = 1;
+                for (int a = 0; a < c->n_arms; a++) {
+                    rep->arm[a].verdict = CMP_NO_DATA;
+                    snprintf(rep->arm[a].why, sizeof rep->arm[a].why, "a shard judges nothing: merge the shards");
+                }
+                rep->seconds = now_seconds() - t0;
+            } else if (!rc) {
                 rep->seconds = now_seconds() - t0;
                 rc = judge_table(c, &t, rep, 0, err, errlen) ? 2 : 0;
             }

@@ -39,7 +39,16 @@
  * compare resumes without rerunning what finished; a directory written under
  * another recipe is refused, naming the fields that differ.  Runs are keyed
  * by the arm's identity (its resolved plan and perturbation, not its name)
- * and seeds, so renaming an arm keeps its runs. */
+ * and seeds, so renaming an arm keeps its runs.
+ *
+ * Shards: the seed list cut into n contiguous shares; shard i runs every
+ * arm's runs of share i only (pairs stay in one process) into the results
+ * directory, in a runs file of its own (runs.shard-I-of-N.jsonl: shards on a
+ * network file system never write one file), and judges nothing.  Loading
+ * reads runs.jsonl and every shard's file, so a later call without a shard
+ * over the whole list finds every run and judges: shards merge by directory.
+ * Shards may run at once (a Slurm job array); each run is one write(2) of a
+ * whole line, flushed and fsynced as it finishes. */
 #ifndef ULPSCOPE_STUDIES_COMPARE_H
 #define ULPSCOPE_STUDIES_COMPARE_H
 
@@ -83,18 +92,22 @@ typedef struct {
     long curve_step[CMP_MAX_CURVE];
     double curve_val[CMP_MAX_CURVE];
     uint64_t state_hash;   /* every parameter and optimizer state byte at the end */
-    double seconds;        /* wall time of the run (training + validation) */
+    double seconds;        /* wall time of the run (training + validation); runs done together as
+                              replicas: their share, the group's wall time over its runs */
     char error[256];
 } cmp_run;
 
-/* What runs the jobs: sequential trainer runs, the replica engine, or a
+/* What runs the jobs: the trainer's replica engine (compare_train.h) or a
  * simulation in the tests.  run() executes jobs[0..n) — in parallel where it
  * can — and fills out[i]; it returns -1 only when it cannot go on at all
- * (a run that failed is reported through out[i].status). */
+ * (a run that failed is reported through out[i].status; the reason it
+ * cannot go on is in out[0].error). */
 typedef struct cmp_runner {
     int (*run)(struct cmp_runner *r, const cmp_arm *arms, const cmp_job *jobs, int n, cmp_run *out);
-    int capacity;          /* jobs it runs well in one call (>= 1) */
+    int capacity;          /* jobs it runs well in one call (>= 1); per_arm: runs of each arm */
     void *ctx;
+    int per_arm;           /* the runner does each arm's jobs together (one plan at a time): a call
+                              gets up to capacity seeds, every arm's runs of them */
 } cmp_runner;
 
 typedef struct {
@@ -112,6 +125,7 @@ typedef struct {
     int batch;                  /* sequential: seeds per batch */
     uint64_t first_seed;        /* sequential: seeds first_seed, first_seed + 1, ... */
     const char *results_dir;    /* NULL: no cache */
+    int shard, n_shards;        /* n_shards > 1: run shard `shard` (0-based) of the seeds only; no verdict */
     const char *recipe_json;    /* a JSON object: everything the runs share */
     FILE *progress;             /* a progress line per finished batch; NULL: none */
 } cmp_config;
@@ -156,6 +170,7 @@ typedef struct {
     double seconds;             /* wall time of this call */
     int null_warning;           /* the null arm came out SHIFT: too few runs or a broken setup */
     int budget_exhausted;       /* sequential: stopped at max_runs with arms undecided */
+    int sharded;                /* a shard's call: its share of the runs (runs, seeds), no verdicts */
     /* every run the report is built on: runs[a * n_seeds + s] (status 1 with
      * error "not run" where a cell was never filled); owned, cmp_report_free */
     cmp_run *runs;
@@ -163,6 +178,12 @@ typedef struct {
 } cmp_report;
 
 void cmp_report_free(cmp_report *rep);
+
+/* "I/N" with 0 <= I < N <= CMP_MAX_SHARDS: 0, else -1. */
+#define CMP_MAX_SHARDS 100000
+int cmp_shard_parse(const char *s, int *shard, int *n_shards);
+/* Seeds [from, to) of the list of n_seeds are shard's share. */
+void cmp_shard_range(int n_seeds, int shard, int n_shards, int *from, int *to);
 
 /* Runs (or loads from the cache) every arm x seed, then judges.  Returns 0;
  * 2 for bad settings or a results directory of another recipe (err: one

@@ -19,7 +19,7 @@ static double now_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Flips the lowest stored bit of element 0 of tensor t. */
+/* Flips the lowest stored bit of element 0 of tensor t (one replica's copy). */
 static int flip_lowest_bit(tbackend *be, ktensor *t)
 {
     if (!t->data) return 0;
@@ -37,7 +37,8 @@ static int flip_lowest_bit(tbackend *be, ktensor *t)
 
 /* The null arm's perturbation: one ulp of one weight of the first layer's
  * first matrix (a weight every forward pass uses, unlike an embedding row of
- * a token that may never occur). */
+ * a token that may never occur), in every replica: a group runs one arm, and
+ * every run of the null arm carries the flip. */
 static int flip_one_weight(tmodel *m, void *ctx)
 {
     (void)ctx;
@@ -45,67 +46,143 @@ static int flip_one_weight(tmodel *m, void *ctx)
     for (int i = 0; i < tmodel_n_params(m); i++) {
         tparam *p = tmodel_param(m, i);
         if (p->layer != 0 || p->w.ndim != 2) continue;
-        if (flip_lowest_bit(be, &p->w)) return 1;
-        if (p->master.data && flip_lowest_bit(be, &p->master)) return 1;
+        for (int r = 0; r < be->replicas; r++) {
+            ktensor w = tbackend_slice(be, &p->w, r), master = tbackend_slice(be, &p->master, r);
+            if (flip_lowest_bit(be, &w)) return 1;
+            if (master.data && flip_lowest_bit(be, &master)) return 1;
+        }
         return 0;
     }
     return 1; /* no matrix in layer 0: cannot happen for the model families */
 }
 
+int cmp_train_default_replicas(const char *backend)
+{
+    return strcmp(backend, "cuda") == 0 ? CMP_TRAIN_REPLICAS_CUDA : CMP_TRAIN_REPLICAS_CPU;
+}
+
+/* Runs jobs[idx[0..m)] (all of one arm) as the replicas of one process-wide
+ * group and fills out[idx[k]].  A group too large for memory (status 2 at
+ * R > 1: the trainer's memory check) is split in halves; at R = 1 status 2
+ * means bad settings, which every run would hit: -1 with the message in
+ * out[idx[0]].error. */
+static int run_group(cmp_train_ctx *ctx, const cmp_arm *arms, const cmp_job *jobs, const int *idx, int m, cmp_run *out)
+{
+    const cmp_job *j0 = &jobs[idx[0]];
+    ttrain_config cfg = ctx->base;
+    cfg.plan = ctx->plans[j0->arm];
+    cfg.seed = j0->init_seed;
+    cfg.data_seed = j0->data_seed;
+    cfg.log_path = NULL;
+    cfg.progress = NULL;
+    cfg.ckpt_path = NULL;
+    cfg.resume_path = NULL;
+    cfg.dump_dir = NULL;
+    memset(cfg.hash_slot, 0, sizeof cfg.hash_slot);
+    memset(cfg.dump_slot, 0, sizeof cfg.dump_slot);
+    cfg.n_at_steps = 0;
+    cfg.after_init = arms[j0->arm].is_null ? flip_one_weight : NULL;
+    cfg.after_init_ctx = NULL;
+    uint64_t *seeds = malloc((size_t)m * sizeof *seeds), *data_seeds = malloc((size_t)m * sizeof *data_seeds);
+    ttrain_result *res = calloc((size_t)m, sizeof *res);
+    if (!seeds || !data_seeds || !res) {
+        free(seeds), free(data_seeds), free(res);
+        snprintf(out[idx[0]].error, sizeof out[idx[0]].error, "out of memory");
+        return -1;
+    }
+    for (int k = 0; k < m; k++) {
+        seeds[k] = jobs[idx[k]].init_seed;
+        data_seeds[k] = jobs[idx[k]].data_seed;
+    }
+    if (ctx->progress && m > 1) {
+        /* nothing else shows until the whole group ends */
+        fprintf(ctx->progress, "  arm %s: %d runs at once (replicas)\n", arms[j0->arm].name, m);
+        fflush(ctx->progress);
+    }
+    double t0 = now_seconds();
+    kernels_set_planted_bug(ctx->planted[j0->arm]);
+    int rc = ttrain_run_replicas(&cfg, m, seeds, data_seeds, res);
+    kernels_set_planted_bug(KBUG_NONE);
+    /* each run's share of the group's wall time: what a run costs in this process */
+    double seconds = (now_seconds() - t0) / m;
+    free(seeds);
+    free(data_seeds);
+    int group_status = rc;
+    for (int k = 0; k < m && group_status; k++)
+        if (res[k].status != rc) group_status = 0; /* runs' own statuses, not the group's */
+    int status = 0;
+    if (group_status == 2 && m > 1) {
+        if (ctx->progress)
+            fprintf(ctx->progress, "  arm %s: %d runs at once refused (%.200s); trying %d and %d\n", arms[j0->arm].name,
+                    m, res[0].error, m / 2, m - m / 2);
+        for (int k = 0; k < m; k++) ttrain_result_free(&res[k]);
+        free(res);
+        if (run_group(ctx, arms, jobs, idx, m / 2, out)) return -1;
+        return run_group(ctx, arms, jobs, idx + m / 2, m - m / 2, out);
+    }
+    if (group_status == 2) {
+        /* bad settings stop the comparison: every run would fail the same way */
+        snprintf(out[idx[0]].error, sizeof out[idx[0]].error, "arm %s: %.200s", arms[j0->arm].name, res[0].error);
+        status = -1;
+    }
+    for (int k = 0; k < m && !status; k++) {
+        const ttrain_result *rk = &res[k];
+        cmp_run *o = &out[idx[k]];
+        memset(o, 0, sizeof *o);
+        o->seconds = seconds;
+        o->status = rk->status == 0 ? 0 : rk->status == 3 ? 3 : 1;
+        o->final_val_loss = rk->status == 0 ? rk->final_val_loss : NAN;
+        o->state_hash = rk->param_hash;
+        if (rk->status) snprintf(o->error, sizeof o->error, "%.255s", rk->error);
+        for (long s = 0; rk->status == 0 && s < cfg.steps && o->n_curve < CMP_MAX_CURVE; s++)
+            if (rk->val_loss && !isnan(rk->val_loss[s])) {
+                o->curve_step[o->n_curve] = s + 1;
+                o->curve_val[o->n_curve++] = rk->val_loss[s];
+            }
+        if (ctx->progress)
+            fprintf(ctx->progress, "  run %s seed %llu: %s %.5f (%.1f s)\n", arms[j0->arm].name,
+                    (unsigned long long)jobs[idx[k]].seed, o->status ? "failed" : "val", o->final_val_loss, o->seconds);
+    }
+    for (int k = 0; k < m; k++) ttrain_result_free(&res[k]);
+    free(res);
+    return status;
+}
+
+/* The jobs grouped by arm (in the order the arms first appear), each group
+ * cut into replica groups of at most `capacity` runs. */
 static int run_jobs(cmp_runner *r, const cmp_arm *arms, const cmp_job *jobs, int n, cmp_run *out)
 {
     cmp_train_ctx *ctx = r->ctx;
-    for (int i = 0; i < n; i++) {
-        const cmp_job *j = &jobs[i];
-        ttrain_config cfg = ctx->base;
-        cfg.plan = ctx->plans[j->arm];
-        cfg.seed = j->init_seed;
-        cfg.data_seed = j->data_seed;
-        cfg.log_path = NULL;
-        cfg.progress = NULL;
-        cfg.ckpt_path = NULL;
-        cfg.resume_path = NULL;
-        cfg.dump_dir = NULL;
-        memset(cfg.hash_slot, 0, sizeof cfg.hash_slot);
-        memset(cfg.dump_slot, 0, sizeof cfg.dump_slot);
-        cfg.n_at_steps = 0;
-        cfg.after_init = arms[j->arm].is_null ? flip_one_weight : NULL;
-        cfg.after_init_ctx = NULL;
-        ttrain_result res;
-        double t0 = now_seconds();
-        kernels_set_planted_bug(ctx->planted[j->arm]);
-        int rc = ttrain_run(&cfg, &res);
-        kernels_set_planted_bug(KBUG_NONE);
-        cmp_run *o = &out[i];
-        memset(o, 0, sizeof *o);
-        o->seconds = now_seconds() - t0;
-        o->status = rc == 0 ? 0 : rc == 3 ? 3 : 1;
-        o->final_val_loss = rc == 0 ? res.final_val_loss : NAN;
-        o->state_hash = res.param_hash;
-        if (rc) snprintf(o->error, sizeof o->error, "%.255s", res.error);
-        for (long s = 0; rc == 0 && s < cfg.steps && o->n_curve < CMP_MAX_CURVE; s++)
-            if (res.val_loss && !isnan(res.val_loss[s])) {
-                o->curve_step[o->n_curve] = s + 1;
-                o->curve_val[o->n_curve++] = res.val_loss[s];
-            }
-        if (rc == 2) {
-            /* bad settings stop the comparison: every run would fail the same way */
-            snprintf(o->error, sizeof o->error, "arm %s: %.200s", arms[j->arm].name, res.error);
-            ttrain_result_free(&res);
-            return -1;
-        }
-        ttrain_result_free(&res);
-        if (ctx->progress)
-            fprintf(ctx->progress, "  run %s seed %llu: %s %.5f (%.1f s)\n", arms[j->arm].name,
-                    (unsigned long long)j->seed, o->status ? "failed" : "val", o->final_val_loss, o->seconds);
+    int *idx = malloc((size_t)n * sizeof *idx);
+    unsigned char *taken = calloc((size_t)n, 1);
+    int rc = 0;
+    if (!idx || !taken) {
+        snprintf(out[0].error, sizeof out[0].error, "out of memory");
+        rc = -1;
     }
-    return 0;
+    for (int i = 0; i < n && !rc; i++) {
+        if (taken[i]) continue;
+        int m = 0;
+        for (int k = i; k < n && m < r->capacity; k++)
+            if (!taken[k] && jobs[k].arm == jobs[i].arm) {
+                idx[m++] = k;
+                taken[k] = 1;
+            }
+        if (run_group(ctx, arms, jobs, idx, m, out)) {
+            if (idx[0] != 0) memcpy(out[0].error, out[idx[0]].error, sizeof out[0].error); /* where the caller looks */
+            rc = -1;
+        }
+    }
+    free(idx);
+    free(taken);
+    return rc;
 }
 
 void cmp_train_runner(cmp_runner *r, cmp_train_ctx *ctx)
 {
     r->run = run_jobs;
-    r->capacity = 1;
+    r->capacity = ctx->replicas > 0 ? ctx->replicas : cmp_train_default_replicas(ctx->base.backend);
+    r->per_arm = 1;
     r->ctx = ctx;
 }
 

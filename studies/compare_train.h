@@ -1,7 +1,11 @@
 /* studies/compare_train.h — compare's runner on the trainer: every job is
  * one training run (trainer/train.h) of its arm's plan at its seeds, on the
- * backend the shared settings name.  Runs go one after another in this
- * process; the replica engine will take batches of them at once.
+ * backend the shared settings name.  The runs of one arm (one plan) that a
+ * call hands over go through the replica engine (ttrain_run_replicas) up to
+ * `replicas` at a time: run r of a group gives the bits a single run with its
+ * seeds gives, so the results do not depend on how the jobs were grouped,
+ * only the time does.  A group the trainer refuses for its memory is halved
+ * until it fits.
  *
  * The null arm's perturbation: after initialisation, the lowest stored bit
  * of one weight of the first layer's first matrix is flipped (in the
@@ -29,9 +33,18 @@ typedef struct {
     kbug planted[CMP_MAX_ARMS];    /* self-test: a planted bug the arm's runs carry (kernels.h; the CPU
                                       backend honours KBUG_TRUNCATE_OUTPUT), KBUG_NONE otherwise */
     FILE *progress;                /* one line per finished run; NULL: quiet */
+    int replicas;                  /* runs of one arm at once in this process; 0: the backend's default */
 } cmp_train_ctx;
 
-/* A runner over ctx (which must outlive it). */
+/* Replicas per group when ctx->replicas is 0: enough to fill an H100 with the
+ * small recipes compare is for; on the CPU the replicas share the cores, so
+ * a few suffice to amortise the per-step overhead. */
+#define CMP_TRAIN_REPLICAS_CUDA 64
+#define CMP_TRAIN_REPLICAS_CPU 8
+int cmp_train_default_replicas(const char *backend);
+
+/* A runner over ctx (which must outlive it); its capacity is the replicas
+ * per group. */
 void cmp_train_runner(cmp_runner *r, cmp_train_ctx *ctx);
 
 /* Binds every arm's plan to the backend the runs will use, so that an arm

@@ -256,7 +256,7 @@ static double sequential_false_shift(uint64_t seed, int fixed_n_twin, int trials
         c.max_runs = 60 * 3;
         c.first_seed = 1;
         if (!fixed_n_twin) {
-            cmp_runner r = {sim_run, 64, &m};
+            cmp_runner r = {sim_run, 64, &m, 0};
             cmp_report rep;
             char err[256];
             assert_int_equal(cmp_run_study(&c, &r, &rep, err, sizeof err), 0);
@@ -297,7 +297,7 @@ static void test_sequential(void **state)
     c.batch = 4;
     c.max_runs = 60 * 3;
     c.first_seed = 1;
-    cmp_runner r = {sim_run, 64, &m};
+    cmp_runner r = {sim_run, 64, &m, 0};
     cmp_report rep;
     char err[256];
     assert_int_equal(cmp_run_study(&c, &r, &rep, err, sizeof err), 0);
@@ -361,7 +361,7 @@ static void test_cache_and_resume(void **state)
     char err[256];
     /* killed after 7 of 18 runs */
     m.fail_after = 7;
-    cmp_runner r = {sim_run, 1, &m};
+    cmp_runner r = {sim_run, 1, &m, 0};
     cmp_report rep;
     assert_int_equal(cmp_run_study(&c, &r, &rep, err, sizeof err), 1);
     cmp_report_free(&rep);
@@ -430,7 +430,7 @@ static void test_bad_settings(void **state)
     c.seeds = seeds;
     c.n_seeds = 3;
     sim m = null_sim(1);
-    cmp_runner r = {sim_run, 1, &m};
+    cmp_runner r = {sim_run, 1, &m, 0};
     cmp_report rep;
     char err[256];
     assert_int_equal(cmp_run_study(&c, &r, &rep, err, sizeof err), 2);
@@ -494,6 +494,32 @@ static void test_noise(void **state)
     free(null);
 }
 
+/* --shard I/N: what parses, and shares that cover the list once, in order,
+ * as evenly as integers allow. */
+static void test_shards(void **state)
+{
+    (void)state;
+    static const char *bad[] = {"0/0", "3/2", "2/2", "x", "", "1", "1/", "/2", "-1/2", "1/-2", "0/2x", "0/100001"};
+    int i, n;
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
+        if (cmp_shard_parse(bad[k], &i, &n) == 0) fail_msg("'%s' parsed as shard %d/%d", bad[k], i, n);
+    assert_int_equal(cmp_shard_parse("3/8", &i, &n), 0);
+    assert_int_equal(i, 3);
+    assert_int_equal(n, 8);
+    for (int seeds = 1; seeds <= 40; seeds++)
+        for (int shards = 1; shards <= seeds; shards++) {
+            int next = 0;
+            for (int s = 0; s < shards; s++) {
+                int from, to;
+                cmp_shard_range(seeds, s, shards, &from, &to);
+                assert_int_equal(from, next);
+                assert_true(to - from >= seeds / shards && to - from <= seeds / shards + 1);
+                next = to;
+            }
+            assert_int_equal(next, seeds);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -506,6 +532,7 @@ int main(void)
         cmocka_unit_test(test_cache_and_resume),
         cmocka_unit_test(test_bad_settings),
         cmocka_unit_test(test_noise),
+        cmocka_unit_test(test_shards),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,10 @@
  *     has; a call under another recipe is refused, naming the field;
  *   - the --json output parses, with a record per run and per arm;
  *   - bad input: one line naming the problem, exit 2, nothing left behind;
- *   - noise prints its table from the same cache.
+ *   - noise prints its table from the same cache;
+ *   - shards: two processes at once, each with half the seeds, into one
+ *     results directory, then a merge call that runs nothing and gives the
+ *     runs and verdicts of one unsharded call.
  * Drives the binary named by ULPSCOPE_BIN (make test sets it). */
 #include <stdarg.h>
 #include <stddef.h>
@@ -186,6 +189,11 @@ static void test_bad_input(void **state)
         {"--arm x=mlp.up=fp32 --max-runs 10", "go with --until-decided"},
         {"--arm x=mlp.up=fp32 --plant-truncation y", "no such arm"},
         {"--arm x=norm.*=bf16:welford", "arm x: "},
+        {"--arm x=mlp.up=fp32 --replicas 0", "--replicas"},
+        {"--arm x=mlp.up=fp32 --shard 0/0", "--shard 0/0"},
+        {"--arm x=mlp.up=fp32 --shard 3/2", "--shard 3/2"},
+        {"--arm x=mlp.up=fp32 --shard x", "--shard x"},
+        {"--arm x=mlp.up=fp32 --shard 0/2", "the call without --shard judges"},
         {"", "no --arm given"},
     };
     static char out[8192], err[8192];
@@ -201,11 +209,148 @@ static void test_bad_input(void **state)
     }
 }
 
+/* The lines of a JSON Lines output without what differs between calls of
+ * one study: the header (time, host) and the wall times. */
+static void stable_lines(const char *name, char *buf, size_t len)
+{
+    char path[160], line[16384];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("cannot read %s", path);
+    size_t n = 0;
+    buf[0] = '\0';
+    static const char *volatile_keys[] = {"\"seconds\":", "\"time_mean\":", "\"time_sd\":"};
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, "\"record\":\"header\"")) continue;
+        for (size_t k = 0; k < sizeof volatile_keys / sizeof volatile_keys[0]; k++) {
+            char *at = strstr(line, volatile_keys[k]);
+            if (!at) continue;
+            char *end = at + strlen(volatile_keys[k]);
+            end += strcspn(end, ",}");
+            memmove(at, end, strlen(end) + 1);
+        }
+        n += (size_t)snprintf(buf + n, len - n, "%s", line);
+        if (n >= len) fail_msg("%s: output too long for the test's buffer", name);
+    }
+    fclose(f);
+}
+
+static int count_file_lines(const char *name)
+{
+    char path[160];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int n = 0, c;
+    while ((c = fgetc(f)) != EOF) n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+static void test_shards_merge(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    /* A Slurm job array would start the shards; CI has no Slurm (nor should
+     * the test depend on one), so the two shards are two processes started
+     * at once by the shell: what matters is that they share the directory
+     * concurrently and then merge. */
+    int slurm = system("which sbatch slurmctld >/dev/null 2>&1") == 0;
+    print_message("slurm %s on this machine; the shards run as two concurrent processes\n",
+                  slurm ? "is installed" : "is not installed");
+#define STUDY "compare " TINY " --seeds 5 --arm trunc=residual=bf16 --plant-truncation trunc"
+    static char out[16384], err[16384], merged[65536], single[65536];
+    char cmd[4096];
+    const char *bin = getenv("ULPSCOPE_BIN");
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && ('%s' " STUDY " --shard 0/2 --results sh >s0.txt 2>&1 & p0=$!; '%s' " STUDY
+             " --shard 1/2 --results sh >s1.txt 2>&1 & p1=$!; wait $p0 && wait $p1)",
+             tmp, bin, bin);
+    int rc = system(cmd);
+    if (!WIFEXITED(rc) || WEXITSTATUS(rc)) fail_msg("a shard failed (status %d)", rc);
+    /* seeds 1-2 and 3-5, every arm, each shard in its own file */
+    assert_int_equal(count_file_lines("sh/runs.shard-0-of-2.jsonl"), 6);
+    assert_int_equal(count_file_lines("sh/runs.shard-1-of-2.jsonl"), 9);
+    rc = run(STUDY " --results sh --json merged.jsonl", out, sizeof out, err, sizeof err);
+    if (rc) fail_msg("merge failed (%d): %s", rc, err);
+    print_message("%s", out);
+    assert_non_null(strstr(out, "15 runs (0 executed now, 15 from the cache)"));
+    rc = run(STUDY " --results one --json single.jsonl", out, sizeof out, err, sizeof err);
+    if (rc) fail_msg("unsharded compare failed (%d): %s", rc, err);
+    assert_non_null(strstr(out, "15 runs (15 executed now, 0 from the cache)"));
+    stable_lines("merged.jsonl", merged, sizeof merged);
+    stable_lines("single.jsonl", single, sizeof single);
+    assert_non_null(strstr(single, "\"verdict\":\"SHIFT up\""));
+    assert_string_equal(merged, single);
+    /* noise shards over the same directory find the base's and null arm's runs there */
+    rc = run("noise " TINY " --seeds 5 --shard 1/2 --results sh", out, sizeof out, err, sizeof err);
+    if (rc) fail_msg("noise shard failed (%d): %s", rc, err);
+    assert_non_null(strstr(out, "6 runs in sh (0 executed now, 6 from the cache)"));
+    assert_non_null(strstr(out, "no verdict from a shard"));
+    /* more shards than seeds: refused before anything is written */
+    rc = run("compare " TINY " --seeds 3 --arm x=mlp.up=fp32 --shard 0/9 --results bad9", out, sizeof out, err, sizeof err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "9 shards of 3 seeds"));
+    assert_false(exists("bad9"));
+#undef STUDY
+}
+
+/* Lines of out when every one is a JSON record; -1 otherwise. */
+static int json_record_lines(const char *out)
+{
+    int lines = 0;
+    for (const char *p = out; *p;) {
+        const char *nl = strchr(p, '\n');
+        if (!nl) return -1;
+        json_value *v;
+        char jerr[256];
+        if (json_parse(p, (size_t)(nl - p), &v, jerr, sizeof jerr)) return -1;
+        int record = json_get(v, "record") != NULL;
+        json_free(v);
+        if (!record) return -1;
+        lines++;
+        p = nl + 1;
+    }
+    return lines;
+}
+
+/* With --json -, stdout carries JSON Lines only; the progress lines and the
+ * table go to stderr.  Without it the table is on stdout, which the check
+ * must then reject (its twin). */
+static void check_pure_json(const char *args, const char *table)
+{
+    static char out[262144], err[65536];
+    char with_json[1024];
+    snprintf(with_json, sizeof with_json, "%s --json -", args);
+    int rc = run(with_json, out, sizeof out, err, sizeof err);
+    if (rc) fail_msg("'%s' failed (%d): %s", with_json, rc, err);
+    int lines = json_record_lines(out);
+    if (lines < 4) fail_msg("'%s': stdout is not JSON Lines only: %.200s", with_json, out);
+    if (!strstr(err, table)) fail_msg("'%s': stderr lacks '%s'", with_json, table);
+    assert_non_null(strstr(err, "  run base seed 1: val")); /* the progress, not quieted */
+    rc = run(args, out, sizeof out, err, sizeof err);
+    if (rc) fail_msg("'%s' failed (%d): %s", args, rc, err);
+    assert_non_null(strstr(out, table));
+    assert_int_equal(json_record_lines(out), -1);
+}
+
+static void test_json_stdout_is_pure(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+#define LOUD "--depth 1 --width 16 --heads 2 --seq 16 --batch 4 --steps 8 --lr 3e-3 --seeds 3"
+    check_pure_json("compare " LOUD " --arm f32=residual=fp32", "noise floor:");
+    check_pure_json("noise " LOUD, "chaos sd");
+#undef LOUD
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_planted_bias_is_a_shift),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_shards_merge),
+        cmocka_unit_test(test_json_stdout_is_pure),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -161,6 +161,10 @@ static int cpu_raw_copy(tbackend *be, void *dst, const void *src, size_t bytes)
 
 static int cpu_upload(tbackend *be, ktensor *t, const double *values)
 {
+    /* no kernel's store: nearest even (backend.h), whatever the last op of
+     * this thread left planted (a planted run's state must not leak into the
+     * initialisation of the next run in the process) */
+    truncating = 0;
     int64_t n = numel(t);
     for (int64_t i = 0; i < n; i++) fdata(t)[i] = rnd(values[i], t->format);
     return 0;
