@@ -18,6 +18,7 @@ typedef struct {
     experiment_options e;
     const char *bad, *bad_plan, *seed_schedule, *plant;
     double margin;
+    uint64_t first_seed;
     int ddmax;
     long max_judgements;
 } bisect_options;
@@ -30,6 +31,7 @@ static const copt bisect_opts[] = {
      0},
     {"--seed-schedule", COPT_STRING, F(seed_schedule), 0, 0, "bisect", "N1,N2,..",
      "(4,8,16) paired seeds per judgement, grown while a configuration looks clean", NULL, 0},
+    {"--first-seed", COPT_SEED, F(first_seed), 0, 0, "bisect", "S", "(1) judgements at n seeds use S .. S+n-1", NULL, 0},
     {"--alpha", COPT_DOUBLE, F(e.alpha), 0.0001, 0.5, "bisect", "A", "(0.01) per judgement, split over the schedule",
      NULL, COPT_MAX_OPEN},
     {"--margin", COPT_DOUBLE, F(margin), 0, INFINITY, "bisect", "X", "(the null arm's chaos sd) equivalence margin", NULL,
@@ -77,6 +79,7 @@ int cmd_bisect(int argc, char **argv)
     experiment_options_defaults(&s->o.e);
     s->o.e.alpha = 0.01;
     s->o.seed_schedule = "4,8,16";
+    s->o.first_seed = 1;
     s->o.max_judgements = 1000;
     copt_table tables[2] = {train_options_table(&s->t), {bisect_opts, (int)(sizeof bisect_opts / sizeof bisect_opts[0]), &s->o}};
     int status = copt_parse("bisect", argc, argv, tables, 2, &s->t.seen);
@@ -133,6 +136,7 @@ int cmd_bisect(int argc, char **argv)
     if (!status) {
         c->alpha = s->o.e.alpha;
         c->margin = s->o.margin;
+        c->first_seed = s->o.first_seed;
         c->ddmax = s->o.ddmax;
         c->max_judgements = s->o.max_judgements;
         c->results_dir = s->o.e.results_dir ? s->o.e.results_dir : tmpdir;
