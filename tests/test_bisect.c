@@ -3,8 +3,8 @@
  *
  * The recipe (measured, not assumed: the test prints the figures): tiny gpt2,
  * depth 1, width 16, 2 heads, sequence 16, batch 4, 24 steps at lr 3e-3; the
- * bad plan switches ten matmul units to split_k (K in 4 fp32 slices: other
- * bits, the same product) and the AdamW update to its torch variant, whose
+ * bad plan switches ten matmul units to split_k (K in 4 fp32 slices: the
+ * same product summed in another order, other bits in some of them) and the AdamW update to its torch variant, whose
  * stores truncate (KBUG_TRUNCATE_OUTPUT confined to that site): weights biased
  * toward zero at every update.  At 8 steps that bias was lost in the noise;
  * at 24 it shifts the final validation loss by 0.005 to 0.006 nats (paired
