@@ -16,8 +16,9 @@
 
 typedef struct {
     experiment_options e;
-    const char *bad, *bad_plan, *schedule, *plant;
+    const char *bad, *bad_plan, *seed_schedule, *plant;
     double margin;
+    uint64_t first_seed;
     int ddmax;
     long max_judgements;
 } bisect_options;
@@ -28,8 +29,9 @@ static const copt bisect_opts[] = {
      NULL, 0},
     {"--bad-plan", COPT_STRING, F(bad_plan), 0, 0, "bisect", "PRESET[,OVERRIDES]", "the bad plan: a whole preset", NULL,
      0},
-    {"--schedule", COPT_STRING, F(schedule), 0, 0, "bisect", "N1,N2,..",
+    {"--seed-schedule", COPT_STRING, F(seed_schedule), 0, 0, "bisect", "N1,N2,..",
      "(4,8,16) paired seeds per judgement, grown while a configuration looks clean", NULL, 0},
+    {"--first-seed", COPT_SEED, F(first_seed), 0, 0, "bisect", "S", "(1) judgements at n seeds use S .. S+n-1", NULL, 0},
     {"--alpha", COPT_DOUBLE, F(e.alpha), 0.0001, 0.5, "bisect", "A", "(0.01) per judgement, split over the schedule",
      NULL, COPT_MAX_OPEN},
     {"--margin", COPT_DOUBLE, F(margin), 0, INFINITY, "bisect", "X", "(the null arm's chaos sd) equivalence margin", NULL,
@@ -49,7 +51,7 @@ static const copt bisect_opts[] = {
 };
 #undef F
 
-static int parse_schedule(const char *s, bisect_config *c)
+static int parse_seed_schedule(const char *s, bisect_config *c)
 {
     c->n_schedule = 0;
     const char *p = s;
@@ -79,7 +81,8 @@ int cmd_bisect(int argc, char **argv)
     train_options_defaults(&s->t);
     experiment_options_defaults(&s->o.e);
     s->o.e.alpha = 0.01;
-    s->o.schedule = "4,8,16";
+    s->o.seed_schedule = "4,8,16";
+    s->o.first_seed = 1;
     s->o.max_judgements = 1000;
     copt_table tables[2] = {train_options_table(&s->t), {bisect_opts, (int)(sizeof bisect_opts / sizeof bisect_opts[0]), &s->o}};
     int status = copt_parse("bisect", argc, argv, tables, 2, &s->t.seen);
@@ -97,9 +100,9 @@ int cmd_bisect(int argc, char **argv)
     if (!status) status = train_options_finish(&s->t, "bisect");
     bisect_config *c = &s->c;
     char err[1024], *recipe = NULL, tmpdir[64] = "";
-    if (!status && parse_schedule(s->o.schedule, c))
-        status = base_error("bisect", "--schedule %s: increasing seed counts >= 2, comma separated (e.g. 4,8,16)",
-                           s->o.schedule);
+    if (!status && parse_seed_schedule(s->o.seed_schedule, c))
+        status = base_error("bisect", "--seed-schedule %s: increasing seed counts >= 2, comma separated (e.g. 4,8,16)",
+                           s->o.seed_schedule);
     if (!status) status = experiment_setup("bisect", &s->t, &s->o.e, CMP_VARY_BOTH, &c->train, &recipe);
     if (!status) {
         c->good = s->t.cfg.plan;
@@ -136,6 +139,7 @@ int cmd_bisect(int argc, char **argv)
     if (!status) {
         c->alpha = s->o.e.alpha;
         c->margin = s->o.margin;
+        c->first_seed = s->o.first_seed;
         c->ddmax = s->o.ddmax;
         c->max_judgements = s->o.max_judgements;
         c->results_dir = s->o.e.results_dir ? s->o.e.results_dir : tmpdir;

@@ -63,7 +63,8 @@ int cmd_plan(int argc, char **argv)
     plan_options o = {"bf16", "gpt2", NULL, {{0}, 0}, 2, 0, 0};
     copt_table table = {plan_opts, (int)(sizeof plan_opts / sizeof plan_opts[0]), &o};
     copt_seen seen;
-    if (copt_parse("plan", argc, argv, &table, 1, &seen)) return BASE_EXIT_USAGE;
+    int status = copt_parse("plan", argc, argv, &table, 1, &seen);
+    if (status) return status;
     if (o.help) {
         usage(stdout);
         return 0;

@@ -71,9 +71,31 @@ static int parse_value(const char *cmd, const copt *o, const char *v, void *fiel
     return base_error(cmd, "%s: option table error", o->name);
 }
 
+/* A name defined twice (in one table or in two a command combines) would
+ * silently bind every use to the first row: the tables are a defect, refused
+ * on every invocation, --help included, so that the CLI tests catch it. */
+static int check_unique_names(const char *cmd, const copt_table *tables, int n_tables)
+{
+    for (int t = 0; t < n_tables; t++)
+        for (int i = 0; i < tables[t].n; i++)
+            for (int u = t; u < n_tables; u++)
+                for (int j = u == t ? i + 1 : 0; j < tables[u].n; j++)
+                    if (strcmp(tables[t].opts[i].name, tables[u].opts[j].name) == 0) {
+                        if (u == t)
+                            base_error(cmd, "internal: option %s is defined twice in option table %d of this command",
+                                       tables[t].opts[i].name, t + 1);
+                        else
+                            base_error(cmd, "internal: option %s is defined in option tables %d and %d of this command",
+                                       tables[t].opts[i].name, t + 1, u + 1);
+                        return COPT_TABLE_DEFECT;
+                    }
+    return 0;
+}
+
 int copt_parse(const char *cmd, int argc, char **argv, const copt_table *tables, int n_tables, copt_seen *seen)
 {
     seen->n_given = 0;
+    if (check_unique_names(cmd, tables, n_tables)) return COPT_TABLE_DEFECT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         void *target = NULL;

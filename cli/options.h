@@ -8,6 +8,8 @@
  *    field ("--batch 4294967297" is an error naming --batch and its range,
  *    never a silent 1);
  *  - an option given twice is refused unless its row says COPT_REPEATABLE;
+ *  - a name defined twice across the tables (bisect's seed schedule once
+ *    shadowed the training --schedule) is refused on every call;
  *  - seeds have one syntax: decimal or 0x hex, no sign, no octal;
  *  - errors are one line "ulpscope CMD: error: ..." and exit status 2.
  * What was given is recorded (copt_given), so that a command can refuse
@@ -69,7 +71,10 @@ typedef struct {
 
 /* Parses argv[1..argc-1] against the tables.  Returns 0, or BASE_EXIT_USAGE
  * (2) after printing one line naming the problem (unknown option, missing
- * value, malformed or out-of-range number, repeated option). */
+ * value, malformed or out-of-range number, repeated option), or
+ * COPT_TABLE_DEFECT (1: not the user's input) when two rows of the tables
+ * share a name, whatever argv holds. */
+#define COPT_TABLE_DEFECT 1
 int copt_parse(const char *cmd, int argc, char **argv, const copt_table *tables, int n_tables, copt_seen *seen);
 /* How many times option `name` was given. */
 int copt_given(const copt_seen *seen, const char *name);

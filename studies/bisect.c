@@ -2,15 +2,26 @@
  * oracle (bisect.h). */
 #include "studies/bisect.h"
 
+#include "base/jsonl.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 typedef struct {
     const bisect_config *c;
     bisect_report *rep;
     char *err;
     size_t errlen;
+    double t0;
 } oracle_ctx;
 
 /* good with the units of the given groups switched to bad */
@@ -31,13 +42,14 @@ static int plan_of(const bisect_config *c, const bisect_report *rep, const int *
     return rc;
 }
 
-/* One compare study: the good plan against arms[1..n] at seeds 1..samples. */
+/* One compare study: the good plan against arms[1..n] at seeds first_seed ..
+ * first_seed + samples - 1. */
 static int study(const bisect_config *c, bisect_report *rep, cmp_config *cc, cmp_train_ctx *tc, int samples,
                  double margin, cmp_report *out, char *err, size_t errlen)
 {
     uint64_t *seeds = malloc((size_t)samples * sizeof *seeds);
     if (!seeds) return snprintf(err, errlen, "out of memory"), 1;
-    for (int s = 0; s < samples; s++) seeds[s] = (uint64_t)s + 1;
+    for (int s = 0; s < samples; s++) seeds[s] = c->first_seed + (uint64_t)s;
     cc->seeds = seeds;
     cc->n_seeds = samples;
     cc->vary = CMP_VARY_BOTH;
@@ -48,7 +60,8 @@ static int study(const bisect_config *c, bisect_report *rep, cmp_config *cc, cmp
     cc->recipe_json = c->recipe_json;
     cc->progress = NULL;
     cmp_runner runner;
-    cmp_train_runner(&runner, tc);
+    if (c->runner) c->runner(&runner, tc, c->runner_ctx);
+    else cmp_train_runner(&runner, tc);
     int rc = cmp_run_study(cc, &runner, out, err, errlen);
     rep->runs_executed += out->runs_executed;
     rep->runs_cached += out->runs_cached;
@@ -117,7 +130,8 @@ static int judge(void *vctx, const dd_config *configs, int count, int samples, d
             for (int a = 1; a < cc.n_arms && !rc; a++) {
                 const cmp_arm_report *ar = &r.arm[a];
                 dd_verdict v = DD_UNDECIDED;
-                if (ar->verdict == CMP_IDENTICAL) v = DD_EQUIVALENT;
+                if (c->planted_bug == BISECT_BUG_IGNORE_NOISE_FLOOR) v = ar->paired.estimate != 0 ? DD_SHIFT : DD_EQUIVALENT;
+                else if (ar->verdict == CMP_IDENTICAL) v = DD_EQUIVALENT;
                 else if (ar->pairs >= 2 && ar->paired.p < alpha_look) v = DD_SHIFT;
                 else if (ar->pairs >= 2 && ar->tost.p < alpha_look) v = DD_EQUIVALENT;
                 verdicts[idx[a]] = v;
@@ -134,8 +148,9 @@ static int judge(void *vctx, const dd_config *configs, int count, int samples, d
                 verdicts[k] = verdicts[j];
     free(tc);
     if (c->progress && !rc)
-        fprintf(c->progress, "bisect: judged %d configuration%s at %d seeds; %d runs so far (%d from the cache)\n", count,
-                count > 1 ? "s" : "", samples, rep->runs_executed + rep->runs_cached, rep->runs_cached);
+        fprintf(c->progress, "bisect: judged %d configuration%s at %d seeds; %d runs so far (%d from the cache), %.0f s\n",
+                count, count > 1 ? "s" : "", samples, rep->runs_executed + rep->runs_cached, rep->runs_cached,
+                now_seconds() - o->t0);
     return rc ? -1 : 0;
 }
 
@@ -259,7 +274,17 @@ static int confirm(const bisect_config *c, bisect_report *rep, char *err, size_t
     return rc;
 }
 
+static int search(const bisect_config *c, bisect_report *rep, double t0, char *err, size_t errlen);
+
 int bisect_run(const bisect_config *c, bisect_report *rep, char *err, size_t errlen)
+{
+    double t0 = now_seconds();
+    int rc = search(c, rep, t0, err, errlen);
+    rep->seconds = now_seconds() - t0;
+    return rc;
+}
+
+static int search(const bisect_config *c, bisect_report *rep, double t0, char *err, size_t errlen)
 {
     memset(rep, 0, sizeof *rep);
     dd_result_init(&rep->dd);
@@ -272,6 +297,9 @@ int bisect_run(const bisect_config *c, bisect_report *rep, char *err, size_t err
     if (group_units(c, rep, err, errlen)) return 2;
     /* the noise floor: the null arm at the largest count */
     const int smax = c->schedule[c->n_schedule - 1];
+    if (c->progress)
+        fprintf(c->progress, "bisect: %d units differ (%d groups); the noise floor: the null arm at %d seeds\n", n,
+                rep->n_groups, smax);
     {
         cmp_config cc;
         memset(&cc, 0, sizeof cc);
@@ -316,7 +344,8 @@ int bisect_run(const bisect_config *c, bisect_report *rep, char *err, size_t err
     p.n_schedule = c->n_schedule;
     p.max_judgements = c->max_judgements;
     p.oracle = judge;
-    oracle_ctx o = {c, rep, err, errlen};
+    p.planted_bug = c->planted_bug == BISECT_BUG_STOP_AT_FIRST ? DD_BUG_STOP_AT_FIRST : DD_BUG_NONE;
+    oracle_ctx o = {c, rep, err, errlen, t0};
     p.ctx = &o;
     if (dd_rddmin(&p, &rep->dd)) return err[0] ? 1 : (snprintf(err, errlen, "%s", rep->dd.error), 1);
     if (c->ddmax && !rep->dd.sanity_failed) {
@@ -375,32 +404,81 @@ void bisect_print(FILE *fp, const bisect_config *c, const bisect_report *rep)
         fprintf(fp, "\n");
         cmp_print_table(fp, &rep->confirm_cfg, &rep->confirm);
     }
-    fprintf(fp, "bisect: %ld judgements (%ld from the verdict cache), %d runs executed, %d from the run cache%s\n",
-            d->judgements, d->cache_hits, rep->runs_executed, rep->runs_cached,
+    fprintf(fp, "bisect: %ld judgements (%ld from the verdict cache), %d runs executed, %d from the run cache, %.1f s%s\n",
+            d->judgements, d->cache_hits, rep->runs_executed, rep->runs_cached, rep->seconds,
             d->budget_exhausted ? "; stopped at --max-judgements" : "");
+}
+
+const cmp_arm_report *bisect_confirmed_arm(const bisect_report *rep, const char *name)
+{
+    for (int a = 1; a < rep->confirm.n_arms && a < rep->confirm_cfg.n_arms; a++)
+        if (strcmp(rep->confirm_cfg.arms[a].name, name) == 0) return &rep->confirm.arm[a];
+    return NULL;
+}
+
+/* ,"diff":..,"ci_lo":..,"ci_hi":..,"p":..,"verdict":".." of a confirmation arm at
+ * the largest count (nulls when the set was not confirmed) */
+static void write_effect(FILE *fp, const cmp_arm_report *ar)
+{
+    if (!ar || ar->pairs < 1) {
+        fprintf(fp, ",\"diff\":null,\"ci_lo\":null,\"ci_hi\":null,\"p\":null,\"verdict\":null");
+        return;
+    }
+    fprintf(fp, ",\"diff\":");
+    base_json_double(fp, ar->paired.estimate);
+    fprintf(fp, ",\"ci_lo\":");
+    base_json_double(fp, ar->paired.ci_lo);
+    fprintf(fp, ",\"ci_hi\":");
+    base_json_double(fp, ar->paired.ci_hi);
+    fprintf(fp, ",\"p\":");
+    base_json_double(fp, ar->p_adjusted);
+    fprintf(fp, ",\"verdict\":");
+    base_json_string(fp, cmp_verdict_name(ar->verdict));
+}
+
+static void write_groups(FILE *fp, const bisect_report *rep, const int *groups, int n)
+{
+    char g[1024];
+    fputc('[', fp);
+    for (int i = 0; i < n; i++) {
+        bisect_group_string(rep, groups[i], g, sizeof g);
+        if (i) fputc(',', fp);
+        base_json_string(fp, g);
+    }
+    fputc(']', fp);
 }
 
 void bisect_write_records(FILE *fp, const bisect_config *c, const bisect_report *rep)
 {
-    (void)c;
     const dd_result *d = &rep->dd;
-    char g[1024];
     for (int k = 0; k < d->n_culprits; k++) {
-        fprintf(fp, "{\"record\":\"culprit\",\"index\":%d,\"confirmed\":%s,\"groups\":[", k + 1,
+        fprintf(fp, "{\"record\":\"culprit\",\"index\":%d,\"confirmed\":%s,\"groups\":", k + 1,
                 d->culprit_confirmed[k] ? "true" : "false");
-        for (int i = 0; i < d->culprit_len[k]; i++) {
-            bisect_group_string(rep, d->culprit_units[d->culprit_start[k] + i], g, sizeof g);
-            fprintf(fp, "%s\"%s\"", i ? "," : "", g);
-        }
-        fprintf(fp, "]}\n");
+        write_groups(fp, rep, d->culprit_units + d->culprit_start[k], d->culprit_len[k]);
+        char name[CMP_NAME_MAX];
+        snprintf(name, sizeof name, "culprit%d", k + 1);
+        write_effect(fp, bisect_confirmed_arm(rep, name));
+        fprintf(fp, "}\n");
     }
-    fprintf(fp, "{\"record\":\"bisect\",\"units\":%d,\"groups\":%d,\"margin\":%.17g,\"rest_verdict\":\"%s\",\"sanity\":%d,"
-                "\"judgements\":%ld,\"runs_executed\":%d,\"runs_cached\":%d,\"clean\":[",
-            rep->n_units, rep->n_groups, rep->margin, dd_verdict_name(d->rest_verdict), d->sanity_failed, d->judgements,
-            rep->runs_executed, rep->runs_cached);
-    for (int i = 0; i < d->n_clean; i++) {
-        bisect_group_string(rep, d->clean[i], g, sizeof g);
-        fprintf(fp, "%s\"%s\"", i ? "," : "", g);
-    }
-    fprintf(fp, "]}\n");
+    fprintf(fp, "{\"record\":\"bisect\",\"units\":%d,\"groups\":%d,\"margin\":", rep->n_units, rep->n_groups);
+    base_json_double(fp, rep->margin);
+    fprintf(fp, ",\"margin_derived\":%s,\"chaos_sd\":", c->margin > 0 ? "false" : "true");
+    base_json_double(fp, rep->chaos_sd);
+    fprintf(fp, ",\"first_seed\":%llu,\"sanity\":%d,\"culprits\":%d,\"rest\":", (unsigned long long)c->first_seed,
+            d->sanity_failed, d->n_culprits);
+    write_groups(fp, rep, d->rest, d->n_rest);
+    fprintf(fp, ",\"rest_verdict\":");
+    base_json_string(fp, dd_verdict_name(d->rest_verdict));
+    const cmp_arm_report *rest = bisect_confirmed_arm(rep, "rest");
+    fprintf(fp, ",\"rest_effect\":{\"pairs\":%d", rest ? rest->pairs : 0);
+    write_effect(fp, rest);
+    fprintf(fp, "},\"clean\":");
+    if (c->ddmax) write_groups(fp, rep, d->clean, d->n_clean);
+    else fprintf(fp, "null");
+    fprintf(fp, ",\"judgements\":%ld,\"verdict_cache_hits\":%ld,\"budget_exhausted\":%s,\"runs_executed\":%d,"
+                "\"runs_cached\":%d,\"runs_total\":%d,\"seconds\":",
+            d->judgements, d->cache_hits, d->budget_exhausted ? "true" : "false", rep->runs_executed, rep->runs_cached,
+            rep->runs_executed + rep->runs_cached);
+    base_json_double(fp, rep->seconds);
+    fprintf(fp, "}\n");
 }

@@ -33,9 +33,20 @@ extern "C" {
 
 #define BISECT_MAX_UNITS 1024
 
+/* Planted mistakes for the tests' twins (never set outside tests): an oracle
+ * that ignores the noise floor (SHIFT whenever the mean paired difference is
+ * not exactly 0), and a search that stops at the first culprit without
+ * judging the complement (DD_BUG_STOP_AT_FIRST). */
+typedef enum { BISECT_BUG_NONE = 0, BISECT_BUG_IGNORE_NOISE_FLOOR, BISECT_BUG_STOP_AT_FIRST } bisect_bug;
+
+/* The runs behind every judgement: the trainer (cmp_train_runner) unless a
+ * test puts a simulated trainer in its place. */
+typedef void (*bisect_runner_fn)(cmp_runner *r, cmp_train_ctx *tc, void *ctx);
+
 typedef struct {
     cmp_train_ctx train;        /* base config, plan = good; planted bugs apply to every arm */
     tplan good, bad;
+    uint64_t first_seed;        /* a judgement at n samples pairs seeds first_seed .. first_seed + n - 1 */
     int schedule[DD_MAX_SCHEDULE];
     int n_schedule;
     double alpha;               /* per search (split over the schedule's looks) */
@@ -44,7 +55,10 @@ typedef struct {
     long max_judgements;
     const char *results_dir;    /* required: the run cache */
     const char *recipe_json;
-    FILE *progress;
+    FILE *progress;             /* a line per batch of judgements; NULL: quiet */
+    bisect_runner_fn runner;    /* NULL: the trainer */
+    void *runner_ctx;
+    bisect_bug planted_bug;     /* BISECT_BUG_NONE outside the tests */
 } bisect_config;
 
 typedef struct {
@@ -59,7 +73,7 @@ typedef struct {
     cmp_report confirm;         /* ... judged against good */
     char *confirm_ids[CMP_MAX_ARMS];
     int runs_executed, runs_cached;
-    double seconds;
+    double seconds;             /* wall time of bisect_run */
 } bisect_report;
 
 /* Returns 0; 2 for bad settings (plans that do not differ, a unit that cannot
@@ -70,7 +84,15 @@ void bisect_report_free(bisect_report *rep);
 /* "mlp.up@1 + mlp.up.dgrad@1" for group g */
 void bisect_group_string(const bisect_report *rep, int g, char *buf, size_t len);
 void bisect_print(FILE *fp, const bisect_config *c, const bisect_report *rep);
+/* JSON Lines: one "culprit" record per culprit set (its groups, whether it
+ * was confirmed, its effect against good at the largest count: diff, ci_lo,
+ * ci_hi, p, verdict), one "bisect" record (units, groups, margin, noise
+ * floor, the rest — the clean complement — with its verdict, the ddmax
+ * set, judgements, runs executed and cached, seconds). */
 void bisect_write_records(FILE *fp, const bisect_config *c, const bisect_report *rep);
+/* The confirmation arm of set `name` ("culprit1", "rest", "largest-clean"),
+ * or NULL when that set was not confirmed (none, or a duplicate plan). */
+const cmp_arm_report *bisect_confirmed_arm(const bisect_report *rep, const char *name);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,10 @@
  *   - shards: two processes at once, each with half the seeds, into one
  *     results directory, then a merge call that runs nothing and gives the
  *     runs and verdicts of one unsharded call.
+ *   - bisect finds a planted culprit among three units, prints a progress
+ *     line while it runs, and writes each culprit's effect (difference and
+ *     interval), the clean complement, the runs and the time as JSON Lines
+ *     (tests/test_bisect.c measures the search itself).
  * Drives the binary named by ULPSCOPE_BIN (make test sets it). */
 #include <stdarg.h>
 #include <stddef.h>
@@ -158,6 +162,86 @@ static void test_planted_bias_is_a_shift(void **state)
     assert_int_equal(rc, 2);
     assert_non_null(strstr(err, "another recipe"));
     assert_non_null(strstr(err, "steps"));
+}
+
+static int exists(const char *name);
+
+static double number(const json_value *v, const char *key)
+{
+    double x;
+    if (json_double(json_get(v, key), &x)) fail_msg("no number '%s'", key);
+    return x;
+}
+
+static void test_bisect_progress_and_json(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    static char out[16384], err[65536];
+    /* not --quiet: the progress lines go to stderr */
+    int rc = run("bisect --depth 1 --width 16 --heads 2 --seq 16 --batch 4 --steps 24 --lr 3e-3 --val-tokens 2048 "
+                 "--bad attn.qkv=bf16:split_k,mlp.up=bf16:split_k,optimizer.adamw=fp32:torch "
+                 "--plant-truncation optimizer.adamw:torch --seed-schedule 3,8 --margin 0.001 --ddmax "
+                 "--results bis --json bis.jsonl",
+                 out, sizeof out, err, sizeof err);
+    print_message("%s", out);
+    if (rc) fail_msg("bisect failed (%d): %s", rc, err);
+    assert_non_null(strstr(err, "bisect: 3 units differ (3 groups); the noise floor: the null arm at 8 seeds\n"));
+    assert_non_null(strstr(err, "bisect: judged "));
+    assert_non_null(strstr(out, "culprit 1: optimizer.adamw\n"));
+    assert_non_null(strstr(out, "the rest (2 groups) switched to bad: EQUIVALENT"));
+    assert_true(row_says(out, "culprit1", "SHIFT up"));
+    char path[128];
+    snprintf(path, sizeof path, "%s/bis.jsonl", tmp);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[16384];
+    int header = 0, culprits = 0, summaries = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_value *v;
+        char jerr[256];
+        if (json_parse(line, strlen(line), &v, jerr, sizeof jerr)) fail_msg("bad JSON line: %s", jerr);
+        const char *rec = json_get(v, "record")->text;
+        header += strcmp(rec, "header") == 0;
+        if (strcmp(rec, "culprit") == 0) {
+            culprits++;
+            const json_value *g = json_get(v, "groups");
+            assert_int_equal(g->n_items, 1);
+            assert_string_equal(g->items[0].text, "optimizer.adamw");
+            assert_int_equal(json_get(v, "confirmed")->type, JSON_TRUE);
+            /* the effect: a positive difference whose interval excludes 0 */
+            assert_true(number(v, "ci_lo") > 0);
+            assert_true(number(v, "diff") > number(v, "ci_lo") && number(v, "ci_hi") > number(v, "diff"));
+            assert_string_equal(json_get(v, "verdict")->text, "SHIFT up");
+        }
+        if (strcmp(rec, "bisect") == 0) {
+            summaries++;
+            assert_int_equal(json_get(v, "rest")->n_items, 2);
+            assert_string_equal(json_get(v, "rest_verdict")->text, "EQUIVALENT");
+            const json_value *re = json_get(v, "rest_effect");
+            assert_true(number(re, "ci_lo") > -0.001 && number(re, "ci_hi") < 0.001);
+            assert_int_equal(json_get(v, "clean")->n_items, 2);
+            assert_true(number(v, "runs_executed") > 0);
+            assert_true(number(v, "runs_total") == number(v, "runs_executed") + number(v, "runs_cached"));
+            assert_true(number(v, "seconds") > 0);
+        }
+        json_free(v);
+    }
+    fclose(f);
+    assert_int_equal(header, 1);
+    assert_int_equal(culprits, 1);
+    assert_int_equal(summaries, 1);
+    /* the seed schedule has its own name: --schedule is the learning-rate schedule */
+    rc = run("bisect " TINY " --bad attn.qkv=bf16:split_k --seed-schedule 8,4 --results bad2 --json bad2.jsonl", out,
+             sizeof out, err, sizeof err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "--seed-schedule 8,4"));
+    rc = run("bisect " TINY " --bad attn.qkv=bf16:split_k --schedule 4,8 --results bad2 --json bad2.jsonl", out,
+             sizeof out, err, sizeof err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "unknown schedule '4,8' (schedules: cosine, linear)"));
+    assert_false(exists("bad2"));
+    assert_false(exists("bad2.jsonl"));
 }
 
 static int exists(const char *name)
@@ -351,6 +435,7 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_shards_merge),
         cmocka_unit_test(test_json_stdout_is_pure),
+        cmocka_unit_test(test_bisect_progress_and_json),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

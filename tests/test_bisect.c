@@ -1,0 +1,437 @@
+/* tests/test_bisect.c — `ulpscope bisect` (studies/bisect.h) end to end on
+ * the CPU backend: a planted culprit hidden among equivalent units.
+ *
+ * The recipe (measured, not assumed: the test prints the figures): tiny gpt2,
+ * depth 1, width 16, 2 heads, sequence 16, batch 4, 24 steps at lr 3e-3; the
+ * bad plan switches ten matmul units to split_k (K in 4 fp32 slices: the
+ * same product summed in another order, other bits in some of them) and the AdamW update to its torch variant, whose
+ * stores truncate (KBUG_TRUNCATE_OUTPUT confined to that site): weights biased
+ * toward zero at every update.  At 8 steps that bias was lost in the noise;
+ * at 24 it shifts the final validation loss by 0.005 to 0.006 nats (paired
+ * sd 0.0004 to 0.0017 over seeds), while the ten split_k units together move
+ * it by about 1e-5 (the null arm's one-ulp chaos is about 1e-5).  The margin,
+ * 0.001 nats, is the shift we call negligible: a fifth of the planted bias.
+ * Seed schedule 3, 8: a clean configuration is EQUIVALENT at 3 seeds; one
+ * with the culprit needs 8 for power (at 3, 6 the whole bad plan failed to
+ * SHIFT in 1 of 40 surrogate searches).
+ *
+ * Real training: each search (about 60 to 110 runs of 0.1 s: 7 to 12 s on
+ * this 2-core machine) must find the planted unit alone and confirmed, with a
+ * clean complement (no SHIFT beyond the margin), and ddmax must return a clean
+ * set that excludes it.  Ten such searches take about 100 s, more than a CI
+ * test may, so `make test` runs 4 with fresh seeds, all of which must succeed,
+ * and ULPSCOPE_BISECT_TRIALS=10 runs the issue's statistic (>= 9 of 10) on
+ * real training (measured: 10 of 10 in each of two such runs, 93 and 106 s).
+ * Twin: the same search with an oracle that ignores the noise floor blames an
+ * equivalent unit.
+ *
+ * The >= 9 of 10 statistic in every `make test`, and the twin that stops at
+ * the first culprit without judging the complement (which can only fail
+ * where there is a second culprit, and the CPU backend plants one site), run
+ * on a surrogate: the whole bisect pipeline
+ * (grouping, null arm, compare statistics, run cache, rddmin, ddmax,
+ * confirmation) over a simulated trainer whose paired differences are drawn
+ * with the shift and the paired sds the first real search measured (printed).
+ * Ten trials each, random culprits among 20 units: one culprit and two must
+ * be found in >= 9 of 10; the oracle that ignores the noise floor (one
+ * culprit) and the search that stops at the first (two) must not. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kernels/kernels.h"
+#include "kernels/registry.h"
+#include "precision/rng.h"
+#include "studies/bisect.h"
+#include "trainer/backend.h"
+#include "tests/test_util.h"
+
+/* the ten equivalent units of the real searches, then the culprit */
+#define EQUIVALENT_UNITS                                                                                              \
+    "attn.qkv=bf16:split_k,attn.out=bf16:split_k,mlp.up=bf16:split_k,mlp.down=bf16:split_k,lm_head=bf16:split_k,"    \
+    "attn.qkv.dgrad=bf16:split_k,attn.out.dgrad=bf16:split_k,mlp.up.dgrad=bf16:split_k,"                               \
+    "mlp.down.dgrad=bf16:split_k,lm_head.dgrad=bf16:split_k"
+#define CULPRIT "optimizer.adamw=fp32:torch"
+/* the surrogate's 20 units: every matmul role split_k, the norms and the gradient norm sequential, AdamW torch */
+#define SURROGATE_UNITS                                                                                               \
+    "attn.*=bf16:split_k,attention=bf16:flash,mlp.*=bf16:split_k,lm_head*=bf16:split_k,norm.*=bf16:sequential,"      \
+    "grad_norm=fp32:sequential,optimizer.adamw=fp32:torch"
+
+/* what the first real search measured, for the surrogate */
+static struct {
+    int measured;
+    double shift, sd_culprit, sd_clean, chaos_sd, seed_sd, base_loss;
+} calib;
+
+static char results_root[64];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(results_root, sizeof results_root, "/tmp/ulpscope_bisect_test_XXXXXX");
+    return mkdtemp(results_root) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", results_root);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* The recipe's training settings, the good plan (bf16 preset) and the bad one. */
+static void recipe(bisect_config *c, const char *bad_overrides, char **recipe_json)
+{
+    char err[1024];
+    memset(c, 0, sizeof *c);
+    ttrain_config *t = &c->train.base;
+    ttrain_config_defaults(t);
+    t->backend = "cpu";
+    t->model.n_layer = 1;
+    t->model.n_embd = 16;
+    t->model.n_head = 2;
+    t->model.seq_len = 16;
+    t->seq = 16;
+    t->batch = 4;
+    t->steps = 24;
+    t->lr = 3e-3;
+    t->val_every = 0;
+    long val_tokens;
+    /* every run scores the same windows: 2048 validation tokens */
+    if (cmp_train_val_batches(t, 2048, &t->val_batches, &val_tokens, err, sizeof err)) fail_msg("%s", err);
+    if (tplan_init(&c->good, "bf16", t->model.kind, err, sizeof err)) fail_msg("%s", err);
+    c->bad = c->good;
+    if (tplan_set(&c->bad, bad_overrides, err, sizeof err)) fail_msg("%s", err);
+    t->plan = c->good;
+    *recipe_json = cmp_train_recipe(t, CMP_VARY_BOTH, 0, err, sizeof err);
+    if (!*recipe_json) fail_msg("%s", err);
+    c->recipe_json = *recipe_json;
+    c->n_schedule = 2;
+    c->schedule[0] = 3;
+    c->schedule[1] = 8;
+    c->alpha = 0.01;
+    c->margin = 0.001;
+    c->ddmax = 1;
+    c->max_judgements = 1000;
+}
+
+static int unit_is(const bisect_report *rep, int group, tslot slot, int layer)
+{
+    for (int i = 0; i < rep->n_units; i++)
+        if (rep->group_of[i] == group && (rep->units[i].slot != slot || rep->units[i].layer != layer)) return 0;
+    for (int i = 0; i < rep->n_units; i++)
+        if (rep->group_of[i] == group) return 1;
+    return 0;
+}
+
+static int set_has_unit(const bisect_report *rep, const int *groups, int n, tslot slot, int layer)
+{
+    for (int i = 0; i < n; i++)
+        if (unit_is(rep, groups[i], slot, layer)) return 1;
+    return 0;
+}
+
+/* Found: every planted unit is a culprit set of its own, confirmed; no other
+ * culprit is confirmed; the complement was judged and does not SHIFT. */
+static int found(const bisect_report *rep, const tplan_unit *planted, int n_planted)
+{
+    const dd_result *d = &rep->dd;
+    if (d->sanity_failed || d->budget_exhausted || d->rest_verdict == DD_SHIFT) return 0;
+    int confirmed = 0, hits = 0;
+    for (int k = 0; k < d->n_culprits; k++) {
+        if (!d->culprit_confirmed[k]) continue;
+        confirmed++;
+        for (int p = 0; p < n_planted; p++)
+            hits += d->culprit_len[k] == 1 &&
+                    unit_is(rep, d->culprit_units[d->culprit_start[k]], planted[p].slot, planted[p].layer);
+    }
+    if (confirmed != n_planted || hits != n_planted) return 0;
+    /* the rest at the largest count, from bisect's own confirmation: a SHIFT
+     * whose interval lies inside the margin is detectable but negligible */
+    const cmp_arm_report *rest = bisect_confirmed_arm(rep, "rest");
+    return !rest || (rest->verdict != CMP_SHIFT_UP && rest->verdict != CMP_SHIFT_DOWN) || rest->within_margin;
+}
+
+/* ddmax: a clean set of most units without any planted one */
+static int ddmax_ok(const bisect_report *rep, const tplan_unit *planted, int n_planted)
+{
+    const dd_result *d = &rep->dd;
+    for (int p = 0; p < n_planted; p++)
+        if (set_has_unit(rep, d->clean, d->n_clean, planted[p].slot, planted[p].layer)) return 0;
+    return d->n_clean >= rep->n_groups - n_planted - 2;
+}
+
+/* ---- real training --------------------------------------------------------------------- */
+
+static int real_search(bisect_config *c, uint64_t first_seed, const char *dir, bisect_report *rep)
+{
+    char err[1024];
+    c->first_seed = first_seed;
+    c->results_dir = dir;
+    for (int a = 0; a < CMP_MAX_ARMS; a++) c->train.planted[a] = KBUG_TRUNCATE_OUTPUT;
+    const kop *adamw = tplan_kop(&c->bad, TSLOT_ADAMW);
+    assert_non_null(adamw);
+    tbackend_cpu_plant_site(TSLOT_ADAMW, -1, kregistry_variant(adamw, "torch"));
+    int rc = bisect_run(c, rep, err, sizeof err);
+    tbackend_cpu_plant_site(-1, -1, -1);
+    if (rc) fail_msg("bisect_run: %d: %s", rc, err);
+    return rc;
+}
+
+static void print_search(const char *what, const bisect_config *c, const bisect_report *rep)
+{
+    print_message("%s (seeds from %llu):\n", what, (unsigned long long)c->first_seed);
+    bisect_print(stdout, c, rep);
+}
+
+static void test_real_training(void **state)
+{
+    (void)state;
+    uint64_t seed = test_seed("test_real_training");
+    bisect_config *c = malloc(sizeof *c);
+    assert_non_null(c);
+    char *recipe_json = NULL;
+    recipe(c, EQUIVALENT_UNITS "," CULPRIT, &recipe_json);
+    const tplan_unit planted = {TSLOT_ADAMW, -1};
+    /* 4 searches in `make test`; ULPSCOPE_BISECT_TRIALS=10 runs the issue's
+     * statistic on real training (about 100 s here).  A tenth may miss. */
+    int trials = 4;
+    const char *env = getenv("ULPSCOPE_BISECT_TRIALS");
+    if (env && (atoi(env) < 1 || atoi(env) > 100)) fail_msg("ULPSCOPE_BISECT_TRIALS=%s: 1..100", env);
+    if (env) trials = atoi(env);
+    char (*dir)[128] = malloc((size_t)trials * sizeof *dir);
+    uint64_t *first = malloc((size_t)trials * sizeof *first);
+    assert_non_null(dir);
+    assert_non_null(first);
+    int hits = 0, ddmax_found = 0;
+    long runs = 0;
+    double seconds = 0;
+    for (int t = 0; t < trials; t++) {
+        snprintf(dir[t], sizeof dir[t], "%s/real%d", results_root, t);
+        assert_int_equal(mkdir(dir[t], 0700), 0);
+        first[t] = 1 + (seed + (uint64_t)t * 0x9e3779b97f4a7c15ull) % 1000000000ull;
+        bisect_report rep;
+        real_search(c, first[t], dir[t], &rep);
+        if (t == 0) print_search("real training, trial 1", c, &rep);
+        assert_int_equal(rep.n_units, 11);
+        const cmp_arm_report *culprit = bisect_confirmed_arm(&rep, "culprit1");
+        const cmp_arm_report *rest = bisect_confirmed_arm(&rep, "rest");
+        int ok = found(&rep, &planted, 1), clean_ok = ddmax_ok(&rep, &planted, 1);
+        hits += ok;
+        ddmax_found += clean_ok;
+        runs += rep.runs_executed;
+        seconds += rep.seconds;
+        print_message("trial %d (seeds from %llu): %s, ddmax %s; planted shift %+.5f (paired sd %.5f), the rest %+.6f "
+                      "(paired sd %.6f), null-arm chaos sd %.6f; %ld judgements, %d runs executed (%d from the cache), "
+                      "%.1f s\n",
+                      t + 1, (unsigned long long)first[t], ok ? "found alone" : "NOT found alone",
+                      clean_ok ? "excludes it" : "DOES NOT exclude it", culprit ? culprit->paired.estimate : NAN,
+                      culprit ? culprit->paired.se * sqrt(culprit->pairs) : NAN, rest ? rest->paired.estimate : NAN,
+                      rest ? rest->paired.se * sqrt(rest->pairs) : NAN, rep.chaos_sd, rep.dd.judgements,
+                      rep.runs_executed, rep.runs_cached, rep.seconds);
+        if (t == 0 && culprit && rest) {
+            calib.shift = culprit->paired.estimate;
+            calib.sd_culprit = culprit->paired.se * sqrt(culprit->pairs);
+            calib.sd_clean = rest->paired.se * sqrt(rest->pairs);
+            calib.chaos_sd = rep.chaos_sd;
+            calib.seed_sd = rep.confirm.seed_sd;
+            calib.base_loss = rep.confirm.arm[0].loss_mean;
+            calib.measured = 1;
+        }
+        bisect_report_free(&rep);
+    }
+    print_message("real training: the planted culprit found alone in %d of %d searches, ddmax excludes it in %d of %d; "
+                  "%.0f runs executed per search, %.0f s in all\n",
+                  hits, trials, ddmax_found, trials, (double)runs / trials, seconds);
+    assert_true(hits >= trials - trials / 10);
+    assert_true(ddmax_found >= trials - trials / 10);
+    /* twin: an oracle that ignores the noise floor calls every configuration
+     * whose loss moved at all a SHIFT, and split_k moves it by chaos: ddmin
+     * blames an equivalent unit first.  (Judgement budget: the first culprit
+     * is all the twin needs to show; trial 0's cache holds most runs.) */
+    {
+        bisect_report rep;
+        c->planted_bug = BISECT_BUG_IGNORE_NOISE_FLOOR;
+        c->max_judgements = 14;
+        real_search(c, first[0], dir[0], &rep);
+        print_search("twin (noise floor ignored), real training", c, &rep);
+        assert_false(found(&rep, &planted, 1));
+        assert_true(rep.dd.n_culprits >= 1);
+        assert_false(unit_is(&rep, rep.dd.culprit_units[rep.dd.culprit_start[0]], planted.slot, planted.layer) &&
+                     rep.dd.culprit_len[0] == 1);
+        bisect_report_free(&rep);
+    }
+    free(dir);
+    free(first);
+    free(recipe_json);
+    free(c);
+}
+
+/* ---- the surrogate ------------------------------------------------------------------------ */
+
+typedef struct {
+    const tplan *bad;
+    tplan_unit culprit[2];
+    int n_culprits;
+    uint64_t key;              /* this trial's draws */
+    const cmp_train_ctx *tc;   /* the arms' plans of the study running now */
+} surrogate;
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static double normal_at(uint64_t key)
+{
+    prec_rng r;
+    prec_rng_seed(&r, key);
+    return prec_rng_normal(&r);
+}
+
+static int switched(const tplan *plan, const tplan *bad, tplan_unit u)
+{
+    const tslot_choice *a = tplan_choice_at(plan, u.slot, u.layer), *b = tplan_choice_at(bad, u.slot, u.layer);
+    return a->path == b->path && a->op == b->op && a->variant == b->variant;
+}
+
+/* A run of arm a at seed s: the base's loss at s (seed-to-seed spread), plus,
+ * for any other plan, its paired difference: the shifts of the culprits it
+ * switches and a draw with the paired sd measured for culprit-carrying or for
+ * clean configurations, keyed by (plan, seed) as a rerun would be; the null
+ * arm: a draw with the chaos sd. */
+static int surrogate_run(cmp_runner *r, const cmp_arm *arms, const cmp_job *jobs, int n, cmp_run *out)
+{
+    const surrogate *s = r->ctx;
+    for (int i = 0; i < n; i++) {
+        const cmp_job *j = &jobs[i];
+        const cmp_arm *arm = &arms[j->arm];
+        uint64_t plan_key = fnv(s->key, arm->identity, strlen(arm->identity));
+        uint64_t seed_key = fnv(s->key, &j->seed, sizeof j->seed);
+        double loss = calib.base_loss + calib.seed_sd * normal_at(seed_key);
+        uint64_t run_key = fnv(plan_key, &j->seed, sizeof j->seed);
+        if (arm->is_null) loss += calib.chaos_sd * normal_at(run_key);
+        else if (j->arm != 0) {
+            int k = 0;
+            for (int c = 0; c < s->n_culprits; c++) k += switched(&s->tc->plans[j->arm], s->bad, s->culprit[c]);
+            loss += k * calib.shift + (k ? calib.sd_culprit : calib.sd_clean) * normal_at(run_key);
+        }
+        memset(&out[i], 0, sizeof out[i]);
+        out[i].final_val_loss = loss;
+        out[i].state_hash = j->arm == 0 ? seed_key : run_key;
+        out[i].seconds = 0.2;
+    }
+    return 0;
+}
+
+static void surrogate_runner(cmp_runner *r, cmp_train_ctx *tc, void *ctx)
+{
+    surrogate *s = ctx;
+    s->tc = tc;
+    r->run = surrogate_run;
+    r->capacity = 64;
+    r->ctx = s;
+}
+
+/* Ten searches, each with fresh draws, fresh seeds and random culprits among
+ * the 20 units; how many found every culprit alone (and a clean rest), and
+ * how many ddmax sets excluded them. */
+static int surrogate_trials(uint64_t seed, int n_culprits, bisect_bug bug, int *ddmax_found, double *mean_runs)
+{
+    bisect_config *c = malloc(sizeof *c);
+    assert_non_null(c);
+    char *recipe_json = NULL;
+    recipe(c, SURROGATE_UNITS, &recipe_json);
+    tplan_unit units[BISECT_MAX_UNITS];
+    int n = tplan_diff(&c->good, &c->bad, 1, units, BISECT_MAX_UNITS);
+    assert_int_equal(n, 20);
+    prec_rng rng;
+    prec_rng_seed(&rng, seed);
+    int hits = 0;
+    long runs = 0;
+    *ddmax_found = 0;
+    for (int t = 0; t < 10; t++) {
+        surrogate s = {.bad = &c->bad, .n_culprits = n_culprits, .key = prec_rng_next(&rng)};
+        int first = (int)(prec_rng_next(&rng) % (uint64_t)n);
+        s.culprit[0] = units[first];
+        if (n_culprits == 2) s.culprit[1] = units[(first + 1 + (int)(prec_rng_next(&rng) % (uint64_t)(n - 1))) % n];
+        char dir[160], err[1024];
+        snprintf(dir, sizeof dir, "%s/surrogate_%d_%d_%d", results_root, n_culprits, (int)bug, t);
+        assert_int_equal(mkdir(dir, 0700), 0);
+        c->results_dir = dir;
+        c->first_seed = 1 + prec_rng_next(&rng) % 1000000000ull;
+        c->runner = surrogate_runner;
+        c->runner_ctx = &s;
+        c->planted_bug = bug;
+        bisect_report rep;
+        if (bisect_run(c, &rep, err, sizeof err)) fail_msg("bisect_run: %s", err);
+        int ok = found(&rep, s.culprit, n_culprits);
+        hits += ok;
+        *ddmax_found += ddmax_ok(&rep, s.culprit, n_culprits);
+        if (!ok && bug == BISECT_BUG_NONE) {
+            /* a miss: what the search said, to tell the statistics from a defect */
+            char u[2][96];
+            for (int k = 0; k < n_culprits; k++) tplan_unit_string(&s.culprit[k], u[k], sizeof u[k]);
+            print_message("trial %d missed (planted: %s%s%s):\n", t + 1, u[0], n_culprits > 1 ? ", " : "",
+                          n_culprits > 1 ? u[1] : "");
+            bisect_print(stdout, c, &rep);
+        }
+        runs += rep.runs_executed;
+        bisect_report_free(&rep);
+    }
+    *mean_runs = runs / 10.0;
+    free(recipe_json);
+    free(c);
+    return hits;
+}
+
+static void test_surrogate_nine_in_ten(void **state)
+{
+    (void)state;
+    if (!calib.measured) fail_msg("the surrogate needs the real search's measurements (test_real_training first)");
+    print_message("surrogate calibrated from real training: shift %+.5f, paired sd %.5f with the culprit, %.6f "
+                  "without; chaos sd %.6f; seed-to-seed sd %.5f\n",
+                  calib.shift, calib.sd_culprit, calib.sd_clean, calib.chaos_sd, calib.seed_sd);
+    uint64_t seed = test_seed("test_surrogate_nine_in_ten");
+    int ddmax_found;
+    double runs;
+    int hits = surrogate_trials(seed, 1, BISECT_BUG_NONE, &ddmax_found, &runs);
+    print_message("one culprit among 20 units: found alone in %d of 10, ddmax excludes it in %d of 10, %.0f runs "
+                  "per search\n", hits, ddmax_found, runs);
+    assert_true(hits >= 9);
+    assert_true(ddmax_found >= 9);
+    hits = surrogate_trials(seed, 2, BISECT_BUG_NONE, &ddmax_found, &runs);
+    print_message("two culprits among 20 units: both found in %d of 10, ddmax excludes both in %d of 10, %.0f runs "
+                  "per search\n", hits, ddmax_found, runs);
+    assert_true(hits >= 9);
+    assert_true(ddmax_found >= 9);
+    /* twins */
+    hits = surrogate_trials(seed, 1, BISECT_BUG_IGNORE_NOISE_FLOOR, &ddmax_found, &runs);
+    print_message("twin (noise floor ignored): found alone in %d of 10, ddmax excludes it in %d of 10\n", hits,
+                  ddmax_found);
+    assert_true(hits < 9);
+    hits = surrogate_trials(seed, 2, BISECT_BUG_STOP_AT_FIRST, &ddmax_found, &runs);
+    print_message("twin (stops at the first culprit, complement never judged): both found in %d of 10\n", hits);
+    assert_true(hits < 9);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_real_training),
+        cmocka_unit_test(test_surrogate_nine_in_ten),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
