@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/check/compare_matmul.h"
 #include "kernels/check/compare_rmsnorm.h"
 #include "precision/format.h"
 
@@ -29,44 +30,67 @@ static int bad(char *err, size_t errlen, const char *fmt, ...)
 /* ---- the op table ------------------------------------------------------------------- */
 
 /* A tensor of an op's pass: its name, whether it may be left out, and the
- * format it is held in (storage: the path's; else fp32). */
+ * format its values must be values of. */
+typedef enum {
+    T_STORAGE, /* the path's format (fp8 path: bf16) */
+    T_FP32,
+    T_OPERAND  /* a GEMM operand: the path's format; on the fp8 path the dequantised values, any finite */
+} tformat;
+
 typedef struct {
     const char *name;
     int optional;
-    int fp32;
+    tformat format;
 } vtensor;
 
 #define VMAX_TENSORS 6
 typedef struct {
-    const char *inputs_help, *outputs_help;
+    const char *inputs_help, *outputs_help; /* NULL: the op has no such pass (summary says why) */
     vtensor inputs[VMAX_TENSORS], outputs[VMAX_TENSORS];
 } vpass;
 
+typedef enum { OP_MATMUL, OP_RMSNORM } op_id;
+
 typedef struct {
     const char *name;
+    op_id id;
     const char *summary;
-    vpass pass[2]; /* fwd, bwd */
+    vpass pass[2];           /* fwd, bwd */
+    const char *why_no_bwd;  /* an op without a bwd pass: what to verify instead */
 } vop;
 
 static const vop ops[] = {
-    {"rmsnorm", "RMSNorm y = gain x / sqrt(mean(x^2) + eps) per row of C (any leading shape); backward dx, dgain",
+    {"matmul", OP_MATMUL,
+     "GEMM y = epi(alpha A B + beta C), epi: + bias, then GELU (--gelu); --layout AB, AtB, ABt, AtBt; the "
+     "backward is two GEMMs: verify each as a matmul",
+     {{"a (M, K; At: K, M), b (K, N; Bt: N, K), c (M, N, with --beta, optional), bias (N, optional)", "y (M, N)",
+       {{"a", 0, T_OPERAND}, {"b", 0, T_OPERAND}, {"c", 1, T_STORAGE}, {"bias", 1, T_STORAGE}},
+       {{"y", 0, T_STORAGE}}},
+      {NULL, NULL, {{0}}, {{0}}}},
+     "its backward is two GEMMs, dA = dy B^T (--layout ABt, a = dy, b = B) and dB = A^T dy (--layout AtB, a = A, "
+     "b = dy): verify each as a matmul fwd"},
+    {"rmsnorm", OP_RMSNORM,
+     "RMSNorm y = gain x / sqrt(mean(x^2) + eps) per row of C (any leading shape); backward dx, dgain",
      {{"x (N.., C), gain (C, optional)", "y (as x), rstd (N.., fp32, optional)",
-       {{"x", 0, 0}, {"gain", 1, 0}}, {{"y", 0, 0}, {"rstd", 1, 1}}},
+       {{"x", 0, T_STORAGE}, {"gain", 1, T_STORAGE}}, {{"y", 0, T_STORAGE}, {"rstd", 1, T_FP32}}},
       {"x, gain (optional), dy (as x), rstd (the stored fp32 rstd the backward read, optional)",
        "dx (as x), dgain (C, needs gain, optional)",
-       {{"x", 0, 0}, {"gain", 1, 0}, {"dy", 0, 0}, {"rstd", 1, 1}}, {{"dx", 0, 0}, {"dgain", 1, 0}}}}},
+       {{"x", 0, T_STORAGE}, {"gain", 1, T_STORAGE}, {"dy", 0, T_STORAGE}, {"rstd", 1, T_FP32}},
+       {{"dx", 0, T_STORAGE}, {"dgain", 1, T_STORAGE}}}},
+     NULL},
 };
 static const int n_ops = (int)(sizeof ops / sizeof ops[0]);
 
-const char *ulp_op_names(void) { return "rmsnorm"; }
+const char *ulp_op_names(void) { return "matmul, rmsnorm"; }
 
 void ulp_op_help(FILE *fp)
 {
     for (int i = 0; i < n_ops; i++) {
         fprintf(fp, "%s: %s\n", ops[i].name, ops[i].summary);
         for (int p = 0; p < 2; p++)
-            fprintf(fp, "  --pass %s: inputs %s; outputs %s\n", p ? "bwd" : "fwd", ops[i].pass[p].inputs_help,
-                    ops[i].pass[p].outputs_help);
+            if (ops[i].pass[p].inputs_help)
+                fprintf(fp, "  --pass %s: inputs %s; outputs %s\n", p ? "bwd" : "fwd", ops[i].pass[p].inputs_help,
+                        ops[i].pass[p].outputs_help);
     }
 }
 
@@ -75,6 +99,7 @@ int ulp_op_tensors(const char *op, const char *pass, int role, const char **name
     int p = pass && strcmp(pass, "bwd") == 0 ? 1 : pass && strcmp(pass, "fwd") == 0 ? 0 : -1;
     for (int i = 0; i < n_ops && p >= 0; i++) {
         if (!op || strcmp(op, ops[i].name) != 0) continue;
+        if (!ops[i].pass[p].inputs_help) return -1;
         const vtensor *t = role ? ops[i].pass[p].outputs : ops[i].pass[p].inputs;
         int n = 0;
         for (; n < VMAX_TENSORS && t[n].name && n + 1 < max; n++) names[n] = t[n].name;
@@ -100,8 +125,19 @@ static int parse_format(const char *s, prec_format *f)
     return -1;
 }
 
+/* A positive count after a prefix ("blocks:32"); -1: malformed. */
+static int64_t parse_count(const char *s, const char *prefix, int64_t max)
+{
+    size_t n = strlen(prefix);
+    if (strncmp(s, prefix, n) != 0 || s[n] == '+' || s[n] == '-') return -1;
+    char *end;
+    long long v = strtoll(s + n, &end, 10);
+    if (end == s + n || *end || v < 1 || v > max) return -1;
+    return v;
+}
+
 /* A reduction shape as a rounding depth over n terms; -1: malformed.
- * *unknown set for "unknown" (the depth is then the loosest, sequential). */
+ * "unknown" gives the tightest (pairwise) or the loosest (sequential). */
 static int64_t parse_reduce(const char *s, int64_t n, int tightest)
 {
     if (n < 1) n = 1;
@@ -110,37 +146,86 @@ static int64_t parse_reduce(const char *s, int64_t n, int tightest)
     if (strcmp(s, "sequential") == 0) return n; /* the first term's rounding (an fma into 0) counts */
     if (strcmp(s, "pairwise") == 0) return log2n + 1;
     if (strcmp(s, "unknown") == 0) return tightest ? log2n + 1 : n;
-    char *end;
-    if (strncmp(s, "blocks:", 7) == 0) {
-        long t = strtol(s + 7, &end, 10);
-        if (end == s + 7 || *end || t < 1 || t > (1 << 20) || s[7] == '+' || s[7] == '-') return -1;
-        return kcheck_row_depth(n, (int)t, 1);
-    }
+    int64_t v;
+    if ((v = parse_count(s, "blocks:", 1 << 20)) > 0) return kcheck_row_depth(n, (int)v, 1);
+    if ((v = parse_count(s, "blocked:", 1ll << 40)) > 0) return (v < n ? v : n) + (n + v - 1) / v - 1;
     if (strncmp(s, "depth:", 6) == 0) {
-        long long d = strtoll(s + 6, &end, 10);
-        if (end == s + 6 || *end || d < 0 || d > (1ll << 40) || s[6] == '+' || s[6] == '-') return -1;
-        return d;
+        if (strcmp(s, "depth:0") == 0) return 0;
+        return parse_count(s, "depth:", 1ll << 40);
     }
     return -1;
 }
 
-#define REDUCE_SYNTAX "sequential, pairwise, blocks:T, depth:D or unknown"
+#define REDUCE_SYNTAX "sequential, pairwise, blocked:B, blocks:T, depth:D or unknown"
+
+/* matmul's matrix-unit models (an --accum that is not a rounded accumulator):
+ * 1 and *m filled, 0 when s names none, -1 when malformed. */
+static int parse_dot_model(const char *s, prec_dot_model *m)
+{
+    memset(m, 0, sizeof *m);
+    m->acc = PREC_FP32;
+    if (strcmp(s, "tensor-core") == 0 || strcmp(s, "tf32") == 0) {
+        m->kind = PREC_DOT_TENSOR_CORE;
+        m->u_in = s[1] == 'f' ? 0x1p-10 : 0.0;
+        return 1;
+    }
+    if (strcmp(s, "fp8-fast") == 0) {
+        m->kind = PREC_DOT_FP8;
+        return 1;
+    }
+    if (strncmp(s, "fp8-promote:", 12) == 0 || strncmp(s, "fp8-groups:", 11) == 0) {
+        int groups = s[4] == 'g';
+        m->kind = groups ? PREC_DOT_FP8_GROUPS : PREC_DOT_FP8;
+        m->interval = parse_count(s, groups ? "fp8-groups:" : "fp8-promote:", 1 << 20);
+        return m->interval > 0 ? 1 : -1;
+    }
+    return 0;
+}
 
 typedef struct {
-    prec_format storage;
-    const char *path, *accum, *reduce, *col_reduce, *upcast;
-    double math_ulps, eps;
+    prec_format storage; /* every tensor's but the fp32 ones' and the fp8 path's operands */
+    int fp8;             /* path fp8: a and b are dequantised fp8 operands */
+    const char *path, *accum, *reduce, *col_reduce, *upcast, *epilogue, *layout;
+    double math_ulps, eps, alpha, beta;
+    int gelu, split_k;
 } decl;
 
-static int check_decl(const ulp_kernel *k, decl *d, char *err, size_t errlen)
+static int is_one_of(const char *s, const char *const *list)
 {
+    for (; *list; list++)
+        if (strcmp(s, *list) == 0) return 1;
+    return 0;
+}
+
+static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t errlen)
+{
+    memset(d, 0, sizeof *d);
     d->path = k->path ? k->path : "";
-    if (parse_format(d->path, &d->storage) != 0 || d->storage == PREC_FP64)
-        return bad(err, errlen, "unknown path '%s' (paths: fp32, bf16, fp16)", d->path);
+    if (strcmp(d->path, "fp8") == 0) {
+        if (op != OP_MATMUL) return bad(err, errlen, "path fp8 is a matmul path (paths: fp32, bf16, fp16)");
+        d->fp8 = 1;
+        d->storage = PREC_BF16;
+    } else if (parse_format(d->path, &d->storage) != 0 || d->storage == PREC_FP64) {
+        return bad(err, errlen, "unknown path '%s' (paths: fp32, bf16, fp16%s)", d->path, op == OP_MATMUL ? ", fp8" : "");
+    }
     d->accum = k->accum ? k->accum : "unknown";
     prec_format f;
-    if (strcmp(d->accum, "unknown") != 0 && strcmp(d->accum, "storage") != 0 && parse_format(d->accum, &f) != 0)
-        return bad(err, errlen, "unknown accumulation '%s' (fp64, fp32, bf16, fp16, storage, unknown)", d->accum);
+    prec_dot_model model;
+    int is_model = parse_dot_model(d->accum, &model);
+    if (is_model && op != OP_MATMUL)
+        return bad(err, errlen, "accumulation '%s' is a matrix-unit model of matmul (fp64, fp32, bf16, fp16, storage, unknown)",
+                   d->accum);
+    if (is_model < 0 || (!is_model && strcmp(d->accum, "unknown") != 0 && strcmp(d->accum, "storage") != 0 &&
+                         parse_format(d->accum, &f) != 0))
+        return bad(err, errlen, "unknown accumulation '%s' (fp64, fp32, bf16, fp16, storage, unknown%s)", d->accum,
+                   op == OP_MATMUL ? ", tensor-core, tf32, fp8-promote:N, fp8-fast, fp8-groups:N" : "");
+    if (is_model) {
+        const char *needs = model.kind == PREC_DOT_TENSOR_CORE ? (model.u_in > 0 ? "fp32" : "bf16 or fp16") : "fp8";
+        int ok = model.kind == PREC_DOT_TENSOR_CORE
+                     ? (model.u_in > 0 ? strcmp(d->path, "fp32") == 0 : (d->storage == PREC_BF16 || d->storage == PREC_FP16) && !d->fp8)
+                     : d->fp8;
+        if (!ok) return bad(err, errlen, "accumulation '%s' needs --path %s, not %s", d->accum, needs, d->path);
+    }
     d->reduce = k->reduce ? k->reduce : "unknown";
     d->col_reduce = k->col_reduce ? k->col_reduce : "unknown";
     if (parse_reduce(d->reduce, 8, 0) < 0)
@@ -148,40 +233,96 @@ static int check_decl(const ulp_kernel *k, decl *d, char *err, size_t errlen)
     if (parse_reduce(d->col_reduce, 8, 0) < 0)
         return bad(err, errlen, "unknown column reduction '%s' (" REDUCE_SYNTAX ")", d->col_reduce);
     d->upcast = k->upcast ? k->upcast : "unknown";
-    if (strcmp(d->upcast, "gemma") != 0 && strcmp(d->upcast, "llama") != 0 && strcmp(d->upcast, "none") != 0 &&
-        strcmp(d->upcast, "unknown") != 0)
+    static const char *const upcasts[] = {"gemma", "llama", "none", "unknown", NULL};
+    if (!is_one_of(d->upcast, upcasts))
         return bad(err, errlen, "unknown upcast '%s' (gemma, llama, none, unknown)", d->upcast);
     if (!(k->math_ulps >= 0 && k->math_ulps <= 1e6))
         return bad(err, errlen, "math function error %g ulps is outside 0..1e6", k->math_ulps);
     if (!(k->eps >= 0 && k->eps < 1e6)) return bad(err, errlen, "eps %g is outside [0, 1e6)", k->eps);
     d->math_ulps = k->math_ulps;
     d->eps = k->eps;
+    d->epilogue = k->epilogue ? k->epilogue : "unknown";
+    static const char *const epilogues[] = {"single", "rounded", "cublaslt", "unknown", NULL};
+    if (!is_one_of(d->epilogue, epilogues))
+        return bad(err, errlen, "unknown epilogue '%s' (single, rounded, cublaslt, unknown)", d->epilogue);
+    d->layout = k->layout ? k->layout : "AB";
+    static const char *const layouts[] = {"AB", "AtB", "ABt", "AtBt", NULL};
+    if (!is_one_of(d->layout, layouts)) return bad(err, errlen, "unknown layout '%s' (AB, AtB, ABt, AtBt)", d->layout);
+    /* alpha and beta reach a kernel as floats: the bound takes them exact */
+    if (!isfinite(k->alpha) || prec_rne(k->alpha, PREC_FP32) != k->alpha)
+        return bad(err, errlen, "alpha %.17g is not an fp32 value (kernels take it as a float: give that float's value)", k->alpha);
+    if (!isfinite(k->beta) || prec_rne(k->beta, PREC_FP32) != k->beta)
+        return bad(err, errlen, "beta %.17g is not an fp32 value (kernels take it as a float: give that float's value)", k->beta);
+    d->alpha = k->alpha;
+    d->beta = k->beta;
+    d->gelu = k->gelu;
+    d->split_k = k->split_k;
+    if (k->gelu != 0 && k->gelu != 1) return bad(err, errlen, "gelu is %d (0 or 1)", k->gelu);
+    if (k->split_k < 1 || k->split_k > (1 << 20)) return bad(err, errlen, "split-k %d is outside 1..2^20", k->split_k);
+    /* the other op's options: refused rather than silently ignored */
+    if (op == OP_RMSNORM && (strcmp(d->epilogue, "unknown") != 0 || strcmp(d->layout, "AB") != 0 || d->alpha != 1.0 ||
+                             d->beta != 0.0 || d->gelu || d->split_k != 1))
+        return bad(err, errlen, "epilogue, layout, alpha, beta, gelu and split-k are matmul's; rmsnorm has none of them");
+    if (op == OP_MATMUL && (strcmp(d->upcast, "unknown") != 0 || strcmp(d->col_reduce, "unknown") != 0))
+        return bad(err, errlen, "upcast and col-reduce are rmsnorm's; matmul has neither");
     return 0;
 }
 
-/* col_reduce matters to the backward only (dgain). */
-static int is_unknown(const decl *d, int bwd)
+static int accum_is_model(const decl *d)
 {
-    return strcmp(d->accum, "unknown") == 0 || strcmp(d->reduce, "unknown") == 0 ||
-           (bwd && strcmp(d->col_reduce, "unknown") == 0) || strcmp(d->upcast, "unknown") == 0;
+    prec_dot_model m;
+    return parse_dot_model(d->accum, &m) > 0;
+}
+
+/* Which parts of the declaration the bound depends on: col_reduce matters
+ * to rmsnorm's backward only (dgain), upcast to rmsnorm, the epilogue to a
+ * matmul with a bias or GELU, the reduction to a rounded accumulator. */
+static int is_unknown(const decl *d, op_id op, int bwd, int has_bias)
+{
+    if (strcmp(d->accum, "unknown") == 0) return 1;
+    if (op == OP_MATMUL)
+        return (!accum_is_model(d) && strcmp(d->reduce, "unknown") == 0) ||
+               ((has_bias || d->gelu) && strcmp(d->epilogue, "unknown") == 0);
+    return strcmp(d->reduce, "unknown") == 0 || (bwd && strcmp(d->col_reduce, "unknown") == 0) ||
+           strcmp(d->upcast, "unknown") == 0;
 }
 
 /* The declaration with its unknown parts resolved to the tightest or the loosest. */
-static decl resolve(const decl *d, int tightest)
+static decl resolve(const decl *d, op_id op, int tightest)
 {
     decl r = *d;
     if (strcmp(r.accum, "unknown") == 0) r.accum = tightest ? "fp32" : "storage";
     if (strcmp(r.reduce, "unknown") == 0) r.reduce = tightest ? "pairwise" : "sequential";
-    if (strcmp(r.col_reduce, "unknown") == 0) r.col_reduce = tightest ? "pairwise" : "sequential";
-    if (strcmp(r.upcast, "unknown") == 0) r.upcast = tightest ? "gemma" : "none";
+    if (op == OP_RMSNORM) {
+        if (strcmp(r.col_reduce, "unknown") == 0) r.col_reduce = tightest ? "pairwise" : "sequential";
+        if (strcmp(r.upcast, "unknown") == 0) r.upcast = tightest ? "gemma" : "none";
+    }
+    if (op == OP_MATMUL && strcmp(r.epilogue, "unknown") == 0) r.epilogue = tightest ? "single" : "cublaslt";
     return r;
 }
 
-static void describe(const decl *d, int bwd, char *out, size_t len)
+static void describe(const decl *d, op_id op, int bwd, int has_bias, char *out, size_t len)
 {
-    int k = snprintf(out, len, "--accum %s --reduce %s", d->accum, d->reduce);
-    if (bwd && k >= 0 && (size_t)k < len) k += snprintf(out + k, len - (size_t)k, " --col-reduce %s", d->col_reduce);
-    if (k >= 0 && (size_t)k < len) snprintf(out + k, len - (size_t)k, " --upcast %s", d->upcast);
+    size_t k = 0;
+#define APPEND(...)                                                                 \
+    do {                                                                            \
+        if (k < len) {                                                              \
+            int w_ = snprintf(out + k, len - k, __VA_ARGS__);                       \
+            k = w_ < 0 ? len : k + (size_t)w_;                                      \
+        }                                                                           \
+    } while (0)
+    out[0] = '\0';
+    APPEND("--accum %s", d->accum);
+    if (op == OP_RMSNORM) {
+        APPEND(" --reduce %s", d->reduce);
+        if (bwd) APPEND(" --col-reduce %s", d->col_reduce);
+        APPEND(" --upcast %s", d->upcast);
+    } else {
+        if (!accum_is_model(d)) APPEND(" --reduce %s", d->reduce);
+        if (d->split_k > 1) APPEND(" --split-k %d", d->split_k);
+        if (has_bias || d->gelu) APPEND(" --epilogue %s", d->epilogue);
+    }
+#undef APPEND
 }
 
 static kcmp_rmsnorm_kernel rmsnorm_kernel(const decl *d, int64_t N, int64_t C)
@@ -196,6 +337,35 @@ static kcmp_rmsnorm_kernel rmsnorm_kernel(const decl *d, int64_t N, int64_t C)
     k.col_depth = parse_reduce(d->col_reduce, N, 0);
     k.rsqrt_ulps = d->math_ulps;
     k.eps = d->eps;
+    return k;
+}
+
+/* The GEMM as declared, for a K-term dot product: split into slices of
+ * ceil(K / split_k); a rounded accumulator adds its slices in its own
+ * format, the matrix units in fp32. */
+static kcmp_matmul_kernel matmul_kernel(const decl *d, int64_t K)
+{
+    kcmp_matmul_kernel k = {0};
+    k.out = d->storage;
+    k.slice = (K + d->split_k - 1) / d->split_k;
+    const int64_t last = K % k.slice ? K % k.slice : k.slice;
+    if (parse_dot_model(d->accum, &k.dot) > 0) {
+        k.dot.depth = k.slice;
+        k.slice_sum = PREC_FP32;
+    } else {
+        k.dot.kind = PREC_DOT_ROUNDED;
+        if (strcmp(d->accum, "storage") == 0) k.dot.acc = d->storage;
+        else parse_format(d->accum, &k.dot.acc);
+        k.dot.depth = parse_reduce(d->reduce, k.slice, 0);
+        k.slice_sum = k.dot.acc;
+    }
+    k.dot_last = k.dot;
+    if (k.dot.kind == PREC_DOT_ROUNDED) k.dot_last.depth = parse_reduce(d->reduce, last, 0);
+    k.alpha = d->alpha;
+    k.beta = d->beta;
+    k.gelu = d->gelu;
+    k.round_product = strcmp(d->epilogue, "single") != 0;
+    k.tanh_rel_err = strcmp(d->epilogue, "cublaslt") == 0 ? pow(2.0, -10.987) : 0.0;
     return k;
 }
 
@@ -264,7 +434,8 @@ static int bind(const vtensor *want, const ulp_tensor *given, int n_given, const
             continue;
         }
         const ulp_tensor *t = out[w].t;
-        const prec_format f = want[w].fp32 ? PREC_FP32 : d->storage;
+        const prec_format f = want[w].format == T_FP32 ? PREC_FP32 : d->storage;
+        const int any_value = want[w].format == T_OPERAND && d->fp8; /* dequantised: code times scale */
         out[w].v = malloc((out[w].n ? out[w].n : 1) * sizeof(double));
         if (!out[w].v) return bad(err, errlen, "out of memory for tensor '%s'", t->name);
         for (int64_t i = 0; i < out[w].n; i++) {
@@ -275,10 +446,10 @@ static int bind(const vtensor *want, const ulp_tensor *given, int n_given, const
                 return bad(err, errlen, "input '%s' element %lld is %g: the reference needs finite inputs", t->name,
                            (long long)i, v);
             }
-            if (prec_rne(v, f) != v)
+            if (!any_value && prec_rne(v, f) != v)
                 return bad(err, errlen, "%s '%s' element %lld = %.17g is not a %s value: the declared %s cannot have %s it",
                            role, t->name, (long long)i, v, prec_format_get(f)->name,
-                           want[w].fp32 ? "fp32 tensor" : "path", is_output ? "written" : "seen");
+                           want[w].format == T_FP32 ? "fp32 tensor" : "path", is_output ? "written" : "seen");
         }
     }
     return 0;
@@ -348,25 +519,91 @@ static void copy_row(ulp_row *r, const kcheck_row *k, const char *assumption)
     }
 }
 
-/* Runs rmsnorm's comparison under declaration d; appends its rows (only the
+/* What one verify call compares: the op, the pass, the bound tensors and
+ * the dimensions their shapes gave. */
+typedef struct {
+    op_id op;
+    int bwd;
+    const vtensor *outputs; /* the pass's output names */
+    const bound_tensor *in, *out;
+    int64_t N, C;              /* rmsnorm: rows, row length */
+    int64_t M, cols, K;        /* matmul: y is (M, cols) */
+    long a_rs, a_cs, b_rs, b_cs; /* matmul: A[m,k] = a[m a_rs + k a_cs], B[k,n] = b[k b_rs + n b_cs] */
+    int has_bias;
+    char shape[96];
+} problem;
+
+/* Shape rules of matmul (--layout): a (M, K) or (K, M), b (K, N) or (N, K),
+ * c and y (M, N), bias (N); c exactly when beta != 0. */
+static int matmul_shapes(const decl *d, problem *pb, char *err, size_t errlen)
+{
+    const ulp_tensor *a = pb->in[0].t, *b = pb->in[1].t;
+    if (a->ndim != 2 || b->ndim != 2)
+        return bad(err, errlen, "%s must be a matrix (2 dimensions), it has %d", a->ndim != 2 ? "a" : "b",
+                   a->ndim != 2 ? a->ndim : b->ndim);
+    const int at = strncmp(d->layout, "At", 2) == 0, bt = d->layout[strlen(d->layout) - 1] == 't';
+    const int64_t M = at ? a->shape[1] : a->shape[0], Ka = at ? a->shape[0] : a->shape[1];
+    const int64_t Kb = bt ? b->shape[1] : b->shape[0], N = bt ? b->shape[0] : b->shape[1];
+    if (Ka != Kb)
+        return bad(err, errlen, "a gives K = %lld, b gives K = %lld (--layout %s: a is %s, b is %s)", (long long)Ka,
+                   (long long)Kb, d->layout, at ? "(K, M)" : "(M, K)", bt ? "(N, K)" : "(K, N)");
+    if (M < 1 || N < 1 || Ka < 1)
+        return bad(err, errlen, "empty product: M = %lld, N = %lld, K = %lld (each needs >= 1)", (long long)M,
+                   (long long)N, (long long)Ka);
+    const ulp_tensor *mn[2] = {pb->in[2].t, pb->out[0].t};
+    for (int i = 0; i < 2; i++)
+        if (mn[i] && (mn[i]->ndim != 2 || mn[i]->shape[0] != M || mn[i]->shape[1] != N))
+            return bad(err, errlen, "%s's shape differs from (M, N) = (%lld, %lld), which a and b give (--layout %s)",
+                       mn[i]->name, (long long)M, (long long)N, d->layout);
+    if (d->beta != 0 && !pb->in[2].t) return bad(err, errlen, "beta %g needs the tensor c (y = alpha A B + beta C)", d->beta);
+    if (d->beta == 0 && pb->in[2].t)
+        return bad(err, errlen, "c given but beta is 0: declare the beta the kernel used (--beta)");
+    if (pb->in[3].t && (pb->in[3].t->ndim != 1 || pb->in[3].n != N))
+        return bad(err, errlen, "bias has %lld elements in %d dimensions, y has N = %lld columns (bias is (N))",
+                   (long long)pb->in[3].n, pb->in[3].t->ndim, (long long)N);
+    pb->M = M;
+    pb->cols = N;
+    pb->K = Ka;
+    pb->a_rs = at ? 1 : (long)Ka;
+    pb->a_cs = at ? (long)M : 1;
+    pb->b_rs = bt ? 1 : (long)N;
+    pb->b_cs = bt ? (long)Ka : 1;
+    pb->has_bias = pb->in[3].t != NULL;
+    snprintf(pb->shape, sizeof pb->shape, "M=%lld N=%lld K=%lld %s%s%s%s%s", (long long)M, (long long)N, (long long)Ka,
+             at ? "At" : "A", bt ? "Bt" : "B", pb->has_bias ? " bias" : "", d->gelu ? " gelu" : "",
+             d->beta != 0 ? " +C" : "");
+    return 0;
+}
+
+/* Runs the op's comparison under declaration d; appends its rows (only the
  * pass's outputs) to rep; returns 1 when all of them pass, 0 when one
  * fails, -1 when out of memory. */
-static int rmsnorm_rows(const decl *d, const bound_tensor *in, const bound_tensor *out, int bwd, int64_t N, int64_t C,
-                        ulp_report *rep, const char *shape, int *vacuous)
+static int op_rows(const decl *d, const problem *pb, ulp_report *rep, int *vacuous)
 {
-    kcmp_rmsnorm_kernel k = rmsnorm_kernel(d, N, C);
-    kcmp_rmsnorm_data data = {N, C, in[0].v, in[1].v, bwd ? in[2].v : NULL,
-                              bwd ? NULL : out[0].v, bwd ? in[3].v : out[1].v, bwd ? out[0].v : NULL,
-                              bwd ? out[1].v : NULL};
     kcheck_acc rows[KCMP_RMSNORM_MAX_ROWS];
-    int n = kcmp_rmsnorm(&k, &data, shape, rows);
+    int n;
+    const bound_tensor *in = pb->in, *out = pb->out;
+    const int bwd = pb->bwd;
+    if (pb->op == OP_MATMUL) {
+        kcmp_matmul_kernel k = matmul_kernel(d, pb->K);
+        kcmp_matmul_data data = {pb->M, pb->cols, pb->K, in[0].v, pb->a_rs, pb->a_cs, in[1].v, pb->b_rs, pb->b_cs,
+                                 in[2].v, in[3].v, out[0].v, NULL};
+        n = kcmp_matmul(&k, &data, pb->shape, &rows[0]);
+    } else {
+        kcmp_rmsnorm_kernel k = rmsnorm_kernel(d, pb->N, pb->C);
+        kcmp_rmsnorm_data data = {pb->N, pb->C, in[0].v, in[1].v, bwd ? in[2].v : NULL,
+                                  bwd ? NULL : out[0].v, bwd ? in[3].v : out[1].v, bwd ? out[0].v : NULL,
+                                  bwd ? out[1].v : NULL};
+        n = kcmp_rmsnorm(&k, &data, pb->shape, rows);
+    }
     if (n < 0) return -1;
     char assumption[200];
-    describe(d, bwd, assumption, sizeof assumption);
+    describe(d, pb->op, bwd, pb->has_bias, assumption, sizeof assumption);
     int all = 1;
     for (int i = 0; i < n; i++) {
         const char *o = rows[i].row.output;
-        int wanted = bwd ? (strcmp(o, "dx") == 0 || strcmp(o, "dgain") == 0) : (strcmp(o, "y") == 0 || strcmp(o, "rstd") == 0);
+        int wanted = 0; /* only the pass's outputs: rmsnorm's comparison also rows the forward's */
+        for (int w = 0; w < VMAX_TENSORS && pb->outputs[w].name; w++) wanted |= strcmp(o, pb->outputs[w].name) == 0;
         if (!wanted || rep->n_rows >= ULP_MAX_ROWS) continue;
         ulp_row *r = &rep->rows[rep->n_rows++];
         copy_row(r, &rows[i].row, assumption);
@@ -374,6 +611,69 @@ static int rmsnorm_rows(const decl *d, const bound_tensor *in, const bound_tenso
         *vacuous |= r->vacuous;
     }
     return all;
+}
+
+/* A looser declaration to try after a FAIL, and what fitting it would mean
+ * (NULL: said from the parts that differ: accumulation, order, upcast). */
+typedef struct {
+    decl d;
+    const char *meaning;
+} attempt;
+
+#define MAX_ATTEMPTS 8
+static int looser_declarations(const decl *d, const problem *pb, attempt *a)
+{
+    int n = 0;
+    const int rounded = !accum_is_model(d);
+    if (pb->op == OP_MATMUL) {
+        const int wide = rounded && (strcmp(d->accum, "fp32") == 0 || strcmp(d->accum, "fp64") == 0);
+        if (wide && strcmp(d->path, "fp32") == 0) {
+            a[n].d = *d;
+            a[n].d.accum = "tf32";
+            a[n++].meaning = "the kernel likely rounds its fp32 inputs to tf32 (tensor cores)";
+        }
+        if (wide && !d->fp8 && strcmp(d->path, "fp32") != 0) {
+            a[n].d = *d;
+            a[n].d.accum = "tensor-core";
+            a[n++].meaning = "the kernel likely runs on tensor cores (block FMAs that truncate)";
+        }
+        if (d->fp8 && strcmp(d->accum, "fp8-fast") != 0) {
+            a[n].d = *d;
+            a[n].d.accum = "fp8-fast";
+            a[n++].meaning = "the kernel likely accumulates in the fp8 tensor cores' ~14 bits without promotion to fp32";
+        }
+        if ((pb->has_bias || d->gelu) && strcmp(d->epilogue, "cublaslt") != 0) {
+            a[n].d = *d;
+            a[n].d.epilogue = "cublaslt";
+            a[n++].meaning = "the kernel likely rounds alpha A B + beta C to the output format before the bias or GELU";
+        }
+    }
+    a[n].d = *d;
+    a[n].d.accum = "storage";
+    a[n++].meaning = NULL;
+    a[n].d = *d;
+    a[n].d.reduce = a[n].d.col_reduce = "sequential";
+    if (pb->op == OP_MATMUL && !rounded) a[n].d.accum = "storage"; /* a matrix unit has no order to loosen */
+    a[n++].meaning = NULL;
+    if (pb->op == OP_RMSNORM) {
+        a[n].d = *d;
+        a[n].d.upcast = "none";
+        a[n++].meaning = NULL;
+    }
+    a[n].d = *d;
+    a[n].d.accum = "storage";
+    a[n].d.reduce = a[n].d.col_reduce = "sequential";
+    if (pb->op == OP_RMSNORM) a[n].d.upcast = "none";
+    if (pb->op == OP_MATMUL && (pb->has_bias || d->gelu)) a[n].d.epilogue = "cublaslt";
+    a[n++].meaning = NULL;
+    return n;
+}
+
+static int same_decl(const decl *a, const decl *b)
+{
+    return strcmp(a->accum, b->accum) == 0 && strcmp(a->reduce, b->reduce) == 0 &&
+           strcmp(a->col_reduce, b->col_reduce) == 0 && strcmp(a->upcast, b->upcast) == 0 &&
+           strcmp(a->epilogue, b->epilogue) == 0;
 }
 
 int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *inputs, int n_inputs,
@@ -386,14 +686,15 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
         if (op_name && strcmp(op_name, ops[i].name) == 0) op = &ops[i];
     if (!op) return bad(err, errlen, "unknown op '%s' (ops: %s)", op_name ? op_name : "(none)", ulp_op_names());
     if (!k) return bad(err, errlen, "no kernel declaration");
-    decl d;
-    int rc = check_decl(k, &d, err, errlen);
-    if (rc) return rc;
     const char *pass = k->pass ? k->pass : "fwd";
     int bwd;
     if (strcmp(pass, "fwd") == 0) bwd = 0;
     else if (strcmp(pass, "bwd") == 0) bwd = 1;
     else return bad(err, errlen, "unknown pass '%s' (fwd, bwd)", pass);
+    if (!op->pass[bwd].inputs_help) return bad(err, errlen, "%s has no %s pass: %s", op->name, pass, op->why_no_bwd);
+    decl d;
+    int rc = check_decl(k, op->id, &d, err, errlen);
+    if (rc) return rc;
     if (n_inputs < 0 || n_outputs < 0 || (n_inputs && !inputs) || (n_outputs && !outputs))
         return bad(err, errlen, "bad tensor list");
     if (n_outputs == 0) return bad(err, errlen, "no output tensors to verify");
@@ -401,76 +702,82 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
     snprintf(rep->pass, sizeof rep->pass, "%s", pass);
 
     bound_tensor in[VMAX_TENSORS] = {{0}}, out[VMAX_TENSORS] = {{0}};
+    problem pb;
+    memset(&pb, 0, sizeof pb);
+    pb.op = op->id;
+    pb.bwd = bwd;
+    pb.outputs = op->pass[bwd].outputs;
+    pb.in = in;
+    pb.out = out;
     rc = bind(op->pass[bwd].inputs, inputs, n_inputs, "input", &d, 0, in, err, errlen);
     if (!rc) rc = bind(op->pass[bwd].outputs, outputs, n_outputs, "output", &d, 1, out, err, errlen);
-    int64_t N = 0, C = 0;
-    if (!rc) rc = rmsnorm_shapes(in, out, bwd, &N, &C, err, errlen);
+    if (!rc && op->id == OP_MATMUL) rc = matmul_shapes(&d, &pb, err, errlen);
+    if (!rc && op->id == OP_RMSNORM) {
+        rc = rmsnorm_shapes(in, out, bwd, &pb.N, &pb.C, err, errlen);
+        snprintf(pb.shape, sizeof pb.shape, "N=%lld C=%lld%s", (long long)pb.N, (long long)pb.C, in[1].t ? "" : " nogain");
+    }
     if (rc) {
         free_bound(in);
         free_bound(out);
         memset(rep, 0, sizeof *rep);
         return rc;
     }
-    char shape[96];
-    snprintf(shape, sizeof shape, "N=%lld C=%lld%s", (long long)N, (long long)C, in[1].t ? "" : " nogain");
-    rep->unknown = is_unknown(&d, bwd);
+    rep->unknown = is_unknown(&d, op->id, bwd, pb.has_bias);
     int verdict;
     if (rep->unknown) {
-        decl tight = resolve(&d, 1), loose = resolve(&d, 0);
+        decl tight = resolve(&d, op->id, 1), loose = resolve(&d, op->id, 0);
         int vt = 0, vl = 0;
-        int t = rmsnorm_rows(&tight, in, out, bwd, N, C, rep, shape, &vt);
-        int l = t < 0 ? -1 : rmsnorm_rows(&loose, in, out, bwd, N, C, rep, shape, &vl);
+        int t = op_rows(&tight, &pb, rep, &vt);
+        int l = t < 0 ? -1 : op_rows(&loose, &pb, rep, &vl);
         if (t < 0 || l < 0) goto oom;
         verdict = l;
         char dt[200], dl[200];
-        describe(&tight, bwd, dt, sizeof dt);
-        describe(&loose, bwd, dl, sizeof dl);
+        describe(&tight, op->id, bwd, pb.has_bias, dt, sizeof dt);
+        describe(&loose, op->id, bwd, pb.has_bias, dl, sizeof dl);
         snprintf(rep->verdict, sizeof rep->verdict, "%s against the loosest bound (%s)%s; the tightest (%s) %s",
                  l ? "PASS" : "FAIL", dl, vl ? ", which is infinite for some outputs (no claim there)" : "", dt,
                  t ? "holds too" : "does not hold");
     } else {
         int vd = 0;
-        int r = rmsnorm_rows(&d, in, out, bwd, N, C, rep, shape, &vd);
+        int r = op_rows(&d, &pb, rep, &vd);
         if (r < 0) goto oom;
         verdict = r;
         char dd[200];
-        describe(&d, bwd, dd, sizeof dd);
+        describe(&d, op->id, bwd, pb.has_bias, dd, sizeof dd);
         snprintf(rep->verdict, sizeof rep->verdict, "%s against the bound of the declared kernel (%s)%s",
                  r ? "PASS" : "FAIL", dd, vd ? ", which is infinite for some outputs (no claim there)" : "");
         if (!r) {
-            /* Which looser declaration do the outputs fit?  Tried in order:
-             * accumulation in the storage format, a sequential reduction,
-             * no upcast, all three. */
-            decl tries[4] = {d, d, d, d};
-            tries[0].accum = "storage";
-            tries[1].reduce = tries[1].col_reduce = "sequential";
-            tries[2].upcast = "none";
-            tries[3].accum = "storage";
-            tries[3].reduce = tries[3].col_reduce = "sequential";
-            tries[3].upcast = "none";
+            /* Which looser declaration do the outputs fit?  Tried from the
+             * smallest loosening to the largest. */
+            attempt tries[MAX_ATTEMPTS];
+            int n_tries = looser_declarations(&d, &pb, tries);
             snprintf(rep->diagnosis, sizeof rep->diagnosis,
-                     "no looser declaration with a finite bound (storage accumulation, sequential reduction, no "
-                     "upcast) explains the errors: a bug beyond accumulation (a dropped term, a truncated output, a "
-                     "wrong formula), or an accumulation too long for its format to bound");
-            for (int i = 0; i < 4; i++) {
-                ulp_report scratch;
+                     "no looser declaration with a finite bound (%s) explains the errors: a bug beyond accumulation "
+                     "(a dropped term, a truncated output, a wrong formula), or an accumulation too long for its "
+                     "format to bound",
+                     op->id == OP_MATMUL ? "matrix-unit models, storage accumulation, sequential reduction, cuBLASLt's epilogue"
+                                         : "storage accumulation, sequential reduction, no upcast");
+            for (int i = 0; i < n_tries; i++) {
+                const decl *t = &tries[i].d;
+                if (same_decl(t, &d)) continue; /* the declaration itself */
+                static ulp_report scratch;
                 memset(&scratch, 0, sizeof scratch);
-                char dt[200];
-                describe(&tries[i], bwd, dt, sizeof dt);
-                if (strcmp(tries[i].accum, d.accum) == 0 && strcmp(tries[i].reduce, d.reduce) == 0 &&
-                    strcmp(tries[i].col_reduce, d.col_reduce) == 0 && strcmp(tries[i].upcast, d.upcast) == 0)
-                    continue; /* the declaration itself */
                 int vacuous = 0;
-                int r2 = rmsnorm_rows(&tries[i], in, out, bwd, N, C, &scratch, shape, &vacuous);
+                int r2 = op_rows(t, &pb, &scratch, &vacuous);
                 if (r2 < 0) goto oom;
-                if (r2 && !vacuous) { /* an infinite bound fits anything: no evidence */
-                    const char *acc_name = strcmp(tries[i].accum, "storage") == 0 ? prec_format_get(d.storage)->name : tries[i].accum;
+                if (!r2 || vacuous) continue; /* an infinite bound fits anything: no evidence */
+                char dt[200];
+                describe(t, op->id, bwd, pb.has_bias, dt, sizeof dt);
+                if (tries[i].meaning) {
+                    snprintf(rep->diagnosis, sizeof rep->diagnosis, "the outputs fit %s: %s", dt, tries[i].meaning);
+                } else {
+                    const char *acc_name = strcmp(t->accum, "storage") == 0 ? prec_format_get(d.storage)->name : t->accum;
                     snprintf(rep->diagnosis, sizeof rep->diagnosis,
                              "the outputs fit %s: the kernel likely accumulates in %s%s%s", dt, acc_name,
-                             strcmp(tries[i].reduce, d.reduce) ? ", sequentially" : "",
-                             strcmp(tries[i].upcast, d.upcast) ? ", without upcast" : "");
-                    break;
+                             strcmp(t->reduce, d.reduce) ? ", sequentially" : "",
+                             strcmp(t->upcast, d.upcast) ? ", without upcast" : "");
                 }
+                break;
             }
         }
     }
