@@ -16,7 +16,9 @@
 #include <cmocka.h>
 
 #include "base/tensor_file.h"
+#include "kernels/check/compare_matmul.h"
 #include "kernels/check/compare_rmsnorm.h"
+#include "kernels/matmul.h"
 #include "kernels/rmsnorm.h"
 #include "precision/format.h"
 #include "precision/rng.h"
@@ -354,6 +356,301 @@ static void unknown_reports_both_bounds(void **state)
     free_data(&d);
 }
 
+/* ---- matmul ----------------------------------------------------------------------------- */
+
+/* A GEMM operand set: a (M, K) and b (K, N) row-major in the AB layout;
+ * c (M, N), bias (N); y as a kernel wrote it. */
+typedef struct {
+    int64_t M, N, K;
+    double *a, *b, *c, *bias, *y;
+} mm_data;
+
+static mm_data mm_alloc(int64_t M, int64_t N, int64_t K)
+{
+    mm_data d = {M, N, K, malloc(M * K * sizeof(double)), malloc(K * N * sizeof(double)), malloc(M * N * sizeof(double)),
+                 malloc(N * sizeof(double)), malloc(M * N * sizeof(double))};
+    assert_true(d.a && d.b && d.c && d.bias && d.y);
+    return d;
+}
+
+static void mm_free(mm_data *d) { free(d->a); free(d->b); free(d->c); free(d->bias); free(d->y); }
+
+static ulp_report mm_rep;
+
+/* ulp_verify of d as a matmul in layout AB; rc as ulp_verify returns it (bad input fails the test). */
+static int mm_verify(const mm_data *d, const ulp_kernel *k, int with_c, int with_bias)
+{
+    ulp_tensor in[4] = {ULP_TENSOR("a", ULP_F64, d->a, d->M, d->K), ULP_TENSOR("b", ULP_F64, d->b, d->K, d->N)};
+    int n_in = 2;
+    if (with_c) in[n_in++] = ULP_TENSOR("c", ULP_F64, d->c, d->M, d->N);
+    if (with_bias) in[n_in++] = ULP_TENSOR("bias", ULP_F64, d->bias, d->N);
+    ulp_tensor out[1] = {ULP_TENSOR("y", ULP_F64, d->y, d->M, d->N)};
+    char err[512];
+    int rc = ulp_verify("matmul", k, in, n_in, out, 1, &mm_rep, err, sizeof err);
+    if (rc == ULP_BAD_INPUT) fail_msg("bad input: %s", err);
+    return rc;
+}
+
+static double gelu_tanh(double z) { return 0.5 * z * (1.0 + tanh(0.7978845608028654 * (z + 0.044715 * z * z * z))); }
+
+/* verify, declared as check describes each (path, accumulation, variant) of
+ * our GEMMs, reports check's row bit for bit: the same reference, the same
+ * accumulation model, the same epilogue replay. */
+static void matmul_agrees_with_check(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("matmul_agrees_with_check"));
+    static const struct {
+        int64_t M, N, K;
+        int bias, gelu;
+        double alpha, beta;
+    } shapes[] = {{9, 11, 70, 1, 0, 1.0, 0.0}, {7, 5, 257, 1, 1, 0.5, 0.0}, {6, 8, 256, 0, 1, 1.0, 0.5}, {5, 4, 1000, 0, 0, 1.0, 0.0}};
+    static const kpath paths[] = {KPATH_FP32, KPATH_BF16, KPATH_FP16, KPATH_FP8};
+    static const char *const path_names[] = {"fp32", "bf16", "fp16", "fp8"};
+    int compared = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int pi = 0; pi < 4; pi++)
+            for (int acc = 0; acc < KMATMUL_NACCUMS; acc++)
+                for (int variant = 0; variant < KMATMUL_NVARIANTS; variant++) {
+                    const kpath path = paths[pi];
+                    const int fp8 = path == KPATH_FP8, block = acc == KMATMUL_ACC_BLOCK_SCALED;
+                    if (block && (!fp8 || variant != KMATMUL_FUSED)) continue; /* one variant, fp8 only */
+                    const int64_t M = shapes[si].M, N = shapes[si].N, K = shapes[si].K;
+                    kcmp_matmul_kernel ck = kcheck_matmul_kernel(path, acc, variant, K, shapes[si].alpha, shapes[si].beta,
+                                                                 shapes[si].gelu);
+                    /* verify's --split-k S cuts ceil(K/S) terms; our fp8 split_k rounds the slice
+                     * up to 16 terms, which a slice count cannot say: those shapes are left out */
+                    if (variant == KMATMUL_SPLIT_K && ck.slice != (K + KMATMUL_SPLIT_K_SLICES - 1) / KMATMUL_SPLIT_K_SLICES)
+                        continue;
+                    const prec_format f = ck.out;
+                    mm_data d = mm_alloc(M, N, K);
+                    /* fp8: the dequantised operands, e4m3 codes times an fp32 scale */
+                    const double scale = fp8 ? prec_rne(1.37e-2, PREC_FP32) : 1.0;
+                    for (int64_t i = 0; i < M * K; i++)
+                        d.a[i] = fp8 ? prec_rne(prec_rng_normal(&rng) * 8, PREC_E4M3) * scale : prec_rne(prec_rng_normal(&rng), f);
+                    for (int64_t i = 0; i < K * N; i++) d.b[i] = prec_rne(prec_rng_normal(&rng), fp8 ? PREC_E4M3 : f);
+                    for (int64_t i = 0; i < M * N; i++) d.c[i] = prec_rne(prec_rng_normal(&rng), f);
+                    for (int64_t i = 0; i < N; i++) d.bias[i] = prec_rne(prec_rng_normal(&rng), f);
+                    /* a y a few units off the exact epilogue */
+                    for (int64_t m = 0; m < M; m++)
+                        for (int64_t n = 0; n < N; n++) {
+                            double z = 0;
+                            for (int64_t k = 0; k < K; k++) z += d.a[m * K + k] * d.b[k * N + n];
+                            z = shapes[si].alpha * z + shapes[si].beta * d.c[m * N + n] + (shapes[si].bias ? d.bias[n] : 0);
+                            if (shapes[si].gelu) z = gelu_tanh(z);
+                            d.y[m * N + n] = prec_rne(z * (1 + 3 * prec_rng_normal(&rng) * prec_format_get(f)->unit_roundoff), f);
+                        }
+                    char shape[96];
+                    snprintf(shape, sizeof shape, "M=%lld N=%lld K=%lld AB%s%s%s", (long long)M, (long long)N, (long long)K,
+                             shapes[si].bias ? " bias" : "", shapes[si].gelu ? " gelu" : "", shapes[si].beta != 0 ? " +C" : "");
+                    kcmp_matmul_data cd = {M, N, K, d.a, (long)K, 1, d.b, (long)N, 1, shapes[si].beta != 0 ? d.c : NULL,
+                                           shapes[si].bias ? d.bias : NULL, d.y, NULL};
+                    kcheck_acc row;
+                    assert_int_equal(kcmp_matmul(&ck, &cd, shape, &row), 1);
+
+                    ulp_kernel k = ULP_KERNEL_DEFAULT;
+                    k.path = path_names[pi];
+                    k.accum = block ? "fp8-groups:128"
+                              : fp8 ? (acc == KMATMUL_ACC_FAST ? "fp8-fast" : "fp8-promote:128")
+                              : path == KPATH_FP32 ? (acc == KMATMUL_ACC_FAST ? "tf32" : "fp32")
+                                                   : "tensor-core";
+                    k.reduce = "sequential";
+                    k.epilogue = block || variant == KMATMUL_SPLIT_K ? "single"
+                                 : variant == KMATMUL_FUSED          ? "cublaslt"
+                                                                     : "rounded";
+                    k.split_k = variant == KMATMUL_SPLIT_K ? KMATMUL_SPLIT_K_SLICES : 1;
+                    k.alpha = shapes[si].alpha;
+                    k.beta = shapes[si].beta;
+                    k.gelu = shapes[si].gelu;
+                    mm_verify(&d, &k, shapes[si].beta != 0, shapes[si].bias);
+                    assert_int_equal(mm_rep.n_rows, 1);
+                    assert_int_equal(mm_rep.unknown, 0);
+                    const kcheck_row *c = &row.row;
+                    const ulp_row *u = &mm_rep.rows[0];
+                    if (c->max_err_u != u->max_err_u || c->rms_err_u != u->rms_err_u || c->max_bound_u != u->max_bound_u ||
+                        c->rms_bound_u != u->rms_bound_u || c->worst_ratio != u->worst_ratio || c->pass != u->pass ||
+                        c->worst_index != u->worst_index || c->n != u->n)
+                        fail_msg("%s accum %d variant %d shape %zu: check %.17g u (bound %.17g, rms %.17g) vs verify %.17g u "
+                                 "(bound %.17g, rms %.17g)", path_names[pi], acc, variant, si, c->max_err_u, c->max_bound_u,
+                                 c->rms_bound_u, u->max_err_u, u->max_bound_u, u->rms_bound_u);
+                    assert_string_equal(c->worst_detail, u->worst_detail);
+                    assert_string_equal(c->shape, u->shape);
+                    compared++;
+                    mm_free(&d);
+                }
+    assert_true(compared >= 60);
+}
+
+/* correct kernels (one accumulator; four split-K slices; blocks of 32), then the planted bugs */
+enum { MM_OK, MM_SPLIT4, MM_BLOCKED32, MM_DROP_TERM, MM_TRUNCATE, MM_BF16_ACC, MM_TF32, MM_FP8_FAST, MM_FP8_PROMOTED };
+
+static double truncate_bits(double x, int bits)
+{
+    if (x == 0) return 0;
+    int e = ilogb(x);
+    return ldexp(trunc(ldexp(x, bits - 1 - e)), e - (bits - 1));
+}
+
+/* A GEMM + bias as a kernel of output format f computes it: one fp32
+ * accumulator per element, sequential over K (fmaf), the bias added in fp32,
+ * one rounding into f; bugs on request.  MM_SPLIT4 and MM_BLOCKED32 restart
+ * the accumulator every K/4 or 32 products and add the partial sums in
+ * order in fp32.  MM_FP8_PROMOTED is the correct fp8 kernel (14-bit
+ * truncating partial sums promoted into fp32 every 128 products),
+ * MM_FP8_FAST the one that never promotes. */
+static void emulate_matmul(mm_data *d, prec_format f, int bug)
+{
+    for (int64_t m = 0; m < d->M; m++)
+        for (int64_t n = 0; n < d->N; n++) {
+            float acc = 0.0f, total = 0.0f; /* total: the partial sums of split-K and blocks */
+            double partial = 0; /* fp8: the matrix unit's 14-bit partial sum */
+            const int64_t restart = bug == MM_SPLIT4 ? (d->K + 3) / 4 : bug == MM_BLOCKED32 ? 32 : d->K;
+            for (int64_t k = 0; k < d->K; k++) {
+                if (k > 0 && k % restart == 0) {
+                    total += acc;
+                    acc = 0.0f;
+                }
+                double a = d->a[m * d->K + k], b = d->b[k * d->N + n];
+                if (bug == MM_DROP_TERM && k == d->K / 2) continue;
+                if (bug == MM_TF32) {
+                    a = truncate_bits(a, 11);
+                    b = truncate_bits(b, 11);
+                }
+                if (bug == MM_FP8_FAST || bug == MM_FP8_PROMOTED) {
+                    partial = truncate_bits(partial + a * b, 14);
+                    if (bug == MM_FP8_PROMOTED && (k % 128 == 127 || k == d->K - 1)) {
+                        acc += (float)partial;
+                        partial = 0;
+                    }
+                    continue;
+                }
+                acc = fmaf((float)a, (float)b, acc);
+                if (bug == MM_BF16_ACC) acc = (float)prec_rne(acc, PREC_BF16);
+            }
+            if (bug == MM_FP8_FAST) acc = (float)partial;
+            if (restart < d->K) acc += total;
+            float z = acc + (float)d->bias[n];
+            /* truncation: an fp32 output truncated to bf16 precision (a narrow store), as check plants it */
+            d->y[m * d->N + n] = bug == MM_TRUNCATE ? prec_round(z, f == PREC_FP32 ? PREC_BF16 : f,
+                                                                 (prec_rounding){PREC_RZ, PREC_OVF_IEEE, false}, 0)
+                                                    : prec_rne(z, f);
+        }
+}
+
+static mm_data mm_make(prec_rng *rng, int64_t M, int64_t N, int64_t K, prec_format in, prec_format out, int positive,
+                       int bug)
+{
+    mm_data d = mm_alloc(M, N, K);
+    for (int64_t i = 0; i < M * K; i++) d.a[i] = prec_rne(positive ? 1 + 0.25 * prec_rng_normal(rng) : prec_rng_normal(rng), in);
+    for (int64_t i = 0; i < K * N; i++) d.b[i] = prec_rne(positive ? 1 + 0.25 * prec_rng_normal(rng) : prec_rng_normal(rng), in);
+    for (int64_t i = 0; i < N; i++) d.bias[i] = prec_rne(prec_rng_normal(rng), out);
+    emulate_matmul(&d, out, bug);
+    return d;
+}
+
+/* The correct emulated GEMMs pass as declared; each planted bug FAILs, and
+ * an accumulation narrower than declared is named. */
+static void matmul_planted_bugs_fail(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("matmul_planted_bugs_fail"));
+    static const int64_t Ks[] = {7, 64, 300};
+    ulp_kernel k = ULP_KERNEL_DEFAULT;
+    k.accum = "fp32";
+    k.reduce = "sequential";
+    k.epilogue = "single";
+    for (int pi = 0; pi < 2; pi++) {
+        const prec_format f = pi ? PREC_BF16 : PREC_FP32;
+        k.path = pi ? "bf16" : "fp32";
+        for (size_t s = 0; s < sizeof Ks / sizeof Ks[0]; s++) {
+            mm_data good = mm_make(&rng, 12, 10, Ks[s], f, f, 0, MM_OK);
+            if (mm_verify(&good, &k, 0, 1) != ULP_PASS) {
+                ulp_report_print(stdout, &mm_rep);
+                fail_msg("the correct %s GEMM failed at K=%lld", k.path, (long long)Ks[s]);
+            }
+            mm_free(&good);
+            for (int bug = MM_DROP_TERM; bug <= MM_TF32; bug++) {
+                if (bug == MM_TF32 && f != PREC_FP32) continue;
+                if (bug == MM_BF16_ACC && Ks[s] < 32) continue; /* 7 bf16 products: their fp32 sums may be exact in bf16 */
+                /* a sum of positive terms: a narrow accumulator drifts, a truncation shows on every element */
+                mm_data d = mm_make(&rng, 12, 10, Ks[s], f, f, bug == MM_BF16_ACC || bug == MM_TF32, bug);
+                if (mm_verify(&d, &k, 0, 1) != ULP_FAIL) {
+                    ulp_report_print(stdout, &mm_rep);
+                    fail_msg("planted bug %d passed on %s at K=%lld", bug, k.path, (long long)Ks[s]);
+                }
+                if (bug == MM_BF16_ACC && f == PREC_BF16 && Ks[s] == 64 && !strstr(mm_rep.diagnosis, "accumulates in bf16"))
+                    fail_msg("diagnosis: %s", mm_rep.diagnosis);
+                if (bug == MM_TF32 && !strstr(mm_rep.diagnosis, "tf32")) fail_msg("diagnosis: %s", mm_rep.diagnosis);
+                mm_free(&d);
+            }
+        }
+    }
+    /* fp8: promotion every 128 products declared; a kernel that never promotes FAILs it */
+    ulp_kernel k8 = ULP_KERNEL_DEFAULT;
+    k8.path = "fp8";
+    k8.accum = "fp8-promote:128";
+    k8.epilogue = "single";
+    mm_data good = mm_make(&rng, 6, 5, 4096, PREC_E4M3, PREC_BF16, 1, MM_FP8_PROMOTED);
+    if (mm_verify(&good, &k8, 0, 1) != ULP_PASS) {
+        ulp_report_print(stdout, &mm_rep);
+        fail_msg("the promoting fp8 GEMM failed");
+    }
+    mm_data fast = mm_make(&rng, 6, 5, 4096, PREC_E4M3, PREC_BF16, 1, MM_FP8_FAST);
+    if (mm_verify(&fast, &k8, 0, 1) != ULP_FAIL || !strstr(mm_rep.diagnosis, "--accum fp8-fast")) {
+        ulp_report_print(stdout, &mm_rep);
+        fail_msg("fp8 fast accumulation declared as promoted was not caught and named");
+    }
+    ulp_kernel kf = k8;
+    kf.accum = "fp8-fast";
+    assert_int_equal(mm_verify(&fast, &kf, 0, 1), ULP_PASS);
+    mm_free(&good);
+    mm_free(&fast);
+}
+
+/* Split-K: the slices as declared; unknown parts: tightest and loosest rows. */
+static void matmul_split_k_and_unknown(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("matmul_split_k_and_unknown"));
+    mm_data d = mm_make(&rng, 8, 9, 1000, PREC_BF16, PREC_BF16, 0, MM_OK);
+    ulp_kernel k = ULP_KERNEL_DEFAULT;
+    k.path = "bf16";
+    assert_int_equal(mm_verify(&d, &k, 0, 1), ULP_PASS);
+    assert_int_equal(mm_rep.unknown, 1);
+    assert_int_equal(mm_rep.n_rows, 2);
+    assert_non_null(strstr(mm_rep.rows[0].assumption, "--accum fp32 --reduce pairwise --epilogue single"));
+    assert_non_null(strstr(mm_rep.rows[1].assumption, "--accum storage --reduce sequential --epilogue cublaslt"));
+    assert_true(mm_rep.rows[1].max_bound_u > mm_rep.rows[0].max_bound_u);
+    /* four sequential slices of 250: a shorter chain than 1000, so a tighter bound */
+    k.accum = "fp32";
+    k.reduce = "sequential";
+    k.epilogue = "single";
+    assert_int_equal(mm_verify(&d, &k, 0, 1), ULP_PASS);
+    mm_data split = mm_make(&rng, 8, 9, 1000, PREC_FP32, PREC_FP32, 1, MM_SPLIT4);
+    k.path = "fp32";
+    k.split_k = 4;
+    assert_int_equal(mm_verify(&split, &k, 0, 1), ULP_PASS);
+    assert_non_null(strstr(mm_rep.rows[0].assumption, "--split-k 4"));
+    double four_slices = mm_rep.rows[0].max_bound_u;
+    k.split_k = 1;
+    assert_int_equal(mm_verify(&split, &k, 0, 1), ULP_PASS);
+    assert_true(four_slices < mm_rep.rows[0].max_bound_u);
+    /* blocks of 32 restarted: blocked:32, a chain of 32 + 31 */
+    mm_data blocked = mm_make(&rng, 8, 9, 1000, PREC_FP32, PREC_FP32, 1, MM_BLOCKED32);
+    k.reduce = "blocked:32";
+    assert_int_equal(mm_verify(&blocked, &k, 0, 1), ULP_PASS);
+    double blocks = mm_rep.rows[0].max_bound_u;
+    k.reduce = "sequential";
+    assert_int_equal(mm_verify(&blocked, &k, 0, 1), ULP_PASS);
+    assert_true(blocks < mm_rep.rows[0].max_bound_u);
+    mm_free(&d);
+    mm_free(&split);
+    mm_free(&blocked);
+}
+
 /* ---- the command line ------------------------------------------------------------------------ */
 
 static void write_case(const char *name, tfile_dtype t, int ndim, const int64_t *shape, const double *v)
@@ -392,6 +689,58 @@ static void cli_verifies_files(void **state)
     free_data(&bad);
 }
 
+/* matmul from .npy files: bf16 bit patterns (u2) in, a JSON Lines file out. */
+static void cli_verifies_matmul_files(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_BIN();
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("cli_verifies_matmul_files"));
+    mm_data good = mm_make(&rng, 5, 6, 64, PREC_BF16, PREC_BF16, 0, MM_OK);
+    mm_data bad = mm_make(&rng, 5, 6, 64, PREC_BF16, PREC_BF16, 1, MM_BF16_ACC);
+    /* the GEMM in layout ABt: b stored (N, K) */
+    double *bt = malloc(64 * 6 * sizeof(double));
+    assert_non_null(bt);
+    for (int64_t k = 0; k < 64; k++)
+        for (int64_t n = 0; n < 6; n++) bt[n * 64 + k] = good.b[k * 6 + n];
+    const int64_t sa[2] = {5, 64}, sb[2] = {6, 64}, sbb[2] = {64, 6}, sy[2] = {5, 6}, sn[1] = {6};
+    write_case("mA.npy", TFILE_BF16, 2, sa, good.a);
+    write_case("mBt.npy", TFILE_BF16, 2, sb, bt);
+    write_case("mbias.npy", TFILE_BF16, 1, sn, good.bias);
+    write_case("mY.npy", TFILE_BF16, 2, sy, good.y);
+    write_case("xA.npy", TFILE_BF16, 2, sa, bad.a);
+    write_case("xB.npy", TFILE_BF16, 2, sbb, bad.b);
+    write_case("xbias.npy", TFILE_BF16, 1, sn, bad.bias);
+    write_case("xY.npy", TFILE_BF16, 2, sy, bad.y);
+    char args[2048], out[8192], json[512];
+    snprintf(json, sizeof json, "%s/m.jsonl", dir);
+    snprintf(args, sizeof args, "matmul --path bf16 --accum fp32 --reduce sequential --epilogue single --layout ABt "
+             "--inputs %s/mA.npy,%s/mBt.npy,bias=%s/mbias.npy --outputs %s/mY.npy --json %s", dir, dir, dir, dir, json);
+    int rc = test_run_cli("verify", args, out, sizeof out);
+    if (rc != 0 || !strstr(out, "verify: PASS")) fail_msg("exit %d: %s", rc, out);
+    FILE *f = fopen(json, "r");
+    assert_non_null(f);
+    char line[4096];
+    int lines = 0, header = 0, rows = 0, verdict = 0;
+    while (fgets(line, sizeof line, f)) {
+        lines++;
+        header += strstr(line, "\"record\":\"header\"") && strstr(line, "\"tool\":\"verify\"") && strstr(line, "\"op\":\"matmul\"");
+        rows += strstr(line, "\"record\":\"verify\"") && strstr(line, "\"output\":\"y\"") && strstr(line, "\"verdict\":\"PASS\"");
+        verdict += strstr(line, "\"record\":\"verdict\"") && strstr(line, "\"verdict\":\"PASS\"");
+    }
+    fclose(f);
+    if (lines != 3 || header != 1 || rows != 1 || verdict != 1) fail_msg("JSON Lines: %d lines, %d/%d/%d", lines, header, rows, verdict);
+    remove(json);
+    /* the bf16 accumulator, declared fp32: FAIL, named */
+    snprintf(args, sizeof args, "matmul --path bf16 --accum fp32 --reduce sequential --epilogue single "
+             "--inputs %s/xA.npy,%s/xB.npy,bias=%s/xbias.npy --outputs %s/xY.npy", dir, dir, dir, dir);
+    rc = test_run_cli("verify", args, out, sizeof out);
+    if (rc != 1 || !strstr(out, "FAIL") || !strstr(out, "accumulates in bf16")) fail_msg("exit %d: %s", rc, out);
+    free(bt);
+    mm_free(&good);
+    mm_free(&bad);
+}
+
 static void cli_refuses_bad_input(void **state)
 {
     (void)state;
@@ -402,6 +751,9 @@ static void cli_refuses_bad_input(void **state)
     write_case("a3.npy", TFILE_F32, 1, c1, v);
     write_case("a4.npy", TFILE_F32, 1, c4, v);
     write_case("odd.npy", TFILE_F32, 2, nc, odd);
+    const int64_t s32[2] = {3, 2}, s22[2] = {2, 2};
+    write_case("m32.npy", TFILE_F32, 2, s32, v);
+    write_case("m22.npy", TFILE_F32, 2, s22, v);
     unsigned char buf[256], ints[24] = {0};
     write_bytes("int.npy", buf, make_npy(buf, "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }\n", ints, 24));
     write_bytes("short.npy", buf, make_npy(buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }\n", ints, 22));
@@ -427,6 +779,32 @@ static void cli_refuses_bad_input(void **state)
         {"rmsnorm --path bf16 --path bf16 --inputs D/a.npy --outputs D/a.npy", "given twice"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy --outputs dx=D/a.npy", "missing input tensor 'dy'"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy,D/a3.npy,D/a.npy --outputs D/a.npy,D/a4.npy", "dgain has 4"},
+        /* matmul: a is (2, 3), m32 (3, 2), m22 (2, 2) */
+        {"matmul --path fp32 --inputs D/a.npy,D/a.npy --outputs D/m22.npy", "a gives K = 3, b gives K = 2"},
+        {"matmul --path fp32 --layout AtB --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "a gives K = 2, b gives K = 3"},
+        {"matmul --path fp32 --inputs D/a.npy,D/m32.npy --outputs D/a.npy", "y's shape differs from (M, N) = (2, 2)"},
+        {"matmul --path fp32 --inputs D/a.npy,D/m32.npy,bias=D/a3.npy --outputs D/m22.npy", "bias has 3 elements"},
+        {"matmul --path fp32 --beta 0.5 --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "needs the tensor c"},
+        {"matmul --path fp32 --inputs D/a.npy,D/m32.npy,D/a.npy --outputs D/m22.npy", "c's shape differs"},
+        {"matmul --path fp32 --inputs D/a.npy,D/m32.npy,D/m22.npy --outputs D/m22.npy", "c given but beta is 0"},
+        {"matmul --path fp32 --inputs D/a3.npy,D/m32.npy --outputs D/m22.npy", "a must be a matrix"},
+        {"matmul --path fp32 --inputs D/a.npy --outputs D/m22.npy", "missing input tensor 'b'"},
+        {"matmul --path fp32 --inputs D/a.npy,D/m32.npy,D/m22.npy,D/a3.npy,D/a.npy --outputs D/m22.npy", "more files than"},
+        {"matmul --path fp32 --inputs D/a.npy,D/m32.npy --outputs D/m22.npy,D/m22.npy", "more files than"},
+        {"matmul --path fp32 --inputs D/a.npy,D/m32.npy --outputs rstd=D/m22.npy", "not one of this pass's outputs"},
+        {"matmul --path bf16 --accum tf32 --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "needs --path fp32"},
+        {"matmul --path fp32 --accum fp8-fast --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "needs --path fp8"},
+        {"matmul --path fp32 --accum fp8-promote:x --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "unknown accumulation"},
+        {"matmul --path fp32 --alpha 0.1 --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "is not an fp32 value"},
+        {"matmul --path fp32 --split-k 0 --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "--split-k: '0'"},
+        {"matmul --path fp32 --layout BA --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "unknown layout 'BA'"},
+        {"matmul --path fp32 --epilogue fused --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "unknown epilogue"},
+        {"matmul --path fp32 --upcast gemma --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "matmul has neither"},
+        {"matmul --path fp32 --pass bwd --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "matmul has no bwd pass"},
+        {"matmul --path fp32 --json D/none/x.jsonl --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "cannot write"},
+        {"rmsnorm --path bf16 --gelu --inputs D/a.npy --outputs D/a.npy", "rmsnorm has none of them"},
+        {"rmsnorm --path fp8 --inputs D/a.npy --outputs D/a.npy", "path fp8 is a matmul path"},
+        {"rmsnorm --path bf16 --accum tensor-core --inputs D/a.npy --outputs D/a.npy", "matrix-unit model of matmul"},
     };
     DIR *before = opendir(dir);
     int entries_before = 0;
@@ -464,7 +842,11 @@ int main(void)
         cmocka_unit_test(verify_agrees_with_check),
         cmocka_unit_test(planted_bugs_fail),
         cmocka_unit_test(unknown_reports_both_bounds),
+        cmocka_unit_test(matmul_agrees_with_check),
+        cmocka_unit_test(matmul_planted_bugs_fail),
+        cmocka_unit_test(matmul_split_k_and_unknown),
         cmocka_unit_test(cli_verifies_files),
+        cmocka_unit_test(cli_verifies_matmul_files),
         cmocka_unit_test(cli_refuses_bad_input),
     };
     return cmocka_run_group_tests(tests, setup_dir, remove_dir);
