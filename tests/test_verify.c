@@ -16,8 +16,10 @@
 #include <cmocka.h>
 
 #include "base/tensor_file.h"
+#include "kernels/check/compare_layernorm.h"
 #include "kernels/check/compare_matmul.h"
 #include "kernels/check/compare_rmsnorm.h"
+#include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/rmsnorm.h"
 #include "precision/format.h"
@@ -651,6 +653,218 @@ static void matmul_split_k_and_unknown(void **state)
     mm_free(&blocked);
 }
 
+/* ---- layernorm -------------------------------------------------------------------------- */
+
+enum { LN_OK, LN_DROP_TERM, LN_TRUNCATE, LN_BF16_ACC, LN_ONE_PASS };
+
+typedef struct {
+    int64_t N, C;
+    double *x, *g, *b, *dy;            /* inputs */
+    double *y, *mean, *rstd, *dx, *dg, *db; /* outputs */
+} ln_data;
+
+static float ln_sum_add(float s, float t, int bug)
+{
+    s += t;
+    return bug == LN_BF16_ACC ? (float)prec_rne(s, PREC_BF16) : s;
+}
+
+/* LayerNorm as a one-thread-per-row kernel of storage f computes it, every
+ * step in fp32, sums sequential; two-pass variance unless LN_ONE_PASS; the
+ * backward reads the stored mean and rstd.  Bugs planted on request (a
+ * dropped term leaves one x out of the mean's sum and one g out of the
+ * backward's). */
+static void emulate_layernorm(ln_data *d, prec_format f, int bug)
+{
+    const int64_t N = d->N, C = d->C;
+    const prec_rounding rz = {PREC_RZ, PREC_OVF_IEEE, false};
+    for (int64_t c = 0; c < C; c++) d->dg[c] = d->db[c] = 0;
+    float *dgs = calloc((size_t)C, sizeof(float)), *dbs = calloc((size_t)C, sizeof(float));
+    assert_true(dgs && dbs);
+    for (int64_t n = 0; n < N; n++) {
+        const double *x = d->x + n * C, *dy = d->dy + n * C;
+        float sx = 0, sq = 0;
+        for (int64_t c = 0; c < C; c++) {
+            if (bug == LN_DROP_TERM && c == C / 2) continue;
+            sx = ln_sum_add(sx, (float)x[c], bug);
+            sq = ln_sum_add(sq, (float)x[c] * (float)x[c], bug);
+        }
+        float mean = sx / (float)C, var;
+        if (bug == LN_ONE_PASS) {
+            var = sq / (float)C - mean * mean;
+        } else {
+            float sd = 0;
+            for (int64_t c = 0; c < C; c++) sd = ln_sum_add(sd, ((float)x[c] - mean) * ((float)x[c] - mean), bug);
+            var = sd / (float)C;
+        }
+        float rstd = 1.0f / sqrtf(var + 1e-5f);
+        d->mean[n] = mean;
+        d->rstd[n] = rstd;
+        float sg = 0, sgx = 0;
+        for (int64_t c = 0; c < C; c++) {
+            float xhat = ((float)x[c] - mean) * rstd, v = xhat * (float)d->g[c] + (float)d->b[c];
+            d->y[n * C + c] = bug == LN_TRUNCATE ? prec_round(v, f, rz, 0) : prec_rne(v, f);
+            float gd = (float)d->g[c] * (float)dy[c];
+            if (!(bug == LN_DROP_TERM && c == C / 2)) sg = ln_sum_add(sg, gd, bug);
+            sgx = ln_sum_add(sgx, gd * xhat, bug);
+            dgs[c] = ln_sum_add(dgs[c], (float)dy[c] * xhat, bug);
+            dbs[c] = ln_sum_add(dbs[c], (float)dy[c], bug);
+        }
+        float a = sg / (float)C, b = sgx / (float)C;
+        for (int64_t c = 0; c < C; c++) {
+            float xhat = ((float)x[c] - mean) * rstd, gd = (float)d->g[c] * (float)dy[c];
+            float v = rstd * ((gd - a) - xhat * b);
+            d->dx[n * C + c] = bug == LN_TRUNCATE ? prec_round(v, f, rz, 0) : prec_rne(v, f);
+        }
+    }
+    for (int64_t c = 0; c < C; c++) {
+        d->dg[c] = bug == LN_TRUNCATE ? prec_round(dgs[c], f, rz, 0) : prec_rne(dgs[c], f);
+        d->db[c] = bug == LN_TRUNCATE ? prec_round(dbs[c], f, rz, 0) : prec_rne(dbs[c], f);
+    }
+    free(dgs);
+    free(dbs);
+}
+
+static ln_data ln_make(prec_rng *rng, int64_t N, int64_t C, double offset, prec_format f, int bug)
+{
+    ln_data d = {N, C, malloc(N * C * sizeof(double)), malloc(C * sizeof(double)), malloc(C * sizeof(double)),
+                 malloc(N * C * sizeof(double)), malloc(N * C * sizeof(double)), malloc(N * sizeof(double)),
+                 malloc(N * sizeof(double)), malloc(N * C * sizeof(double)), malloc(C * sizeof(double)),
+                 malloc(C * sizeof(double))};
+    assert_true(d.x && d.g && d.b && d.dy && d.y && d.mean && d.rstd && d.dx && d.dg && d.db);
+    for (int64_t i = 0; i < N * C; i++) d.x[i] = prec_rne(offset + prec_rng_normal(rng), f);
+    for (int64_t i = 0; i < N * C; i++) d.dy[i] = prec_rne(prec_rng_normal(rng), f);
+    for (int64_t c = 0; c < C; c++) d.g[c] = prec_rne(1 + 0.25 * prec_rng_normal(rng), f);
+    for (int64_t c = 0; c < C; c++) d.b[c] = prec_rne(0.5 * prec_rng_normal(rng), f);
+    emulate_layernorm(&d, f, bug);
+    return d;
+}
+
+static void ln_free(ln_data *d)
+{
+    free(d->x); free(d->g); free(d->b); free(d->dy); free(d->y); free(d->mean); free(d->rstd);
+    free(d->dx); free(d->dg); free(d->db);
+}
+
+static ulp_report ln_rep;
+
+static int ln_verify(const ln_data *d, const ulp_kernel *k)
+{
+    int bwd = strcmp(k->pass, "bwd") == 0;
+    ulp_tensor in[5], out[3];
+    int n_in = 0, n_out = 0;
+    in[n_in++] = ULP_TENSOR("x", ULP_F64, d->x, d->N, d->C);
+    in[n_in++] = ULP_TENSOR("gain", ULP_F64, d->g, d->C);
+    if (bwd) {
+        in[n_in++] = ULP_TENSOR("dy", ULP_F64, d->dy, d->N, d->C);
+        in[n_in++] = ULP_TENSOR("mean", ULP_F64, d->mean, d->N);
+        in[n_in++] = ULP_TENSOR("rstd", ULP_F64, d->rstd, d->N);
+        out[n_out++] = ULP_TENSOR("dx", ULP_F64, d->dx, d->N, d->C);
+        out[n_out++] = ULP_TENSOR("dgain", ULP_F64, d->dg, d->C);
+        out[n_out++] = ULP_TENSOR("dbias", ULP_F64, d->db, d->C);
+    } else {
+        in[n_in++] = ULP_TENSOR("bias", ULP_F64, d->b, d->C);
+        out[n_out++] = ULP_TENSOR("y", ULP_F64, d->y, d->N, d->C);
+        out[n_out++] = ULP_TENSOR("mean", ULP_F64, d->mean, d->N);
+        out[n_out++] = ULP_TENSOR("rstd", ULP_F64, d->rstd, d->N);
+    }
+    char err[512];
+    int rc = ulp_verify("layernorm", k, in, n_in, out, n_out, &ln_rep, err, sizeof err);
+    if (rc == ULP_BAD_INPUT) fail_msg("bad input: %s", err);
+    return rc;
+}
+
+/* verify, declared as check describes each variant, reports check's rows
+ * bit for bit, forward (y, mean, rstd) and backward (dx, dgain, dbias). */
+static void layernorm_agrees_with_check(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("layernorm_agrees_with_check"));
+    const prec_format formats[] = {PREC_FP32, PREC_BF16, PREC_FP16};
+    const char *paths[] = {"fp32", "bf16", "fp16"};
+    for (int fi = 0; fi < 3; fi++)
+        for (int v = 0; v < KLAYERNORM_NVARIANTS; v++) {
+            ln_data d = ln_make(&rng, 6, 1001, fi == 2 ? 4.0 : 8.0, formats[fi], LN_OK);
+            kcmp_layernorm_kernel k = kcheck_layernorm_kernel(formats[fi], v, d.N, d.C);
+            kcmp_layernorm_data cd = {d.N, d.C, d.x, d.g, d.b, d.dy, d.y, d.mean, d.rstd, d.dx, d.dg, d.db};
+            kcheck_acc rows[KCMP_LAYERNORM_MAX_ROWS];
+            char shape[96];
+            snprintf(shape, sizeof shape, "N=%lld C=%lld", (long long)d.N, (long long)d.C);
+            assert_int_equal(kcmp_layernorm(&k, &cd, shape, rows), 6);
+            char reduce[32], variance[32], col[32];
+            snprintf(variance, sizeof variance, "%s", k.variance == KCMP_LN_ONE_PASS ? "one-pass" : "two-pass");
+            if (k.variance == KCMP_LN_WELFORD)
+                snprintf(variance, sizeof variance, "welford:%dx%d", k.welford_threads, k.welford_vec);
+            ulp_kernel uk = ULP_KERNEL_DEFAULT;
+            uk.path = paths[fi];
+            uk.accum = "fp32";
+            uk.variance = variance;
+            for (int pass = 0; pass < 2; pass++) {
+                snprintf(reduce, sizeof reduce, "depth:%lld", (long long)(pass ? k.bwd_depth : k.fwd_depth));
+                snprintf(col, sizeof col, "depth:%lld", (long long)k.col_depth);
+                uk.pass = pass ? "bwd" : "fwd";
+                uk.reduce = reduce;
+                uk.col_reduce = col;
+                ln_verify(&d, &uk);
+                assert_int_equal(ln_rep.n_rows, 3);
+                assert_int_equal(ln_rep.unknown, 0);
+                for (int r = 0; r < 3; r++) {
+                    const kcheck_row *c = &rows[3 * pass + r].row;
+                    const ulp_row *u = &ln_rep.rows[r];
+                    assert_string_equal(c->output, u->output);
+                    if (c->max_err_u != u->max_err_u || c->rms_err_u != u->rms_err_u || c->max_bound_u != u->max_bound_u ||
+                        c->rms_bound_u != u->rms_bound_u || c->worst_ratio != u->worst_ratio || c->pass != u->pass ||
+                        c->worst_index != u->worst_index)
+                        fail_msg("%s variant %d output %s: check %.17g u (bound %.17g) vs verify %.17g u (bound %.17g)",
+                                 paths[fi], v, c->output, c->max_err_u, c->max_bound_u, u->max_err_u, u->max_bound_u);
+                    assert_string_equal(c->worst_detail, u->worst_detail);
+                }
+            }
+            ln_free(&d);
+        }
+}
+
+/* The correct emulated kernel passes as declared, forward and backward;
+ * each planted bug FAILs; a one-pass variance declared two-pass is named. */
+static void layernorm_planted_bugs_fail(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("layernorm_planted_bugs_fail"));
+    static const int64_t Cs[] = {7, 64, 1001};
+    ulp_kernel k = ULP_KERNEL_DEFAULT;
+    k.path = "bf16";
+    k.accum = "fp32";
+    k.reduce = k.col_reduce = "sequential";
+    k.variance = "two-pass";
+    for (size_t s = 0; s < 3; s++)
+        for (int bug = LN_OK; bug <= LN_ONE_PASS; bug++) {
+            if (bug == LN_BF16_ACC && Cs[s] < 32) continue; /* a few bf16 terms: their fp32 sums may be exact */
+            if (bug == LN_ONE_PASS && Cs[s] < 64) continue;
+            ln_data d = ln_make(&rng, 16, Cs[s], bug == LN_ONE_PASS ? 64.0 : 0.0, PREC_BF16, bug);
+            int fails = 0;
+            for (int pass = 0; pass < 2; pass++) {
+                k.pass = pass ? "bwd" : "fwd";
+                int rc = ln_verify(&d, &k);
+                if (bug == LN_OK && rc != ULP_PASS) {
+                    ulp_report_print(stdout, &ln_rep);
+                    fail_msg("the correct kernel failed (%s, C=%lld)", k.pass, (long long)Cs[s]);
+                }
+                fails += rc == ULP_FAIL;
+                if (bug == LN_ONE_PASS && pass == 0 && !strstr(ln_rep.diagnosis, "one pass"))
+                    fail_msg("diagnosis: %s", ln_rep.diagnosis);
+                /* the backward's own twins: its sums and its output roundings */
+                if (pass == 1 && bug != LN_OK && bug != LN_ONE_PASS && rc != ULP_FAIL) {
+                    ulp_report_print(stdout, &ln_rep);
+                    fail_msg("planted bug %d passed the backward at C=%lld", bug, (long long)Cs[s]);
+                }
+            }
+            if (bug != LN_OK && !fails) fail_msg("planted bug %d passed at C=%lld", bug, (long long)Cs[s]);
+            ln_free(&d);
+        }
+}
+
 /* ---- the command line ------------------------------------------------------------------------ */
 
 static void write_case(const char *name, tfile_dtype t, int ndim, const int64_t *shape, const double *v)
@@ -799,12 +1013,21 @@ static void cli_refuses_bad_input(void **state)
         {"matmul --path fp32 --split-k 0 --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "--split-k: '0'"},
         {"matmul --path fp32 --layout BA --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "unknown layout 'BA'"},
         {"matmul --path fp32 --epilogue fused --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "unknown epilogue"},
-        {"matmul --path fp32 --upcast gemma --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "matmul has neither"},
+        {"matmul --path fp32 --upcast gemma --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "upcast is rmsnorm's; matmul has none"},
         {"matmul --path fp32 --pass bwd --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "matmul has no bwd pass"},
         {"matmul --path fp32 --json D/none/x.jsonl --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "cannot write"},
         {"rmsnorm --path bf16 --gelu --inputs D/a.npy --outputs D/a.npy", "rmsnorm has none of them"},
         {"rmsnorm --path fp8 --inputs D/a.npy --outputs D/a.npy", "path fp8 is a matmul path"},
         {"rmsnorm --path bf16 --accum tensor-core --inputs D/a.npy --outputs D/a.npy", "matrix-unit model of matmul"},
+        {"layernorm --path bf16 --variance welford:48 --inputs D/a.npy --outputs D/a.npy", "unknown variance 'welford:48'"},
+        {"layernorm --path bf16 --inputs D/a.npy,D/a4.npy --outputs D/a.npy", "gain has 4 elements"},
+        {"layernorm --path bf16 --inputs D/a.npy,D/a3.npy,bias=D/a4.npy --outputs D/a.npy", "bias has 4 elements"},
+        {"layernorm --path bf16 --inputs D/a.npy --outputs D/a.npy,D/a.npy", "mean has 6 elements"},
+        {"layernorm --path bf16 --inputs D/a.npy --outputs D/a3.npy", "y's shape differs"},
+        {"layernorm --path bf16 --pass bwd --inputs D/a.npy,D/a3.npy,D/a.npy,D/a4.npy --outputs D/a.npy", "mean has 4"},
+        {"layernorm --path bf16 --pass bwd --inputs x=D/a.npy,dy=D/a.npy --outputs D/a.npy,D/a3.npy", "dgain needs gain"},
+        {"layernorm --path bf16 --upcast gemma --inputs D/a.npy --outputs D/a.npy", "upcast is rmsnorm's"},
+        {"rmsnorm --path bf16 --variance one-pass --inputs D/a.npy --outputs D/a.npy", "variance is layernorm's"},
     };
     DIR *before = opendir(dir);
     int entries_before = 0;
@@ -845,6 +1068,8 @@ int main(void)
         cmocka_unit_test(matmul_agrees_with_check),
         cmocka_unit_test(matmul_planted_bugs_fail),
         cmocka_unit_test(matmul_split_k_and_unknown),
+        cmocka_unit_test(layernorm_agrees_with_check),
+        cmocka_unit_test(layernorm_planted_bugs_fail),
         cmocka_unit_test(cli_verifies_files),
         cmocka_unit_test(cli_verifies_matmul_files),
         cmocka_unit_test(cli_refuses_bad_input),

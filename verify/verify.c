@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/check/compare_layernorm.h"
 #include "kernels/check/compare_matmul.h"
 #include "kernels/check/compare_rmsnorm.h"
 #include "precision/format.h"
@@ -49,7 +50,7 @@ typedef struct {
     vtensor inputs[VMAX_TENSORS], outputs[VMAX_TENSORS];
 } vpass;
 
-typedef enum { OP_MATMUL, OP_RMSNORM } op_id;
+typedef enum { OP_MATMUL, OP_LAYERNORM, OP_RMSNORM } op_id;
 
 typedef struct {
     const char *name;
@@ -69,6 +70,17 @@ static const vop ops[] = {
       {NULL, NULL, {{0}}, {{0}}}},
      "its backward is two GEMMs, dA = dy B^T (--layout ABt, a = dy, b = B) and dB = A^T dy (--layout AtB, a = A, "
      "b = dy): verify each as a matmul fwd"},
+    {"layernorm", OP_LAYERNORM,
+     "LayerNorm y = gain (x - mean) rstd + bias, rstd = 1 / sqrt(var + eps), per row of C (any leading shape); "
+     "backward dx, dgain, dbias",
+     {{"x (N.., C), gain (C, optional), bias (C, optional)", "y (as x), mean, rstd (N.., fp32, optional)",
+       {{"x", 0, T_STORAGE}, {"gain", 1, T_STORAGE}, {"bias", 1, T_STORAGE}},
+       {{"y", 0, T_STORAGE}, {"mean", 1, T_FP32}, {"rstd", 1, T_FP32}}},
+      {"x, gain (optional), dy (as x), mean, rstd (the stored fp32 statistics the backward read, optional)",
+       "dx (as x), dgain (C, needs gain, optional), dbias (C, optional)",
+       {{"x", 0, T_STORAGE}, {"gain", 1, T_STORAGE}, {"dy", 0, T_STORAGE}, {"mean", 1, T_FP32}, {"rstd", 1, T_FP32}},
+       {{"dx", 0, T_STORAGE}, {"dgain", 1, T_STORAGE}, {"dbias", 1, T_STORAGE}}}},
+     NULL},
     {"rmsnorm", OP_RMSNORM,
      "RMSNorm y = gain x / sqrt(mean(x^2) + eps) per row of C (any leading shape); backward dx, dgain",
      {{"x (N.., C), gain (C, optional)", "y (as x), rstd (N.., fp32, optional)",
@@ -81,7 +93,7 @@ static const vop ops[] = {
 };
 static const int n_ops = (int)(sizeof ops / sizeof ops[0]);
 
-const char *ulp_op_names(void) { return "matmul, rmsnorm"; }
+const char *ulp_op_names(void) { return "matmul, layernorm, rmsnorm"; }
 
 void ulp_op_help(FILE *fp)
 {
@@ -185,10 +197,35 @@ static int parse_dot_model(const char *s, prec_dot_model *m)
 typedef struct {
     prec_format storage; /* every tensor's but the fp32 ones' and the fp8 path's operands */
     int fp8;             /* path fp8: a and b are dequantised fp8 operands */
-    const char *path, *accum, *reduce, *col_reduce, *upcast, *epilogue, *layout;
+    const char *path, *accum, *reduce, *col_reduce, *upcast, *epilogue, *layout, *variance;
     double math_ulps, eps, alpha, beta;
     int gelu, split_k;
 } decl;
+
+/* layernorm's variance algorithm: 0 and *k's fields filled, -1 malformed. */
+static int parse_variance(const char *s, kcmp_layernorm_kernel *k)
+{
+    k->welford_threads = k->welford_vec = 1;
+    if (strcmp(s, "two-pass") == 0 || strcmp(s, "unknown") == 0) k->variance = KCMP_LN_TWO_PASS;
+    else if (strcmp(s, "one-pass") == 0) k->variance = KCMP_LN_ONE_PASS;
+    else if (strcmp(s, "welford") == 0) k->variance = KCMP_LN_WELFORD;
+    else if (strncmp(s, "welford:", 8) == 0) {
+        k->variance = KCMP_LN_WELFORD;
+        char threads[16];
+        const char *x = strchr(s + 8, 'x');
+        size_t len = x ? (size_t)(x - (s + 8)) : strlen(s + 8);
+        if (len == 0 || len >= sizeof threads) return -1;
+        memcpy(threads, s + 8, len);
+        threads[len] = '\0';
+        char with_prefix[24];
+        snprintf(with_prefix, sizeof with_prefix, "t:%s", threads);
+        int64_t t = parse_count(with_prefix, "t:", 1024), v = x ? parse_count(x, "x", 64) : 1;
+        if (t < 0 || v < 0 || (t != 1 && t % 32 != 0)) return -1;
+        k->welford_threads = (int)t;
+        k->welford_vec = (int)v;
+    } else return -1;
+    return 0;
+}
 
 static int is_one_of(const char *s, const char *const *list)
 {
@@ -259,12 +296,23 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
     d->split_k = k->split_k;
     if (k->gelu != 0 && k->gelu != 1) return bad(err, errlen, "gelu is %d (0 or 1)", k->gelu);
     if (k->split_k < 1 || k->split_k > (1 << 20)) return bad(err, errlen, "split-k %d is outside 1..2^20", k->split_k);
-    /* the other op's options: refused rather than silently ignored */
-    if (op == OP_RMSNORM && (strcmp(d->epilogue, "unknown") != 0 || strcmp(d->layout, "AB") != 0 || d->alpha != 1.0 ||
-                             d->beta != 0.0 || d->gelu || d->split_k != 1))
-        return bad(err, errlen, "epilogue, layout, alpha, beta, gelu and split-k are matmul's; rmsnorm has none of them");
-    if (op == OP_MATMUL && (strcmp(d->upcast, "unknown") != 0 || strcmp(d->col_reduce, "unknown") != 0))
-        return bad(err, errlen, "upcast and col-reduce are rmsnorm's; matmul has neither");
+    d->variance = k->variance ? k->variance : "unknown";
+    kcmp_layernorm_kernel ln;
+    if (parse_variance(d->variance, &ln) != 0)
+        return bad(err, errlen, "unknown variance '%s' (two-pass, one-pass, welford, welford:T, welford:TxV with T 1 or "
+                                "a multiple of 32 up to 1024, V up to 64, unknown)", d->variance);
+    /* the other ops' options: refused rather than silently ignored */
+    static const char *const op_names[] = {"matmul", "layernorm", "rmsnorm"};
+    if (op != OP_MATMUL && (strcmp(d->epilogue, "unknown") != 0 || strcmp(d->layout, "AB") != 0 || d->alpha != 1.0 ||
+                            d->beta != 0.0 || d->gelu || d->split_k != 1))
+        return bad(err, errlen, "epilogue, layout, alpha, beta, gelu and split-k are matmul's; %s has none of them",
+                   op_names[op]);
+    if (op != OP_RMSNORM && strcmp(d->upcast, "unknown") != 0)
+        return bad(err, errlen, "upcast is rmsnorm's; %s has none", op_names[op]);
+    if (op == OP_MATMUL && strcmp(d->col_reduce, "unknown") != 0)
+        return bad(err, errlen, "col-reduce is for the sums over rows of a normalisation's backward; matmul has none");
+    if (op != OP_LAYERNORM && strcmp(d->variance, "unknown") != 0)
+        return bad(err, errlen, "variance is layernorm's; %s has none", op_names[op]);
     return 0;
 }
 
@@ -275,16 +323,19 @@ static int accum_is_model(const decl *d)
 }
 
 /* Which parts of the declaration the bound depends on: col_reduce matters
- * to rmsnorm's backward only (dgain), upcast to rmsnorm, the epilogue to a
- * matmul with a bias or GELU, the reduction to a rounded accumulator. */
-static int is_unknown(const decl *d, op_id op, int bwd, int has_bias)
+ * to a backward only (dgain, dbias), upcast to rmsnorm, the variance to
+ * layernorm (in the backward only when it replays statistics not given:
+ * has_stats says both were), the epilogue to a matmul with a bias or GELU,
+ * the reduction to a rounded accumulator. */
+static int is_unknown(const decl *d, op_id op, int bwd, int has_bias, int has_stats)
 {
     if (strcmp(d->accum, "unknown") == 0) return 1;
     if (op == OP_MATMUL)
         return (!accum_is_model(d) && strcmp(d->reduce, "unknown") == 0) ||
                ((has_bias || d->gelu) && strcmp(d->epilogue, "unknown") == 0);
-    return strcmp(d->reduce, "unknown") == 0 || (bwd && strcmp(d->col_reduce, "unknown") == 0) ||
-           strcmp(d->upcast, "unknown") == 0;
+    if (strcmp(d->reduce, "unknown") == 0 || (bwd && strcmp(d->col_reduce, "unknown") == 0)) return 1;
+    if (op == OP_LAYERNORM) return strcmp(d->variance, "unknown") == 0 && (!bwd || !has_stats);
+    return strcmp(d->upcast, "unknown") == 0;
 }
 
 /* The declaration with its unknown parts resolved to the tightest or the loosest. */
@@ -293,10 +344,9 @@ static decl resolve(const decl *d, op_id op, int tightest)
     decl r = *d;
     if (strcmp(r.accum, "unknown") == 0) r.accum = tightest ? "fp32" : "storage";
     if (strcmp(r.reduce, "unknown") == 0) r.reduce = tightest ? "pairwise" : "sequential";
-    if (op == OP_RMSNORM) {
-        if (strcmp(r.col_reduce, "unknown") == 0) r.col_reduce = tightest ? "pairwise" : "sequential";
-        if (strcmp(r.upcast, "unknown") == 0) r.upcast = tightest ? "gemma" : "none";
-    }
+    if (op != OP_MATMUL && strcmp(r.col_reduce, "unknown") == 0) r.col_reduce = tightest ? "pairwise" : "sequential";
+    if (op == OP_RMSNORM && strcmp(r.upcast, "unknown") == 0) r.upcast = tightest ? "gemma" : "none";
+    if (op == OP_LAYERNORM && strcmp(r.variance, "unknown") == 0) r.variance = tightest ? "two-pass" : "one-pass";
     if (op == OP_MATMUL && strcmp(r.epilogue, "unknown") == 0) r.epilogue = tightest ? "single" : "cublaslt";
     return r;
 }
@@ -313,10 +363,11 @@ static void describe(const decl *d, op_id op, int bwd, int has_bias, char *out, 
     } while (0)
     out[0] = '\0';
     APPEND("--accum %s", d->accum);
-    if (op == OP_RMSNORM) {
+    if (op != OP_MATMUL) {
         APPEND(" --reduce %s", d->reduce);
         if (bwd) APPEND(" --col-reduce %s", d->col_reduce);
-        APPEND(" --upcast %s", d->upcast);
+        if (op == OP_RMSNORM) APPEND(" --upcast %s", d->upcast);
+        else APPEND(" --variance %s", d->variance);
     } else {
         if (!accum_is_model(d)) APPEND(" --reduce %s", d->reduce);
         if (d->split_k > 1) APPEND(" --split-k %d", d->split_k);
@@ -333,6 +384,20 @@ static kcmp_rmsnorm_kernel rmsnorm_kernel(const decl *d, int64_t N, int64_t C)
     else parse_format(d->accum, &k.acc);
     k.stats_in_storage = strcmp(d->upcast, "none") == 0;
     k.round_normalized = strcmp(d->upcast, "gemma") != 0;
+    k.fwd_depth = k.bwd_depth = parse_reduce(d->reduce, C, 0);
+    k.col_depth = parse_reduce(d->col_reduce, N, 0);
+    k.rsqrt_ulps = d->math_ulps;
+    k.eps = d->eps;
+    return k;
+}
+
+static kcmp_layernorm_kernel layernorm_kernel(const decl *d, int64_t N, int64_t C)
+{
+    kcmp_layernorm_kernel k = {0};
+    k.storage = d->storage;
+    if (strcmp(d->accum, "storage") == 0) k.acc = d->storage;
+    else parse_format(d->accum, &k.acc);
+    parse_variance(d->variance, &k);
     k.fwd_depth = k.bwd_depth = parse_reduce(d->reduce, C, 0);
     k.col_depth = parse_reduce(d->col_reduce, N, 0);
     k.rsqrt_ulps = d->math_ulps;
@@ -519,6 +584,39 @@ static void copy_row(ulp_row *r, const kcheck_row *k, const char *assumption)
     }
 }
 
+/* Shape rules of layernorm: x (..., C); gain, bias, dgain, dbias (C); y,
+ * dy, dx as x; mean and rstd the number of rows. */
+static int layernorm_shapes(const bound_tensor *in, const bound_tensor *out, int bwd, int64_t *N, int64_t *C,
+                            char *err, size_t errlen)
+{
+    const ulp_tensor *x = in[0].t;
+    if (x->ndim < 1) return bad(err, errlen, "x must have at least one dimension (..., C)");
+    *C = x->shape[x->ndim - 1];
+    *N = *C ? in[0].n / *C : 0;
+    if (*N < 1 || *C < 1) return bad(err, errlen, "x has no elements (shape needs N, C >= 1)");
+    /* per pass: the (C) tensors, the (N) statistics, the tensors shaped as x */
+    const bound_tensor *per_col[3] = {&in[1], bwd ? &out[1] : &in[2], bwd ? &out[2] : NULL};
+    const bound_tensor *per_row[2] = {bwd ? &in[3] : &out[1], bwd ? &in[4] : &out[2]};
+    const bound_tensor *like_x[2] = {bwd ? &in[2] : &out[0], bwd ? &out[0] : NULL};
+    for (int i = 0; i < 3; i++)
+        if (per_col[i] && per_col[i]->t && per_col[i]->n != *C)
+            return bad(err, errlen, "%s has %lld elements, x's rows have C = %lld", per_col[i]->t->name,
+                       (long long)per_col[i]->n, (long long)*C);
+    for (int i = 0; i < 2; i++)
+        if (per_row[i]->t && per_row[i]->n != *N)
+            return bad(err, errlen, "%s has %lld elements, x has N = %lld rows", per_row[i]->t->name,
+                       (long long)per_row[i]->n, (long long)*N);
+    for (int i = 0; i < 2; i++) {
+        const ulp_tensor *t = like_x[i] ? like_x[i]->t : NULL;
+        if (!t) continue;
+        int ok = t->ndim == x->ndim;
+        for (int k = 0; ok && k < x->ndim; k++) ok = t->shape[k] == x->shape[k];
+        if (!ok) return bad(err, errlen, "%s's shape differs from x's", t->name);
+    }
+    if (bwd && out[1].t && !in[1].t) return bad(err, errlen, "dgain needs gain (a kernel without a gain has no dgain)");
+    return 0;
+}
+
 /* What one verify call compares: the op, the pass, the bound tensors and
  * the dimensions their shapes gave. */
 typedef struct {
@@ -530,6 +628,7 @@ typedef struct {
     int64_t M, cols, K;        /* matmul: y is (M, cols) */
     long a_rs, a_cs, b_rs, b_cs; /* matmul: A[m,k] = a[m a_rs + k a_cs], B[k,n] = b[k b_rs + n b_cs] */
     int has_bias;
+    int has_stats;             /* layernorm bwd: the stored mean and rstd are given */
     char shape[96];
 } problem;
 
@@ -580,7 +679,7 @@ static int matmul_shapes(const decl *d, problem *pb, char *err, size_t errlen)
  * fails, -1 when out of memory. */
 static int op_rows(const decl *d, const problem *pb, ulp_report *rep, int *vacuous)
 {
-    kcheck_acc rows[KCMP_RMSNORM_MAX_ROWS];
+    kcheck_acc rows[KCMP_LAYERNORM_MAX_ROWS];
     int n;
     const bound_tensor *in = pb->in, *out = pb->out;
     const int bwd = pb->bwd;
@@ -589,6 +688,12 @@ static int op_rows(const decl *d, const problem *pb, ulp_report *rep, int *vacuo
         kcmp_matmul_data data = {pb->M, pb->cols, pb->K, in[0].v, pb->a_rs, pb->a_cs, in[1].v, pb->b_rs, pb->b_cs,
                                  in[2].v, in[3].v, out[0].v, NULL};
         n = kcmp_matmul(&k, &data, pb->shape, &rows[0]);
+    } else if (pb->op == OP_LAYERNORM) {
+        kcmp_layernorm_kernel k = layernorm_kernel(d, pb->N, pb->C);
+        kcmp_layernorm_data data = {pb->N, pb->C, in[0].v, in[1].v, bwd ? NULL : in[2].v, bwd ? in[2].v : NULL,
+                                    bwd ? NULL : out[0].v, bwd ? in[3].v : out[1].v, bwd ? in[4].v : out[2].v,
+                                    bwd ? out[0].v : NULL, bwd ? out[1].v : NULL, bwd ? out[2].v : NULL};
+        n = kcmp_layernorm(&k, &data, pb->shape, rows);
     } else {
         kcmp_rmsnorm_kernel k = rmsnorm_kernel(d, pb->N, pb->C);
         kcmp_rmsnorm_data data = {pb->N, pb->C, in[0].v, in[1].v, bwd ? in[2].v : NULL,
@@ -602,7 +707,7 @@ static int op_rows(const decl *d, const problem *pb, ulp_report *rep, int *vacuo
     int all = 1;
     for (int i = 0; i < n; i++) {
         const char *o = rows[i].row.output;
-        int wanted = 0; /* only the pass's outputs: rmsnorm's comparison also rows the forward's */
+        int wanted = 0; /* only the pass's outputs: the norms' comparisons also row the forward's stored statistics */
         for (int w = 0; w < VMAX_TENSORS && pb->outputs[w].name; w++) wanted |= strcmp(o, pb->outputs[w].name) == 0;
         if (!wanted || rep->n_rows >= ULP_MAX_ROWS) continue;
         ulp_row *r = &rep->rows[rep->n_rows++];
@@ -660,10 +765,16 @@ static int looser_declarations(const decl *d, const problem *pb, attempt *a)
         a[n].d.upcast = "none";
         a[n++].meaning = NULL;
     }
+    if (pb->op == OP_LAYERNORM && strcmp(d->variance, "one-pass") != 0) {
+        a[n].d = *d;
+        a[n].d.variance = "one-pass";
+        a[n++].meaning = "the kernel likely computes the variance in one pass (E[x^2] - mean^2)";
+    }
     a[n].d = *d;
     a[n].d.accum = "storage";
     a[n].d.reduce = a[n].d.col_reduce = "sequential";
     if (pb->op == OP_RMSNORM) a[n].d.upcast = "none";
+    if (pb->op == OP_LAYERNORM) a[n].d.variance = "one-pass";
     if (pb->op == OP_MATMUL && (pb->has_bias || d->gelu)) a[n].d.epilogue = "cublaslt";
     a[n++].meaning = NULL;
     return n;
@@ -673,7 +784,7 @@ static int same_decl(const decl *a, const decl *b)
 {
     return strcmp(a->accum, b->accum) == 0 && strcmp(a->reduce, b->reduce) == 0 &&
            strcmp(a->col_reduce, b->col_reduce) == 0 && strcmp(a->upcast, b->upcast) == 0 &&
-           strcmp(a->epilogue, b->epilogue) == 0;
+           strcmp(a->epilogue, b->epilogue) == 0 && strcmp(a->variance, b->variance) == 0;
 }
 
 int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *inputs, int n_inputs,
@@ -712,6 +823,12 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
     rc = bind(op->pass[bwd].inputs, inputs, n_inputs, "input", &d, 0, in, err, errlen);
     if (!rc) rc = bind(op->pass[bwd].outputs, outputs, n_outputs, "output", &d, 1, out, err, errlen);
     if (!rc && op->id == OP_MATMUL) rc = matmul_shapes(&d, &pb, err, errlen);
+    if (!rc && op->id == OP_LAYERNORM) {
+        rc = layernorm_shapes(in, out, bwd, &pb.N, &pb.C, err, errlen);
+        snprintf(pb.shape, sizeof pb.shape, "N=%lld C=%lld%s%s", (long long)pb.N, (long long)pb.C,
+                 in[1].t ? "" : " nogain", !bwd && !in[2].t ? " nobias" : "");
+        pb.has_stats = bwd && in[3].t && in[4].t;
+    }
     if (!rc && op->id == OP_RMSNORM) {
         rc = rmsnorm_shapes(in, out, bwd, &pb.N, &pb.C, err, errlen);
         snprintf(pb.shape, sizeof pb.shape, "N=%lld C=%lld%s", (long long)pb.N, (long long)pb.C, in[1].t ? "" : " nogain");
@@ -722,7 +839,7 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
         memset(rep, 0, sizeof *rep);
         return rc;
     }
-    rep->unknown = is_unknown(&d, op->id, bwd, pb.has_bias);
+    rep->unknown = is_unknown(&d, op->id, bwd, pb.has_bias, pb.has_stats);
     int verdict;
     if (rep->unknown) {
         decl tight = resolve(&d, op->id, 1), loose = resolve(&d, op->id, 0);
@@ -755,8 +872,9 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
                      "no looser declaration with a finite bound (%s) explains the errors: a bug beyond accumulation "
                      "(a dropped term, a truncated output, a wrong formula), or an accumulation too long for its "
                      "format to bound",
-                     op->id == OP_MATMUL ? "matrix-unit models, storage accumulation, sequential reduction, cuBLASLt's epilogue"
-                                         : "storage accumulation, sequential reduction, no upcast");
+                     op->id == OP_MATMUL      ? "matrix-unit models, storage accumulation, sequential reduction, cuBLASLt's epilogue"
+                     : op->id == OP_LAYERNORM ? "storage accumulation, sequential reduction, one-pass variance"
+                                              : "storage accumulation, sequential reduction, no upcast");
             for (int i = 0; i < n_tries; i++) {
                 const decl *t = &tries[i].d;
                 if (same_decl(t, &d)) continue; /* the declaration itself */

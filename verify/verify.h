@@ -73,12 +73,12 @@ typedef struct {
                              the block sums in order), "blocks:T" (T threads each summing a strided
                              share in order, then a tree), "depth:D" (the longest chain of
                              roundings) or "unknown" */
-    const char *col_reduce; /* shape of sums over rows (rmsnorm's dgain); same syntax */
+    const char *col_reduce; /* shape of sums over rows (dgain, dbias); same syntax */
     const char *upcast;   /* rmsnorm: "gemma" (every step in fp32, one rounding of y), "llama"
                              (x rstd rounded to storage before the gain), "none" (statistics in
                              the storage format too) or "unknown" */
     double math_ulps;     /* error of the math functions (rsqrt) in ulps of fp32 */
-    double eps;           /* rmsnorm's epsilon */
+    double eps;           /* rmsnorm's and layernorm's epsilon */
     /* matmul: y = epi(alpha A B + beta C), epi: + bias, then GELU when gelu */
     const char *epilogue; /* "single" (one rounding of y, GELU with a 2-ulp tanhf), "rounded"
                              (alpha A B + beta C rounded to y's format before bias and GELU),
@@ -90,11 +90,17 @@ typedef struct {
     int gelu;
     int split_k;          /* K cut into this many slices of ceil(K / split_k) terms, each
                              accumulated as declared, the slices then added (1: none) */
+    const char *variance; /* layernorm: "two-pass" (mean, then sum (x - mean)^2), "one-pass"
+                             (sum x and sum x^2, var = E[x^2] - mean^2), "welford" (one
+                             sequential pass), "welford:T" or "welford:TxV" (T threads, 32 per
+                             warp, each a Welford over V consecutive elements per step of a
+                             strided share, then pairwise combination over a butterfly per warp
+                             and one over the warps) or "unknown" */
 } ulp_kernel;
 
 #define ULP_KERNEL_DEFAULT                                                                            \
     ((ulp_kernel){"fp32", "fwd", "unknown", "unknown", "unknown", "unknown", 2.0, (double)1e-5f, "unknown", \
-                  "AB", 1.0, 0.0, 0, 1})
+                  "AB", 1.0, 0.0, 0, 1, "unknown"})
 
 typedef struct {
     char output[16];        /* "y", "dx", ... */
@@ -136,7 +142,7 @@ int ulp_verify(const char *op, const ulp_kernel *k, const ulp_tensor *inputs, in
  * element of every FAIL row, the verdict and the diagnosis. */
 void ulp_report_print(FILE *fp, const ulp_report *rep);
 
-/* The ops ulp_verify knows ("matmul, rmsnorm"), and one op's tensors per pass. */
+/* The ops ulp_verify knows ("matmul, layernorm, rmsnorm"), and one op's tensors per pass. */
 const char *ulp_op_names(void);
 void ulp_op_help(FILE *fp);
 /* The names of op's tensors for pass ("fwd", "bwd") and role (0 inputs, 1
