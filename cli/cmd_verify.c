@@ -19,7 +19,7 @@ static void usage(FILE *fp)
     fprintf(fp,
             "usage: ulpscope verify OP --inputs FILES --outputs FILES --path P [--pass fwd|bwd]\n"
             "                       [--accum A] [--reduce R] [--col-reduce R] [--upcast U]\n"
-            "                       [--variance V] [--math-ulps N] [--eps E] [--layout L]\n"
+            "                       [--variance V] [--exp F] [--math-ulps N] [--eps E] [--layout L]\n"
             "                       [--alpha X] [--beta X]\n"
             "                       [--gelu] [--epilogue E] [--split-k S] [--json FILE] [--list]\n\n"
             "Reads the tensors a kernel saw (--inputs) and produced (--outputs), computes the\n"
@@ -27,7 +27,7 @@ static void usage(FILE *fp)
             "as you declare it, and prints per output: max and RMS error in units of the\n"
             "storage format's u, the bound, the worst element with its inputs, PASS or FAIL\n"
             "(as `ulpscope check` judges its own kernels).\n\n"
-            "  OP               the op: matmul, layernorm, rmsnorm (--list shows each op's tensors)\n"
+            "  OP               the op: matmul, layernorm, rmsnorm, softmax (--list: their tensors)\n"
             "  --inputs FILES   comma-separated: FILE.npy (bound to the pass's tensors in order),\n"
             "                   NAME=FILE.npy, or FILE.safetensors (its tensors by name)\n"
             "  --outputs FILES  the same for the outputs\n"
@@ -52,6 +52,8 @@ static void usage(FILE *fp)
             "  --variance V     layernorm: two-pass, one-pass (E[x^2] - mean^2), welford (one\n"
             "                   thread), welford:T or welford:TxV (T threads, V elements a step,\n"
             "                   then butterflies per warp and over the warps) or unknown (default)\n"
+            "  --exp F          softmax: exp (expf, 2 ulps), exp2 (exp2f of the folded argument),\n"
+            "                   fast (__expf) or unknown (default)\n"
             "  --math-ulps N    error of rsqrt and the like in fp32 ulps (default 2, CUDA's rsqrtf)\n"
             "  --eps E          the op's epsilon (default 1e-5 as an fp32 value)\n"
             "  --layout L       matmul: AB (a is (M, K), b (K, N); default), AtB, ABt, AtBt\n"
@@ -66,8 +68,8 @@ static void usage(FILE *fp)
             "                   a header, one record per output row, a verdict record\n"
             "  --list           the ops and their tensors, then exit\n\n"
             "Unknown parts of the declaration: two rows per output, the tightest bound (fp32,\n"
-            "pairwise, gemma, two-pass, single) and the loosest (storage format, sequential,\n"
-            "none, one-pass, cublaslt); the verdict is taken against the loosest.  A declared kernel that\n"
+            "pairwise, gemma, two-pass, exp, single) and the loosest (storage format,\n"
+            "sequential, none, one-pass, fast, cublaslt); the verdict is taken against the loosest.  A declared kernel that\n"
             "FAILs is tried against looser declarations, and the first one the outputs fit\n"
             "is named.\n\n"
             "Exit status: 0 PASS, 1 FAIL, 2 bad input (options, files, dtypes, shapes).\n");
@@ -267,10 +269,10 @@ int cmd_verify(int argc, char **argv)
     /* string options first (fields[]), then numbers, then flags */
     static const char *const options[] = {"--inputs", "--outputs", "--path",      "--pass",  "--accum",
                                           "--reduce", "--col-reduce", "--upcast", "--epilogue", "--layout",
-                                          "--variance", "--json", "--math-ulps", "--eps",   "--alpha", "--beta",
+                                          "--variance", "--exp", "--json", "--math-ulps", "--eps", "--alpha", "--beta",
                                           "--split-k", "--gelu",     "--list"};
     const char **fields[] = {&inputs,   &outputs,      &k.path,     &k.pass,       &k.accum, &k.reduce,
-                             &k.col_reduce, &k.upcast, &k.epilogue, &k.layout, &k.variance, &json_path};
+                             &k.col_reduce, &k.upcast, &k.epilogue, &k.layout, &k.variance, &k.exp_form, &json_path};
     const int n_options = (int)(sizeof options / sizeof options[0]);
     const int n_fields = (int)(sizeof fields / sizeof fields[0]);
     unsigned seen = 0;
@@ -287,7 +289,7 @@ int cmd_verify(int argc, char **argv)
         if (opt < 0) {
             if (a[0] == '-' && a[1])
                 return base_error("verify", "unknown option '%s' (options: --inputs --outputs --path --pass --accum --reduce "
-                                            "--col-reduce --upcast --variance --math-ulps --eps --layout --alpha --beta "
+                                            "--col-reduce --upcast --variance --exp --math-ulps --eps --layout --alpha --beta "
                                             "--gelu --epilogue --split-k --json --list --help)", a);
             if (op) return base_error("verify", "more than one op ('%s' and '%s')", op, a);
             op = a;

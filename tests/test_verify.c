@@ -19,9 +19,11 @@
 #include "kernels/check/compare_layernorm.h"
 #include "kernels/check/compare_matmul.h"
 #include "kernels/check/compare_rmsnorm.h"
+#include "kernels/check/compare_softmax.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/softmax.h"
 #include "precision/format.h"
 #include "precision/rng.h"
 #include "tests/test_util.h"
@@ -865,6 +867,134 @@ static void layernorm_planted_bugs_fail(void **state)
         }
 }
 
+/* ---- softmax ---------------------------------------------------------------------------- */
+
+enum { SM_OK, SM_DROP_TERM, SM_TRUNCATE, SM_BF16_ACC };
+
+/* Softmax as a one-thread-per-row kernel of storage f computes it: expf of
+ * x - max in fp32 (glibc's expf: within 1 ulp, inside the declared 2),
+ * sequential fp32 sums, y = e * (1/s); backward on its own y: dot =
+ * sum y dy (fmaf), dx = y (dy - dot).  Bugs on request. */
+static void emulate_softmax(int64_t N, int64_t C, const double *x, const double *dy, prec_format f, int bug, double *y,
+                            double *dx)
+{
+    const prec_rounding rz = {PREC_RZ, PREC_OVF_IEEE, false};
+    const prec_format ft = f == PREC_FP32 ? PREC_BF16 : f; /* truncation: fp32 values to bf16 precision */
+    float *e = malloc((size_t)C * sizeof(float));
+    assert_non_null(e);
+    for (int64_t n = 0; n < N; n++) {
+        const double *xr = x + n * C;
+        float m = (float)xr[0], s = 0, dot = 0;
+        int64_t argmax = 0; /* the dropped term: the largest (a small one can vanish under the bound) */
+        for (int64_t c = 1; c < C; c++)
+            if ((float)xr[c] > m) {
+                m = (float)xr[c];
+                argmax = c;
+            }
+        for (int64_t c = 0; c < C; c++) {
+            e[c] = expf((float)xr[c] - m);
+            if (bug == SM_DROP_TERM && c == argmax) continue;
+            s += e[c];
+            if (bug == SM_BF16_ACC) s = (float)prec_rne(s, PREC_BF16);
+        }
+        float inv = 1.0f / s;
+        for (int64_t c = 0; c < C; c++) {
+            float v = e[c] * inv;
+            y[n * C + c] = bug == SM_TRUNCATE ? prec_round(v, ft, rz, 0) : prec_rne(v, f);
+        }
+        for (int64_t c = 0; c < C; c++) {
+            if (bug == SM_DROP_TERM && c == argmax) continue;
+            dot = fmaf((float)y[n * C + c], (float)dy[n * C + c], dot);
+            if (bug == SM_BF16_ACC) dot = (float)prec_rne(dot, PREC_BF16);
+        }
+        for (int64_t c = 0; c < C; c++) {
+            float v = (float)y[n * C + c] * ((float)dy[n * C + c] - dot);
+            dx[n * C + c] = bug == SM_TRUNCATE ? prec_round(v, ft, rz, 0) : prec_rne(v, f);
+        }
+    }
+    free(e);
+}
+
+static ulp_report sm_rep;
+
+static int sm_verify(int64_t N, int64_t C, const double *x, const double *y, const double *dy, const double *dx,
+                     const ulp_kernel *k)
+{
+    int bwd = strcmp(k->pass, "bwd") == 0;
+    ulp_tensor in[2] = {ULP_TENSOR(bwd ? "y" : "x", ULP_F64, bwd ? y : x, N, C), ULP_TENSOR("dy", ULP_F64, dy, N, C)};
+    ulp_tensor out[1] = {ULP_TENSOR(bwd ? "dx" : "y", ULP_F64, bwd ? dx : y, N, C)};
+    char err[512];
+    int rc = ulp_verify("softmax", k, in, bwd ? 2 : 1, out, 1, &sm_rep, err, sizeof err);
+    if (rc == ULP_BAD_INPUT) fail_msg("bad input: %s", err);
+    return rc;
+}
+
+/* verify, declared as check describes each variant, reports check's rows
+ * bit for bit; the correct kernel passes, each planted bug FAILs. */
+static void softmax_agrees_with_check_and_twins_fail(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("softmax_agrees_with_check_and_twins_fail"));
+    const prec_format formats[] = {PREC_FP32, PREC_BF16, PREC_FP16};
+    const char *paths[] = {"fp32", "bf16", "fp16"}, *forms[] = {"exp", "exp2", "fast"};
+    static const int64_t Cs[] = {7, 64, 1001};
+    for (int fi = 0; fi < 3; fi++)
+        for (size_t ci = 0; ci < 3; ci++)
+            for (int bug = SM_OK; bug <= SM_BF16_ACC; bug++) {
+                if (bug == SM_BF16_ACC && Cs[ci] < 32) continue; /* a few terms: bf16 sums may be exact */
+                const int64_t N = 6, C = Cs[ci], NC = N * C;
+                double *x = malloc(NC * sizeof(double)), *dy = malloc(NC * sizeof(double));
+                double *y = malloc(NC * sizeof(double)), *dx = malloc(NC * sizeof(double));
+                assert_true(x && dy && y && dx);
+                for (int64_t i = 0; i < NC; i++) x[i] = prec_rne(3 * prec_rng_normal(&rng), formats[fi]);
+                for (int64_t i = 0; i < NC; i++) dy[i] = prec_rne(prec_rng_normal(&rng), formats[fi]);
+                emulate_softmax(N, C, x, dy, formats[fi], bug, y, dx);
+                ulp_kernel k = ULP_KERNEL_DEFAULT;
+                k.path = paths[fi];
+                k.accum = "fp32";
+                if (bug == SM_OK) {
+                    for (int v = 0; v < KSOFTMAX_NVARIANTS; v++) {
+                        kcmp_softmax_kernel ck = kcheck_softmax_kernel(formats[fi], v, C);
+                        kcmp_softmax_data cd = {N, C, x, y, dy, dx};
+                        kcheck_acc rows[KCMP_SOFTMAX_MAX_ROWS];
+                        char shape[96], reduce[32];
+                        snprintf(shape, sizeof shape, "N=%lld C=%lld", (long long)N, (long long)C);
+                        assert_int_equal(kcmp_softmax(&ck, &cd, shape, rows), 2);
+                        snprintf(reduce, sizeof reduce, "depth:%lld", (long long)ck.fwd_depth);
+                        k.reduce = reduce;
+                        k.exp_form = forms[v];
+                        for (int pass = 0; pass < 2; pass++) {
+                            k.pass = pass ? "bwd" : "fwd";
+                            sm_verify(N, C, x, y, dy, dx, &k);
+                            assert_int_equal(sm_rep.n_rows, 1);
+                            const kcheck_row *c = &rows[pass].row;
+                            const ulp_row *u = &sm_rep.rows[0];
+                            assert_string_equal(c->output, u->output);
+                            if (c->max_err_u != u->max_err_u || c->rms_err_u != u->rms_err_u ||
+                                c->max_bound_u != u->max_bound_u || c->rms_bound_u != u->rms_bound_u ||
+                                c->worst_ratio != u->worst_ratio || c->pass != u->pass || c->worst_index != u->worst_index)
+                                fail_msg("%s variant %d %s: check %.17g u (bound %.17g) vs verify %.17g u (bound %.17g)",
+                                         paths[fi], v, c->output, c->max_err_u, c->max_bound_u, u->max_err_u, u->max_bound_u);
+                            assert_string_equal(c->worst_detail, u->worst_detail);
+                        }
+                    }
+                }
+                k.reduce = "sequential";
+                k.exp_form = "exp";
+                for (int pass = 0; pass < 2; pass++) {
+                    k.pass = pass ? "bwd" : "fwd";
+                    int rc = sm_verify(N, C, x, y, dy, dx, &k);
+                    if ((bug == SM_OK) != (rc == ULP_PASS)) {
+                        ulp_report_print(stdout, &sm_rep);
+                        fail_msg("%s C=%lld bug %d %s: %s", paths[fi], (long long)C, bug, k.pass,
+                                 rc == ULP_PASS ? "passed" : "failed");
+                    }
+                }
+                free(x); free(dy); free(y); free(dx);
+            }
+}
+
 /* ---- the command line ------------------------------------------------------------------------ */
 
 static void write_case(const char *name, tfile_dtype t, int ndim, const int64_t *shape, const double *v)
@@ -989,7 +1119,7 @@ static void cli_refuses_bad_input(void **state)
         {"rmsnorm --path e4m3 --inputs D/a.npy --outputs D/a.npy", "unknown path 'e4m3'"},
         {"rmsnorm --inputs D/a.npy --outputs D/a.npy", "--path is required"},
         {"rmsnorm --path bf16 --inputs D/a.npy", "--outputs is required"},
-        {"softmax --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'softmax'"},
+        {"conv2d --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'conv2d' (ops: matmul, layernorm, rmsnorm, softmax)"},
         {"rmsnorm --path bf16 --path bf16 --inputs D/a.npy --outputs D/a.npy", "given twice"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy --outputs dx=D/a.npy", "missing input tensor 'dy'"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy,D/a3.npy,D/a.npy --outputs D/a.npy,D/a4.npy", "dgain has 4"},
@@ -1070,6 +1200,7 @@ int main(void)
         cmocka_unit_test(matmul_split_k_and_unknown),
         cmocka_unit_test(layernorm_agrees_with_check),
         cmocka_unit_test(layernorm_planted_bugs_fail),
+        cmocka_unit_test(softmax_agrees_with_check_and_twins_fail),
         cmocka_unit_test(cli_verifies_files),
         cmocka_unit_test(cli_verifies_matmul_files),
         cmocka_unit_test(cli_refuses_bad_input),

@@ -15,7 +15,9 @@
 
 #include "kernels/check/compare_layernorm.h"
 #include "kernels/check/compare_matmul.h"
+#include "kernels/check/check_kexp.h"
 #include "kernels/check/compare_rmsnorm.h"
+#include "kernels/check/compare_softmax.h"
 #include "precision/format.h"
 
 static int bad(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -50,7 +52,7 @@ typedef struct {
     vtensor inputs[VMAX_TENSORS], outputs[VMAX_TENSORS];
 } vpass;
 
-typedef enum { OP_MATMUL, OP_LAYERNORM, OP_RMSNORM } op_id;
+typedef enum { OP_MATMUL, OP_LAYERNORM, OP_RMSNORM, OP_SOFTMAX } op_id;
 
 typedef struct {
     const char *name;
@@ -90,10 +92,15 @@ static const vop ops[] = {
        {{"x", 0, T_STORAGE}, {"gain", 1, T_STORAGE}, {"dy", 0, T_STORAGE}, {"rstd", 1, T_FP32}},
        {{"dx", 0, T_STORAGE}, {"dgain", 1, T_STORAGE}}}},
      NULL},
+    {"softmax", OP_SOFTMAX, "softmax y = exp(x - max) / sum exp(x - max) per row of C (any leading shape); backward dx",
+     {{"x (N.., C)", "y (as x)", {{"x", 0, T_STORAGE}}, {{"y", 0, T_STORAGE}}},
+      {"y (the forward output the backward read), dy (as y)", "dx (as y)", {{"y", 0, T_STORAGE}, {"dy", 0, T_STORAGE}},
+       {{"dx", 0, T_STORAGE}}}},
+     NULL},
 };
 static const int n_ops = (int)(sizeof ops / sizeof ops[0]);
 
-const char *ulp_op_names(void) { return "matmul, layernorm, rmsnorm"; }
+const char *ulp_op_names(void) { return "matmul, layernorm, rmsnorm, softmax"; }
 
 void ulp_op_help(FILE *fp)
 {
@@ -197,7 +204,7 @@ static int parse_dot_model(const char *s, prec_dot_model *m)
 typedef struct {
     prec_format storage; /* every tensor's but the fp32 ones' and the fp8 path's operands */
     int fp8;             /* path fp8: a and b are dequantised fp8 operands */
-    const char *path, *accum, *reduce, *col_reduce, *upcast, *epilogue, *layout, *variance;
+    const char *path, *accum, *reduce, *col_reduce, *upcast, *epilogue, *layout, *variance, *exp_form;
     double math_ulps, eps, alpha, beta;
     int gelu, split_k;
 } decl;
@@ -301,8 +308,17 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
     if (parse_variance(d->variance, &ln) != 0)
         return bad(err, errlen, "unknown variance '%s' (two-pass, one-pass, welford, welford:T, welford:TxV with T 1 or "
                                 "a multiple of 32 up to 1024, V up to 64, unknown)", d->variance);
+    d->exp_form = k->exp_form ? k->exp_form : "unknown";
+    static const char *const exp_forms[] = {"exp", "exp2", "fast", "unknown", NULL};
+    if (!is_one_of(d->exp_form, exp_forms)) return bad(err, errlen, "unknown exp '%s' (exp, exp2, fast, unknown)", d->exp_form);
     /* the other ops' options: refused rather than silently ignored */
-    static const char *const op_names[] = {"matmul", "layernorm", "rmsnorm"};
+    static const char *const op_names[] = {"matmul", "layernorm", "rmsnorm", "softmax"};
+    if (op != OP_SOFTMAX && strcmp(d->exp_form, "unknown") != 0)
+        return bad(err, errlen, "exp is softmax's; %s has none", op_names[op]);
+    if (op == OP_SOFTMAX && d->math_ulps != 2.0)
+        return bad(err, errlen, "softmax's exponential has the error of its --exp form (CUDA's figures); --math-ulps does not apply");
+    if (op == OP_SOFTMAX && strcmp(d->col_reduce, "unknown") != 0)
+        return bad(err, errlen, "col-reduce is for the sums over rows of a normalisation's backward; softmax has none");
     if (op != OP_MATMUL && (strcmp(d->epilogue, "unknown") != 0 || strcmp(d->layout, "AB") != 0 || d->alpha != 1.0 ||
                             d->beta != 0.0 || d->gelu || d->split_k != 1))
         return bad(err, errlen, "epilogue, layout, alpha, beta, gelu and split-k are matmul's; %s has none of them",
@@ -333,8 +349,9 @@ static int is_unknown(const decl *d, op_id op, int bwd, int has_bias, int has_st
     if (op == OP_MATMUL)
         return (!accum_is_model(d) && strcmp(d->reduce, "unknown") == 0) ||
                ((has_bias || d->gelu) && strcmp(d->epilogue, "unknown") == 0);
-    if (strcmp(d->reduce, "unknown") == 0 || (bwd && strcmp(d->col_reduce, "unknown") == 0)) return 1;
+    if (strcmp(d->reduce, "unknown") == 0 || (bwd && op != OP_SOFTMAX && strcmp(d->col_reduce, "unknown") == 0)) return 1;
     if (op == OP_LAYERNORM) return strcmp(d->variance, "unknown") == 0 && (!bwd || !has_stats);
+    if (op == OP_SOFTMAX) return !bwd && strcmp(d->exp_form, "unknown") == 0;
     return strcmp(d->upcast, "unknown") == 0;
 }
 
@@ -344,7 +361,9 @@ static decl resolve(const decl *d, op_id op, int tightest)
     decl r = *d;
     if (strcmp(r.accum, "unknown") == 0) r.accum = tightest ? "fp32" : "storage";
     if (strcmp(r.reduce, "unknown") == 0) r.reduce = tightest ? "pairwise" : "sequential";
-    if (op != OP_MATMUL && strcmp(r.col_reduce, "unknown") == 0) r.col_reduce = tightest ? "pairwise" : "sequential";
+    if (op != OP_MATMUL && op != OP_SOFTMAX && strcmp(r.col_reduce, "unknown") == 0)
+        r.col_reduce = tightest ? "pairwise" : "sequential";
+    if (op == OP_SOFTMAX && strcmp(r.exp_form, "unknown") == 0) r.exp_form = tightest ? "exp" : "fast";
     if (op == OP_RMSNORM && strcmp(r.upcast, "unknown") == 0) r.upcast = tightest ? "gemma" : "none";
     if (op == OP_LAYERNORM && strcmp(r.variance, "unknown") == 0) r.variance = tightest ? "two-pass" : "one-pass";
     if (op == OP_MATMUL && strcmp(r.epilogue, "unknown") == 0) r.epilogue = tightest ? "single" : "cublaslt";
@@ -363,7 +382,10 @@ static void describe(const decl *d, op_id op, int bwd, int has_bias, char *out, 
     } while (0)
     out[0] = '\0';
     APPEND("--accum %s", d->accum);
-    if (op != OP_MATMUL) {
+    if (op == OP_SOFTMAX) {
+        APPEND(" --reduce %s", d->reduce);
+        if (!bwd) APPEND(" --exp %s", d->exp_form);
+    } else if (op != OP_MATMUL) {
         APPEND(" --reduce %s", d->reduce);
         if (bwd) APPEND(" --col-reduce %s", d->col_reduce);
         if (op == OP_RMSNORM) APPEND(" --upcast %s", d->upcast);
@@ -402,6 +424,17 @@ static kcmp_layernorm_kernel layernorm_kernel(const decl *d, int64_t N, int64_t 
     k.col_depth = parse_reduce(d->col_reduce, N, 0);
     k.rsqrt_ulps = d->math_ulps;
     k.eps = d->eps;
+    return k;
+}
+
+static kcmp_softmax_kernel softmax_kernel(const decl *d, int64_t C)
+{
+    kcmp_softmax_kernel k = {0};
+    k.storage = d->storage;
+    if (strcmp(d->accum, "storage") == 0) k.acc = d->storage;
+    else parse_format(d->accum, &k.acc);
+    k.exp_variant = strcmp(d->exp_form, "exp2") == 0 ? KCHECK_EXP2 : strcmp(d->exp_form, "fast") == 0 ? KCHECK_FAST_EXP : KCHECK_EXP;
+    k.fwd_depth = k.bwd_depth = parse_reduce(d->reduce, C, 0);
     return k;
 }
 
@@ -584,6 +617,25 @@ static void copy_row(ulp_row *r, const kcheck_row *k, const char *assumption)
     }
 }
 
+/* Every tensor shaped as the first input (..., C): softmax. */
+static int same_shapes(const bound_tensor *in, const bound_tensor *out, int64_t *N, int64_t *C, char *err, size_t errlen)
+{
+    const ulp_tensor *x = in[0].t;
+    if (x->ndim < 1) return bad(err, errlen, "%s must have at least one dimension (..., C)", x->name);
+    *C = x->shape[x->ndim - 1];
+    *N = *C ? in[0].n / *C : 0;
+    if (*N < 1 || *C < 1) return bad(err, errlen, "%s has no elements (shape needs N, C >= 1)", x->name);
+    for (int role = 0; role < 2; role++)
+        for (int i = 0; i < VMAX_TENSORS; i++) {
+            const ulp_tensor *t = (role ? out : in)[i].t;
+            if (!t) continue;
+            int ok = t->ndim == x->ndim;
+            for (int k = 0; ok && k < x->ndim; k++) ok = t->shape[k] == x->shape[k];
+            if (!ok) return bad(err, errlen, "%s's shape differs from %s's", t->name, x->name);
+        }
+    return 0;
+}
+
 /* Shape rules of layernorm: x (..., C); gain, bias, dgain, dbias (C); y,
  * dy, dx as x; mean and rstd the number of rows. */
 static int layernorm_shapes(const bound_tensor *in, const bound_tensor *out, int bwd, int64_t *N, int64_t *C,
@@ -679,7 +731,7 @@ static int matmul_shapes(const decl *d, problem *pb, char *err, size_t errlen)
  * fails, -1 when out of memory. */
 static int op_rows(const decl *d, const problem *pb, ulp_report *rep, int *vacuous)
 {
-    kcheck_acc rows[KCMP_LAYERNORM_MAX_ROWS];
+    kcheck_acc rows[KCMP_LAYERNORM_MAX_ROWS]; /* the most of any op */
     int n;
     const bound_tensor *in = pb->in, *out = pb->out;
     const int bwd = pb->bwd;
@@ -688,6 +740,11 @@ static int op_rows(const decl *d, const problem *pb, ulp_report *rep, int *vacuo
         kcmp_matmul_data data = {pb->M, pb->cols, pb->K, in[0].v, pb->a_rs, pb->a_cs, in[1].v, pb->b_rs, pb->b_cs,
                                  in[2].v, in[3].v, out[0].v, NULL};
         n = kcmp_matmul(&k, &data, pb->shape, &rows[0]);
+    } else if (pb->op == OP_SOFTMAX) {
+        kcmp_softmax_kernel k = softmax_kernel(d, pb->C);
+        kcmp_softmax_data data = {pb->N, pb->C, bwd ? NULL : in[0].v, bwd ? in[0].v : out[0].v, bwd ? in[1].v : NULL,
+                                  bwd ? out[0].v : NULL};
+        n = kcmp_softmax(&k, &data, pb->shape, rows);
     } else if (pb->op == OP_LAYERNORM) {
         kcmp_layernorm_kernel k = layernorm_kernel(d, pb->N, pb->C);
         kcmp_layernorm_data data = {pb->N, pb->C, in[0].v, in[1].v, bwd ? NULL : in[2].v, bwd ? in[2].v : NULL,
@@ -765,6 +822,11 @@ static int looser_declarations(const decl *d, const problem *pb, attempt *a)
         a[n].d.upcast = "none";
         a[n++].meaning = NULL;
     }
+    if (pb->op == OP_SOFTMAX && !pb->bwd && strcmp(d->exp_form, "fast") != 0) {
+        a[n].d = *d;
+        a[n].d.exp_form = "fast";
+        a[n++].meaning = "the kernel's exponential is likely less accurate than declared (__expf or the like)";
+    }
     if (pb->op == OP_LAYERNORM && strcmp(d->variance, "one-pass") != 0) {
         a[n].d = *d;
         a[n].d.variance = "one-pass";
@@ -784,7 +846,8 @@ static int same_decl(const decl *a, const decl *b)
 {
     return strcmp(a->accum, b->accum) == 0 && strcmp(a->reduce, b->reduce) == 0 &&
            strcmp(a->col_reduce, b->col_reduce) == 0 && strcmp(a->upcast, b->upcast) == 0 &&
-           strcmp(a->epilogue, b->epilogue) == 0 && strcmp(a->variance, b->variance) == 0;
+           strcmp(a->epilogue, b->epilogue) == 0 && strcmp(a->variance, b->variance) == 0 &&
+           strcmp(a->exp_form, b->exp_form) == 0;
 }
 
 int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *inputs, int n_inputs,
@@ -823,6 +886,10 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
     rc = bind(op->pass[bwd].inputs, inputs, n_inputs, "input", &d, 0, in, err, errlen);
     if (!rc) rc = bind(op->pass[bwd].outputs, outputs, n_outputs, "output", &d, 1, out, err, errlen);
     if (!rc && op->id == OP_MATMUL) rc = matmul_shapes(&d, &pb, err, errlen);
+    if (!rc && op->id == OP_SOFTMAX) {
+        rc = same_shapes(in, out, &pb.N, &pb.C, err, errlen);
+        snprintf(pb.shape, sizeof pb.shape, "N=%lld C=%lld", (long long)pb.N, (long long)pb.C);
+    }
     if (!rc && op->id == OP_LAYERNORM) {
         rc = layernorm_shapes(in, out, bwd, &pb.N, &pb.C, err, errlen);
         snprintf(pb.shape, sizeof pb.shape, "N=%lld C=%lld%s%s", (long long)pb.N, (long long)pb.C,
@@ -874,6 +941,7 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
                      "format to bound",
                      op->id == OP_MATMUL      ? "matrix-unit models, storage accumulation, sequential reduction, cuBLASLt's epilogue"
                      : op->id == OP_LAYERNORM ? "storage accumulation, sequential reduction, one-pass variance"
+                     : op->id == OP_SOFTMAX   ? "storage accumulation, sequential reduction, a fast exponential"
                                               : "storage accumulation, sequential reduction, no upcast");
             for (int i = 0; i < n_tries; i++) {
                 const decl *t = &tries[i].d;

@@ -96,11 +96,14 @@ typedef struct {
                              warp, each a Welford over V consecutive elements per step of a
                              strided share, then pairwise combination over a butterfly per warp
                              and one over the warps) or "unknown" */
+    const char *exp_form; /* softmax: "exp" (expf(x - max), 2 ulps), "exp2" (exp2f(x log2e - max
+                             log2e), the argument folded with an fma), "fast" (__expf, 2 +
+                             floor(1.173 |x - max|) ulps) or "unknown" */
 } ulp_kernel;
 
 #define ULP_KERNEL_DEFAULT                                                                            \
     ((ulp_kernel){"fp32", "fwd", "unknown", "unknown", "unknown", "unknown", 2.0, (double)1e-5f, "unknown", \
-                  "AB", 1.0, 0.0, 0, 1, "unknown"})
+                  "AB", 1.0, 0.0, 0, 1, "unknown", "unknown"})
 
 typedef struct {
     char output[16];        /* "y", "dx", ... */
@@ -142,7 +145,7 @@ int ulp_verify(const char *op, const ulp_kernel *k, const ulp_tensor *inputs, in
  * element of every FAIL row, the verdict and the diagnosis. */
 void ulp_report_print(FILE *fp, const ulp_report *rep);
 
-/* The ops ulp_verify knows ("matmul, layernorm, rmsnorm"), and one op's tensors per pass. */
+/* The ops ulp_verify knows ("matmul, layernorm, rmsnorm, softmax"), and one op's tensors per pass. */
 const char *ulp_op_names(void);
 void ulp_op_help(FILE *fp);
 /* The names of op's tensors for pass ("fwd", "bwd") and role (0 inputs, 1
