@@ -21,13 +21,15 @@ static void usage(FILE *fp)
             "                       [--accum A] [--reduce R] [--col-reduce R] [--upcast U]\n"
             "                       [--variance V] [--exp F] [--math-ulps N] [--eps E] [--layout L]\n"
             "                       [--alpha X] [--beta X]\n"
-            "                       [--gelu] [--epilogue E] [--split-k S] [--json FILE] [--list]\n\n"
+            "                       [--gelu] [--epilogue E] [--split-k S] [--dloss X] [--online]\n"
+            "                       [--json FILE] [--list]\n\n"
             "Reads the tensors a kernel saw (--inputs) and produced (--outputs), computes the\n"
             "MPFR reference of every output element and a bound on its error for the kernel\n"
             "as you declare it, and prints per output: max and RMS error in units of the\n"
             "storage format's u, the bound, the worst element with its inputs, PASS or FAIL\n"
             "(as `ulpscope check` judges its own kernels).\n\n"
-            "  OP               the op: matmul, layernorm, rmsnorm, softmax (--list: their tensors)\n"
+            "  OP               the op: cross_entropy, layernorm, matmul, rmsnorm, softmax (--list:\n"
+            "                   their tensors)\n"
             "  --inputs FILES   comma-separated: FILE.npy (bound to the pass's tensors in order),\n"
             "                   NAME=FILE.npy, or FILE.safetensors (its tensors by name)\n"
             "  --outputs FILES  the same for the outputs\n"
@@ -64,6 +66,9 @@ static void usage(FILE *fp)
             "                   (alpha A B + beta C rounded to y's format first), cublaslt (rounded,\n"
             "                   tanh.approx GELU) or unknown (default)\n"
             "  --split-k S      matmul: K cut into S slices, each accumulated as declared, then added\n"
+            "  --dloss X        cross_entropy: the loss gradient the dlogits are scaled by (1/N\n"
+            "                   for a mean over N rows; an fp32 value)\n"
+            "  --online         cross_entropy: one pass over the row, rescaling at each new maximum\n"
             "  --json FILE      also write JSON Lines (- for stdout; the table then goes to stderr):\n"
             "                   a header, one record per output row, a verdict record\n"
             "  --list           the ops and their tensors, then exit\n\n"
@@ -100,9 +105,11 @@ static int ends_with(const char *s, const char *tail)
 }
 
 /* Makes t usable as a ulp_tensor of the declared path: u2 patterns become
- * the path's 16-bit values; integer dtypes are refused. */
-static int to_values(tfile_tensor *t, const char *what, const char *path)
+ * the path's 16-bit values; integer dtypes are refused except for index
+ * tensors (cross_entropy's targets), which keep their integers. */
+static int to_values(tfile_tensor *t, const char *what, const char *name, const char *path)
 {
+    if (strcmp(name, "targets") == 0) return 0; /* any dtype: ulp_verify checks that each value is an index */
     if (t->dtype == TFILE_U16) {
         int bf16 = strcmp(path, "bf16") == 0 || strcmp(path, "fp8") == 0; /* fp8 GEMMs write bf16 */
         if (!bf16 && strcmp(path, "fp16") != 0)
@@ -172,7 +179,7 @@ static int read_files(const char *list, const char *role, const char *const *own
                 char what[1200];
                 snprintf(what, sizeof what, "%s: tensor '%s'", file, ts[i].name);
                 if (mine) {
-                    rc = to_values(&ts[i], what, path);
+                    rc = to_values(&ts[i], what, ts[i].name, path);
                     if (!rc) rc = bind_tensor(s, &ts[i], ts[i].name);
                     used++;
                 } else if (!theirs) {
@@ -209,7 +216,7 @@ static int read_files(const char *list, const char *role, const char *const *own
             break;
         }
         s->n_file++;
-        rc = to_values(t, file, path);
+        rc = to_values(t, file, name, path);
         if (!rc) rc = bind_tensor(s, t, name);
     }
     free(copy);
@@ -270,7 +277,7 @@ int cmd_verify(int argc, char **argv)
     static const char *const options[] = {"--inputs", "--outputs", "--path",      "--pass",  "--accum",
                                           "--reduce", "--col-reduce", "--upcast", "--epilogue", "--layout",
                                           "--variance", "--exp", "--json", "--math-ulps", "--eps", "--alpha", "--beta",
-                                          "--split-k", "--gelu",     "--list"};
+                                          "--dloss", "--split-k", "--gelu", "--online", "--list"};
     const char **fields[] = {&inputs,   &outputs,      &k.path,     &k.pass,       &k.accum, &k.reduce,
                              &k.col_reduce, &k.upcast, &k.epilogue, &k.layout, &k.variance, &k.exp_form, &json_path};
     const int n_options = (int)(sizeof options / sizeof options[0]);
@@ -290,7 +297,7 @@ int cmd_verify(int argc, char **argv)
             if (a[0] == '-' && a[1])
                 return base_error("verify", "unknown option '%s' (options: --inputs --outputs --path --pass --accum --reduce "
                                             "--col-reduce --upcast --variance --exp --math-ulps --eps --layout --alpha --beta "
-                                            "--gelu --epilogue --split-k --json --list --help)", a);
+                                            "--gelu --epilogue --split-k --dloss --online --json --list --help)", a);
             if (op) return base_error("verify", "more than one op ('%s' and '%s')", op, a);
             op = a;
             continue;
@@ -301,8 +308,8 @@ int cmd_verify(int argc, char **argv)
             list = 1;
             continue;
         }
-        if (strcmp(a, "--gelu") == 0) {
-            k.gelu = 1;
+        if (strcmp(a, "--gelu") == 0 || strcmp(a, "--online") == 0) {
+            *(a[2] == 'g' ? &k.gelu : &k.online) = 1;
             continue;
         }
         /* "-" is a value (--json - writes to stdout); "--x" is the next option */
@@ -322,6 +329,7 @@ int cmd_verify(int argc, char **argv)
             if (strcmp(a, "--math-ulps") == 0) k.math_ulps = x;
             else if (strcmp(a, "--eps") == 0) k.eps = x;
             else if (strcmp(a, "--alpha") == 0) k.alpha = x;
+            else if (strcmp(a, "--dloss") == 0) k.dloss = x;
             else k.beta = x;
         }
     }

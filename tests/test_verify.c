@@ -16,10 +16,12 @@
 #include <cmocka.h>
 
 #include "base/tensor_file.h"
+#include "kernels/check/compare_cross_entropy.h"
 #include "kernels/check/compare_layernorm.h"
 #include "kernels/check/compare_matmul.h"
 #include "kernels/check/compare_rmsnorm.h"
 #include "kernels/check/compare_softmax.h"
+#include "kernels/cross_entropy.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/rmsnorm.h"
@@ -995,6 +997,127 @@ static void softmax_agrees_with_check_and_twins_fail(void **state)
             }
 }
 
+/* ---- cross_entropy ---------------------------------------------------------------------- */
+
+enum { CE_OK, CE_DROP_TERM, CE_TRUNCATE, CE_BF16_ACC };
+
+/* Cross-entropy as a one-thread-per-row kernel computes it in fp32: the row
+ * maximum, s = sum expf(z - max) sequentially, lse = max + logf(s), loss =
+ * lse - z_t, dz = (expf(z - lse) - [j = t]) dloss stored in format f; an
+ * ignored row (t = -1) writes zeros.  Bugs on request (the dropped term is
+ * the largest: a small one can vanish under the bound). */
+static void emulate_cross_entropy(int64_t N, int64_t V, const double *z, const int32_t *t, float dloss, prec_format f,
+                                  int bug, double *loss, double *dz)
+{
+    const prec_rounding rz = {PREC_RZ, PREC_OVF_IEEE, false};
+    const prec_format ft = f == PREC_FP32 ? PREC_BF16 : f; /* truncation: fp32 values to bf16 precision */
+    for (int64_t i = 0; i < N; i++) {
+        const double *zr = z + i * V;
+        if (t[i] < 0) {
+            loss[i] = 0;
+            for (int64_t j = 0; j < V; j++) dz[i * V + j] = 0;
+            continue;
+        }
+        float m = (float)zr[0], s = 0;
+        int64_t argmax = 0;
+        for (int64_t j = 1; j < V; j++)
+            if ((float)zr[j] > m) {
+                m = (float)zr[j];
+                argmax = j;
+            }
+        for (int64_t j = 0; j < V; j++) {
+            if (bug == CE_DROP_TERM && j == argmax) continue;
+            s += expf((float)zr[j] - m);
+            if (bug == CE_BF16_ACC) s = (float)prec_rne(s, PREC_BF16);
+        }
+        float lse = m + logf(s);
+        loss[i] = lse - (float)zr[t[i]];
+        for (int64_t j = 0; j < V; j++) {
+            float p = expf((float)zr[j] - lse) - (j == t[i] ? 1.0f : 0.0f), v = p * dloss;
+            dz[i * V + j] = bug == CE_TRUNCATE ? prec_round(v, ft, rz, 0) : prec_rne(v, f);
+        }
+    }
+}
+
+static ulp_report ce_rep;
+
+static int ce_verify(int64_t N, int64_t V, const double *z, const double *targets, const double *loss, const double *dz,
+                     const ulp_kernel *k)
+{
+    ulp_tensor in[2] = {ULP_TENSOR("logits", ULP_F64, z, N, V), ULP_TENSOR("targets", ULP_F64, targets, N)};
+    ulp_tensor out[2] = {ULP_TENSOR("loss", ULP_F64, loss, N), ULP_TENSOR("dlogits", ULP_F64, dz, N, V)};
+    char err[512];
+    int rc = ulp_verify("cross_entropy", k, in, 2, out, 2, &ce_rep, err, sizeof err);
+    if (rc == ULP_BAD_INPUT) fail_msg("bad input: %s", err);
+    return rc;
+}
+
+/* verify, declared as check describes each (path, variant), reports check's
+ * rows bit for bit; the correct kernel passes, each planted bug FAILs. */
+static void cross_entropy_agrees_with_check_and_twins_fail(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("cross_entropy_agrees_with_check_and_twins_fail"));
+    static const kpath paths[] = {KPATH_FP32, KPATH_BF16, KPATH_FP16};
+    static const int64_t Vs[] = {7, 1000};
+    for (int pi = 0; pi < 3; pi++)
+        for (int variant = 0; variant < KCE_NVARIANTS; variant++)
+            for (size_t vi = 0; vi < 2; vi++)
+                for (int bug = CE_OK; bug <= CE_BF16_ACC; bug++) {
+                    if (bug == CE_BF16_ACC && Vs[vi] < 32) continue; /* a few terms: bf16 sums may be exact */
+                    const int64_t N = 5, V = Vs[vi];
+                    const prec_format lf = kce_logits_format(paths[pi], variant);
+                    double *z = malloc(N * V * sizeof(double)), *dz = malloc(N * V * sizeof(double));
+                    double *loss = malloc(N * sizeof(double)), *tv = malloc(N * sizeof(double));
+                    int32_t *t = malloc(N * sizeof(int32_t));
+                    assert_true(z && dz && loss && tv && t);
+                    for (int64_t i = 0; i < N * V; i++) z[i] = prec_rne(2 * prec_rng_normal(&rng), lf);
+                    for (int64_t i = 0; i < N; i++) t[i] = (int32_t)(prec_rng_next(&rng) % (uint64_t)V);
+                    t[N - 1] = -1;
+                    for (int64_t i = 0; i < N; i++) tv[i] = t[i];
+                    const float dloss = 1.0f / (float)N;
+                    emulate_cross_entropy(N, V, z, t, dloss, lf, bug, loss, dz);
+                    kcmp_ce_kernel ck = kcheck_cross_entropy_kernel(paths[pi], variant, N, V);
+                    ulp_kernel k = ULP_KERNEL_DEFAULT;
+                    k.path = prec_format_get(lf)->name;
+                    k.accum = "fp32";
+                    k.dloss = dloss;
+                    char reduce[32];
+                    if (bug == CE_OK) {
+                        kcmp_ce_data cd = {N, V, z, t, loss, dz};
+                        kcheck_acc rows[KCMP_CE_MAX_ROWS];
+                        char shape[96];
+                        snprintf(shape, sizeof shape, "N=%lld V=%lld", (long long)N, (long long)V);
+                        assert_int_equal(kcmp_cross_entropy(&ck, &cd, shape, rows), 2);
+                        snprintf(reduce, sizeof reduce, "depth:%lld", (long long)ck.depth);
+                        k.reduce = reduce;
+                        k.online = ck.online;
+                        ce_verify(N, V, z, tv, loss, dz, &k);
+                        assert_int_equal(ce_rep.n_rows, 2);
+                        for (int r = 0; r < 2; r++) {
+                            const kcheck_row *c = &rows[r].row;
+                            const ulp_row *u = &ce_rep.rows[r];
+                            assert_string_equal(c->output, u->output);
+                            if (c->max_err_u != u->max_err_u || c->rms_err_u != u->rms_err_u ||
+                                c->max_bound_u != u->max_bound_u || c->rms_bound_u != u->rms_bound_u ||
+                                c->worst_ratio != u->worst_ratio || c->pass != u->pass || c->worst_index != u->worst_index)
+                                fail_msg("path %d variant %d %s: check %.17g u (bound %.17g) vs verify %.17g u (bound %.17g)",
+                                         pi, variant, c->output, c->max_err_u, c->max_bound_u, u->max_err_u, u->max_bound_u);
+                            assert_string_equal(c->worst_detail, u->worst_detail);
+                        }
+                    }
+                    k.reduce = "sequential";
+                    k.online = 0;
+                    int rc = ce_verify(N, V, z, tv, loss, dz, &k);
+                    if ((bug == CE_OK) != (rc == ULP_PASS)) {
+                        ulp_report_print(stdout, &ce_rep);
+                        fail_msg("%s V=%lld bug %d: %s", k.path, (long long)V, bug, rc == ULP_PASS ? "passed" : "failed");
+                    }
+                    free(z); free(dz); free(loss); free(tv); free(t);
+                }
+}
+
 /* ---- the command line ------------------------------------------------------------------------ */
 
 static void write_case(const char *name, tfile_dtype t, int ndim, const int64_t *shape, const double *v)
@@ -1098,6 +1221,13 @@ static void cli_refuses_bad_input(void **state)
     const int64_t s32[2] = {3, 2}, s22[2] = {2, 2};
     write_case("m32.npy", TFILE_F32, 2, s32, v);
     write_case("m22.npy", TFILE_F32, 2, s22, v);
+    const int64_t n2[1] = {2};
+    const double t_good[2] = {1, -1}, t_far[2] = {0, 3}, t_half[2] = {0.5, 1};
+    write_case("t1.npy", TFILE_F32, 1, n2, t_good);
+    write_case("t2.npy", TFILE_F32, 1, n2, t_far);
+    write_case("th.npy", TFILE_F32, 1, n2, t_half);
+    const double t_six[6] = {0, 1, 2, 0, 1, 2};
+    write_case("t6.npy", TFILE_F64, 2, nc, t_six);
     unsigned char buf[256], ints[24] = {0};
     write_bytes("int.npy", buf, make_npy(buf, "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }\n", ints, 24));
     write_bytes("short.npy", buf, make_npy(buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }\n", ints, 22));
@@ -1119,7 +1249,7 @@ static void cli_refuses_bad_input(void **state)
         {"rmsnorm --path e4m3 --inputs D/a.npy --outputs D/a.npy", "unknown path 'e4m3'"},
         {"rmsnorm --inputs D/a.npy --outputs D/a.npy", "--path is required"},
         {"rmsnorm --path bf16 --inputs D/a.npy", "--outputs is required"},
-        {"conv2d --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'conv2d' (ops: matmul, layernorm, rmsnorm, softmax)"},
+        {"conv2d --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'conv2d' (ops: cross_entropy, layernorm, matmul, rmsnorm, softmax)"},
         {"rmsnorm --path bf16 --path bf16 --inputs D/a.npy --outputs D/a.npy", "given twice"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy --outputs dx=D/a.npy", "missing input tensor 'dy'"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy,D/a3.npy,D/a.npy --outputs D/a.npy,D/a4.npy", "dgain has 4"},
@@ -1158,6 +1288,16 @@ static void cli_refuses_bad_input(void **state)
         {"layernorm --path bf16 --pass bwd --inputs x=D/a.npy,dy=D/a.npy --outputs D/a.npy,D/a3.npy", "dgain needs gain"},
         {"layernorm --path bf16 --upcast gemma --inputs D/a.npy --outputs D/a.npy", "upcast is rmsnorm's"},
         {"rmsnorm --path bf16 --variance one-pass --inputs D/a.npy --outputs D/a.npy", "variance is layernorm's"},
+        /* cross_entropy: logits a (2, 3), targets a3 = {1, 2, 3}: 3 is out of range */
+        {"cross_entropy --path fp32 --inputs D/a.npy,D/a3.npy --outputs D/a3.npy", "targets has 3 elements"},
+        {"cross_entropy --path fp32 --inputs D/a.npy,D/t6.npy --outputs D/a3.npy", "targets has 6 elements"},
+        {"cross_entropy --path fp32 --inputs D/a.npy,D/t2.npy --outputs D/t2.npy", "target 1 is 3"},
+        {"cross_entropy --path fp32 --inputs D/a.npy,D/th.npy --outputs D/th.npy", "is not an index"},
+        {"cross_entropy --path fp32 --inputs D/a.npy,D/t1.npy --outputs dlogits=D/a.npy", "dlogits need --dloss"},
+        {"cross_entropy --path fp32 --dloss 0.5 --inputs D/a.npy,D/t1.npy --outputs dlogits=D/a3.npy", "dlogits's shape"},
+        {"cross_entropy --path fp32 --inputs D/a.npy,D/t1.npy --outputs D/a3.npy", "loss has 3 elements"},
+        {"cross_entropy --path fp32 --pass bwd --inputs D/a.npy,D/t1.npy --outputs D/t1.npy", "cross_entropy has no bwd pass"},
+        {"rmsnorm --path bf16 --dloss 0.5 --inputs D/a.npy --outputs D/a.npy", "dloss and online are cross_entropy's"},
     };
     DIR *before = opendir(dir);
     int entries_before = 0;
@@ -1201,6 +1341,7 @@ int main(void)
         cmocka_unit_test(layernorm_agrees_with_check),
         cmocka_unit_test(layernorm_planted_bugs_fail),
         cmocka_unit_test(softmax_agrees_with_check_and_twins_fail),
+        cmocka_unit_test(cross_entropy_agrees_with_check_and_twins_fail),
         cmocka_unit_test(cli_verifies_files),
         cmocka_unit_test(cli_verifies_matmul_files),
         cmocka_unit_test(cli_refuses_bad_input),

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/check/compare_cross_entropy.h"
 #include "kernels/check/compare_layernorm.h"
 #include "kernels/check/compare_matmul.h"
 #include "kernels/check/check_kexp.h"
@@ -37,7 +38,8 @@ static int bad(char *err, size_t errlen, const char *fmt, ...)
 typedef enum {
     T_STORAGE, /* the path's format (fp8 path: bf16) */
     T_FP32,
-    T_OPERAND  /* a GEMM operand: the path's format; on the fp8 path the dequantised values, any finite */
+    T_OPERAND, /* a GEMM operand: the path's format; on the fp8 path the dequantised values, any finite */
+    T_INDEX    /* integers (cross_entropy's targets; -1: an ignored row) */
 } tformat;
 
 typedef struct {
@@ -52,7 +54,7 @@ typedef struct {
     vtensor inputs[VMAX_TENSORS], outputs[VMAX_TENSORS];
 } vpass;
 
-typedef enum { OP_MATMUL, OP_LAYERNORM, OP_RMSNORM, OP_SOFTMAX } op_id;
+typedef enum { OP_MATMUL, OP_LAYERNORM, OP_RMSNORM, OP_SOFTMAX, OP_CROSS_ENTROPY } op_id;
 
 typedef struct {
     const char *name;
@@ -92,6 +94,14 @@ static const vop ops[] = {
        {{"x", 0, T_STORAGE}, {"gain", 1, T_STORAGE}, {"dy", 0, T_STORAGE}, {"rstd", 1, T_FP32}},
        {{"dx", 0, T_STORAGE}, {"dgain", 1, T_STORAGE}}}},
      NULL},
+    {"cross_entropy", OP_CROSS_ENTROPY,
+     "loss = logsumexp(logits) - logits[target] per row of V, dlogits = (softmax(logits) - onehot(target)) dloss, "
+     "both from the one pass (--dloss; --online: one pass over the row, rescaling at each new maximum)",
+     {{"logits (N.., V), targets (N.., integers; -1: an ignored row)",
+       "loss (N.., fp32, optional), dlogits (as logits, needs --dloss, optional)",
+       {{"logits", 0, T_STORAGE}, {"targets", 0, T_INDEX}}, {{"loss", 1, T_FP32}, {"dlogits", 1, T_STORAGE}}},
+      {NULL, NULL, {{0}}, {{0}}}},
+     "the kernel computes the loss and dlogits together: verify both as outputs of --pass fwd"},
     {"softmax", OP_SOFTMAX, "softmax y = exp(x - max) / sum exp(x - max) per row of C (any leading shape); backward dx",
      {{"x (N.., C)", "y (as x)", {{"x", 0, T_STORAGE}}, {{"y", 0, T_STORAGE}}},
       {"y (the forward output the backward read), dy (as y)", "dx (as y)", {{"y", 0, T_STORAGE}, {"dy", 0, T_STORAGE}},
@@ -100,7 +110,7 @@ static const vop ops[] = {
 };
 static const int n_ops = (int)(sizeof ops / sizeof ops[0]);
 
-const char *ulp_op_names(void) { return "matmul, layernorm, rmsnorm, softmax"; }
+const char *ulp_op_names(void) { return "cross_entropy, layernorm, matmul, rmsnorm, softmax"; }
 
 void ulp_op_help(FILE *fp)
 {
@@ -206,7 +216,8 @@ typedef struct {
     int fp8;             /* path fp8: a and b are dequantised fp8 operands */
     const char *path, *accum, *reduce, *col_reduce, *upcast, *epilogue, *layout, *variance, *exp_form;
     double math_ulps, eps, alpha, beta;
-    int gelu, split_k;
+    int gelu, split_k, online;
+    double dloss;
 } decl;
 
 /* layernorm's variance algorithm: 0 and *k's fields filled, -1 malformed. */
@@ -311,8 +322,17 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
     d->exp_form = k->exp_form ? k->exp_form : "unknown";
     static const char *const exp_forms[] = {"exp", "exp2", "fast", "unknown", NULL};
     if (!is_one_of(d->exp_form, exp_forms)) return bad(err, errlen, "unknown exp '%s' (exp, exp2, fast, unknown)", d->exp_form);
+    d->dloss = k->dloss;
+    d->online = k->online;
+    if (!isfinite(k->dloss) || prec_rne(k->dloss, PREC_FP32) != k->dloss)
+        return bad(err, errlen, "dloss %.17g is not an fp32 value (kernels take it as a float: give that float's value)", k->dloss);
+    if (k->online != 0 && k->online != 1) return bad(err, errlen, "online is %d (0 or 1)", k->online);
     /* the other ops' options: refused rather than silently ignored */
-    static const char *const op_names[] = {"matmul", "layernorm", "rmsnorm", "softmax"};
+    static const char *const op_names[] = {"matmul", "layernorm", "rmsnorm", "softmax", "cross_entropy"};
+    if (op != OP_CROSS_ENTROPY && (d->dloss != 0 || d->online))
+        return bad(err, errlen, "dloss and online are cross_entropy's; %s has neither", op_names[op]);
+    if (op == OP_CROSS_ENTROPY && d->math_ulps != 2.0)
+        return bad(err, errlen, "cross_entropy's expf and logf have CUDA's figures (2 and 1 ulps); --math-ulps does not apply");
     if (op != OP_SOFTMAX && strcmp(d->exp_form, "unknown") != 0)
         return bad(err, errlen, "exp is softmax's; %s has none", op_names[op]);
     if (op == OP_SOFTMAX && d->math_ulps != 2.0)
@@ -325,8 +345,9 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
                    op_names[op]);
     if (op != OP_RMSNORM && strcmp(d->upcast, "unknown") != 0)
         return bad(err, errlen, "upcast is rmsnorm's; %s has none", op_names[op]);
-    if (op == OP_MATMUL && strcmp(d->col_reduce, "unknown") != 0)
-        return bad(err, errlen, "col-reduce is for the sums over rows of a normalisation's backward; matmul has none");
+    if ((op == OP_MATMUL || op == OP_CROSS_ENTROPY) && strcmp(d->col_reduce, "unknown") != 0)
+        return bad(err, errlen, "col-reduce is for the sums over rows of a normalisation's backward; %s has none",
+                   op_names[op]);
     if (op != OP_LAYERNORM && strcmp(d->variance, "unknown") != 0)
         return bad(err, errlen, "variance is layernorm's; %s has none", op_names[op]);
     return 0;
@@ -350,8 +371,10 @@ static int is_unknown(const decl *d, op_id op, int bwd, int has_bias, int has_st
         return (!accum_is_model(d) && strcmp(d->reduce, "unknown") == 0) ||
                ((has_bias || d->gelu) && strcmp(d->epilogue, "unknown") == 0);
     if (strcmp(d->reduce, "unknown") == 0 || (bwd && op != OP_SOFTMAX && strcmp(d->col_reduce, "unknown") == 0)) return 1;
+    /* (cross_entropy has no bwd pass) */
     if (op == OP_LAYERNORM) return strcmp(d->variance, "unknown") == 0 && (!bwd || !has_stats);
     if (op == OP_SOFTMAX) return !bwd && strcmp(d->exp_form, "unknown") == 0;
+    if (op == OP_CROSS_ENTROPY) return 0;
     return strcmp(d->upcast, "unknown") == 0;
 }
 
@@ -361,7 +384,7 @@ static decl resolve(const decl *d, op_id op, int tightest)
     decl r = *d;
     if (strcmp(r.accum, "unknown") == 0) r.accum = tightest ? "fp32" : "storage";
     if (strcmp(r.reduce, "unknown") == 0) r.reduce = tightest ? "pairwise" : "sequential";
-    if (op != OP_MATMUL && op != OP_SOFTMAX && strcmp(r.col_reduce, "unknown") == 0)
+    if ((op == OP_LAYERNORM || op == OP_RMSNORM) && strcmp(r.col_reduce, "unknown") == 0)
         r.col_reduce = tightest ? "pairwise" : "sequential";
     if (op == OP_SOFTMAX && strcmp(r.exp_form, "unknown") == 0) r.exp_form = tightest ? "exp" : "fast";
     if (op == OP_RMSNORM && strcmp(r.upcast, "unknown") == 0) r.upcast = tightest ? "gemma" : "none";
@@ -385,6 +408,8 @@ static void describe(const decl *d, op_id op, int bwd, int has_bias, char *out, 
     if (op == OP_SOFTMAX) {
         APPEND(" --reduce %s", d->reduce);
         if (!bwd) APPEND(" --exp %s", d->exp_form);
+    } else if (op == OP_CROSS_ENTROPY) {
+        APPEND(" --reduce %s%s", d->reduce, d->online ? " --online" : "");
     } else if (op != OP_MATMUL) {
         APPEND(" --reduce %s", d->reduce);
         if (bwd) APPEND(" --col-reduce %s", d->col_reduce);
@@ -424,6 +449,18 @@ static kcmp_layernorm_kernel layernorm_kernel(const decl *d, int64_t N, int64_t 
     k.col_depth = parse_reduce(d->col_reduce, N, 0);
     k.rsqrt_ulps = d->math_ulps;
     k.eps = d->eps;
+    return k;
+}
+
+static kcmp_ce_kernel cross_entropy_kernel(const decl *d, int64_t V)
+{
+    kcmp_ce_kernel k = {0};
+    k.logits = d->storage;
+    if (strcmp(d->accum, "storage") == 0) k.acc = d->storage;
+    else parse_format(d->accum, &k.acc);
+    k.depth = parse_reduce(d->reduce, V, 0);
+    k.online = d->online;
+    k.dloss = d->dloss;
     return k;
 }
 
@@ -534,6 +571,7 @@ static int bind(const vtensor *want, const ulp_tensor *given, int n_given, const
         const ulp_tensor *t = out[w].t;
         const prec_format f = want[w].format == T_FP32 ? PREC_FP32 : d->storage;
         const int any_value = want[w].format == T_OPERAND && d->fp8; /* dequantised: code times scale */
+        const int index = want[w].format == T_INDEX;
         out[w].v = malloc((out[w].n ? out[w].n : 1) * sizeof(double));
         if (!out[w].v) return bad(err, errlen, "out of memory for tensor '%s'", t->name);
         for (int64_t i = 0; i < out[w].n; i++) {
@@ -544,7 +582,10 @@ static int bind(const vtensor *want, const ulp_tensor *given, int n_given, const
                 return bad(err, errlen, "input '%s' element %lld is %g: the reference needs finite inputs", t->name,
                            (long long)i, v);
             }
-            if (!any_value && prec_rne(v, f) != v)
+            if (index && (v != floor(v) || v < -1 || v > 2147483647.0))
+                return bad(err, errlen, "%s '%s' element %lld = %.17g is not an index (an integer, -1 for none)", role,
+                           t->name, (long long)i, v);
+            if (!any_value && !index && prec_rne(v, f) != v)
                 return bad(err, errlen, "%s '%s' element %lld = %.17g is not a %s value: the declared %s cannot have %s it",
                            role, t->name, (long long)i, v, prec_format_get(f)->name,
                            want[w].format == T_FP32 ? "fp32 tensor" : "path", is_output ? "written" : "seen");
@@ -681,6 +722,7 @@ typedef struct {
     long a_rs, a_cs, b_rs, b_cs; /* matmul: A[m,k] = a[m a_rs + k a_cs], B[k,n] = b[k b_rs + n b_cs] */
     int has_bias;
     int has_stats;             /* layernorm bwd: the stored mean and rstd are given */
+    int32_t *targets;          /* cross_entropy: the targets as integers (owned) */
     char shape[96];
 } problem;
 
@@ -726,6 +768,38 @@ static int matmul_shapes(const decl *d, problem *pb, char *err, size_t errlen)
     return 0;
 }
 
+/* Shape rules of cross_entropy: logits (..., V); targets and loss one per
+ * row; dlogits as logits; every target in [-1, V). */
+static int cross_entropy_shapes(const decl *d, problem *pb, char *err, size_t errlen)
+{
+    const bound_tensor *in = pb->in, *out = pb->out;
+    const ulp_tensor *z = in[0].t;
+    if (z->ndim < 1) return bad(err, errlen, "logits must have at least one dimension (..., V)");
+    const int64_t V = z->shape[z->ndim - 1], N = V ? in[0].n / V : 0;
+    if (N < 1 || V < 1) return bad(err, errlen, "logits have no elements (shape needs N, V >= 1)");
+    if (in[1].n != N) return bad(err, errlen, "targets has %lld elements, logits have N = %lld rows", (long long)in[1].n, (long long)N);
+    if (out[0].t && out[0].n != N)
+        return bad(err, errlen, "loss has %lld elements, logits have N = %lld rows", (long long)out[0].n, (long long)N);
+    if (out[1].t) {
+        int ok = out[1].t->ndim == z->ndim;
+        for (int k = 0; ok && k < z->ndim; k++) ok = out[1].t->shape[k] == z->shape[k];
+        if (!ok) return bad(err, errlen, "dlogits's shape differs from logits's");
+        if (d->dloss == 0)
+            return bad(err, errlen, "dlogits need --dloss, the loss gradient the kernel scaled them by (1/N for a mean over N rows)");
+    }
+    for (int64_t i = 0; i < N; i++)
+        if (in[1].v[i] < -1 || in[1].v[i] >= (double)V)
+            return bad(err, errlen, "target %lld is %.17g: targets are -1 (ignored) or in [0, V = %lld)", (long long)i,
+                       in[1].v[i], (long long)V);
+    pb->targets = malloc((size_t)N * sizeof(int32_t));
+    if (!pb->targets) return bad(err, errlen, "out of memory");
+    for (int64_t i = 0; i < N; i++) pb->targets[i] = (int32_t)in[1].v[i];
+    pb->N = N;
+    pb->C = V;
+    snprintf(pb->shape, sizeof pb->shape, "N=%lld V=%lld", (long long)N, (long long)V);
+    return 0;
+}
+
 /* Runs the op's comparison under declaration d; appends its rows (only the
  * pass's outputs) to rep; returns 1 when all of them pass, 0 when one
  * fails, -1 when out of memory. */
@@ -740,6 +814,10 @@ static int op_rows(const decl *d, const problem *pb, ulp_report *rep, int *vacuo
         kcmp_matmul_data data = {pb->M, pb->cols, pb->K, in[0].v, pb->a_rs, pb->a_cs, in[1].v, pb->b_rs, pb->b_cs,
                                  in[2].v, in[3].v, out[0].v, NULL};
         n = kcmp_matmul(&k, &data, pb->shape, &rows[0]);
+    } else if (pb->op == OP_CROSS_ENTROPY) {
+        kcmp_ce_kernel k = cross_entropy_kernel(d, pb->C);
+        kcmp_ce_data data = {pb->N, pb->C, in[0].v, pb->targets, out[0].v, out[1].v};
+        n = kcmp_cross_entropy(&k, &data, pb->shape, rows);
     } else if (pb->op == OP_SOFTMAX) {
         kcmp_softmax_kernel k = softmax_kernel(d, pb->C);
         kcmp_softmax_data data = {pb->N, pb->C, bwd ? NULL : in[0].v, bwd ? in[0].v : out[0].v, bwd ? in[1].v : NULL,
@@ -886,6 +964,7 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
     rc = bind(op->pass[bwd].inputs, inputs, n_inputs, "input", &d, 0, in, err, errlen);
     if (!rc) rc = bind(op->pass[bwd].outputs, outputs, n_outputs, "output", &d, 1, out, err, errlen);
     if (!rc && op->id == OP_MATMUL) rc = matmul_shapes(&d, &pb, err, errlen);
+    if (!rc && op->id == OP_CROSS_ENTROPY) rc = cross_entropy_shapes(&d, &pb, err, errlen);
     if (!rc && op->id == OP_SOFTMAX) {
         rc = same_shapes(in, out, &pb.N, &pb.C, err, errlen);
         snprintf(pb.shape, sizeof pb.shape, "N=%lld C=%lld", (long long)pb.N, (long long)pb.C);
@@ -903,6 +982,7 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
     if (rc) {
         free_bound(in);
         free_bound(out);
+        free(pb.targets);
         memset(rep, 0, sizeof *rep);
         return rc;
     }
@@ -942,6 +1022,7 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
                      op->id == OP_MATMUL      ? "matrix-unit models, storage accumulation, sequential reduction, cuBLASLt's epilogue"
                      : op->id == OP_LAYERNORM ? "storage accumulation, sequential reduction, one-pass variance"
                      : op->id == OP_SOFTMAX   ? "storage accumulation, sequential reduction, a fast exponential"
+                     : op->id == OP_CROSS_ENTROPY ? "storage accumulation, sequential reduction"
                                               : "storage accumulation, sequential reduction, no upcast");
             for (int i = 0; i < n_tries; i++) {
                 const decl *t = &tries[i].d;
@@ -970,10 +1051,12 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
     rep->pass_verdict = verdict;
     free_bound(in);
     free_bound(out);
+    free(pb.targets);
     return verdict ? ULP_PASS : ULP_FAIL;
 oom:
     free_bound(in);
     free_bound(out);
+    free(pb.targets);
     memset(rep, 0, sizeof *rep);
     return bad(err, errlen, "out of memory");
 }

@@ -99,11 +99,14 @@ typedef struct {
     const char *exp_form; /* softmax: "exp" (expf(x - max), 2 ulps), "exp2" (exp2f(x log2e - max
                              log2e), the argument folded with an fma), "fast" (__expf, 2 +
                              floor(1.173 |x - max|) ulps) or "unknown" */
+    double dloss;         /* cross_entropy: the loss gradient the dlogits are scaled by (an fp32
+                             value; 1/N for a mean over N rows); 0: not given */
+    int online;           /* cross_entropy: one pass, the sum rescaled at each new maximum */
 } ulp_kernel;
 
 #define ULP_KERNEL_DEFAULT                                                                            \
     ((ulp_kernel){"fp32", "fwd", "unknown", "unknown", "unknown", "unknown", 2.0, (double)1e-5f, "unknown", \
-                  "AB", 1.0, 0.0, 0, 1, "unknown", "unknown"})
+                  "AB", 1.0, 0.0, 0, 1, "unknown", "unknown", 0.0, 0})
 
 typedef struct {
     char output[16];        /* "y", "dx", ... */
@@ -145,7 +148,7 @@ int ulp_verify(const char *op, const ulp_kernel *k, const ulp_tensor *inputs, in
  * element of every FAIL row, the verdict and the diagnosis. */
 void ulp_report_print(FILE *fp, const ulp_report *rep);
 
-/* The ops ulp_verify knows ("matmul, layernorm, rmsnorm, softmax"), and one op's tensors per pass. */
+/* The ops ulp_verify knows ("cross_entropy, matmul, ..."), and one op's tensors per pass. */
 const char *ulp_op_names(void);
 void ulp_op_help(FILE *fp);
 /* The names of op's tensors for pass ("fwd", "bwd") and role (0 inputs, 1
