@@ -1063,7 +1063,8 @@ oom:
 
 void ulp_report_print(FILE *fp, const ulp_report *rep)
 {
-    fprintf(fp, "%-8s %-4s %-7s %-22s %9s %9s %9s %9s %9s %7s  %s\n", "op", "pass", "output", "shape", "n",
+    const int op_width = strlen(rep->op) > 8 ? (int)strlen(rep->op) : 8; /* cross_entropy */
+    fprintf(fp, "%-*s %-4s %-7s %-22s %9s %9s %9s %9s %9s %7s  %s\n", op_width, "op", "pass", "output", "shape", "n",
             "max_err_u", "rms_err_u", "bound_u", "rms_bnd_u", "ratio", "verdict");
     const char *last = "";
     for (int i = 0; i < rep->n_rows; i++) {
@@ -1073,9 +1074,9 @@ void ulp_report_print(FILE *fp, const ulp_report *rep)
                     rep->unknown ? (i == 0 ? "  (tightest)" : "  (loosest)") : "");
             last = r->assumption;
         }
-        fprintf(fp, "%-8s %-4s %-7s %-22s %9lld %9.3g %9.3g %9.3g %9.3g %7.3g  %s%s\n", rep->op, rep->pass, r->output,
-                r->shape, (long long)r->n, r->max_err_u, r->rms_err_u, r->max_bound_u, r->rms_bound_u, r->worst_ratio,
-                r->pass ? "PASS" : "FAIL", r->vacuous ? " (no finite bound)" : "");
+        fprintf(fp, "%-*s %-4s %-7s %-22s %9lld %9.3g %9.3g %9.3g %9.3g %7.3g  %s%s\n", op_width, rep->op, rep->pass,
+                r->output, r->shape, (long long)r->n, r->max_err_u, r->rms_err_u, r->max_bound_u, r->rms_bound_u,
+                r->worst_ratio, r->pass ? "PASS" : "FAIL", r->vacuous ? " (no finite bound)" : "");
         if (!r->pass) {
             fprintf(fp, "    worst [%lld]: %s", (long long)r->worst_index, r->worst_detail);
             if (r->nonfinite) fprintf(fp, " (%lld non-finite outputs)", (long long)r->nonfinite);
