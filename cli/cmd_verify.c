@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/jsonl.h"
+#include "base/outfile.h"
 #include "base/parse.h"
 #include "base/tensor_file.h"
 #include "cli/commands.h"
@@ -17,36 +19,64 @@ static void usage(FILE *fp)
     fprintf(fp,
             "usage: ulpscope verify OP --inputs FILES --outputs FILES --path P [--pass fwd|bwd]\n"
             "                       [--accum A] [--reduce R] [--col-reduce R] [--upcast U]\n"
-            "                       [--math-ulps N] [--eps E] [--list]\n\n"
+            "                       [--variance V] [--exp F] [--math-ulps N] [--eps E] [--layout L]\n"
+            "                       [--alpha X] [--beta X]\n"
+            "                       [--gelu] [--epilogue E] [--split-k S] [--dloss X] [--online]\n"
+            "                       [--json FILE] [--list]\n\n"
             "Reads the tensors a kernel saw (--inputs) and produced (--outputs), computes the\n"
             "MPFR reference of every output element and a bound on its error for the kernel\n"
             "as you declare it, and prints per output: max and RMS error in units of the\n"
             "storage format's u, the bound, the worst element with its inputs, PASS or FAIL\n"
             "(as `ulpscope check` judges its own kernels).\n\n"
-            "  OP               the op (--list shows each op's tensors)\n"
+            "  OP               the op: cross_entropy, layernorm, matmul, rmsnorm, softmax (--list:\n"
+            "                   their tensors)\n"
             "  --inputs FILES   comma-separated: FILE.npy (bound to the pass's tensors in order),\n"
             "                   NAME=FILE.npy, or FILE.safetensors (its tensors by name)\n"
             "  --outputs FILES  the same for the outputs\n"
             "  --path P         storage format of the op's tensors: fp32, bf16, fp16 (f4, f2 and\n"
             "                   f8 files must hold values of that format; u2 files hold bf16 or\n"
-            "                   fp16 bit patterns)\n"
+            "                   fp16 bit patterns); matmul also fp8 (a, b: the dequantised\n"
+            "                   operands the GEMM saw; c, bias, y: bf16)\n"
             "  --pass           fwd (default) or bwd\n"
             "  --accum A        format the kernel accumulates its sums in: fp64, fp32, bf16,\n"
-            "                   fp16, storage (the path's) or unknown (default)\n"
-            "  --reduce R       order of the row sums: sequential, pairwise, blocks:T (T threads\n"
-            "                   each summing a strided share, then a tree), depth:D (the longest\n"
-            "                   chain of roundings) or unknown (default)\n"
-            "  --col-reduce R   the same for sums over rows (rmsnorm's dgain)\n"
+            "                   fp16, storage (the path's) or unknown (default); matmul also\n"
+            "                   tensor-core (bf16/fp16), tf32 (fp32 inputs), fp8-promote:N (fp8,\n"
+            "                   promoted to fp32 every N products; cuBLASLt's default: 128 assumed),\n"
+            "                   fp8-fast (never promoted), fp8-groups:N (per-group scaling)\n"
+            "  --reduce R       order of the row sums (matmul: over K): sequential, pairwise,\n"
+            "                   blocked:B (consecutive blocks of B, then the block sums in order),\n"
+            "                   blocks:T (T threads each summing a strided share, then a tree),\n"
+            "                   depth:D (the longest chain of roundings) or unknown (default)\n"
+            "  --col-reduce R   the same for sums over rows (dgain, dbias)\n"
             "  --upcast U       rmsnorm: gemma (every step in fp32, y rounded once), llama (x rstd\n"
             "                   rounded to storage before the gain), none (statistics in storage\n"
             "                   too) or unknown (default)\n"
+            "  --variance V     layernorm: two-pass, one-pass (E[x^2] - mean^2), welford (one\n"
+            "                   thread), welford:T or welford:TxV (T threads, V elements a step,\n"
+            "                   then butterflies per warp and over the warps) or unknown (default)\n"
+            "  --exp F          softmax: exp (expf, 2 ulps), exp2 (exp2f of the folded argument),\n"
+            "                   fast (__expf) or unknown (default)\n"
             "  --math-ulps N    error of rsqrt and the like in fp32 ulps (default 2, CUDA's rsqrtf)\n"
             "  --eps E          the op's epsilon (default 1e-5 as an fp32 value)\n"
+            "  --layout L       matmul: AB (a is (M, K), b (K, N); default), AtB, ABt, AtBt\n"
+            "  --alpha X, --beta X  matmul: y = epi(alpha A B + beta C) (default 1, 0; fp32\n"
+            "                   values; --beta other than 0 needs the input c)\n"
+            "  --gelu           matmul: GELU (tanh form) after the bias\n"
+            "  --epilogue E     matmul with a bias or GELU: single (one rounding of y), rounded\n"
+            "                   (alpha A B + beta C rounded to y's format first), cublaslt (rounded,\n"
+            "                   tanh.approx GELU) or unknown (default)\n"
+            "  --split-k S      matmul: K cut into S slices, each accumulated as declared, then added\n"
+            "  --dloss X        cross_entropy: the loss gradient the dlogits are scaled by (1/N\n"
+            "                   for a mean over N rows; an fp32 value)\n"
+            "  --online         cross_entropy: one pass over the row, rescaling at each new maximum\n"
+            "  --json FILE      also write JSON Lines (- for stdout; the table then goes to stderr):\n"
+            "                   a header, one record per output row, a verdict record\n"
             "  --list           the ops and their tensors, then exit\n\n"
             "Unknown parts of the declaration: two rows per output, the tightest bound (fp32,\n"
-            "pairwise, gemma) and the loosest (storage format, sequential, none); the verdict\n"
-            "is taken against the loosest.  A declared kernel that FAILs is tried against\n"
-            "looser declarations, and the first one the outputs fit is named.\n\n"
+            "pairwise, gemma, two-pass, exp, single) and the loosest (storage format,\n"
+            "sequential, none, one-pass, fast, cublaslt); the verdict is taken against the loosest.  A declared kernel that\n"
+            "FAILs is tried against looser declarations, and the first one the outputs fit\n"
+            "is named.\n\n"
             "Exit status: 0 PASS, 1 FAIL, 2 bad input (options, files, dtypes, shapes).\n");
 }
 
@@ -75,13 +105,15 @@ static int ends_with(const char *s, const char *tail)
 }
 
 /* Makes t usable as a ulp_tensor of the declared path: u2 patterns become
- * the path's 16-bit values; integer dtypes are refused. */
-static int to_values(tfile_tensor *t, const char *what, const char *path)
+ * the path's 16-bit values; integer dtypes are refused except for index
+ * tensors (cross_entropy's targets), which keep their integers. */
+static int to_values(tfile_tensor *t, const char *what, const char *name, const char *path)
 {
+    if (strcmp(name, "targets") == 0) return 0; /* any dtype: ulp_verify checks that each value is an index */
     if (t->dtype == TFILE_U16) {
-        int bf16 = strcmp(path, "bf16") == 0;
+        int bf16 = strcmp(path, "bf16") == 0 || strcmp(path, "fp8") == 0; /* fp8 GEMMs write bf16 */
         if (!bf16 && strcmp(path, "fp16") != 0)
-            return base_error("verify", "%s: dtype u2 holds 16-bit patterns; they need --path bf16 or fp16, not %s", what, path);
+            return base_error("verify", "%s: dtype u2 holds 16-bit patterns; they need --path bf16, fp16 or fp8, not %s", what, path);
         for (int64_t i = 0; i < t->n; i++)
             t->data[i] = bf16 ? tfile_bf16_to_double((uint16_t)t->data[i]) : tfile_half_to_double((uint16_t)t->data[i]);
     } else if (!tfile_dtype_is_float(t->dtype)) {
@@ -147,7 +179,7 @@ static int read_files(const char *list, const char *role, const char *const *own
                 char what[1200];
                 snprintf(what, sizeof what, "%s: tensor '%s'", file, ts[i].name);
                 if (mine) {
-                    rc = to_values(&ts[i], what, path);
+                    rc = to_values(&ts[i], what, ts[i].name, path);
                     if (!rc) rc = bind_tensor(s, &ts[i], ts[i].name);
                     used++;
                 } else if (!theirs) {
@@ -184,22 +216,72 @@ static int read_files(const char *list, const char *role, const char *const *own
             break;
         }
         s->n_file++;
-        rc = to_values(t, file, path);
+        rc = to_values(t, file, name, path);
         if (!rc) rc = bind_tensor(s, t, name);
     }
     free(copy);
     return rc;
 }
 
+/* JSON Lines: one record per row, then the verdict. */
+static void write_json(FILE *fp, const ulp_report *rep)
+{
+    for (int i = 0; i < rep->n_rows; i++) {
+        const ulp_row *r = &rep->rows[i];
+        fprintf(fp, "{\"record\":\"verify\",\"op\":");
+        base_json_string(fp, rep->op);
+        fprintf(fp, ",\"pass\":");
+        base_json_string(fp, rep->pass);
+        fprintf(fp, ",\"output\":");
+        base_json_string(fp, r->output);
+        fprintf(fp, ",\"bound_of\":");
+        base_json_string(fp, rep->unknown ? (i < rep->n_rows / 2 ? "tightest" : "loosest") : "declared");
+        fprintf(fp, ",\"assumption\":");
+        base_json_string(fp, r->assumption);
+        fprintf(fp, ",\"shape\":");
+        base_json_string(fp, r->shape);
+        fprintf(fp, ",\"n\":%lld,\"unit_roundoff\":", (long long)r->n);
+        base_json_double(fp, r->unit_roundoff);
+        const struct {
+            const char *key;
+            double v;
+        } nums[] = {{"max_err_u", r->max_err_u},     {"rms_err_u", r->rms_err_u},   {"max_bound_u", r->max_bound_u},
+                    {"rms_bound_u", r->rms_bound_u}, {"worst_ratio", r->worst_ratio}};
+        for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++) {
+            fprintf(fp, ",\"%s\":", nums[k].key);
+            base_json_double(fp, nums[k].v);
+        }
+        fprintf(fp, ",\"worst_index\":%lld,\"worst_detail\":", (long long)r->worst_index);
+        base_json_string(fp, r->worst_detail);
+        fprintf(fp, ",\"nonfinite\":%lld,\"vacuous\":%s,\"verdict\":\"%s\"}\n", (long long)r->nonfinite,
+                r->vacuous ? "true" : "false", r->pass ? "PASS" : "FAIL");
+    }
+    fprintf(fp, "{\"record\":\"verdict\",\"op\":");
+    base_json_string(fp, rep->op);
+    fprintf(fp, ",\"pass\":");
+    base_json_string(fp, rep->pass);
+    fprintf(fp, ",\"verdict\":\"%s\",\"unknown\":%s,\"text\":", rep->pass_verdict ? "PASS" : "FAIL",
+            rep->unknown ? "true" : "false");
+    base_json_string(fp, rep->verdict);
+    fprintf(fp, ",\"diagnosis\":");
+    base_json_string(fp, rep->diagnosis);
+    fprintf(fp, "}\n");
+}
+
 int cmd_verify(int argc, char **argv)
 {
     ulp_kernel k = ULP_KERNEL_DEFAULT;
     k.path = NULL;
-    const char *op = NULL, *inputs = NULL, *outputs = NULL;
-    static const char *const options[] = {"--inputs", "--outputs", "--path",  "--pass", "--accum", "--reduce",
-                                          "--col-reduce", "--upcast", "--math-ulps", "--eps", "--list"};
-    const char **fields[] = {&inputs, &outputs, &k.path, &k.pass, &k.accum, &k.reduce, &k.col_reduce, &k.upcast};
+    const char *op = NULL, *inputs = NULL, *outputs = NULL, *json_path = NULL;
+    /* string options first (fields[]), then numbers, then flags */
+    static const char *const options[] = {"--inputs", "--outputs", "--path",      "--pass",  "--accum",
+                                          "--reduce", "--col-reduce", "--upcast", "--epilogue", "--layout",
+                                          "--variance", "--exp", "--json", "--math-ulps", "--eps", "--alpha", "--beta",
+                                          "--dloss", "--split-k", "--gelu", "--online", "--list"};
+    const char **fields[] = {&inputs,   &outputs,      &k.path,     &k.pass,       &k.accum, &k.reduce,
+                             &k.col_reduce, &k.upcast, &k.epilogue, &k.layout, &k.variance, &k.exp_form, &json_path};
     const int n_options = (int)(sizeof options / sizeof options[0]);
+    const int n_fields = (int)(sizeof fields / sizeof fields[0]);
     unsigned seen = 0;
     int list = 0;
     for (int i = 1; i < argc; i++) {
@@ -214,7 +296,8 @@ int cmd_verify(int argc, char **argv)
         if (opt < 0) {
             if (a[0] == '-' && a[1])
                 return base_error("verify", "unknown option '%s' (options: --inputs --outputs --path --pass --accum --reduce "
-                                            "--col-reduce --upcast --math-ulps --eps --list --help)", a);
+                                            "--col-reduce --upcast --variance --exp --math-ulps --eps --layout --alpha --beta "
+                                            "--gelu --epilogue --split-k --dloss --online --json --list --help)", a);
             if (op) return base_error("verify", "more than one op ('%s' and '%s')", op, a);
             op = a;
             continue;
@@ -225,16 +308,29 @@ int cmd_verify(int argc, char **argv)
             list = 1;
             continue;
         }
+        if (strcmp(a, "--gelu") == 0 || strcmp(a, "--online") == 0) {
+            *(a[2] == 'g' ? &k.gelu : &k.online) = 1;
+            continue;
+        }
+        /* "-" is a value (--json - writes to stdout); "--x" is the next option */
         if (i + 1 >= argc || !argv[i + 1][0] || strncmp(argv[i + 1], "--", 2) == 0)
             return base_error("verify", "%s needs a value", a);
         const char *v = argv[++i];
-        if (opt < (int)(sizeof fields / sizeof fields[0])) {
+        if (opt < n_fields) {
             *fields[opt] = v;
+        } else if (strcmp(a, "--split-k") == 0) {
+            long slices;
+            if (base_parse_long_in(v, 1, 1 << 20, &slices) != 0)
+                return base_error("verify", "--split-k: '%s' is not a slice count in 1..1048576", v);
+            k.split_k = (int)slices;
         } else {
             double x;
             if (base_parse_double(v, &x) != 0) return base_error("verify", "%s: '%s' is not a number", a, v);
             if (strcmp(a, "--math-ulps") == 0) k.math_ulps = x;
-            else k.eps = x;
+            else if (strcmp(a, "--eps") == 0) k.eps = x;
+            else if (strcmp(a, "--alpha") == 0) k.alpha = x;
+            else if (strcmp(a, "--dloss") == 0) k.dloss = x;
+            else k.beta = x;
         }
     }
     if (list) {
@@ -243,24 +339,43 @@ int cmd_verify(int argc, char **argv)
     }
     if (!op) return base_error("verify", "no op given (ops: %s; ulpscope verify --list)", ulp_op_names());
     if (!inputs || !outputs) return base_error("verify", "%s is required", !inputs ? "--inputs" : "--outputs");
-    if (!k.path) return base_error("verify", "--path is required (fp32, bf16, fp16): the storage format the kernel used");
+    if (!k.path) return base_error("verify", "--path is required (fp32, bf16, fp16; matmul also fp8): the storage format the kernel used");
 
-    /* The names the files bind to: the pass's tensors. */
+    /* The names the files bind to: the pass's tensors.  An op or pass that
+     * has none: ulp_verify says why, before any file is read. */
     const char *names_in[8], *names_out[8];
-    if (ulp_op_tensors(op, "fwd", 0, names_in, 8) < 0)
-        return base_error("verify", "unknown op '%s' (ops: %s)", op, ulp_op_names());
-    if (ulp_op_tensors(op, k.pass, 0, names_in, 8) < 0) return base_error("verify", "unknown pass '%s' (fwd, bwd)", k.pass);
+    static ulp_report rep;
+    char err[1200];
+    if (ulp_op_tensors(op, k.pass, 0, names_in, 8) < 0) {
+        ulp_verify(op, &k, NULL, 0, NULL, 0, &rep, err, sizeof err);
+        return base_error("verify", "%s", err);
+    }
     ulp_op_tensors(op, k.pass, 1, names_out, 8);
+    if (json_path && base_outfile_check("verify", json_path)) return BASE_EXIT_USAGE; /* before any work */
 
     tensor_set in = {0}, out = {0};
     int rc = read_files(inputs, "inputs", names_in, names_out, k.path, &in);
     if (!rc) rc = read_files(outputs, "outputs", names_out, names_in, k.path, &out);
     if (!rc) {
-        static ulp_report rep;
-        char err[1200];
         rc = ulp_verify(op, &k, in.bound, in.n_bound, out.bound, out.n_bound, &rep, err, sizeof err);
-        if (rc == ULP_BAD_INPUT) rc = base_error("verify", "%s", err);
-        else ulp_report_print(stdout, &rep);
+        if (rc == ULP_BAD_INPUT) {
+            rc = base_error("verify", "%s", err);
+        } else {
+            base_outfile json = {0};
+            ulp_report_print(json_path && base_outfile_is_stdout(json_path) ? stderr : stdout, &rep);
+            if (json_path) {
+                char extra[600];
+                /* names ulp_verify accepted: no quotes or escapes in them */
+                snprintf(extra, sizeof extra, "\"op\":\"%s\",\"pass\":\"%s\",\"path\":\"%s\"", rep.op, rep.pass, k.path);
+                if (base_outfile_open(&json, "verify", json_path) != 0) {
+                    rc = 1;
+                } else {
+                    base_json_header(json.fp, "verify", extra);
+                    write_json(json.fp, &rep);
+                    if (base_outfile_commit(&json, "verify") != 0) rc = 1;
+                }
+            }
+        }
     }
     free_set(&in);
     free_set(&out);

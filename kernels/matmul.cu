@@ -17,6 +17,7 @@
 #include "kernels/common/klaunch.cuh"
 #include "kernels/matmul.h"
 #include "kernels/registry.h"
+#include "precision/dot_bound.h"
 
 extern "C" const kvariant kmatmul_variants[KMATMUL_NVARIANTS] = {
     {"fused", "cuBLASLt heuristic's best algorithm, split-K excluded; bias and GELU in its epilogue"},
@@ -1319,28 +1320,23 @@ extern "C" int kmatmul_time_algos(kpath path, kmatmul_accum accum, const kmatmul
 }
 
 // The models are explained in kernels/check/check_matmul.c's file comment.
+// The models themselves, with their sources, are in precision/dot_bound.h and
+// kernels/check/check_matmul.c; here only which one each GEMM claims.
 extern "C" double kmatmul_error_factor(kpath path, kmatmul_accum accum, int64_t K, int *truncating)
 {
-    const double u32 = 0x1p-24;
-    auto gamma = [](double n, double u) { return n * u < 1 ? n * u / (1 - n * u) : INFINITY; };
-    *truncating = 1;
+    prec_dot_model m = {PREC_DOT_TENSOR_CORE, PREC_FP32, K, 0.0, 0};
     if (accum == KMATMUL_ACC_BLOCK_SCALED) {
-        int64_t groups = (K + KMATMUL_FP8_BLOCK - 1) / KMATMUL_FP8_BLOCK;
-        int64_t in_group = K < KMATMUL_FP8_BLOCK ? K : KMATMUL_FP8_BLOCK;
-        return (1 + gamma(1.5 * in_group, 0x1p-13)) * (1 + gamma((double)groups + 1, u32)) - 1;
+        m.kind = PREC_DOT_FP8_GROUPS;
+        m.interval = KMATMUL_FP8_BLOCK;
+    } else if (path == KPATH_FP8) {
+        m.kind = PREC_DOT_FP8;
+        m.interval = accum == KMATMUL_ACC_FAST ? 0 : 128; // assumed promotion interval of cuBLASLt's default mode
+    } else if (path == KPATH_FP32 && accum == KMATMUL_ACC_DEFAULT) {
+        m.kind = PREC_DOT_ROUNDED; // SIMT FFMA, sequential over K
+    } else if (path == KPATH_FP32) {
+        m.u_in = 0x1p-10; // tf32: each input truncated to 11 bits
     }
-    if (path == KPATH_FP8) {
-        const int64_t nc = 128; // assumed promotion interval of cuBLASLt's default mode
-        if (accum == KMATMUL_ACC_FAST) return (1 + gamma(1.5 * K, 0x1p-13)) * pow(1 + u32, 3) - 1;
-        int64_t interval = K < nc ? K : nc, promotions = (K + nc - 1) / nc;
-        return (1 + gamma(1.5 * interval, 0x1p-13)) * (1 + gamma((double)promotions, u32)) * pow(1 + u32, 3) - 1;
-    }
-    if (path == KPATH_FP32 && accum == KMATMUL_ACC_DEFAULT) {
-        *truncating = 0;
-        return gamma((double)K, u32);
-    }
-    double u_prod = path == KPATH_FP32 ? (1 + 0x1p-10) * (1 + 0x1p-10) - 1 : 0.0;
-    return (1 + u_prod) * (1 + gamma((double)(K + 2 * ((K + 3) / 4)), 0x1p-23)) - 1;
+    return prec_dot_factor(&m, K, truncating);
 }
 
 extern "C" size_t kmatmul_workspace_bytes(void)

@@ -16,8 +16,16 @@
 #include <cmocka.h>
 
 #include "base/tensor_file.h"
+#include "kernels/check/compare_cross_entropy.h"
+#include "kernels/check/compare_layernorm.h"
+#include "kernels/check/compare_matmul.h"
 #include "kernels/check/compare_rmsnorm.h"
+#include "kernels/check/compare_softmax.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/softmax.h"
 #include "precision/format.h"
 #include "precision/rng.h"
 #include "tests/test_util.h"
@@ -354,6 +362,762 @@ static void unknown_reports_both_bounds(void **state)
     free_data(&d);
 }
 
+/* ---- matmul ----------------------------------------------------------------------------- */
+
+/* A GEMM operand set: a (M, K) and b (K, N) row-major in the AB layout;
+ * c (M, N), bias (N); y as a kernel wrote it. */
+typedef struct {
+    int64_t M, N, K;
+    double *a, *b, *c, *bias, *y;
+} mm_data;
+
+static mm_data mm_alloc(int64_t M, int64_t N, int64_t K)
+{
+    mm_data d = {M, N, K, malloc(M * K * sizeof(double)), malloc(K * N * sizeof(double)), malloc(M * N * sizeof(double)),
+                 malloc(N * sizeof(double)), malloc(M * N * sizeof(double))};
+    assert_true(d.a && d.b && d.c && d.bias && d.y);
+    return d;
+}
+
+static void mm_free(mm_data *d) { free(d->a); free(d->b); free(d->c); free(d->bias); free(d->y); }
+
+static ulp_report mm_rep;
+
+/* ulp_verify of d as a matmul in layout AB; rc as ulp_verify returns it (bad input fails the test). */
+static int mm_verify(const mm_data *d, const ulp_kernel *k, int with_c, int with_bias)
+{
+    ulp_tensor in[4] = {ULP_TENSOR("a", ULP_F64, d->a, d->M, d->K), ULP_TENSOR("b", ULP_F64, d->b, d->K, d->N)};
+    int n_in = 2;
+    if (with_c) in[n_in++] = ULP_TENSOR("c", ULP_F64, d->c, d->M, d->N);
+    if (with_bias) in[n_in++] = ULP_TENSOR("bias", ULP_F64, d->bias, d->N);
+    ulp_tensor out[1] = {ULP_TENSOR("y", ULP_F64, d->y, d->M, d->N)};
+    char err[512];
+    int rc = ulp_verify("matmul", k, in, n_in, out, 1, &mm_rep, err, sizeof err);
+    if (rc == ULP_BAD_INPUT) fail_msg("bad input: %s", err);
+    return rc;
+}
+
+static double gelu_tanh(double z) { return 0.5 * z * (1.0 + tanh(0.7978845608028654 * (z + 0.044715 * z * z * z))); }
+
+/* verify, declared as check describes each (path, accumulation, variant) of
+ * our GEMMs, reports check's row bit for bit: the same reference, the same
+ * accumulation model, the same epilogue replay. */
+static void matmul_agrees_with_check(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("matmul_agrees_with_check"));
+    static const struct {
+        int64_t M, N, K;
+        int bias, gelu;
+        double alpha, beta;
+    } shapes[] = {{9, 11, 70, 1, 0, 1.0, 0.0}, {7, 5, 257, 1, 1, 0.5, 0.0}, {6, 8, 256, 0, 1, 1.0, 0.5}, {5, 4, 1000, 0, 0, 1.0, 0.0}};
+    static const kpath paths[] = {KPATH_FP32, KPATH_BF16, KPATH_FP16, KPATH_FP8};
+    static const char *const path_names[] = {"fp32", "bf16", "fp16", "fp8"};
+    int compared = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int pi = 0; pi < 4; pi++)
+            for (int acc = 0; acc < KMATMUL_NACCUMS; acc++)
+                for (int variant = 0; variant < KMATMUL_NVARIANTS; variant++) {
+                    const kpath path = paths[pi];
+                    const int fp8 = path == KPATH_FP8, block = acc == KMATMUL_ACC_BLOCK_SCALED;
+                    if (block && (!fp8 || variant != KMATMUL_FUSED)) continue; /* one variant, fp8 only */
+                    const int64_t M = shapes[si].M, N = shapes[si].N, K = shapes[si].K;
+                    kcmp_matmul_kernel ck = kcheck_matmul_kernel(path, acc, variant, K, shapes[si].alpha, shapes[si].beta,
+                                                                 shapes[si].gelu);
+                    /* verify's --split-k S cuts ceil(K/S) terms; our fp8 split_k rounds the slice
+                     * up to 16 terms, which a slice count cannot say: those shapes are left out */
+                    if (variant == KMATMUL_SPLIT_K && ck.slice != (K + KMATMUL_SPLIT_K_SLICES - 1) / KMATMUL_SPLIT_K_SLICES)
+                        continue;
+                    const prec_format f = ck.out;
+                    mm_data d = mm_alloc(M, N, K);
+                    /* fp8: the dequantised operands, e4m3 codes times an fp32 scale */
+                    const double scale = fp8 ? prec_rne(1.37e-2, PREC_FP32) : 1.0;
+                    for (int64_t i = 0; i < M * K; i++)
+                        d.a[i] = fp8 ? prec_rne(prec_rng_normal(&rng) * 8, PREC_E4M3) * scale : prec_rne(prec_rng_normal(&rng), f);
+                    for (int64_t i = 0; i < K * N; i++) d.b[i] = prec_rne(prec_rng_normal(&rng), fp8 ? PREC_E4M3 : f);
+                    for (int64_t i = 0; i < M * N; i++) d.c[i] = prec_rne(prec_rng_normal(&rng), f);
+                    for (int64_t i = 0; i < N; i++) d.bias[i] = prec_rne(prec_rng_normal(&rng), f);
+                    /* a y a few units off the exact epilogue */
+                    for (int64_t m = 0; m < M; m++)
+                        for (int64_t n = 0; n < N; n++) {
+                            double z = 0;
+                            for (int64_t k = 0; k < K; k++) z += d.a[m * K + k] * d.b[k * N + n];
+                            z = shapes[si].alpha * z + shapes[si].beta * d.c[m * N + n] + (shapes[si].bias ? d.bias[n] : 0);
+                            if (shapes[si].gelu) z = gelu_tanh(z);
+                            d.y[m * N + n] = prec_rne(z * (1 + 3 * prec_rng_normal(&rng) * prec_format_get(f)->unit_roundoff), f);
+                        }
+                    char shape[96];
+                    snprintf(shape, sizeof shape, "M=%lld N=%lld K=%lld AB%s%s%s", (long long)M, (long long)N, (long long)K,
+                             shapes[si].bias ? " bias" : "", shapes[si].gelu ? " gelu" : "", shapes[si].beta != 0 ? " +C" : "");
+                    kcmp_matmul_data cd = {M, N, K, d.a, (long)K, 1, d.b, (long)N, 1, shapes[si].beta != 0 ? d.c : NULL,
+                                           shapes[si].bias ? d.bias : NULL, d.y, NULL};
+                    kcheck_acc row;
+                    assert_int_equal(kcmp_matmul(&ck, &cd, shape, &row), 1);
+
+                    ulp_kernel k = ULP_KERNEL_DEFAULT;
+                    k.path = path_names[pi];
+                    k.accum = block ? "fp8-groups:128"
+                              : fp8 ? (acc == KMATMUL_ACC_FAST ? "fp8-fast" : "fp8-promote:128")
+                              : path == KPATH_FP32 ? (acc == KMATMUL_ACC_FAST ? "tf32" : "fp32")
+                                                   : "tensor-core";
+                    k.reduce = "sequential";
+                    k.epilogue = block || variant == KMATMUL_SPLIT_K ? "single"
+                                 : variant == KMATMUL_FUSED          ? "cublaslt"
+                                                                     : "rounded";
+                    k.split_k = variant == KMATMUL_SPLIT_K ? KMATMUL_SPLIT_K_SLICES : 1;
+                    k.alpha = shapes[si].alpha;
+                    k.beta = shapes[si].beta;
+                    k.gelu = shapes[si].gelu;
+                    mm_verify(&d, &k, shapes[si].beta != 0, shapes[si].bias);
+                    assert_int_equal(mm_rep.n_rows, 1);
+                    assert_int_equal(mm_rep.unknown, 0);
+                    const kcheck_row *c = &row.row;
+                    const ulp_row *u = &mm_rep.rows[0];
+                    if (c->max_err_u != u->max_err_u || c->rms_err_u != u->rms_err_u || c->max_bound_u != u->max_bound_u ||
+                        c->rms_bound_u != u->rms_bound_u || c->worst_ratio != u->worst_ratio || c->pass != u->pass ||
+                        c->worst_index != u->worst_index || c->n != u->n)
+                        fail_msg("%s accum %d variant %d shape %zu: check %.17g u (bound %.17g, rms %.17g) vs verify %.17g u "
+                                 "(bound %.17g, rms %.17g)", path_names[pi], acc, variant, si, c->max_err_u, c->max_bound_u,
+                                 c->rms_bound_u, u->max_err_u, u->max_bound_u, u->rms_bound_u);
+                    assert_string_equal(c->worst_detail, u->worst_detail);
+                    assert_string_equal(c->shape, u->shape);
+                    compared++;
+                    mm_free(&d);
+                }
+    assert_true(compared >= 60);
+}
+
+/* correct kernels (one accumulator; four split-K slices; blocks of 32), then the planted bugs */
+enum { MM_OK, MM_SPLIT4, MM_BLOCKED32, MM_DROP_TERM, MM_TRUNCATE, MM_BF16_ACC, MM_TF32, MM_FP8_FAST, MM_FP8_PROMOTED };
+
+static double truncate_bits(double x, int bits)
+{
+    if (x == 0) return 0;
+    int e = ilogb(x);
+    return ldexp(trunc(ldexp(x, bits - 1 - e)), e - (bits - 1));
+}
+
+/* A GEMM + bias as a kernel of output format f computes it: one fp32
+ * accumulator per element, sequential over K (fmaf), the bias added in fp32,
+ * one rounding into f; bugs on request.  MM_SPLIT4 and MM_BLOCKED32 restart
+ * the accumulator every K/4 or 32 products and add the partial sums in
+ * order in fp32.  MM_FP8_PROMOTED is the correct fp8 kernel (14-bit
+ * truncating partial sums promoted into fp32 every 128 products),
+ * MM_FP8_FAST the one that never promotes. */
+static void emulate_matmul(mm_data *d, prec_format f, int bug)
+{
+    for (int64_t m = 0; m < d->M; m++)
+        for (int64_t n = 0; n < d->N; n++) {
+            float acc = 0.0f, total = 0.0f; /* total: the partial sums of split-K and blocks */
+            double partial = 0; /* fp8: the matrix unit's 14-bit partial sum */
+            const int64_t restart = bug == MM_SPLIT4 ? (d->K + 3) / 4 : bug == MM_BLOCKED32 ? 32 : d->K;
+            for (int64_t k = 0; k < d->K; k++) {
+                if (k > 0 && k % restart == 0) {
+                    total += acc;
+                    acc = 0.0f;
+                }
+                double a = d->a[m * d->K + k], b = d->b[k * d->N + n];
+                if (bug == MM_DROP_TERM && k == d->K / 2) continue;
+                if (bug == MM_TF32) {
+                    a = truncate_bits(a, 11);
+                    b = truncate_bits(b, 11);
+                }
+                if (bug == MM_FP8_FAST || bug == MM_FP8_PROMOTED) {
+                    partial = truncate_bits(partial + a * b, 14);
+                    if (bug == MM_FP8_PROMOTED && (k % 128 == 127 || k == d->K - 1)) {
+                        acc += (float)partial;
+                        partial = 0;
+                    }
+                    continue;
+                }
+                acc = fmaf((float)a, (float)b, acc);
+                if (bug == MM_BF16_ACC) acc = (float)prec_rne(acc, PREC_BF16);
+            }
+            if (bug == MM_FP8_FAST) acc = (float)partial;
+            if (restart < d->K) acc += total;
+            float z = acc + (float)d->bias[n];
+            /* truncation: an fp32 output truncated to bf16 precision (a narrow store), as check plants it */
+            d->y[m * d->N + n] = bug == MM_TRUNCATE ? prec_round(z, f == PREC_FP32 ? PREC_BF16 : f,
+                                                                 (prec_rounding){PREC_RZ, PREC_OVF_IEEE, false}, 0)
+                                                    : prec_rne(z, f);
+        }
+}
+
+static mm_data mm_make(prec_rng *rng, int64_t M, int64_t N, int64_t K, prec_format in, prec_format out, int positive,
+                       int bug)
+{
+    mm_data d = mm_alloc(M, N, K);
+    for (int64_t i = 0; i < M * K; i++) d.a[i] = prec_rne(positive ? 1 + 0.25 * prec_rng_normal(rng) : prec_rng_normal(rng), in);
+    for (int64_t i = 0; i < K * N; i++) d.b[i] = prec_rne(positive ? 1 + 0.25 * prec_rng_normal(rng) : prec_rng_normal(rng), in);
+    for (int64_t i = 0; i < N; i++) d.bias[i] = prec_rne(prec_rng_normal(rng), out);
+    emulate_matmul(&d, out, bug);
+    return d;
+}
+
+/* The correct emulated GEMMs pass as declared; each planted bug FAILs, and
+ * an accumulation narrower than declared is named. */
+static void matmul_planted_bugs_fail(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("matmul_planted_bugs_fail"));
+    static const int64_t Ks[] = {7, 64, 300};
+    ulp_kernel k = ULP_KERNEL_DEFAULT;
+    k.accum = "fp32";
+    k.reduce = "sequential";
+    k.epilogue = "single";
+    for (int pi = 0; pi < 2; pi++) {
+        const prec_format f = pi ? PREC_BF16 : PREC_FP32;
+        k.path = pi ? "bf16" : "fp32";
+        for (size_t s = 0; s < sizeof Ks / sizeof Ks[0]; s++) {
+            mm_data good = mm_make(&rng, 12, 10, Ks[s], f, f, 0, MM_OK);
+            if (mm_verify(&good, &k, 0, 1) != ULP_PASS) {
+                ulp_report_print(stdout, &mm_rep);
+                fail_msg("the correct %s GEMM failed at K=%lld", k.path, (long long)Ks[s]);
+            }
+            mm_free(&good);
+            for (int bug = MM_DROP_TERM; bug <= MM_TF32; bug++) {
+                if (bug == MM_TF32 && f != PREC_FP32) continue;
+                if (bug == MM_BF16_ACC && Ks[s] < 32) continue; /* 7 bf16 products: their fp32 sums may be exact in bf16 */
+                /* a sum of positive terms: a narrow accumulator drifts, a truncation shows on every element */
+                mm_data d = mm_make(&rng, 12, 10, Ks[s], f, f, bug == MM_BF16_ACC || bug == MM_TF32, bug);
+                if (mm_verify(&d, &k, 0, 1) != ULP_FAIL) {
+                    ulp_report_print(stdout, &mm_rep);
+                    fail_msg("planted bug %d passed on %s at K=%lld", bug, k.path, (long long)Ks[s]);
+                }
+                if (bug == MM_BF16_ACC && f == PREC_BF16 && Ks[s] == 64 && !strstr(mm_rep.diagnosis, "accumulates in bf16"))
+                    fail_msg("diagnosis: %s", mm_rep.diagnosis);
+                if (bug == MM_TF32 && !strstr(mm_rep.diagnosis, "tf32")) fail_msg("diagnosis: %s", mm_rep.diagnosis);
+                mm_free(&d);
+            }
+        }
+    }
+    /* fp8: promotion every 128 products declared; a kernel that never promotes FAILs it */
+    ulp_kernel k8 = ULP_KERNEL_DEFAULT;
+    k8.path = "fp8";
+    k8.accum = "fp8-promote:128";
+    k8.epilogue = "single";
+    mm_data good = mm_make(&rng, 6, 5, 4096, PREC_E4M3, PREC_BF16, 1, MM_FP8_PROMOTED);
+    if (mm_verify(&good, &k8, 0, 1) != ULP_PASS) {
+        ulp_report_print(stdout, &mm_rep);
+        fail_msg("the promoting fp8 GEMM failed");
+    }
+    mm_data fast = mm_make(&rng, 6, 5, 4096, PREC_E4M3, PREC_BF16, 1, MM_FP8_FAST);
+    if (mm_verify(&fast, &k8, 0, 1) != ULP_FAIL || !strstr(mm_rep.diagnosis, "--accum fp8-fast")) {
+        ulp_report_print(stdout, &mm_rep);
+        fail_msg("fp8 fast accumulation declared as promoted was not caught and named");
+    }
+    ulp_kernel kf = k8;
+    kf.accum = "fp8-fast";
+    assert_int_equal(mm_verify(&fast, &kf, 0, 1), ULP_PASS);
+    mm_free(&good);
+    mm_free(&fast);
+}
+
+/* Split-K: the slices as declared; unknown parts: tightest and loosest rows. */
+static void matmul_split_k_and_unknown(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("matmul_split_k_and_unknown"));
+    mm_data d = mm_make(&rng, 8, 9, 1000, PREC_BF16, PREC_BF16, 0, MM_OK);
+    ulp_kernel k = ULP_KERNEL_DEFAULT;
+    k.path = "bf16";
+    assert_int_equal(mm_verify(&d, &k, 0, 1), ULP_PASS);
+    assert_int_equal(mm_rep.unknown, 1);
+    assert_int_equal(mm_rep.n_rows, 2);
+    assert_non_null(strstr(mm_rep.rows[0].assumption, "--accum fp32 --reduce pairwise --epilogue single"));
+    assert_non_null(strstr(mm_rep.rows[1].assumption, "--accum storage --reduce sequential --epilogue cublaslt"));
+    assert_true(mm_rep.rows[1].max_bound_u > mm_rep.rows[0].max_bound_u);
+    /* four sequential slices of 250: a shorter chain than 1000, so a tighter bound */
+    k.accum = "fp32";
+    k.reduce = "sequential";
+    k.epilogue = "single";
+    assert_int_equal(mm_verify(&d, &k, 0, 1), ULP_PASS);
+    mm_data split = mm_make(&rng, 8, 9, 1000, PREC_FP32, PREC_FP32, 1, MM_SPLIT4);
+    k.path = "fp32";
+    k.split_k = 4;
+    assert_int_equal(mm_verify(&split, &k, 0, 1), ULP_PASS);
+    assert_non_null(strstr(mm_rep.rows[0].assumption, "--split-k 4"));
+    double four_slices = mm_rep.rows[0].max_bound_u;
+    k.split_k = 1;
+    assert_int_equal(mm_verify(&split, &k, 0, 1), ULP_PASS);
+    assert_true(four_slices < mm_rep.rows[0].max_bound_u);
+    /* blocks of 32 restarted: blocked:32, a chain of 32 + 31 */
+    mm_data blocked = mm_make(&rng, 8, 9, 1000, PREC_FP32, PREC_FP32, 1, MM_BLOCKED32);
+    k.reduce = "blocked:32";
+    assert_int_equal(mm_verify(&blocked, &k, 0, 1), ULP_PASS);
+    double blocks = mm_rep.rows[0].max_bound_u;
+    k.reduce = "sequential";
+    assert_int_equal(mm_verify(&blocked, &k, 0, 1), ULP_PASS);
+    assert_true(blocks < mm_rep.rows[0].max_bound_u);
+    mm_free(&d);
+    mm_free(&split);
+    mm_free(&blocked);
+}
+
+/* ---- layernorm -------------------------------------------------------------------------- */
+
+enum { LN_OK, LN_DROP_TERM, LN_TRUNCATE, LN_BF16_ACC, LN_ONE_PASS };
+
+typedef struct {
+    int64_t N, C;
+    double *x, *g, *b, *dy;            /* inputs */
+    double *y, *mean, *rstd, *dx, *dg, *db; /* outputs */
+} ln_data;
+
+static float ln_sum_add(float s, float t, int bug)
+{
+    s += t;
+    return bug == LN_BF16_ACC ? (float)prec_rne(s, PREC_BF16) : s;
+}
+
+/* LayerNorm as a one-thread-per-row kernel of storage f computes it, every
+ * step in fp32, sums sequential; two-pass variance unless LN_ONE_PASS; the
+ * backward reads the stored mean and rstd.  Bugs planted on request (a
+ * dropped term leaves one x out of the mean's sum and one g out of the
+ * backward's). */
+static void emulate_layernorm(ln_data *d, prec_format f, int bug)
+{
+    const int64_t N = d->N, C = d->C;
+    const prec_rounding rz = {PREC_RZ, PREC_OVF_IEEE, false};
+    for (int64_t c = 0; c < C; c++) d->dg[c] = d->db[c] = 0;
+    float *dgs = calloc((size_t)C, sizeof(float)), *dbs = calloc((size_t)C, sizeof(float));
+    assert_true(dgs && dbs);
+    for (int64_t n = 0; n < N; n++) {
+        const double *x = d->x + n * C, *dy = d->dy + n * C;
+        float sx = 0, sq = 0;
+        for (int64_t c = 0; c < C; c++) {
+            if (bug == LN_DROP_TERM && c == C / 2) continue;
+            sx = ln_sum_add(sx, (float)x[c], bug);
+            sq = ln_sum_add(sq, (float)x[c] * (float)x[c], bug);
+        }
+        float mean = sx / (float)C, var;
+        if (bug == LN_ONE_PASS) {
+            var = sq / (float)C - mean * mean;
+        } else {
+            float sd = 0;
+            for (int64_t c = 0; c < C; c++) sd = ln_sum_add(sd, ((float)x[c] - mean) * ((float)x[c] - mean), bug);
+            var = sd / (float)C;
+        }
+        float rstd = 1.0f / sqrtf(var + 1e-5f);
+        d->mean[n] = mean;
+        d->rstd[n] = rstd;
+        float sg = 0, sgx = 0;
+        for (int64_t c = 0; c < C; c++) {
+            float xhat = ((float)x[c] - mean) * rstd, v = xhat * (float)d->g[c] + (float)d->b[c];
+            d->y[n * C + c] = bug == LN_TRUNCATE ? prec_round(v, f, rz, 0) : prec_rne(v, f);
+            float gd = (float)d->g[c] * (float)dy[c];
+            if (!(bug == LN_DROP_TERM && c == C / 2)) sg = ln_sum_add(sg, gd, bug);
+            sgx = ln_sum_add(sgx, gd * xhat, bug);
+            dgs[c] = ln_sum_add(dgs[c], (float)dy[c] * xhat, bug);
+            dbs[c] = ln_sum_add(dbs[c], (float)dy[c], bug);
+        }
+        float a = sg / (float)C, b = sgx / (float)C;
+        for (int64_t c = 0; c < C; c++) {
+            float xhat = ((float)x[c] - mean) * rstd, gd = (float)d->g[c] * (float)dy[c];
+            float v = rstd * ((gd - a) - xhat * b);
+            d->dx[n * C + c] = bug == LN_TRUNCATE ? prec_round(v, f, rz, 0) : prec_rne(v, f);
+        }
+    }
+    for (int64_t c = 0; c < C; c++) {
+        d->dg[c] = bug == LN_TRUNCATE ? prec_round(dgs[c], f, rz, 0) : prec_rne(dgs[c], f);
+        d->db[c] = bug == LN_TRUNCATE ? prec_round(dbs[c], f, rz, 0) : prec_rne(dbs[c], f);
+    }
+    free(dgs);
+    free(dbs);
+}
+
+static ln_data ln_make(prec_rng *rng, int64_t N, int64_t C, double offset, prec_format f, int bug)
+{
+    ln_data d = {N, C, malloc(N * C * sizeof(double)), malloc(C * sizeof(double)), malloc(C * sizeof(double)),
+                 malloc(N * C * sizeof(double)), malloc(N * C * sizeof(double)), malloc(N * sizeof(double)),
+                 malloc(N * sizeof(double)), malloc(N * C * sizeof(double)), malloc(C * sizeof(double)),
+                 malloc(C * sizeof(double))};
+    assert_true(d.x && d.g && d.b && d.dy && d.y && d.mean && d.rstd && d.dx && d.dg && d.db);
+    for (int64_t i = 0; i < N * C; i++) d.x[i] = prec_rne(offset + prec_rng_normal(rng), f);
+    for (int64_t i = 0; i < N * C; i++) d.dy[i] = prec_rne(prec_rng_normal(rng), f);
+    for (int64_t c = 0; c < C; c++) d.g[c] = prec_rne(1 + 0.25 * prec_rng_normal(rng), f);
+    for (int64_t c = 0; c < C; c++) d.b[c] = prec_rne(0.5 * prec_rng_normal(rng), f);
+    emulate_layernorm(&d, f, bug);
+    return d;
+}
+
+static void ln_free(ln_data *d)
+{
+    free(d->x); free(d->g); free(d->b); free(d->dy); free(d->y); free(d->mean); free(d->rstd);
+    free(d->dx); free(d->dg); free(d->db);
+}
+
+static ulp_report ln_rep;
+
+static int ln_verify(const ln_data *d, const ulp_kernel *k)
+{
+    int bwd = strcmp(k->pass, "bwd") == 0;
+    ulp_tensor in[5], out[3];
+    int n_in = 0, n_out = 0;
+    in[n_in++] = ULP_TENSOR("x", ULP_F64, d->x, d->N, d->C);
+    in[n_in++] = ULP_TENSOR("gain", ULP_F64, d->g, d->C);
+    if (bwd) {
+        in[n_in++] = ULP_TENSOR("dy", ULP_F64, d->dy, d->N, d->C);
+        in[n_in++] = ULP_TENSOR("mean", ULP_F64, d->mean, d->N);
+        in[n_in++] = ULP_TENSOR("rstd", ULP_F64, d->rstd, d->N);
+        out[n_out++] = ULP_TENSOR("dx", ULP_F64, d->dx, d->N, d->C);
+        out[n_out++] = ULP_TENSOR("dgain", ULP_F64, d->dg, d->C);
+        out[n_out++] = ULP_TENSOR("dbias", ULP_F64, d->db, d->C);
+    } else {
+        in[n_in++] = ULP_TENSOR("bias", ULP_F64, d->b, d->C);
+        out[n_out++] = ULP_TENSOR("y", ULP_F64, d->y, d->N, d->C);
+        out[n_out++] = ULP_TENSOR("mean", ULP_F64, d->mean, d->N);
+        out[n_out++] = ULP_TENSOR("rstd", ULP_F64, d->rstd, d->N);
+    }
+    char err[512];
+    int rc = ulp_verify("layernorm", k, in, n_in, out, n_out, &ln_rep, err, sizeof err);
+    if (rc == ULP_BAD_INPUT) fail_msg("bad input: %s", err);
+    return rc;
+}
+
+/* verify, declared as check describes each variant, reports check's rows
+ * bit for bit, forward (y, mean, rstd) and backward (dx, dgain, dbias). */
+static void layernorm_agrees_with_check(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("layernorm_agrees_with_check"));
+    const prec_format formats[] = {PREC_FP32, PREC_BF16, PREC_FP16};
+    const char *paths[] = {"fp32", "bf16", "fp16"};
+    for (int fi = 0; fi < 3; fi++)
+        for (int v = 0; v < KLAYERNORM_NVARIANTS; v++) {
+            ln_data d = ln_make(&rng, 6, 1001, fi == 2 ? 4.0 : 8.0, formats[fi], LN_OK);
+            kcmp_layernorm_kernel k = kcheck_layernorm_kernel(formats[fi], v, d.N, d.C);
+            kcmp_layernorm_data cd = {d.N, d.C, d.x, d.g, d.b, d.dy, d.y, d.mean, d.rstd, d.dx, d.dg, d.db};
+            kcheck_acc rows[KCMP_LAYERNORM_MAX_ROWS];
+            char shape[96];
+            snprintf(shape, sizeof shape, "N=%lld C=%lld", (long long)d.N, (long long)d.C);
+            assert_int_equal(kcmp_layernorm(&k, &cd, shape, rows), 6);
+            char reduce[32], variance[32], col[32];
+            snprintf(variance, sizeof variance, "%s", k.variance == KCMP_LN_ONE_PASS ? "one-pass" : "two-pass");
+            if (k.variance == KCMP_LN_WELFORD)
+                snprintf(variance, sizeof variance, "welford:%dx%d", k.welford_threads, k.welford_vec);
+            ulp_kernel uk = ULP_KERNEL_DEFAULT;
+            uk.path = paths[fi];
+            uk.accum = "fp32";
+            uk.variance = variance;
+            for (int pass = 0; pass < 2; pass++) {
+                snprintf(reduce, sizeof reduce, "depth:%lld", (long long)(pass ? k.bwd_depth : k.fwd_depth));
+                snprintf(col, sizeof col, "depth:%lld", (long long)k.col_depth);
+                uk.pass = pass ? "bwd" : "fwd";
+                uk.reduce = reduce;
+                uk.col_reduce = col;
+                ln_verify(&d, &uk);
+                assert_int_equal(ln_rep.n_rows, 3);
+                assert_int_equal(ln_rep.unknown, 0);
+                for (int r = 0; r < 3; r++) {
+                    const kcheck_row *c = &rows[3 * pass + r].row;
+                    const ulp_row *u = &ln_rep.rows[r];
+                    assert_string_equal(c->output, u->output);
+                    if (c->max_err_u != u->max_err_u || c->rms_err_u != u->rms_err_u || c->max_bound_u != u->max_bound_u ||
+                        c->rms_bound_u != u->rms_bound_u || c->worst_ratio != u->worst_ratio || c->pass != u->pass ||
+                        c->worst_index != u->worst_index)
+                        fail_msg("%s variant %d output %s: check %.17g u (bound %.17g) vs verify %.17g u (bound %.17g)",
+                                 paths[fi], v, c->output, c->max_err_u, c->max_bound_u, u->max_err_u, u->max_bound_u);
+                    assert_string_equal(c->worst_detail, u->worst_detail);
+                }
+            }
+            ln_free(&d);
+        }
+}
+
+/* The correct emulated kernel passes as declared, forward and backward;
+ * each planted bug FAILs; a one-pass variance declared two-pass is named. */
+static void layernorm_planted_bugs_fail(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("layernorm_planted_bugs_fail"));
+    static const int64_t Cs[] = {7, 64, 1001};
+    ulp_kernel k = ULP_KERNEL_DEFAULT;
+    k.path = "bf16";
+    k.accum = "fp32";
+    k.reduce = k.col_reduce = "sequential";
+    k.variance = "two-pass";
+    for (size_t s = 0; s < 3; s++)
+        for (int bug = LN_OK; bug <= LN_ONE_PASS; bug++) {
+            if (bug == LN_BF16_ACC && Cs[s] < 32) continue; /* a few bf16 terms: their fp32 sums may be exact */
+            if (bug == LN_ONE_PASS && Cs[s] < 64) continue;
+            ln_data d = ln_make(&rng, 16, Cs[s], bug == LN_ONE_PASS ? 64.0 : 0.0, PREC_BF16, bug);
+            int fails = 0;
+            for (int pass = 0; pass < 2; pass++) {
+                k.pass = pass ? "bwd" : "fwd";
+                int rc = ln_verify(&d, &k);
+                if (bug == LN_OK && rc != ULP_PASS) {
+                    ulp_report_print(stdout, &ln_rep);
+                    fail_msg("the correct kernel failed (%s, C=%lld)", k.pass, (long long)Cs[s]);
+                }
+                fails += rc == ULP_FAIL;
+                if (bug == LN_ONE_PASS && pass == 0 && !strstr(ln_rep.diagnosis, "one pass"))
+                    fail_msg("diagnosis: %s", ln_rep.diagnosis);
+                /* the backward's own twins: its sums and its output roundings */
+                if (pass == 1 && bug != LN_OK && bug != LN_ONE_PASS && rc != ULP_FAIL) {
+                    ulp_report_print(stdout, &ln_rep);
+                    fail_msg("planted bug %d passed the backward at C=%lld", bug, (long long)Cs[s]);
+                }
+            }
+            if (bug != LN_OK && !fails) fail_msg("planted bug %d passed at C=%lld", bug, (long long)Cs[s]);
+            ln_free(&d);
+        }
+}
+
+/* ---- softmax ---------------------------------------------------------------------------- */
+
+enum { SM_OK, SM_DROP_TERM, SM_TRUNCATE, SM_BF16_ACC };
+
+/* Softmax as a one-thread-per-row kernel of storage f computes it: expf of
+ * x - max in fp32 (glibc's expf: within 1 ulp, inside the declared 2),
+ * sequential fp32 sums, y = e * (1/s); backward on its own y: dot =
+ * sum y dy (fmaf), dx = y (dy - dot).  Bugs on request. */
+static void emulate_softmax(int64_t N, int64_t C, const double *x, const double *dy, prec_format f, int bug, double *y,
+                            double *dx)
+{
+    const prec_rounding rz = {PREC_RZ, PREC_OVF_IEEE, false};
+    const prec_format ft = f == PREC_FP32 ? PREC_BF16 : f; /* truncation: fp32 values to bf16 precision */
+    float *e = malloc((size_t)C * sizeof(float));
+    assert_non_null(e);
+    for (int64_t n = 0; n < N; n++) {
+        const double *xr = x + n * C;
+        float m = (float)xr[0], s = 0, dot = 0;
+        int64_t argmax = 0; /* the dropped term: the largest (a small one can vanish under the bound) */
+        for (int64_t c = 1; c < C; c++)
+            if ((float)xr[c] > m) {
+                m = (float)xr[c];
+                argmax = c;
+            }
+        for (int64_t c = 0; c < C; c++) {
+            e[c] = expf((float)xr[c] - m);
+            if (bug == SM_DROP_TERM && c == argmax) continue;
+            s += e[c];
+            if (bug == SM_BF16_ACC) s = (float)prec_rne(s, PREC_BF16);
+        }
+        float inv = 1.0f / s;
+        for (int64_t c = 0; c < C; c++) {
+            float v = e[c] * inv;
+            y[n * C + c] = bug == SM_TRUNCATE ? prec_round(v, ft, rz, 0) : prec_rne(v, f);
+        }
+        for (int64_t c = 0; c < C; c++) {
+            if (bug == SM_DROP_TERM && c == argmax) continue;
+            dot = fmaf((float)y[n * C + c], (float)dy[n * C + c], dot);
+            if (bug == SM_BF16_ACC) dot = (float)prec_rne(dot, PREC_BF16);
+        }
+        for (int64_t c = 0; c < C; c++) {
+            float v = (float)y[n * C + c] * ((float)dy[n * C + c] - dot);
+            dx[n * C + c] = bug == SM_TRUNCATE ? prec_round(v, ft, rz, 0) : prec_rne(v, f);
+        }
+    }
+    free(e);
+}
+
+static ulp_report sm_rep;
+
+static int sm_verify(int64_t N, int64_t C, const double *x, const double *y, const double *dy, const double *dx,
+                     const ulp_kernel *k)
+{
+    int bwd = strcmp(k->pass, "bwd") == 0;
+    ulp_tensor in[2] = {ULP_TENSOR(bwd ? "y" : "x", ULP_F64, bwd ? y : x, N, C), ULP_TENSOR("dy", ULP_F64, dy, N, C)};
+    ulp_tensor out[1] = {ULP_TENSOR(bwd ? "dx" : "y", ULP_F64, bwd ? dx : y, N, C)};
+    char err[512];
+    int rc = ulp_verify("softmax", k, in, bwd ? 2 : 1, out, 1, &sm_rep, err, sizeof err);
+    if (rc == ULP_BAD_INPUT) fail_msg("bad input: %s", err);
+    return rc;
+}
+
+/* verify, declared as check describes each variant, reports check's rows
+ * bit for bit; the correct kernel passes, each planted bug FAILs. */
+static void softmax_agrees_with_check_and_twins_fail(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("softmax_agrees_with_check_and_twins_fail"));
+    const prec_format formats[] = {PREC_FP32, PREC_BF16, PREC_FP16};
+    const char *paths[] = {"fp32", "bf16", "fp16"}, *forms[] = {"exp", "exp2", "fast"};
+    static const int64_t Cs[] = {7, 64, 1001};
+    for (int fi = 0; fi < 3; fi++)
+        for (size_t ci = 0; ci < 3; ci++)
+            for (int bug = SM_OK; bug <= SM_BF16_ACC; bug++) {
+                if (bug == SM_BF16_ACC && Cs[ci] < 32) continue; /* a few terms: bf16 sums may be exact */
+                const int64_t N = 6, C = Cs[ci], NC = N * C;
+                double *x = malloc(NC * sizeof(double)), *dy = malloc(NC * sizeof(double));
+                double *y = malloc(NC * sizeof(double)), *dx = malloc(NC * sizeof(double));
+                assert_true(x && dy && y && dx);
+                for (int64_t i = 0; i < NC; i++) x[i] = prec_rne(3 * prec_rng_normal(&rng), formats[fi]);
+                for (int64_t i = 0; i < NC; i++) dy[i] = prec_rne(prec_rng_normal(&rng), formats[fi]);
+                emulate_softmax(N, C, x, dy, formats[fi], bug, y, dx);
+                ulp_kernel k = ULP_KERNEL_DEFAULT;
+                k.path = paths[fi];
+                k.accum = "fp32";
+                if (bug == SM_OK) {
+                    for (int v = 0; v < KSOFTMAX_NVARIANTS; v++) {
+                        kcmp_softmax_kernel ck = kcheck_softmax_kernel(formats[fi], v, C);
+                        kcmp_softmax_data cd = {N, C, x, y, dy, dx};
+                        kcheck_acc rows[KCMP_SOFTMAX_MAX_ROWS];
+                        char shape[96], reduce[32];
+                        snprintf(shape, sizeof shape, "N=%lld C=%lld", (long long)N, (long long)C);
+                        assert_int_equal(kcmp_softmax(&ck, &cd, shape, rows), 2);
+                        snprintf(reduce, sizeof reduce, "depth:%lld", (long long)ck.fwd_depth);
+                        k.reduce = reduce;
+                        k.exp_form = forms[v];
+                        for (int pass = 0; pass < 2; pass++) {
+                            k.pass = pass ? "bwd" : "fwd";
+                            sm_verify(N, C, x, y, dy, dx, &k);
+                            assert_int_equal(sm_rep.n_rows, 1);
+                            const kcheck_row *c = &rows[pass].row;
+                            const ulp_row *u = &sm_rep.rows[0];
+                            assert_string_equal(c->output, u->output);
+                            if (c->max_err_u != u->max_err_u || c->rms_err_u != u->rms_err_u ||
+                                c->max_bound_u != u->max_bound_u || c->rms_bound_u != u->rms_bound_u ||
+                                c->worst_ratio != u->worst_ratio || c->pass != u->pass || c->worst_index != u->worst_index)
+                                fail_msg("%s variant %d %s: check %.17g u (bound %.17g) vs verify %.17g u (bound %.17g)",
+                                         paths[fi], v, c->output, c->max_err_u, c->max_bound_u, u->max_err_u, u->max_bound_u);
+                            assert_string_equal(c->worst_detail, u->worst_detail);
+                        }
+                    }
+                }
+                k.reduce = "sequential";
+                k.exp_form = "exp";
+                for (int pass = 0; pass < 2; pass++) {
+                    k.pass = pass ? "bwd" : "fwd";
+                    int rc = sm_verify(N, C, x, y, dy, dx, &k);
+                    if ((bug == SM_OK) != (rc == ULP_PASS)) {
+                        ulp_report_print(stdout, &sm_rep);
+                        fail_msg("%s C=%lld bug %d %s: %s", paths[fi], (long long)C, bug, k.pass,
+                                 rc == ULP_PASS ? "passed" : "failed");
+                    }
+                }
+                free(x); free(dy); free(y); free(dx);
+            }
+}
+
+/* ---- cross_entropy ---------------------------------------------------------------------- */
+
+enum { CE_OK, CE_DROP_TERM, CE_TRUNCATE, CE_BF16_ACC };
+
+/* Cross-entropy as a one-thread-per-row kernel computes it in fp32: the row
+ * maximum, s = sum expf(z - max) sequentially, lse = max + logf(s), loss =
+ * lse - z_t, dz = (expf(z - lse) - [j = t]) dloss stored in format f; an
+ * ignored row (t = -1) writes zeros.  Bugs on request (the dropped term is
+ * the largest: a small one can vanish under the bound). */
+static void emulate_cross_entropy(int64_t N, int64_t V, const double *z, const int32_t *t, float dloss, prec_format f,
+                                  int bug, double *loss, double *dz)
+{
+    const prec_rounding rz = {PREC_RZ, PREC_OVF_IEEE, false};
+    const prec_format ft = f == PREC_FP32 ? PREC_BF16 : f; /* truncation: fp32 values to bf16 precision */
+    for (int64_t i = 0; i < N; i++) {
+        const double *zr = z + i * V;
+        if (t[i] < 0) {
+            loss[i] = 0;
+            for (int64_t j = 0; j < V; j++) dz[i * V + j] = 0;
+            continue;
+        }
+        float m = (float)zr[0], s = 0;
+        int64_t argmax = 0;
+        for (int64_t j = 1; j < V; j++)
+            if ((float)zr[j] > m) {
+                m = (float)zr[j];
+                argmax = j;
+            }
+        for (int64_t j = 0; j < V; j++) {
+            if (bug == CE_DROP_TERM && j == argmax) continue;
+            s += expf((float)zr[j] - m);
+            if (bug == CE_BF16_ACC) s = (float)prec_rne(s, PREC_BF16);
+        }
+        float lse = m + logf(s);
+        loss[i] = lse - (float)zr[t[i]];
+        for (int64_t j = 0; j < V; j++) {
+            float p = expf((float)zr[j] - lse) - (j == t[i] ? 1.0f : 0.0f), v = p * dloss;
+            dz[i * V + j] = bug == CE_TRUNCATE ? prec_round(v, ft, rz, 0) : prec_rne(v, f);
+        }
+    }
+}
+
+static ulp_report ce_rep;
+
+static int ce_verify(int64_t N, int64_t V, const double *z, const double *targets, const double *loss, const double *dz,
+                     const ulp_kernel *k)
+{
+    ulp_tensor in[2] = {ULP_TENSOR("logits", ULP_F64, z, N, V), ULP_TENSOR("targets", ULP_F64, targets, N)};
+    ulp_tensor out[2] = {ULP_TENSOR("loss", ULP_F64, loss, N), ULP_TENSOR("dlogits", ULP_F64, dz, N, V)};
+    char err[512];
+    int rc = ulp_verify("cross_entropy", k, in, 2, out, 2, &ce_rep, err, sizeof err);
+    if (rc == ULP_BAD_INPUT) fail_msg("bad input: %s", err);
+    return rc;
+}
+
+/* verify, declared as check describes each (path, variant), reports check's
+ * rows bit for bit; the correct kernel passes, each planted bug FAILs. */
+static void cross_entropy_agrees_with_check_and_twins_fail(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("cross_entropy_agrees_with_check_and_twins_fail"));
+    static const kpath paths[] = {KPATH_FP32, KPATH_BF16, KPATH_FP16};
+    static const int64_t Vs[] = {7, 1000};
+    for (int pi = 0; pi < 3; pi++)
+        for (int variant = 0; variant < KCE_NVARIANTS; variant++)
+            for (size_t vi = 0; vi < 2; vi++)
+                for (int bug = CE_OK; bug <= CE_BF16_ACC; bug++) {
+                    if (bug == CE_BF16_ACC && Vs[vi] < 32) continue; /* a few terms: bf16 sums may be exact */
+                    const int64_t N = 5, V = Vs[vi];
+                    const prec_format lf = kce_logits_format(paths[pi], variant);
+                    double *z = malloc(N * V * sizeof(double)), *dz = malloc(N * V * sizeof(double));
+                    double *loss = malloc(N * sizeof(double)), *tv = malloc(N * sizeof(double));
+                    int32_t *t = malloc(N * sizeof(int32_t));
+                    assert_true(z && dz && loss && tv && t);
+                    for (int64_t i = 0; i < N * V; i++) z[i] = prec_rne(2 * prec_rng_normal(&rng), lf);
+                    for (int64_t i = 0; i < N; i++) t[i] = (int32_t)(prec_rng_next(&rng) % (uint64_t)V);
+                    t[N - 1] = -1;
+                    for (int64_t i = 0; i < N; i++) tv[i] = t[i];
+                    const float dloss = 1.0f / (float)N;
+                    emulate_cross_entropy(N, V, z, t, dloss, lf, bug, loss, dz);
+                    kcmp_ce_kernel ck = kcheck_cross_entropy_kernel(paths[pi], variant, N, V);
+                    ulp_kernel k = ULP_KERNEL_DEFAULT;
+                    k.path = prec_format_get(lf)->name;
+                    k.accum = "fp32";
+                    k.dloss = dloss;
+                    char reduce[32];
+                    if (bug == CE_OK) {
+                        kcmp_ce_data cd = {N, V, z, t, loss, dz};
+                        kcheck_acc rows[KCMP_CE_MAX_ROWS];
+                        char shape[96];
+                        snprintf(shape, sizeof shape, "N=%lld V=%lld", (long long)N, (long long)V);
+                        assert_int_equal(kcmp_cross_entropy(&ck, &cd, shape, rows), 2);
+                        snprintf(reduce, sizeof reduce, "depth:%lld", (long long)ck.depth);
+                        k.reduce = reduce;
+                        k.online = ck.online;
+                        ce_verify(N, V, z, tv, loss, dz, &k);
+                        assert_int_equal(ce_rep.n_rows, 2);
+                        for (int r = 0; r < 2; r++) {
+                            const kcheck_row *c = &rows[r].row;
+                            const ulp_row *u = &ce_rep.rows[r];
+                            assert_string_equal(c->output, u->output);
+                            if (c->max_err_u != u->max_err_u || c->rms_err_u != u->rms_err_u ||
+                                c->max_bound_u != u->max_bound_u || c->rms_bound_u != u->rms_bound_u ||
+                                c->worst_ratio != u->worst_ratio || c->pass != u->pass || c->worst_index != u->worst_index)
+                                fail_msg("path %d variant %d %s: check %.17g u (bound %.17g) vs verify %.17g u (bound %.17g)",
+                                         pi, variant, c->output, c->max_err_u, c->max_bound_u, u->max_err_u, u->max_bound_u);
+                            assert_string_equal(c->worst_detail, u->worst_detail);
+                        }
+                    }
+                    k.reduce = "sequential";
+                    k.online = 0;
+                    int rc = ce_verify(N, V, z, tv, loss, dz, &k);
+                    if ((bug == CE_OK) != (rc == ULP_PASS)) {
+                        ulp_report_print(stdout, &ce_rep);
+                        fail_msg("%s V=%lld bug %d: %s", k.path, (long long)V, bug, rc == ULP_PASS ? "passed" : "failed");
+                    }
+                    free(z); free(dz); free(loss); free(tv); free(t);
+                }
+}
+
 /* ---- the command line ------------------------------------------------------------------------ */
 
 static void write_case(const char *name, tfile_dtype t, int ndim, const int64_t *shape, const double *v)
@@ -392,6 +1156,58 @@ static void cli_verifies_files(void **state)
     free_data(&bad);
 }
 
+/* matmul from .npy files: bf16 bit patterns (u2) in, a JSON Lines file out. */
+static void cli_verifies_matmul_files(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_BIN();
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("cli_verifies_matmul_files"));
+    mm_data good = mm_make(&rng, 5, 6, 64, PREC_BF16, PREC_BF16, 0, MM_OK);
+    mm_data bad = mm_make(&rng, 5, 6, 64, PREC_BF16, PREC_BF16, 1, MM_BF16_ACC);
+    /* the GEMM in layout ABt: b stored (N, K) */
+    double *bt = malloc(64 * 6 * sizeof(double));
+    assert_non_null(bt);
+    for (int64_t k = 0; k < 64; k++)
+        for (int64_t n = 0; n < 6; n++) bt[n * 64 + k] = good.b[k * 6 + n];
+    const int64_t sa[2] = {5, 64}, sb[2] = {6, 64}, sbb[2] = {64, 6}, sy[2] = {5, 6}, sn[1] = {6};
+    write_case("mA.npy", TFILE_BF16, 2, sa, good.a);
+    write_case("mBt.npy", TFILE_BF16, 2, sb, bt);
+    write_case("mbias.npy", TFILE_BF16, 1, sn, good.bias);
+    write_case("mY.npy", TFILE_BF16, 2, sy, good.y);
+    write_case("xA.npy", TFILE_BF16, 2, sa, bad.a);
+    write_case("xB.npy", TFILE_BF16, 2, sbb, bad.b);
+    write_case("xbias.npy", TFILE_BF16, 1, sn, bad.bias);
+    write_case("xY.npy", TFILE_BF16, 2, sy, bad.y);
+    char args[2048], out[8192], json[512];
+    snprintf(json, sizeof json, "%s/m.jsonl", dir);
+    snprintf(args, sizeof args, "matmul --path bf16 --accum fp32 --reduce sequential --epilogue single --layout ABt "
+             "--inputs %s/mA.npy,%s/mBt.npy,bias=%s/mbias.npy --outputs %s/mY.npy --json %s", dir, dir, dir, dir, json);
+    int rc = test_run_cli("verify", args, out, sizeof out);
+    if (rc != 0 || !strstr(out, "verify: PASS")) fail_msg("exit %d: %s", rc, out);
+    FILE *f = fopen(json, "r");
+    assert_non_null(f);
+    char line[4096];
+    int lines = 0, header = 0, rows = 0, verdict = 0;
+    while (fgets(line, sizeof line, f)) {
+        lines++;
+        header += strstr(line, "\"record\":\"header\"") && strstr(line, "\"tool\":\"verify\"") && strstr(line, "\"op\":\"matmul\"");
+        rows += strstr(line, "\"record\":\"verify\"") && strstr(line, "\"output\":\"y\"") && strstr(line, "\"verdict\":\"PASS\"");
+        verdict += strstr(line, "\"record\":\"verdict\"") && strstr(line, "\"verdict\":\"PASS\"");
+    }
+    fclose(f);
+    if (lines != 3 || header != 1 || rows != 1 || verdict != 1) fail_msg("JSON Lines: %d lines, %d/%d/%d", lines, header, rows, verdict);
+    remove(json);
+    /* the bf16 accumulator, declared fp32: FAIL, named */
+    snprintf(args, sizeof args, "matmul --path bf16 --accum fp32 --reduce sequential --epilogue single "
+             "--inputs %s/xA.npy,%s/xB.npy,bias=%s/xbias.npy --outputs %s/xY.npy", dir, dir, dir, dir);
+    rc = test_run_cli("verify", args, out, sizeof out);
+    if (rc != 1 || !strstr(out, "FAIL") || !strstr(out, "accumulates in bf16")) fail_msg("exit %d: %s", rc, out);
+    free(bt);
+    mm_free(&good);
+    mm_free(&bad);
+}
+
 static void cli_refuses_bad_input(void **state)
 {
     (void)state;
@@ -402,6 +1218,16 @@ static void cli_refuses_bad_input(void **state)
     write_case("a3.npy", TFILE_F32, 1, c1, v);
     write_case("a4.npy", TFILE_F32, 1, c4, v);
     write_case("odd.npy", TFILE_F32, 2, nc, odd);
+    const int64_t s32[2] = {3, 2}, s22[2] = {2, 2};
+    write_case("m32.npy", TFILE_F32, 2, s32, v);
+    write_case("m22.npy", TFILE_F32, 2, s22, v);
+    const int64_t n2[1] = {2};
+    const double t_good[2] = {1, -1}, t_far[2] = {0, 3}, t_half[2] = {0.5, 1};
+    write_case("t1.npy", TFILE_F32, 1, n2, t_good);
+    write_case("t2.npy", TFILE_F32, 1, n2, t_far);
+    write_case("th.npy", TFILE_F32, 1, n2, t_half);
+    const double t_six[6] = {0, 1, 2, 0, 1, 2};
+    write_case("t6.npy", TFILE_F64, 2, nc, t_six);
     unsigned char buf[256], ints[24] = {0};
     write_bytes("int.npy", buf, make_npy(buf, "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }\n", ints, 24));
     write_bytes("short.npy", buf, make_npy(buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }\n", ints, 22));
@@ -423,10 +1249,55 @@ static void cli_refuses_bad_input(void **state)
         {"rmsnorm --path e4m3 --inputs D/a.npy --outputs D/a.npy", "unknown path 'e4m3'"},
         {"rmsnorm --inputs D/a.npy --outputs D/a.npy", "--path is required"},
         {"rmsnorm --path bf16 --inputs D/a.npy", "--outputs is required"},
-        {"softmax --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'softmax'"},
+        {"conv2d --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'conv2d' (ops: cross_entropy, layernorm, matmul, rmsnorm, softmax)"},
         {"rmsnorm --path bf16 --path bf16 --inputs D/a.npy --outputs D/a.npy", "given twice"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy --outputs dx=D/a.npy", "missing input tensor 'dy'"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy,D/a3.npy,D/a.npy --outputs D/a.npy,D/a4.npy", "dgain has 4"},
+        /* matmul: a is (2, 3), m32 (3, 2), m22 (2, 2) */
+        {"matmul --path fp32 --inputs D/a.npy,D/a.npy --outputs D/m22.npy", "a gives K = 3, b gives K = 2"},
+        {"matmul --path fp32 --layout AtB --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "a gives K = 2, b gives K = 3"},
+        {"matmul --path fp32 --inputs D/a.npy,D/m32.npy --outputs D/a.npy", "y's shape differs from (M, N) = (2, 2)"},
+        {"matmul --path fp32 --inputs D/a.npy,D/m32.npy,bias=D/a3.npy --outputs D/m22.npy", "bias has 3 elements"},
+        {"matmul --path fp32 --beta 0.5 --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "needs the tensor c"},
+        {"matmul --path fp32 --inputs D/a.npy,D/m32.npy,D/a.npy --outputs D/m22.npy", "c's shape differs"},
+        {"matmul --path fp32 --inputs D/a.npy,D/m32.npy,D/m22.npy --outputs D/m22.npy", "c given but beta is 0"},
+        {"matmul --path fp32 --inputs D/a3.npy,D/m32.npy --outputs D/m22.npy", "a must be a matrix"},
+        {"matmul --path fp32 --inputs D/a.npy --outputs D/m22.npy", "missing input tensor 'b'"},
+        {"matmul --path fp32 --inputs D/a.npy,D/m32.npy,D/m22.npy,D/a3.npy,D/a.npy --outputs D/m22.npy", "more files than"},
+        {"matmul --path fp32 --inputs D/a.npy,D/m32.npy --outputs D/m22.npy,D/m22.npy", "more files than"},
+        {"matmul --path fp32 --inputs D/a.npy,D/m32.npy --outputs rstd=D/m22.npy", "not one of this pass's outputs"},
+        {"matmul --path bf16 --accum tf32 --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "needs --path fp32"},
+        {"matmul --path fp32 --accum fp8-fast --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "needs --path fp8"},
+        {"matmul --path fp32 --accum fp8-promote:x --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "unknown accumulation"},
+        {"matmul --path fp32 --alpha 0.1 --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "is not an fp32 value"},
+        {"matmul --path fp32 --split-k 0 --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "--split-k: '0'"},
+        {"matmul --path fp32 --layout BA --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "unknown layout 'BA'"},
+        {"matmul --path fp32 --epilogue fused --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "unknown epilogue"},
+        {"matmul --path fp32 --upcast gemma --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "upcast is rmsnorm's; matmul has none"},
+        {"matmul --path fp32 --pass bwd --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "matmul has no bwd pass"},
+        {"matmul --path fp32 --json D/none/x.jsonl --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "cannot write"},
+        {"rmsnorm --path bf16 --gelu --inputs D/a.npy --outputs D/a.npy", "rmsnorm has none of them"},
+        {"rmsnorm --path fp8 --inputs D/a.npy --outputs D/a.npy", "path fp8 is a matmul path"},
+        {"rmsnorm --path bf16 --accum tensor-core --inputs D/a.npy --outputs D/a.npy", "matrix-unit model of matmul"},
+        {"layernorm --path bf16 --variance welford:48 --inputs D/a.npy --outputs D/a.npy", "unknown variance 'welford:48'"},
+        {"layernorm --path bf16 --inputs D/a.npy,D/a4.npy --outputs D/a.npy", "gain has 4 elements"},
+        {"layernorm --path bf16 --inputs D/a.npy,D/a3.npy,bias=D/a4.npy --outputs D/a.npy", "bias has 4 elements"},
+        {"layernorm --path bf16 --inputs D/a.npy --outputs D/a.npy,D/a.npy", "mean has 6 elements"},
+        {"layernorm --path bf16 --inputs D/a.npy --outputs D/a3.npy", "y's shape differs"},
+        {"layernorm --path bf16 --pass bwd --inputs D/a.npy,D/a3.npy,D/a.npy,D/a4.npy --outputs D/a.npy", "mean has 4"},
+        {"layernorm --path bf16 --pass bwd --inputs x=D/a.npy,dy=D/a.npy --outputs D/a.npy,D/a3.npy", "dgain needs gain"},
+        {"layernorm --path bf16 --upcast gemma --inputs D/a.npy --outputs D/a.npy", "upcast is rmsnorm's"},
+        {"rmsnorm --path bf16 --variance one-pass --inputs D/a.npy --outputs D/a.npy", "variance is layernorm's"},
+        /* cross_entropy: logits a (2, 3), targets a3 = {1, 2, 3}: 3 is out of range */
+        {"cross_entropy --path fp32 --inputs D/a.npy,D/a3.npy --outputs D/a3.npy", "targets has 3 elements"},
+        {"cross_entropy --path fp32 --inputs D/a.npy,D/t6.npy --outputs D/a3.npy", "targets has 6 elements"},
+        {"cross_entropy --path fp32 --inputs D/a.npy,D/t2.npy --outputs D/t2.npy", "target 1 is 3"},
+        {"cross_entropy --path fp32 --inputs D/a.npy,D/th.npy --outputs D/th.npy", "is not an index"},
+        {"cross_entropy --path fp32 --inputs D/a.npy,D/t1.npy --outputs dlogits=D/a.npy", "dlogits need --dloss"},
+        {"cross_entropy --path fp32 --dloss 0.5 --inputs D/a.npy,D/t1.npy --outputs dlogits=D/a3.npy", "dlogits's shape"},
+        {"cross_entropy --path fp32 --inputs D/a.npy,D/t1.npy --outputs D/a3.npy", "loss has 3 elements"},
+        {"cross_entropy --path fp32 --pass bwd --inputs D/a.npy,D/t1.npy --outputs D/t1.npy", "cross_entropy has no bwd pass"},
+        {"rmsnorm --path bf16 --dloss 0.5 --inputs D/a.npy --outputs D/a.npy", "dloss and online are cross_entropy's"},
     };
     DIR *before = opendir(dir);
     int entries_before = 0;
@@ -464,7 +1335,15 @@ int main(void)
         cmocka_unit_test(verify_agrees_with_check),
         cmocka_unit_test(planted_bugs_fail),
         cmocka_unit_test(unknown_reports_both_bounds),
+        cmocka_unit_test(matmul_agrees_with_check),
+        cmocka_unit_test(matmul_planted_bugs_fail),
+        cmocka_unit_test(matmul_split_k_and_unknown),
+        cmocka_unit_test(layernorm_agrees_with_check),
+        cmocka_unit_test(layernorm_planted_bugs_fail),
+        cmocka_unit_test(softmax_agrees_with_check_and_twins_fail),
+        cmocka_unit_test(cross_entropy_agrees_with_check_and_twins_fail),
         cmocka_unit_test(cli_verifies_files),
+        cmocka_unit_test(cli_verifies_matmul_files),
         cmocka_unit_test(cli_refuses_bad_input),
     };
     return cmocka_run_group_tests(tests, setup_dir, remove_dir);

@@ -13,7 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/check/compare_cross_entropy.h"
+#include "kernels/check/compare_layernorm.h"
+#include "kernels/check/compare_matmul.h"
+#include "kernels/check/check_kexp.h"
 #include "kernels/check/compare_rmsnorm.h"
+#include "kernels/check/compare_softmax.h"
 #include "precision/format.h"
 
 static int bad(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -29,44 +34,92 @@ static int bad(char *err, size_t errlen, const char *fmt, ...)
 /* ---- the op table ------------------------------------------------------------------- */
 
 /* A tensor of an op's pass: its name, whether it may be left out, and the
- * format it is held in (storage: the path's; else fp32). */
+ * format its values must be values of. */
+typedef enum {
+    T_STORAGE, /* the path's format (fp8 path: bf16) */
+    T_FP32,
+    T_OPERAND, /* a GEMM operand: the path's format; on the fp8 path the dequantised values, any finite */
+    T_INDEX    /* integers (cross_entropy's targets; -1: an ignored row) */
+} tformat;
+
 typedef struct {
     const char *name;
     int optional;
-    int fp32;
+    tformat format;
 } vtensor;
 
 #define VMAX_TENSORS 6
 typedef struct {
-    const char *inputs_help, *outputs_help;
+    const char *inputs_help, *outputs_help; /* NULL: the op has no such pass (summary says why) */
     vtensor inputs[VMAX_TENSORS], outputs[VMAX_TENSORS];
 } vpass;
 
+typedef enum { OP_MATMUL, OP_LAYERNORM, OP_RMSNORM, OP_SOFTMAX, OP_CROSS_ENTROPY } op_id;
+
 typedef struct {
     const char *name;
+    op_id id;
     const char *summary;
-    vpass pass[2]; /* fwd, bwd */
+    vpass pass[2];           /* fwd, bwd */
+    const char *why_no_bwd;  /* an op without a bwd pass: what to verify instead */
 } vop;
 
 static const vop ops[] = {
-    {"rmsnorm", "RMSNorm y = gain x / sqrt(mean(x^2) + eps) per row of C (any leading shape); backward dx, dgain",
+    {"matmul", OP_MATMUL,
+     "GEMM y = epi(alpha A B + beta C), epi: + bias, then GELU (--gelu); --layout AB, AtB, ABt, AtBt; the "
+     "backward is two GEMMs: verify each as a matmul",
+     {{"a (M, K; At: K, M), b (K, N; Bt: N, K), c (M, N, with --beta, optional), bias (N, optional)", "y (M, N)",
+       {{"a", 0, T_OPERAND}, {"b", 0, T_OPERAND}, {"c", 1, T_STORAGE}, {"bias", 1, T_STORAGE}},
+       {{"y", 0, T_STORAGE}}},
+      {NULL, NULL, {{0}}, {{0}}}},
+     "its backward is two GEMMs, dA = dy B^T (--layout ABt, a = dy, b = B) and dB = A^T dy (--layout AtB, a = A, "
+     "b = dy): verify each as a matmul fwd"},
+    {"layernorm", OP_LAYERNORM,
+     "LayerNorm y = gain (x - mean) rstd + bias, rstd = 1 / sqrt(var + eps), per row of C (any leading shape); "
+     "backward dx, dgain, dbias",
+     {{"x (N.., C), gain (C, optional), bias (C, optional)", "y (as x), mean, rstd (N.., fp32, optional)",
+       {{"x", 0, T_STORAGE}, {"gain", 1, T_STORAGE}, {"bias", 1, T_STORAGE}},
+       {{"y", 0, T_STORAGE}, {"mean", 1, T_FP32}, {"rstd", 1, T_FP32}}},
+      {"x, gain (optional), dy (as x), mean, rstd (the stored fp32 statistics the backward read, optional)",
+       "dx (as x), dgain (C, needs gain, optional), dbias (C, optional)",
+       {{"x", 0, T_STORAGE}, {"gain", 1, T_STORAGE}, {"dy", 0, T_STORAGE}, {"mean", 1, T_FP32}, {"rstd", 1, T_FP32}},
+       {{"dx", 0, T_STORAGE}, {"dgain", 1, T_STORAGE}, {"dbias", 1, T_STORAGE}}}},
+     NULL},
+    {"rmsnorm", OP_RMSNORM,
+     "RMSNorm y = gain x / sqrt(mean(x^2) + eps) per row of C (any leading shape); backward dx, dgain",
      {{"x (N.., C), gain (C, optional)", "y (as x), rstd (N.., fp32, optional)",
-       {{"x", 0, 0}, {"gain", 1, 0}}, {{"y", 0, 0}, {"rstd", 1, 1}}},
+       {{"x", 0, T_STORAGE}, {"gain", 1, T_STORAGE}}, {{"y", 0, T_STORAGE}, {"rstd", 1, T_FP32}}},
       {"x, gain (optional), dy (as x), rstd (the stored fp32 rstd the backward read, optional)",
        "dx (as x), dgain (C, needs gain, optional)",
-       {{"x", 0, 0}, {"gain", 1, 0}, {"dy", 0, 0}, {"rstd", 1, 1}}, {{"dx", 0, 0}, {"dgain", 1, 0}}}}},
+       {{"x", 0, T_STORAGE}, {"gain", 1, T_STORAGE}, {"dy", 0, T_STORAGE}, {"rstd", 1, T_FP32}},
+       {{"dx", 0, T_STORAGE}, {"dgain", 1, T_STORAGE}}}},
+     NULL},
+    {"cross_entropy", OP_CROSS_ENTROPY,
+     "loss = logsumexp(logits) - logits[target] per row of V, dlogits = (softmax(logits) - onehot(target)) dloss, "
+     "both from the one pass (--dloss; --online: one pass over the row, rescaling at each new maximum)",
+     {{"logits (N.., V), targets (N.., integers; -1: an ignored row)",
+       "loss (N.., fp32, optional), dlogits (as logits, needs --dloss, optional)",
+       {{"logits", 0, T_STORAGE}, {"targets", 0, T_INDEX}}, {{"loss", 1, T_FP32}, {"dlogits", 1, T_STORAGE}}},
+      {NULL, NULL, {{0}}, {{0}}}},
+     "the kernel computes the loss and dlogits together: verify both as outputs of --pass fwd"},
+    {"softmax", OP_SOFTMAX, "softmax y = exp(x - max) / sum exp(x - max) per row of C (any leading shape); backward dx",
+     {{"x (N.., C)", "y (as x)", {{"x", 0, T_STORAGE}}, {{"y", 0, T_STORAGE}}},
+      {"y (the forward output the backward read), dy (as y)", "dx (as y)", {{"y", 0, T_STORAGE}, {"dy", 0, T_STORAGE}},
+       {{"dx", 0, T_STORAGE}}}},
+     NULL},
 };
 static const int n_ops = (int)(sizeof ops / sizeof ops[0]);
 
-const char *ulp_op_names(void) { return "rmsnorm"; }
+const char *ulp_op_names(void) { return "cross_entropy, layernorm, matmul, rmsnorm, softmax"; }
 
 void ulp_op_help(FILE *fp)
 {
     for (int i = 0; i < n_ops; i++) {
         fprintf(fp, "%s: %s\n", ops[i].name, ops[i].summary);
         for (int p = 0; p < 2; p++)
-            fprintf(fp, "  --pass %s: inputs %s; outputs %s\n", p ? "bwd" : "fwd", ops[i].pass[p].inputs_help,
-                    ops[i].pass[p].outputs_help);
+            if (ops[i].pass[p].inputs_help)
+                fprintf(fp, "  --pass %s: inputs %s; outputs %s\n", p ? "bwd" : "fwd", ops[i].pass[p].inputs_help,
+                        ops[i].pass[p].outputs_help);
     }
 }
 
@@ -75,6 +128,7 @@ int ulp_op_tensors(const char *op, const char *pass, int role, const char **name
     int p = pass && strcmp(pass, "bwd") == 0 ? 1 : pass && strcmp(pass, "fwd") == 0 ? 0 : -1;
     for (int i = 0; i < n_ops && p >= 0; i++) {
         if (!op || strcmp(op, ops[i].name) != 0) continue;
+        if (!ops[i].pass[p].inputs_help) return -1;
         const vtensor *t = role ? ops[i].pass[p].outputs : ops[i].pass[p].inputs;
         int n = 0;
         for (; n < VMAX_TENSORS && t[n].name && n + 1 < max; n++) names[n] = t[n].name;
@@ -100,8 +154,19 @@ static int parse_format(const char *s, prec_format *f)
     return -1;
 }
 
+/* A positive count after a prefix ("blocks:32"); -1: malformed. */
+static int64_t parse_count(const char *s, const char *prefix, int64_t max)
+{
+    size_t n = strlen(prefix);
+    if (strncmp(s, prefix, n) != 0 || s[n] == '+' || s[n] == '-') return -1;
+    char *end;
+    long long v = strtoll(s + n, &end, 10);
+    if (end == s + n || *end || v < 1 || v > max) return -1;
+    return v;
+}
+
 /* A reduction shape as a rounding depth over n terms; -1: malformed.
- * *unknown set for "unknown" (the depth is then the loosest, sequential). */
+ * "unknown" gives the tightest (pairwise) or the loosest (sequential). */
 static int64_t parse_reduce(const char *s, int64_t n, int tightest)
 {
     if (n < 1) n = 1;
@@ -110,37 +175,112 @@ static int64_t parse_reduce(const char *s, int64_t n, int tightest)
     if (strcmp(s, "sequential") == 0) return n; /* the first term's rounding (an fma into 0) counts */
     if (strcmp(s, "pairwise") == 0) return log2n + 1;
     if (strcmp(s, "unknown") == 0) return tightest ? log2n + 1 : n;
-    char *end;
-    if (strncmp(s, "blocks:", 7) == 0) {
-        long t = strtol(s + 7, &end, 10);
-        if (end == s + 7 || *end || t < 1 || t > (1 << 20) || s[7] == '+' || s[7] == '-') return -1;
-        return kcheck_row_depth(n, (int)t, 1);
-    }
+    int64_t v;
+    if ((v = parse_count(s, "blocks:", 1 << 20)) > 0) return kcheck_row_depth(n, (int)v, 1);
+    if ((v = parse_count(s, "blocked:", 1ll << 40)) > 0) return (v < n ? v : n) + (n + v - 1) / v - 1;
     if (strncmp(s, "depth:", 6) == 0) {
-        long long d = strtoll(s + 6, &end, 10);
-        if (end == s + 6 || *end || d < 0 || d > (1ll << 40) || s[6] == '+' || s[6] == '-') return -1;
-        return d;
+        if (strcmp(s, "depth:0") == 0) return 0;
+        return parse_count(s, "depth:", 1ll << 40);
     }
     return -1;
 }
 
-#define REDUCE_SYNTAX "sequential, pairwise, blocks:T, depth:D or unknown"
+#define REDUCE_SYNTAX "sequential, pairwise, blocked:B, blocks:T, depth:D or unknown"
+
+/* matmul's matrix-unit models (an --accum that is not a rounded accumulator):
+ * 1 and *m filled, 0 when s names none, -1 when malformed. */
+static int parse_dot_model(const char *s, prec_dot_model *m)
+{
+    memset(m, 0, sizeof *m);
+    m->acc = PREC_FP32;
+    if (strcmp(s, "tensor-core") == 0 || strcmp(s, "tf32") == 0) {
+        m->kind = PREC_DOT_TENSOR_CORE;
+        m->u_in = s[1] == 'f' ? 0x1p-10 : 0.0;
+        return 1;
+    }
+    if (strcmp(s, "fp8-fast") == 0) {
+        m->kind = PREC_DOT_FP8;
+        return 1;
+    }
+    if (strncmp(s, "fp8-promote:", 12) == 0 || strncmp(s, "fp8-groups:", 11) == 0) {
+        int groups = s[4] == 'g';
+        m->kind = groups ? PREC_DOT_FP8_GROUPS : PREC_DOT_FP8;
+        m->interval = parse_count(s, groups ? "fp8-groups:" : "fp8-promote:", 1 << 20);
+        return m->interval > 0 ? 1 : -1;
+    }
+    return 0;
+}
 
 typedef struct {
-    prec_format storage;
-    const char *path, *accum, *reduce, *col_reduce, *upcast;
-    double math_ulps, eps;
+    prec_format storage; /* every tensor's but the fp32 ones' and the fp8 path's operands */
+    int fp8;             /* path fp8: a and b are dequantised fp8 operands */
+    const char *path, *accum, *reduce, *col_reduce, *upcast, *epilogue, *layout, *variance, *exp_form;
+    double math_ulps, eps, alpha, beta;
+    int gelu, split_k, online;
+    double dloss;
 } decl;
 
-static int check_decl(const ulp_kernel *k, decl *d, char *err, size_t errlen)
+/* layernorm's variance algorithm: 0 and *k's fields filled, -1 malformed. */
+static int parse_variance(const char *s, kcmp_layernorm_kernel *k)
 {
+    k->welford_threads = k->welford_vec = 1;
+    if (strcmp(s, "two-pass") == 0 || strcmp(s, "unknown") == 0) k->variance = KCMP_LN_TWO_PASS;
+    else if (strcmp(s, "one-pass") == 0) k->variance = KCMP_LN_ONE_PASS;
+    else if (strcmp(s, "welford") == 0) k->variance = KCMP_LN_WELFORD;
+    else if (strncmp(s, "welford:", 8) == 0) {
+        k->variance = KCMP_LN_WELFORD;
+        char threads[16];
+        const char *x = strchr(s + 8, 'x');
+        size_t len = x ? (size_t)(x - (s + 8)) : strlen(s + 8);
+        if (len == 0 || len >= sizeof threads) return -1;
+        memcpy(threads, s + 8, len);
+        threads[len] = '\0';
+        char with_prefix[24];
+        snprintf(with_prefix, sizeof with_prefix, "t:%s", threads);
+        int64_t t = parse_count(with_prefix, "t:", 1024), v = x ? parse_count(x, "x", 64) : 1;
+        if (t < 0 || v < 0 || (t != 1 && t % 32 != 0)) return -1;
+        k->welford_threads = (int)t;
+        k->welford_vec = (int)v;
+    } else return -1;
+    return 0;
+}
+
+static int is_one_of(const char *s, const char *const *list)
+{
+    for (; *list; list++)
+        if (strcmp(s, *list) == 0) return 1;
+    return 0;
+}
+
+static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t errlen)
+{
+    memset(d, 0, sizeof *d);
     d->path = k->path ? k->path : "";
-    if (parse_format(d->path, &d->storage) != 0 || d->storage == PREC_FP64)
-        return bad(err, errlen, "unknown path '%s' (paths: fp32, bf16, fp16)", d->path);
+    if (strcmp(d->path, "fp8") == 0) {
+        if (op != OP_MATMUL) return bad(err, errlen, "path fp8 is a matmul path (paths: fp32, bf16, fp16)");
+        d->fp8 = 1;
+        d->storage = PREC_BF16;
+    } else if (parse_format(d->path, &d->storage) != 0 || d->storage == PREC_FP64) {
+        return bad(err, errlen, "unknown path '%s' (paths: fp32, bf16, fp16%s)", d->path, op == OP_MATMUL ? ", fp8" : "");
+    }
     d->accum = k->accum ? k->accum : "unknown";
     prec_format f;
-    if (strcmp(d->accum, "unknown") != 0 && strcmp(d->accum, "storage") != 0 && parse_format(d->accum, &f) != 0)
-        return bad(err, errlen, "unknown accumulation '%s' (fp64, fp32, bf16, fp16, storage, unknown)", d->accum);
+    prec_dot_model model;
+    int is_model = parse_dot_model(d->accum, &model);
+    if (is_model && op != OP_MATMUL)
+        return bad(err, errlen, "accumulation '%s' is a matrix-unit model of matmul (fp64, fp32, bf16, fp16, storage, unknown)",
+                   d->accum);
+    if (is_model < 0 || (!is_model && strcmp(d->accum, "unknown") != 0 && strcmp(d->accum, "storage") != 0 &&
+                         parse_format(d->accum, &f) != 0))
+        return bad(err, errlen, "unknown accumulation '%s' (fp64, fp32, bf16, fp16, storage, unknown%s)", d->accum,
+                   op == OP_MATMUL ? ", tensor-core, tf32, fp8-promote:N, fp8-fast, fp8-groups:N" : "");
+    if (is_model) {
+        const char *needs = model.kind == PREC_DOT_TENSOR_CORE ? (model.u_in > 0 ? "fp32" : "bf16 or fp16") : "fp8";
+        int ok = model.kind == PREC_DOT_TENSOR_CORE
+                     ? (model.u_in > 0 ? strcmp(d->path, "fp32") == 0 : (d->storage == PREC_BF16 || d->storage == PREC_FP16) && !d->fp8)
+                     : d->fp8;
+        if (!ok) return bad(err, errlen, "accumulation '%s' needs --path %s, not %s", d->accum, needs, d->path);
+    }
     d->reduce = k->reduce ? k->reduce : "unknown";
     d->col_reduce = k->col_reduce ? k->col_reduce : "unknown";
     if (parse_reduce(d->reduce, 8, 0) < 0)
@@ -148,40 +288,139 @@ static int check_decl(const ulp_kernel *k, decl *d, char *err, size_t errlen)
     if (parse_reduce(d->col_reduce, 8, 0) < 0)
         return bad(err, errlen, "unknown column reduction '%s' (" REDUCE_SYNTAX ")", d->col_reduce);
     d->upcast = k->upcast ? k->upcast : "unknown";
-    if (strcmp(d->upcast, "gemma") != 0 && strcmp(d->upcast, "llama") != 0 && strcmp(d->upcast, "none") != 0 &&
-        strcmp(d->upcast, "unknown") != 0)
+    static const char *const upcasts[] = {"gemma", "llama", "none", "unknown", NULL};
+    if (!is_one_of(d->upcast, upcasts))
         return bad(err, errlen, "unknown upcast '%s' (gemma, llama, none, unknown)", d->upcast);
     if (!(k->math_ulps >= 0 && k->math_ulps <= 1e6))
         return bad(err, errlen, "math function error %g ulps is outside 0..1e6", k->math_ulps);
     if (!(k->eps >= 0 && k->eps < 1e6)) return bad(err, errlen, "eps %g is outside [0, 1e6)", k->eps);
     d->math_ulps = k->math_ulps;
     d->eps = k->eps;
+    d->epilogue = k->epilogue ? k->epilogue : "unknown";
+    static const char *const epilogues[] = {"single", "rounded", "cublaslt", "unknown", NULL};
+    if (!is_one_of(d->epilogue, epilogues))
+        return bad(err, errlen, "unknown epilogue '%s' (single, rounded, cublaslt, unknown)", d->epilogue);
+    d->layout = k->layout ? k->layout : "AB";
+    static const char *const layouts[] = {"AB", "AtB", "ABt", "AtBt", NULL};
+    if (!is_one_of(d->layout, layouts)) return bad(err, errlen, "unknown layout '%s' (AB, AtB, ABt, AtBt)", d->layout);
+    /* alpha and beta reach a kernel as floats: the bound takes them exact */
+    if (!isfinite(k->alpha) || prec_rne(k->alpha, PREC_FP32) != k->alpha)
+        return bad(err, errlen, "alpha %.17g is not an fp32 value (kernels take it as a float: give that float's value)", k->alpha);
+    if (!isfinite(k->beta) || prec_rne(k->beta, PREC_FP32) != k->beta)
+        return bad(err, errlen, "beta %.17g is not an fp32 value (kernels take it as a float: give that float's value)", k->beta);
+    d->alpha = k->alpha;
+    d->beta = k->beta;
+    d->gelu = k->gelu;
+    d->split_k = k->split_k;
+    if (k->gelu != 0 && k->gelu != 1) return bad(err, errlen, "gelu is %d (0 or 1)", k->gelu);
+    if (k->split_k < 1 || k->split_k > (1 << 20)) return bad(err, errlen, "split-k %d is outside 1..2^20", k->split_k);
+    d->variance = k->variance ? k->variance : "unknown";
+    kcmp_layernorm_kernel ln;
+    if (parse_variance(d->variance, &ln) != 0)
+        return bad(err, errlen, "unknown variance '%s' (two-pass, one-pass, welford, welford:T, welford:TxV with T 1 or "
+                                "a multiple of 32 up to 1024, V up to 64, unknown)", d->variance);
+    d->exp_form = k->exp_form ? k->exp_form : "unknown";
+    static const char *const exp_forms[] = {"exp", "exp2", "fast", "unknown", NULL};
+    if (!is_one_of(d->exp_form, exp_forms)) return bad(err, errlen, "unknown exp '%s' (exp, exp2, fast, unknown)", d->exp_form);
+    d->dloss = k->dloss;
+    d->online = k->online;
+    if (!isfinite(k->dloss) || prec_rne(k->dloss, PREC_FP32) != k->dloss)
+        return bad(err, errlen, "dloss %.17g is not an fp32 value (kernels take it as a float: give that float's value)", k->dloss);
+    if (k->online != 0 && k->online != 1) return bad(err, errlen, "online is %d (0 or 1)", k->online);
+    /* the other ops' options: refused rather than silently ignored */
+    static const char *const op_names[] = {"matmul", "layernorm", "rmsnorm", "softmax", "cross_entropy"};
+    if (op != OP_CROSS_ENTROPY && (d->dloss != 0 || d->online))
+        return bad(err, errlen, "dloss and online are cross_entropy's; %s has neither", op_names[op]);
+    if (op == OP_CROSS_ENTROPY && d->math_ulps != 2.0)
+        return bad(err, errlen, "cross_entropy's expf and logf have CUDA's figures (2 and 1 ulps); --math-ulps does not apply");
+    if (op != OP_SOFTMAX && strcmp(d->exp_form, "unknown") != 0)
+        return bad(err, errlen, "exp is softmax's; %s has none", op_names[op]);
+    if (op == OP_SOFTMAX && d->math_ulps != 2.0)
+        return bad(err, errlen, "softmax's exponential has the error of its --exp form (CUDA's figures); --math-ulps does not apply");
+    if (op == OP_SOFTMAX && strcmp(d->col_reduce, "unknown") != 0)
+        return bad(err, errlen, "col-reduce is for the sums over rows of a normalisation's backward; softmax has none");
+    if (op != OP_MATMUL && (strcmp(d->epilogue, "unknown") != 0 || strcmp(d->layout, "AB") != 0 || d->alpha != 1.0 ||
+                            d->beta != 0.0 || d->gelu || d->split_k != 1))
+        return bad(err, errlen, "epilogue, layout, alpha, beta, gelu and split-k are matmul's; %s has none of them",
+                   op_names[op]);
+    if (op != OP_RMSNORM && strcmp(d->upcast, "unknown") != 0)
+        return bad(err, errlen, "upcast is rmsnorm's; %s has none", op_names[op]);
+    if ((op == OP_MATMUL || op == OP_CROSS_ENTROPY) && strcmp(d->col_reduce, "unknown") != 0)
+        return bad(err, errlen, "col-reduce is for the sums over rows of a normalisation's backward; %s has none",
+                   op_names[op]);
+    if (op != OP_LAYERNORM && strcmp(d->variance, "unknown") != 0)
+        return bad(err, errlen, "variance is layernorm's; %s has none", op_names[op]);
     return 0;
 }
 
-/* col_reduce matters to the backward only (dgain). */
-static int is_unknown(const decl *d, int bwd)
+static int accum_is_model(const decl *d)
 {
-    return strcmp(d->accum, "unknown") == 0 || strcmp(d->reduce, "unknown") == 0 ||
-           (bwd && strcmp(d->col_reduce, "unknown") == 0) || strcmp(d->upcast, "unknown") == 0;
+    prec_dot_model m;
+    return parse_dot_model(d->accum, &m) > 0;
+}
+
+/* Which parts of the declaration the bound depends on: col_reduce matters
+ * to a backward only (dgain, dbias), upcast to rmsnorm, the variance to
+ * layernorm (in the backward only when it replays statistics not given:
+ * has_stats says both were), the epilogue to a matmul with a bias or GELU,
+ * the reduction to a rounded accumulator. */
+static int is_unknown(const decl *d, op_id op, int bwd, int has_bias, int has_stats)
+{
+    if (strcmp(d->accum, "unknown") == 0) return 1;
+    if (op == OP_MATMUL)
+        return (!accum_is_model(d) && strcmp(d->reduce, "unknown") == 0) ||
+               ((has_bias || d->gelu) && strcmp(d->epilogue, "unknown") == 0);
+    if (strcmp(d->reduce, "unknown") == 0 || (bwd && op != OP_SOFTMAX && strcmp(d->col_reduce, "unknown") == 0)) return 1;
+    /* (cross_entropy has no bwd pass) */
+    if (op == OP_LAYERNORM) return strcmp(d->variance, "unknown") == 0 && (!bwd || !has_stats);
+    if (op == OP_SOFTMAX) return !bwd && strcmp(d->exp_form, "unknown") == 0;
+    if (op == OP_CROSS_ENTROPY) return 0;
+    return strcmp(d->upcast, "unknown") == 0;
 }
 
 /* The declaration with its unknown parts resolved to the tightest or the loosest. */
-static decl resolve(const decl *d, int tightest)
+static decl resolve(const decl *d, op_id op, int tightest)
 {
     decl r = *d;
     if (strcmp(r.accum, "unknown") == 0) r.accum = tightest ? "fp32" : "storage";
     if (strcmp(r.reduce, "unknown") == 0) r.reduce = tightest ? "pairwise" : "sequential";
-    if (strcmp(r.col_reduce, "unknown") == 0) r.col_reduce = tightest ? "pairwise" : "sequential";
-    if (strcmp(r.upcast, "unknown") == 0) r.upcast = tightest ? "gemma" : "none";
+    if ((op == OP_LAYERNORM || op == OP_RMSNORM) && strcmp(r.col_reduce, "unknown") == 0)
+        r.col_reduce = tightest ? "pairwise" : "sequential";
+    if (op == OP_SOFTMAX && strcmp(r.exp_form, "unknown") == 0) r.exp_form = tightest ? "exp" : "fast";
+    if (op == OP_RMSNORM && strcmp(r.upcast, "unknown") == 0) r.upcast = tightest ? "gemma" : "none";
+    if (op == OP_LAYERNORM && strcmp(r.variance, "unknown") == 0) r.variance = tightest ? "two-pass" : "one-pass";
+    if (op == OP_MATMUL && strcmp(r.epilogue, "unknown") == 0) r.epilogue = tightest ? "single" : "cublaslt";
     return r;
 }
 
-static void describe(const decl *d, int bwd, char *out, size_t len)
+static void describe(const decl *d, op_id op, int bwd, int has_bias, char *out, size_t len)
 {
-    int k = snprintf(out, len, "--accum %s --reduce %s", d->accum, d->reduce);
-    if (bwd && k >= 0 && (size_t)k < len) k += snprintf(out + k, len - (size_t)k, " --col-reduce %s", d->col_reduce);
-    if (k >= 0 && (size_t)k < len) snprintf(out + k, len - (size_t)k, " --upcast %s", d->upcast);
+    size_t k = 0;
+#define APPEND(...)                                                                 \
+    do {                                                                            \
+        if (k < len) {                                                              \
+            int w_ = snprintf(out + k, len - k, __VA_ARGS__);                       \
+            k = w_ < 0 ? len : k + (size_t)w_;                                      \
+        }                                                                           \
+    } while (0)
+    out[0] = '\0';
+    APPEND("--accum %s", d->accum);
+    if (op == OP_SOFTMAX) {
+        APPEND(" --reduce %s", d->reduce);
+        if (!bwd) APPEND(" --exp %s", d->exp_form);
+    } else if (op == OP_CROSS_ENTROPY) {
+        APPEND(" --reduce %s%s", d->reduce, d->online ? " --online" : "");
+    } else if (op != OP_MATMUL) {
+        APPEND(" --reduce %s", d->reduce);
+        if (bwd) APPEND(" --col-reduce %s", d->col_reduce);
+        if (op == OP_RMSNORM) APPEND(" --upcast %s", d->upcast);
+        else APPEND(" --variance %s", d->variance);
+    } else {
+        if (!accum_is_model(d)) APPEND(" --reduce %s", d->reduce);
+        if (d->split_k > 1) APPEND(" --split-k %d", d->split_k);
+        if (has_bias || d->gelu) APPEND(" --epilogue %s", d->epilogue);
+    }
+#undef APPEND
 }
 
 static kcmp_rmsnorm_kernel rmsnorm_kernel(const decl *d, int64_t N, int64_t C)
@@ -196,6 +435,72 @@ static kcmp_rmsnorm_kernel rmsnorm_kernel(const decl *d, int64_t N, int64_t C)
     k.col_depth = parse_reduce(d->col_reduce, N, 0);
     k.rsqrt_ulps = d->math_ulps;
     k.eps = d->eps;
+    return k;
+}
+
+static kcmp_layernorm_kernel layernorm_kernel(const decl *d, int64_t N, int64_t C)
+{
+    kcmp_layernorm_kernel k = {0};
+    k.storage = d->storage;
+    if (strcmp(d->accum, "storage") == 0) k.acc = d->storage;
+    else parse_format(d->accum, &k.acc);
+    parse_variance(d->variance, &k);
+    k.fwd_depth = k.bwd_depth = parse_reduce(d->reduce, C, 0);
+    k.col_depth = parse_reduce(d->col_reduce, N, 0);
+    k.rsqrt_ulps = d->math_ulps;
+    k.eps = d->eps;
+    return k;
+}
+
+static kcmp_ce_kernel cross_entropy_kernel(const decl *d, int64_t V)
+{
+    kcmp_ce_kernel k = {0};
+    k.logits = d->storage;
+    if (strcmp(d->accum, "storage") == 0) k.acc = d->storage;
+    else parse_format(d->accum, &k.acc);
+    k.depth = parse_reduce(d->reduce, V, 0);
+    k.online = d->online;
+    k.dloss = d->dloss;
+    return k;
+}
+
+static kcmp_softmax_kernel softmax_kernel(const decl *d, int64_t C)
+{
+    kcmp_softmax_kernel k = {0};
+    k.storage = d->storage;
+    if (strcmp(d->accum, "storage") == 0) k.acc = d->storage;
+    else parse_format(d->accum, &k.acc);
+    k.exp_variant = strcmp(d->exp_form, "exp2") == 0 ? KCHECK_EXP2 : strcmp(d->exp_form, "fast") == 0 ? KCHECK_FAST_EXP : KCHECK_EXP;
+    k.fwd_depth = k.bwd_depth = parse_reduce(d->reduce, C, 0);
+    return k;
+}
+
+/* The GEMM as declared, for a K-term dot product: split into slices of
+ * ceil(K / split_k); a rounded accumulator adds its slices in its own
+ * format, the matrix units in fp32. */
+static kcmp_matmul_kernel matmul_kernel(const decl *d, int64_t K)
+{
+    kcmp_matmul_kernel k = {0};
+    k.out = d->storage;
+    k.slice = (K + d->split_k - 1) / d->split_k;
+    const int64_t last = K % k.slice ? K % k.slice : k.slice;
+    if (parse_dot_model(d->accum, &k.dot) > 0) {
+        k.dot.depth = k.slice;
+        k.slice_sum = PREC_FP32;
+    } else {
+        k.dot.kind = PREC_DOT_ROUNDED;
+        if (strcmp(d->accum, "storage") == 0) k.dot.acc = d->storage;
+        else parse_format(d->accum, &k.dot.acc);
+        k.dot.depth = parse_reduce(d->reduce, k.slice, 0);
+        k.slice_sum = k.dot.acc;
+    }
+    k.dot_last = k.dot;
+    if (k.dot.kind == PREC_DOT_ROUNDED) k.dot_last.depth = parse_reduce(d->reduce, last, 0);
+    k.alpha = d->alpha;
+    k.beta = d->beta;
+    k.gelu = d->gelu;
+    k.round_product = strcmp(d->epilogue, "single") != 0;
+    k.tanh_rel_err = strcmp(d->epilogue, "cublaslt") == 0 ? pow(2.0, -10.987) : 0.0;
     return k;
 }
 
@@ -264,7 +569,9 @@ static int bind(const vtensor *want, const ulp_tensor *given, int n_given, const
             continue;
         }
         const ulp_tensor *t = out[w].t;
-        const prec_format f = want[w].fp32 ? PREC_FP32 : d->storage;
+        const prec_format f = want[w].format == T_FP32 ? PREC_FP32 : d->storage;
+        const int any_value = want[w].format == T_OPERAND && d->fp8; /* dequantised: code times scale */
+        const int index = want[w].format == T_INDEX;
         out[w].v = malloc((out[w].n ? out[w].n : 1) * sizeof(double));
         if (!out[w].v) return bad(err, errlen, "out of memory for tensor '%s'", t->name);
         for (int64_t i = 0; i < out[w].n; i++) {
@@ -275,10 +582,13 @@ static int bind(const vtensor *want, const ulp_tensor *given, int n_given, const
                 return bad(err, errlen, "input '%s' element %lld is %g: the reference needs finite inputs", t->name,
                            (long long)i, v);
             }
-            if (prec_rne(v, f) != v)
+            if (index && (v != floor(v) || v < -1 || v > 2147483647.0))
+                return bad(err, errlen, "%s '%s' element %lld = %.17g is not an index (an integer, -1 for none)", role,
+                           t->name, (long long)i, v);
+            if (!any_value && !index && prec_rne(v, f) != v)
                 return bad(err, errlen, "%s '%s' element %lld = %.17g is not a %s value: the declared %s cannot have %s it",
                            role, t->name, (long long)i, v, prec_format_get(f)->name,
-                           want[w].fp32 ? "fp32 tensor" : "path", is_output ? "written" : "seen");
+                           want[w].format == T_FP32 ? "fp32 tensor" : "path", is_output ? "written" : "seen");
         }
     }
     return 0;
@@ -348,25 +658,192 @@ static void copy_row(ulp_row *r, const kcheck_row *k, const char *assumption)
     }
 }
 
-/* Runs rmsnorm's comparison under declaration d; appends its rows (only the
+/* Every tensor shaped as the first input (..., C): softmax. */
+static int same_shapes(const bound_tensor *in, const bound_tensor *out, int64_t *N, int64_t *C, char *err, size_t errlen)
+{
+    const ulp_tensor *x = in[0].t;
+    if (x->ndim < 1) return bad(err, errlen, "%s must have at least one dimension (..., C)", x->name);
+    *C = x->shape[x->ndim - 1];
+    *N = *C ? in[0].n / *C : 0;
+    if (*N < 1 || *C < 1) return bad(err, errlen, "%s has no elements (shape needs N, C >= 1)", x->name);
+    for (int role = 0; role < 2; role++)
+        for (int i = 0; i < VMAX_TENSORS; i++) {
+            const ulp_tensor *t = (role ? out : in)[i].t;
+            if (!t) continue;
+            int ok = t->ndim == x->ndim;
+            for (int k = 0; ok && k < x->ndim; k++) ok = t->shape[k] == x->shape[k];
+            if (!ok) return bad(err, errlen, "%s's shape differs from %s's", t->name, x->name);
+        }
+    return 0;
+}
+
+/* Shape rules of layernorm: x (..., C); gain, bias, dgain, dbias (C); y,
+ * dy, dx as x; mean and rstd the number of rows. */
+static int layernorm_shapes(const bound_tensor *in, const bound_tensor *out, int bwd, int64_t *N, int64_t *C,
+                            char *err, size_t errlen)
+{
+    const ulp_tensor *x = in[0].t;
+    if (x->ndim < 1) return bad(err, errlen, "x must have at least one dimension (..., C)");
+    *C = x->shape[x->ndim - 1];
+    *N = *C ? in[0].n / *C : 0;
+    if (*N < 1 || *C < 1) return bad(err, errlen, "x has no elements (shape needs N, C >= 1)");
+    /* per pass: the (C) tensors, the (N) statistics, the tensors shaped as x */
+    const bound_tensor *per_col[3] = {&in[1], bwd ? &out[1] : &in[2], bwd ? &out[2] : NULL};
+    const bound_tensor *per_row[2] = {bwd ? &in[3] : &out[1], bwd ? &in[4] : &out[2]};
+    const bound_tensor *like_x[2] = {bwd ? &in[2] : &out[0], bwd ? &out[0] : NULL};
+    for (int i = 0; i < 3; i++)
+        if (per_col[i] && per_col[i]->t && per_col[i]->n != *C)
+            return bad(err, errlen, "%s has %lld elements, x's rows have C = %lld", per_col[i]->t->name,
+                       (long long)per_col[i]->n, (long long)*C);
+    for (int i = 0; i < 2; i++)
+        if (per_row[i]->t && per_row[i]->n != *N)
+            return bad(err, errlen, "%s has %lld elements, x has N = %lld rows", per_row[i]->t->name,
+                       (long long)per_row[i]->n, (long long)*N);
+    for (int i = 0; i < 2; i++) {
+        const ulp_tensor *t = like_x[i] ? like_x[i]->t : NULL;
+        if (!t) continue;
+        int ok = t->ndim == x->ndim;
+        for (int k = 0; ok && k < x->ndim; k++) ok = t->shape[k] == x->shape[k];
+        if (!ok) return bad(err, errlen, "%s's shape differs from x's", t->name);
+    }
+    if (bwd && out[1].t && !in[1].t) return bad(err, errlen, "dgain needs gain (a kernel without a gain has no dgain)");
+    return 0;
+}
+
+/* What one verify call compares: the op, the pass, the bound tensors and
+ * the dimensions their shapes gave. */
+typedef struct {
+    op_id op;
+    int bwd;
+    const vtensor *outputs; /* the pass's output names */
+    const bound_tensor *in, *out;
+    int64_t N, C;              /* rmsnorm: rows, row length */
+    int64_t M, cols, K;        /* matmul: y is (M, cols) */
+    long a_rs, a_cs, b_rs, b_cs; /* matmul: A[m,k] = a[m a_rs + k a_cs], B[k,n] = b[k b_rs + n b_cs] */
+    int has_bias;
+    int has_stats;             /* layernorm bwd: the stored mean and rstd are given */
+    int32_t *targets;          /* cross_entropy: the targets as integers (owned) */
+    char shape[96];
+} problem;
+
+/* Shape rules of matmul (--layout): a (M, K) or (K, M), b (K, N) or (N, K),
+ * c and y (M, N), bias (N); c exactly when beta != 0. */
+static int matmul_shapes(const decl *d, problem *pb, char *err, size_t errlen)
+{
+    const ulp_tensor *a = pb->in[0].t, *b = pb->in[1].t;
+    if (a->ndim != 2 || b->ndim != 2)
+        return bad(err, errlen, "%s must be a matrix (2 dimensions), it has %d", a->ndim != 2 ? "a" : "b",
+                   a->ndim != 2 ? a->ndim : b->ndim);
+    const int at = strncmp(d->layout, "At", 2) == 0, bt = d->layout[strlen(d->layout) - 1] == 't';
+    const int64_t M = at ? a->shape[1] : a->shape[0], Ka = at ? a->shape[0] : a->shape[1];
+    const int64_t Kb = bt ? b->shape[1] : b->shape[0], N = bt ? b->shape[0] : b->shape[1];
+    if (Ka != Kb)
+        return bad(err, errlen, "a gives K = %lld, b gives K = %lld (--layout %s: a is %s, b is %s)", (long long)Ka,
+                   (long long)Kb, d->layout, at ? "(K, M)" : "(M, K)", bt ? "(N, K)" : "(K, N)");
+    if (M < 1 || N < 1 || Ka < 1)
+        return bad(err, errlen, "empty product: M = %lld, N = %lld, K = %lld (each needs >= 1)", (long long)M,
+                   (long long)N, (long long)Ka);
+    const ulp_tensor *mn[2] = {pb->in[2].t, pb->out[0].t};
+    for (int i = 0; i < 2; i++)
+        if (mn[i] && (mn[i]->ndim != 2 || mn[i]->shape[0] != M || mn[i]->shape[1] != N))
+            return bad(err, errlen, "%s's shape differs from (M, N) = (%lld, %lld), which a and b give (--layout %s)",
+                       mn[i]->name, (long long)M, (long long)N, d->layout);
+    if (d->beta != 0 && !pb->in[2].t) return bad(err, errlen, "beta %g needs the tensor c (y = alpha A B + beta C)", d->beta);
+    if (d->beta == 0 && pb->in[2].t)
+        return bad(err, errlen, "c given but beta is 0: declare the beta the kernel used (--beta)");
+    if (pb->in[3].t && (pb->in[3].t->ndim != 1 || pb->in[3].n != N))
+        return bad(err, errlen, "bias has %lld elements in %d dimensions, y has N = %lld columns (bias is (N))",
+                   (long long)pb->in[3].n, pb->in[3].t->ndim, (long long)N);
+    pb->M = M;
+    pb->cols = N;
+    pb->K = Ka;
+    pb->a_rs = at ? 1 : (long)Ka;
+    pb->a_cs = at ? (long)M : 1;
+    pb->b_rs = bt ? 1 : (long)N;
+    pb->b_cs = bt ? (long)Ka : 1;
+    pb->has_bias = pb->in[3].t != NULL;
+    snprintf(pb->shape, sizeof pb->shape, "M=%lld N=%lld K=%lld %s%s%s%s%s", (long long)M, (long long)N, (long long)Ka,
+             at ? "At" : "A", bt ? "Bt" : "B", pb->has_bias ? " bias" : "", d->gelu ? " gelu" : "",
+             d->beta != 0 ? " +C" : "");
+    return 0;
+}
+
+/* Shape rules of cross_entropy: logits (..., V); targets and loss one per
+ * row; dlogits as logits; every target in [-1, V). */
+static int cross_entropy_shapes(const decl *d, problem *pb, char *err, size_t errlen)
+{
+    const bound_tensor *in = pb->in, *out = pb->out;
+    const ulp_tensor *z = in[0].t;
+    if (z->ndim < 1) return bad(err, errlen, "logits must have at least one dimension (..., V)");
+    const int64_t V = z->shape[z->ndim - 1], N = V ? in[0].n / V : 0;
+    if (N < 1 || V < 1) return bad(err, errlen, "logits have no elements (shape needs N, V >= 1)");
+    if (in[1].n != N) return bad(err, errlen, "targets has %lld elements, logits have N = %lld rows", (long long)in[1].n, (long long)N);
+    if (out[0].t && out[0].n != N)
+        return bad(err, errlen, "loss has %lld elements, logits have N = %lld rows", (long long)out[0].n, (long long)N);
+    if (out[1].t) {
+        int ok = out[1].t->ndim == z->ndim;
+        for (int k = 0; ok && k < z->ndim; k++) ok = out[1].t->shape[k] == z->shape[k];
+        if (!ok) return bad(err, errlen, "dlogits's shape differs from logits's");
+        if (d->dloss == 0)
+            return bad(err, errlen, "dlogits need --dloss, the loss gradient the kernel scaled them by (1/N for a mean over N rows)");
+    }
+    for (int64_t i = 0; i < N; i++)
+        if (in[1].v[i] < -1 || in[1].v[i] >= (double)V)
+            return bad(err, errlen, "target %lld is %.17g: targets are -1 (ignored) or in [0, V = %lld)", (long long)i,
+                       in[1].v[i], (long long)V);
+    pb->targets = malloc((size_t)N * sizeof(int32_t));
+    if (!pb->targets) return bad(err, errlen, "out of memory");
+    for (int64_t i = 0; i < N; i++) pb->targets[i] = (int32_t)in[1].v[i];
+    pb->N = N;
+    pb->C = V;
+    snprintf(pb->shape, sizeof pb->shape, "N=%lld V=%lld", (long long)N, (long long)V);
+    return 0;
+}
+
+/* Runs the op's comparison under declaration d; appends its rows (only the
  * pass's outputs) to rep; returns 1 when all of them pass, 0 when one
  * fails, -1 when out of memory. */
-static int rmsnorm_rows(const decl *d, const bound_tensor *in, const bound_tensor *out, int bwd, int64_t N, int64_t C,
-                        ulp_report *rep, const char *shape, int *vacuous)
+static int op_rows(const decl *d, const problem *pb, ulp_report *rep, int *vacuous)
 {
-    kcmp_rmsnorm_kernel k = rmsnorm_kernel(d, N, C);
-    kcmp_rmsnorm_data data = {N, C, in[0].v, in[1].v, bwd ? in[2].v : NULL,
-                              bwd ? NULL : out[0].v, bwd ? in[3].v : out[1].v, bwd ? out[0].v : NULL,
-                              bwd ? out[1].v : NULL};
-    kcheck_acc rows[KCMP_RMSNORM_MAX_ROWS];
-    int n = kcmp_rmsnorm(&k, &data, shape, rows);
+    kcheck_acc rows[KCMP_LAYERNORM_MAX_ROWS]; /* the most of any op */
+    int n;
+    const bound_tensor *in = pb->in, *out = pb->out;
+    const int bwd = pb->bwd;
+    if (pb->op == OP_MATMUL) {
+        kcmp_matmul_kernel k = matmul_kernel(d, pb->K);
+        kcmp_matmul_data data = {pb->M, pb->cols, pb->K, in[0].v, pb->a_rs, pb->a_cs, in[1].v, pb->b_rs, pb->b_cs,
+                                 in[2].v, in[3].v, out[0].v, NULL};
+        n = kcmp_matmul(&k, &data, pb->shape, &rows[0]);
+    } else if (pb->op == OP_CROSS_ENTROPY) {
+        kcmp_ce_kernel k = cross_entropy_kernel(d, pb->C);
+        kcmp_ce_data data = {pb->N, pb->C, in[0].v, pb->targets, out[0].v, out[1].v};
+        n = kcmp_cross_entropy(&k, &data, pb->shape, rows);
+    } else if (pb->op == OP_SOFTMAX) {
+        kcmp_softmax_kernel k = softmax_kernel(d, pb->C);
+        kcmp_softmax_data data = {pb->N, pb->C, bwd ? NULL : in[0].v, bwd ? in[0].v : out[0].v, bwd ? in[1].v : NULL,
+                                  bwd ? out[0].v : NULL};
+        n = kcmp_softmax(&k, &data, pb->shape, rows);
+    } else if (pb->op == OP_LAYERNORM) {
+        kcmp_layernorm_kernel k = layernorm_kernel(d, pb->N, pb->C);
+        kcmp_layernorm_data data = {pb->N, pb->C, in[0].v, in[1].v, bwd ? NULL : in[2].v, bwd ? in[2].v : NULL,
+                                    bwd ? NULL : out[0].v, bwd ? in[3].v : out[1].v, bwd ? in[4].v : out[2].v,
+                                    bwd ? out[0].v : NULL, bwd ? out[1].v : NULL, bwd ? out[2].v : NULL};
+        n = kcmp_layernorm(&k, &data, pb->shape, rows);
+    } else {
+        kcmp_rmsnorm_kernel k = rmsnorm_kernel(d, pb->N, pb->C);
+        kcmp_rmsnorm_data data = {pb->N, pb->C, in[0].v, in[1].v, bwd ? in[2].v : NULL,
+                                  bwd ? NULL : out[0].v, bwd ? in[3].v : out[1].v, bwd ? out[0].v : NULL,
+                                  bwd ? out[1].v : NULL};
+        n = kcmp_rmsnorm(&k, &data, pb->shape, rows);
+    }
     if (n < 0) return -1;
     char assumption[200];
-    describe(d, bwd, assumption, sizeof assumption);
+    describe(d, pb->op, bwd, pb->has_bias, assumption, sizeof assumption);
     int all = 1;
     for (int i = 0; i < n; i++) {
         const char *o = rows[i].row.output;
-        int wanted = bwd ? (strcmp(o, "dx") == 0 || strcmp(o, "dgain") == 0) : (strcmp(o, "y") == 0 || strcmp(o, "rstd") == 0);
+        int wanted = 0; /* only the pass's outputs: the norms' comparisons also row the forward's stored statistics */
+        for (int w = 0; w < VMAX_TENSORS && pb->outputs[w].name; w++) wanted |= strcmp(o, pb->outputs[w].name) == 0;
         if (!wanted || rep->n_rows >= ULP_MAX_ROWS) continue;
         ulp_row *r = &rep->rows[rep->n_rows++];
         copy_row(r, &rows[i].row, assumption);
@@ -374,6 +851,81 @@ static int rmsnorm_rows(const decl *d, const bound_tensor *in, const bound_tenso
         *vacuous |= r->vacuous;
     }
     return all;
+}
+
+/* A looser declaration to try after a FAIL, and what fitting it would mean
+ * (NULL: said from the parts that differ: accumulation, order, upcast). */
+typedef struct {
+    decl d;
+    const char *meaning;
+} attempt;
+
+#define MAX_ATTEMPTS 8
+static int looser_declarations(const decl *d, const problem *pb, attempt *a)
+{
+    int n = 0;
+    const int rounded = !accum_is_model(d);
+    if (pb->op == OP_MATMUL) {
+        const int wide = rounded && (strcmp(d->accum, "fp32") == 0 || strcmp(d->accum, "fp64") == 0);
+        if (wide && strcmp(d->path, "fp32") == 0) {
+            a[n].d = *d;
+            a[n].d.accum = "tf32";
+            a[n++].meaning = "the kernel likely rounds its fp32 inputs to tf32 (tensor cores)";
+        }
+        if (wide && !d->fp8 && strcmp(d->path, "fp32") != 0) {
+            a[n].d = *d;
+            a[n].d.accum = "tensor-core";
+            a[n++].meaning = "the kernel likely runs on tensor cores (block FMAs that truncate)";
+        }
+        if (d->fp8 && strcmp(d->accum, "fp8-fast") != 0) {
+            a[n].d = *d;
+            a[n].d.accum = "fp8-fast";
+            a[n++].meaning = "the kernel likely accumulates in the fp8 tensor cores' ~14 bits without promotion to fp32";
+        }
+        if ((pb->has_bias || d->gelu) && strcmp(d->epilogue, "cublaslt") != 0) {
+            a[n].d = *d;
+            a[n].d.epilogue = "cublaslt";
+            a[n++].meaning = "the kernel likely rounds alpha A B + beta C to the output format before the bias or GELU";
+        }
+    }
+    a[n].d = *d;
+    a[n].d.accum = "storage";
+    a[n++].meaning = NULL;
+    a[n].d = *d;
+    a[n].d.reduce = a[n].d.col_reduce = "sequential";
+    if (pb->op == OP_MATMUL && !rounded) a[n].d.accum = "storage"; /* a matrix unit has no order to loosen */
+    a[n++].meaning = NULL;
+    if (pb->op == OP_RMSNORM) {
+        a[n].d = *d;
+        a[n].d.upcast = "none";
+        a[n++].meaning = NULL;
+    }
+    if (pb->op == OP_SOFTMAX && !pb->bwd && strcmp(d->exp_form, "fast") != 0) {
+        a[n].d = *d;
+        a[n].d.exp_form = "fast";
+        a[n++].meaning = "the kernel's exponential is likely less accurate than declared (__expf or the like)";
+    }
+    if (pb->op == OP_LAYERNORM && strcmp(d->variance, "one-pass") != 0) {
+        a[n].d = *d;
+        a[n].d.variance = "one-pass";
+        a[n++].meaning = "the kernel likely computes the variance in one pass (E[x^2] - mean^2)";
+    }
+    a[n].d = *d;
+    a[n].d.accum = "storage";
+    a[n].d.reduce = a[n].d.col_reduce = "sequential";
+    if (pb->op == OP_RMSNORM) a[n].d.upcast = "none";
+    if (pb->op == OP_LAYERNORM) a[n].d.variance = "one-pass";
+    if (pb->op == OP_MATMUL && (pb->has_bias || d->gelu)) a[n].d.epilogue = "cublaslt";
+    a[n++].meaning = NULL;
+    return n;
+}
+
+static int same_decl(const decl *a, const decl *b)
+{
+    return strcmp(a->accum, b->accum) == 0 && strcmp(a->reduce, b->reduce) == 0 &&
+           strcmp(a->col_reduce, b->col_reduce) == 0 && strcmp(a->upcast, b->upcast) == 0 &&
+           strcmp(a->epilogue, b->epilogue) == 0 && strcmp(a->variance, b->variance) == 0 &&
+           strcmp(a->exp_form, b->exp_form) == 0;
 }
 
 int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *inputs, int n_inputs,
@@ -386,14 +938,15 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
         if (op_name && strcmp(op_name, ops[i].name) == 0) op = &ops[i];
     if (!op) return bad(err, errlen, "unknown op '%s' (ops: %s)", op_name ? op_name : "(none)", ulp_op_names());
     if (!k) return bad(err, errlen, "no kernel declaration");
-    decl d;
-    int rc = check_decl(k, &d, err, errlen);
-    if (rc) return rc;
     const char *pass = k->pass ? k->pass : "fwd";
     int bwd;
     if (strcmp(pass, "fwd") == 0) bwd = 0;
     else if (strcmp(pass, "bwd") == 0) bwd = 1;
     else return bad(err, errlen, "unknown pass '%s' (fwd, bwd)", pass);
+    if (!op->pass[bwd].inputs_help) return bad(err, errlen, "%s has no %s pass: %s", op->name, pass, op->why_no_bwd);
+    decl d;
+    int rc = check_decl(k, op->id, &d, err, errlen);
+    if (rc) return rc;
     if (n_inputs < 0 || n_outputs < 0 || (n_inputs && !inputs) || (n_outputs && !outputs))
         return bad(err, errlen, "bad tensor list");
     if (n_outputs == 0) return bad(err, errlen, "no output tensors to verify");
@@ -401,93 +954,117 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
     snprintf(rep->pass, sizeof rep->pass, "%s", pass);
 
     bound_tensor in[VMAX_TENSORS] = {{0}}, out[VMAX_TENSORS] = {{0}};
+    problem pb;
+    memset(&pb, 0, sizeof pb);
+    pb.op = op->id;
+    pb.bwd = bwd;
+    pb.outputs = op->pass[bwd].outputs;
+    pb.in = in;
+    pb.out = out;
     rc = bind(op->pass[bwd].inputs, inputs, n_inputs, "input", &d, 0, in, err, errlen);
     if (!rc) rc = bind(op->pass[bwd].outputs, outputs, n_outputs, "output", &d, 1, out, err, errlen);
-    int64_t N = 0, C = 0;
-    if (!rc) rc = rmsnorm_shapes(in, out, bwd, &N, &C, err, errlen);
+    if (!rc && op->id == OP_MATMUL) rc = matmul_shapes(&d, &pb, err, errlen);
+    if (!rc && op->id == OP_CROSS_ENTROPY) rc = cross_entropy_shapes(&d, &pb, err, errlen);
+    if (!rc && op->id == OP_SOFTMAX) {
+        rc = same_shapes(in, out, &pb.N, &pb.C, err, errlen);
+        snprintf(pb.shape, sizeof pb.shape, "N=%lld C=%lld", (long long)pb.N, (long long)pb.C);
+    }
+    if (!rc && op->id == OP_LAYERNORM) {
+        rc = layernorm_shapes(in, out, bwd, &pb.N, &pb.C, err, errlen);
+        snprintf(pb.shape, sizeof pb.shape, "N=%lld C=%lld%s%s", (long long)pb.N, (long long)pb.C,
+                 in[1].t ? "" : " nogain", !bwd && !in[2].t ? " nobias" : "");
+        pb.has_stats = bwd && in[3].t && in[4].t;
+    }
+    if (!rc && op->id == OP_RMSNORM) {
+        rc = rmsnorm_shapes(in, out, bwd, &pb.N, &pb.C, err, errlen);
+        snprintf(pb.shape, sizeof pb.shape, "N=%lld C=%lld%s", (long long)pb.N, (long long)pb.C, in[1].t ? "" : " nogain");
+    }
     if (rc) {
         free_bound(in);
         free_bound(out);
+        free(pb.targets);
         memset(rep, 0, sizeof *rep);
         return rc;
     }
-    char shape[96];
-    snprintf(shape, sizeof shape, "N=%lld C=%lld%s", (long long)N, (long long)C, in[1].t ? "" : " nogain");
-    rep->unknown = is_unknown(&d, bwd);
+    rep->unknown = is_unknown(&d, op->id, bwd, pb.has_bias, pb.has_stats);
     int verdict;
     if (rep->unknown) {
-        decl tight = resolve(&d, 1), loose = resolve(&d, 0);
+        decl tight = resolve(&d, op->id, 1), loose = resolve(&d, op->id, 0);
         int vt = 0, vl = 0;
-        int t = rmsnorm_rows(&tight, in, out, bwd, N, C, rep, shape, &vt);
-        int l = t < 0 ? -1 : rmsnorm_rows(&loose, in, out, bwd, N, C, rep, shape, &vl);
+        int t = op_rows(&tight, &pb, rep, &vt);
+        int l = t < 0 ? -1 : op_rows(&loose, &pb, rep, &vl);
         if (t < 0 || l < 0) goto oom;
         verdict = l;
         char dt[200], dl[200];
-        describe(&tight, bwd, dt, sizeof dt);
-        describe(&loose, bwd, dl, sizeof dl);
+        describe(&tight, op->id, bwd, pb.has_bias, dt, sizeof dt);
+        describe(&loose, op->id, bwd, pb.has_bias, dl, sizeof dl);
         snprintf(rep->verdict, sizeof rep->verdict, "%s against the loosest bound (%s)%s; the tightest (%s) %s",
                  l ? "PASS" : "FAIL", dl, vl ? ", which is infinite for some outputs (no claim there)" : "", dt,
                  t ? "holds too" : "does not hold");
     } else {
         int vd = 0;
-        int r = rmsnorm_rows(&d, in, out, bwd, N, C, rep, shape, &vd);
+        int r = op_rows(&d, &pb, rep, &vd);
         if (r < 0) goto oom;
         verdict = r;
         char dd[200];
-        describe(&d, bwd, dd, sizeof dd);
+        describe(&d, op->id, bwd, pb.has_bias, dd, sizeof dd);
         snprintf(rep->verdict, sizeof rep->verdict, "%s against the bound of the declared kernel (%s)%s",
                  r ? "PASS" : "FAIL", dd, vd ? ", which is infinite for some outputs (no claim there)" : "");
         if (!r) {
-            /* Which looser declaration do the outputs fit?  Tried in order:
-             * accumulation in the storage format, a sequential reduction,
-             * no upcast, all three. */
-            decl tries[4] = {d, d, d, d};
-            tries[0].accum = "storage";
-            tries[1].reduce = tries[1].col_reduce = "sequential";
-            tries[2].upcast = "none";
-            tries[3].accum = "storage";
-            tries[3].reduce = tries[3].col_reduce = "sequential";
-            tries[3].upcast = "none";
+            /* Which looser declaration do the outputs fit?  Tried from the
+             * smallest loosening to the largest. */
+            attempt tries[MAX_ATTEMPTS];
+            int n_tries = looser_declarations(&d, &pb, tries);
             snprintf(rep->diagnosis, sizeof rep->diagnosis,
-                     "no looser declaration with a finite bound (storage accumulation, sequential reduction, no "
-                     "upcast) explains the errors: a bug beyond accumulation (a dropped term, a truncated output, a "
-                     "wrong formula), or an accumulation too long for its format to bound");
-            for (int i = 0; i < 4; i++) {
-                ulp_report scratch;
+                     "no looser declaration with a finite bound (%s) explains the errors: a bug beyond accumulation "
+                     "(a dropped term, a truncated output, a wrong formula), or an accumulation too long for its "
+                     "format to bound",
+                     op->id == OP_MATMUL      ? "matrix-unit models, storage accumulation, sequential reduction, cuBLASLt's epilogue"
+                     : op->id == OP_LAYERNORM ? "storage accumulation, sequential reduction, one-pass variance"
+                     : op->id == OP_SOFTMAX   ? "storage accumulation, sequential reduction, a fast exponential"
+                     : op->id == OP_CROSS_ENTROPY ? "storage accumulation, sequential reduction"
+                                              : "storage accumulation, sequential reduction, no upcast");
+            for (int i = 0; i < n_tries; i++) {
+                const decl *t = &tries[i].d;
+                if (same_decl(t, &d)) continue; /* the declaration itself */
+                static ulp_report scratch;
                 memset(&scratch, 0, sizeof scratch);
-                char dt[200];
-                describe(&tries[i], bwd, dt, sizeof dt);
-                if (strcmp(tries[i].accum, d.accum) == 0 && strcmp(tries[i].reduce, d.reduce) == 0 &&
-                    strcmp(tries[i].col_reduce, d.col_reduce) == 0 && strcmp(tries[i].upcast, d.upcast) == 0)
-                    continue; /* the declaration itself */
                 int vacuous = 0;
-                int r2 = rmsnorm_rows(&tries[i], in, out, bwd, N, C, &scratch, shape, &vacuous);
+                int r2 = op_rows(t, &pb, &scratch, &vacuous);
                 if (r2 < 0) goto oom;
-                if (r2 && !vacuous) { /* an infinite bound fits anything: no evidence */
-                    const char *acc_name = strcmp(tries[i].accum, "storage") == 0 ? prec_format_get(d.storage)->name : tries[i].accum;
+                if (!r2 || vacuous) continue; /* an infinite bound fits anything: no evidence */
+                char dt[200];
+                describe(t, op->id, bwd, pb.has_bias, dt, sizeof dt);
+                if (tries[i].meaning) {
+                    snprintf(rep->diagnosis, sizeof rep->diagnosis, "the outputs fit %s: %s", dt, tries[i].meaning);
+                } else {
+                    const char *acc_name = strcmp(t->accum, "storage") == 0 ? prec_format_get(d.storage)->name : t->accum;
                     snprintf(rep->diagnosis, sizeof rep->diagnosis,
                              "the outputs fit %s: the kernel likely accumulates in %s%s%s", dt, acc_name,
-                             strcmp(tries[i].reduce, d.reduce) ? ", sequentially" : "",
-                             strcmp(tries[i].upcast, d.upcast) ? ", without upcast" : "");
-                    break;
+                             strcmp(t->reduce, d.reduce) ? ", sequentially" : "",
+                             strcmp(t->upcast, d.upcast) ? ", without upcast" : "");
                 }
+                break;
             }
         }
     }
     rep->pass_verdict = verdict;
     free_bound(in);
     free_bound(out);
+    free(pb.targets);
     return verdict ? ULP_PASS : ULP_FAIL;
 oom:
     free_bound(in);
     free_bound(out);
+    free(pb.targets);
     memset(rep, 0, sizeof *rep);
     return bad(err, errlen, "out of memory");
 }
 
 void ulp_report_print(FILE *fp, const ulp_report *rep)
 {
-    fprintf(fp, "%-8s %-4s %-7s %-22s %9s %9s %9s %9s %9s %7s  %s\n", "op", "pass", "output", "shape", "n",
+    const int op_width = strlen(rep->op) > 8 ? (int)strlen(rep->op) : 8; /* cross_entropy */
+    fprintf(fp, "%-*s %-4s %-7s %-22s %9s %9s %9s %9s %9s %7s  %s\n", op_width, "op", "pass", "output", "shape", "n",
             "max_err_u", "rms_err_u", "bound_u", "rms_bnd_u", "ratio", "verdict");
     const char *last = "";
     for (int i = 0; i < rep->n_rows; i++) {
@@ -497,9 +1074,9 @@ void ulp_report_print(FILE *fp, const ulp_report *rep)
                     rep->unknown ? (i == 0 ? "  (tightest)" : "  (loosest)") : "");
             last = r->assumption;
         }
-        fprintf(fp, "%-8s %-4s %-7s %-22s %9lld %9.3g %9.3g %9.3g %9.3g %7.3g  %s%s\n", rep->op, rep->pass, r->output,
-                r->shape, (long long)r->n, r->max_err_u, r->rms_err_u, r->max_bound_u, r->rms_bound_u, r->worst_ratio,
-                r->pass ? "PASS" : "FAIL", r->vacuous ? " (no finite bound)" : "");
+        fprintf(fp, "%-*s %-4s %-7s %-22s %9lld %9.3g %9.3g %9.3g %9.3g %7.3g  %s%s\n", op_width, rep->op, rep->pass,
+                r->output, r->shape, (long long)r->n, r->max_err_u, r->rms_err_u, r->max_bound_u, r->rms_bound_u,
+                r->worst_ratio, r->pass ? "PASS" : "FAIL", r->vacuous ? " (no finite bound)" : "");
         if (!r->pass) {
             fprintf(fp, "    worst [%lld]: %s", (long long)r->worst_index, r->worst_detail);
             if (r->nonfinite) fprintf(fp, " (%lld non-finite outputs)", (long long)r->nonfinite);

@@ -57,23 +57,56 @@ typedef struct {
 
 /* What you declare about the kernel.  Start from ULP_KERNEL_DEFAULT. */
 typedef struct {
-    const char *path;     /* storage format of the op's tensors: "fp32", "bf16" or "fp16" */
+    const char *path;     /* storage format of the op's tensors: "fp32", "bf16" or "fp16"; matmul also
+                             "fp8" (a, b: the dequantised fp8 operands the GEMM saw, any finite
+                             values; c, bias, y: bf16) */
     const char *pass;     /* "fwd" or "bwd" */
     const char *accum;    /* format the sums are accumulated in: "fp32", "fp64", "bf16", "fp16",
-                             "storage" (the path's format) or "unknown" */
-    const char *reduce;   /* shape of the row sums: "sequential", "pairwise", "blocks:T" (T threads
-                             each summing a strided share in order, then a tree), "depth:D" (the
-                             longest chain of roundings) or "unknown" */
-    const char *col_reduce; /* shape of sums over rows (rmsnorm's dgain); same syntax */
+                             "storage" (the path's format) or "unknown"; matmul also the
+                             matrix-unit models "tensor-core" (bf16/fp16 tensor cores: exact
+                             products, block FMAs truncating to fp32), "tf32" (the same after
+                             rounding fp32 inputs to tf32), "fp8-promote:N" (fp8 tensor cores,
+                             ~14 bits, promoted to fp32 every N products), "fp8-fast" (never
+                             promoted), "fp8-groups:N" (one fp32 fma per group of N) */
+    const char *reduce;   /* shape of the row sums (matmul: over K, for a rounded accumulator):
+                             "sequential", "pairwise", "blocked:B" (consecutive blocks of B, then
+                             the block sums in order), "blocks:T" (T threads each summing a strided
+                             share in order, then a tree), "depth:D" (the longest chain of
+                             roundings) or "unknown" */
+    const char *col_reduce; /* shape of sums over rows (dgain, dbias); same syntax */
     const char *upcast;   /* rmsnorm: "gemma" (every step in fp32, one rounding of y), "llama"
                              (x rstd rounded to storage before the gain), "none" (statistics in
                              the storage format too) or "unknown" */
     double math_ulps;     /* error of the math functions (rsqrt) in ulps of fp32 */
-    double eps;           /* rmsnorm's epsilon */
+    double eps;           /* rmsnorm's and layernorm's epsilon */
+    /* matmul: y = epi(alpha A B + beta C), epi: + bias, then GELU when gelu */
+    const char *epilogue; /* "single" (one rounding of y, GELU with a 2-ulp tanhf), "rounded"
+                             (alpha A B + beta C rounded to y's format before bias and GELU),
+                             "cublaslt" (rounded, and tanh as tanh.approx.f32: cuBLASLt's fused
+                             epilogue as observed) or "unknown" */
+    const char *layout;   /* "AB" (a is (M, K), b (K, N)), "AtB" (a is (K, M)), "ABt" (b is
+                             (N, K)), "AtBt" */
+    double alpha, beta;   /* fp32 values, as kernels take them; beta != 0 needs the tensor c */
+    int gelu;
+    int split_k;          /* K cut into this many slices of ceil(K / split_k) terms, each
+                             accumulated as declared, the slices then added (1: none) */
+    const char *variance; /* layernorm: "two-pass" (mean, then sum (x - mean)^2), "one-pass"
+                             (sum x and sum x^2, var = E[x^2] - mean^2), "welford" (one
+                             sequential pass), "welford:T" or "welford:TxV" (T threads, 32 per
+                             warp, each a Welford over V consecutive elements per step of a
+                             strided share, then pairwise combination over a butterfly per warp
+                             and one over the warps) or "unknown" */
+    const char *exp_form; /* softmax: "exp" (expf(x - max), 2 ulps), "exp2" (exp2f(x log2e - max
+                             log2e), the argument folded with an fma), "fast" (__expf, 2 +
+                             floor(1.173 |x - max|) ulps) or "unknown" */
+    double dloss;         /* cross_entropy: the loss gradient the dlogits are scaled by (an fp32
+                             value; 1/N for a mean over N rows); 0: not given */
+    int online;           /* cross_entropy: one pass, the sum rescaled at each new maximum */
 } ulp_kernel;
 
-#define ULP_KERNEL_DEFAULT \
-    ((ulp_kernel){"fp32", "fwd", "unknown", "unknown", "unknown", "unknown", 2.0, (double)1e-5f})
+#define ULP_KERNEL_DEFAULT                                                                            \
+    ((ulp_kernel){"fp32", "fwd", "unknown", "unknown", "unknown", "unknown", 2.0, (double)1e-5f, "unknown", \
+                  "AB", 1.0, 0.0, 0, 1, "unknown", "unknown", 0.0, 0})
 
 typedef struct {
     char output[16];        /* "y", "dx", ... */
@@ -115,12 +148,12 @@ int ulp_verify(const char *op, const ulp_kernel *k, const ulp_tensor *inputs, in
  * element of every FAIL row, the verdict and the diagnosis. */
 void ulp_report_print(FILE *fp, const ulp_report *rep);
 
-/* The ops ulp_verify knows ("rmsnorm ..."), and one op's tensors per pass. */
+/* The ops ulp_verify knows ("cross_entropy, matmul, ..."), and one op's tensors per pass. */
 const char *ulp_op_names(void);
 void ulp_op_help(FILE *fp);
 /* The names of op's tensors for pass ("fwd", "bwd") and role (0 inputs, 1
  * outputs), in order, NULL-terminated in names[max]; -1 for an unknown op or
- * pass. */
+ * pass, or a pass the op does not have (ulp_verify says why). */
 int ulp_op_tensors(const char *op, const char *pass, int role, const char **names, int max);
 
 #ifdef __cplusplus

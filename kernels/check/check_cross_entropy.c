@@ -7,6 +7,9 @@
  * loss (fp32) and dlogits.  Linear: h ~ N(0,1), W ~ N(0, 0.5) in the path's
  * format; rows: loss, dh (path format), dW (fp32).
  *
+ * The materialised comparison is kcmp_cross_entropy (compare_cross_entropy.h,
+ * shared with `ulpscope verify cross_entropy`); the linear check uses its
+ * replays of the normaliser and of a dlogit.
  * Bounds replay the kernels on kval numbers: z - max rounded in fp32, expf
  * (2 ulps) and logf (1 ulp) from the CUDA C++ Programming Guide's tables,
  * the sum's longest rounding chain over the 256-thread row partition
@@ -28,6 +31,7 @@
 #include <string.h>
 
 #include "kernels/check/checks.h"
+#include "kernels/check/compare_cross_entropy.h"
 #include "kernels/common/ktensor_io.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/matmul.h"
@@ -35,9 +39,6 @@
 
 static const prec_format F32 = PREC_FP32;
 static const int THREADS = 256; /* the row kernel's block */
-
-static double exp_d(double x) { return exp(x); }
-static double log_d(double x) { return log(x); }
 
 typedef struct {
     int64_t N, V;
@@ -53,47 +54,15 @@ static void draw_targets(prec_rng *rng, int32_t *t, int64_t N, int64_t V)
     if (N > 1) t[N - 1] = -1;
 }
 
-/* The row's normaliser as the kernel computes it: returns lse with its
- * errors; z[j] are the logits the kernel read, each with error ez[j] (0 when
- * materialised) and ez_max their maximum. */
-static kval row_lse(const double *z, const double *ez, double ez_max, int64_t V, int online, double *m_out)
+kcmp_ce_kernel kcheck_cross_entropy_kernel(kpath path, int variant, int64_t N, int64_t V)
 {
-    double m = -INFINITY, lo = INFINITY;
-    for (int64_t j = 0; j < V; j++) {
-        m = fmax(m, z[j]);
-        lo = fmin(lo, z[j]);
-    }
-    *m_out = m;
-    const double u32 = prec_format_get(F32)->unit_roundoff;
-    const int64_t depth = kcheck_tree_depth(V, THREADS);
-    kval_sum s;
-    kval_sum_init(&s);
-    for (int64_t j = 0; j < V; j++) {
-        kval zj = {z[j], ez ? ez[j] : 0.0, ez ? ez[j] : 0.0};
-        kval mk = {m, ez_max, ez_max};
-        kval d = kval_sub(zj, mk, F32);
-        double ulps = 2.0;
-        if (online) {
-            double extra = u32 * (fabs(z[j] - m) + 2 * (m - lo));
-            d.e += extra;
-            d.p += extra;
-            ulps = 2.0 * (double)(depth + 1) + 0.5 * (double)depth;
-        }
-        kval_sum_add(&s, kval_monotone(d, exp_d, -INFINITY, INFINITY, ulps, 0.0, F32));
-    }
-    kval S = kval_sum_finish(&s, depth, F32);
-    kval lg = kval_monotone(S, log_d, 0.0, INFINITY, 1.0, 0.0, F32);
-    kval mk = {m, ez_max, ez_max};
-    return kval_add(mk, lg, F32);
-}
-
-/* dz_j as the kernel computes and stores it. */
-static kval dlogit(double zj, double ezj, kval lse, int is_target, double dloss, prec_format store)
-{
-    kval z = {zj, ezj, ezj};
-    kval p = kval_monotone(kval_sub(z, lse, F32), exp_d, -INFINITY, INFINITY, 2.0, 0.0, F32);
-    if (is_target) p = kval_sub(p, kval_exact(1.0), F32);
-    return kval_round(kval_mul(p, kval_exact(dloss), F32), store);
+    kcmp_ce_kernel k = {0};
+    k.logits = kce_logits_format(path, variant);
+    k.acc = F32;
+    k.depth = kcheck_tree_depth(V, THREADS);
+    k.online = variant == KCE_ONLINE;
+    k.dloss = (double)(1.0f / (float)N);
+    return k;
 }
 
 static int check_ce_shape(kcheck_ctx *ctx, kpath path, int variant, const ce_shape *s)
@@ -101,13 +70,12 @@ static int check_ce_shape(kcheck_ctx *ctx, kpath path, int variant, const ce_sha
     const prec_format lf = kce_logits_format(path, variant);
     const int64_t N = s->N, V = s->V, NV = N * V;
     const float dloss = 1.0f / (float)N;
-    double *z = malloc(NV * sizeof(double)), *dz = malloc(NV * sizeof(double)), *dzr = malloc(NV * sizeof(double));
-    double *loss = malloc(N * sizeof(double)), *lossr = malloc(N * sizeof(double));
+    double *z = malloc(NV * sizeof(double)), *dz = malloc(NV * sizeof(double)), *loss = malloc(N * sizeof(double));
     int32_t *t = malloc(N * sizeof(int32_t));
     ktensor L = {0}, D = {0}, Lo = {0};
     void *tdev = NULL;
     int rc = -1;
-    if (!z || !dz || !dzr || !loss || !lossr || !t) {
+    if (!z || !dz || !loss || !t) {
         kernels_fail("cross_entropy check: out of host memory");
         goto done;
     }
@@ -123,45 +91,22 @@ static int check_ce_shape(kcheck_ctx *ctx, kpath path, int variant, const ce_sha
     if (kce_forward_backward(path, variant, N, V, L.data, tdev, Lo.data, D.data, dloss) ||
         kernels_sync("cross_entropy") || ktensor_download(&D, dz) || ktensor_download(&Lo, loss))
         goto done;
-    ref_ctx rctx = REF_CTX_DEFAULT;
-    ref_cross_entropy(&rctx, N, V, z, t, dloss, lossr, dzr);
-
     char shape_name[96];
     snprintf(shape_name, sizeof shape_name, "N=%lld V=%lld sigma=%g", (long long)N, (long long)V, s->sigma);
-    kcheck_acc al, ad;
-    kcheck_acc_init(&al, "loss", shape_name, prec_format_get(F32)->unit_roundoff);
-    kcheck_acc_init(&ad, "dlogits", shape_name, prec_format_get(lf)->unit_roundoff);
-    for (int64_t i = 0; i < N; i++) {
-        const double *zr = z + i * V;
-        if (t[i] < 0) { /* ignored: exact zeros */
-            if (kcheck_acc_add(&al, i, loss[i], 0.0, 0.0, 0.0, 0.0)) kcheck_acc_detail(&al, "ignored row %lld", (long long)i);
-            for (int64_t j = 0; j < V; j++)
-                if (kcheck_acc_add(&ad, i * V + j, dz[i * V + j], 0.0, 0.0, 0.0, 0.0))
-                    kcheck_acc_detail(&ad, "ignored row %lld col %lld: got %.9g", (long long)i, (long long)j, dz[i * V + j]);
-            continue;
-        }
-        double m;
-        kval lse = row_lse(zr, NULL, 0.0, V, variant == KCE_ONLINE, &m);
-        kval l = kval_sub(lse, kval_exact(zr[t[i]]), F32);
-        if (kcheck_acc_add(&al, i, loss[i], lossr[i], l.e, l.p, fabs(lse.v) + fabs(zr[t[i]])))
-            kcheck_acc_detail(&al, "row %lld: got %.9g ref %.17g target %d z_t %.9g max %.9g", (long long)i, loss[i],
-                              lossr[i], t[i], zr[t[i]], m);
-        for (int64_t j = 0; j < V; j++) {
-            kval g = dlogit(zr[j], 0.0, lse, j == t[i], dloss, lf);
-            int64_t k = i * V + j;
-            double scale = fabs(dzr[k]) + (j == t[i] ? dloss : 0.0);
-            if (kcheck_acc_add(&ad, k, dz[k], dzr[k], g.e, g.p, scale))
-                kcheck_acc_detail(&ad, "row %lld col %lld: got %.9g ref %.17g z %.9g target %d", (long long)i,
-                                  (long long)j, dz[k], dzr[k], zr[j], t[i]);
-        }
+    const kcmp_ce_kernel k = kcheck_cross_entropy_kernel(path, variant, N, V);
+    const kcmp_ce_data d = {N, V, z, t, loss, dz};
+    kcheck_acc rows[KCMP_CE_MAX_ROWS];
+    int n_rows = kcmp_cross_entropy(&k, &d, shape_name, rows);
+    if (n_rows < 0) {
+        kernels_fail("cross_entropy check: out of host memory");
+        goto done;
     }
-    kcheck_acc_report(ctx, &al);
-    kcheck_acc_report(ctx, &ad);
+    for (int i = 0; i < n_rows; i++) kcheck_report(ctx, &rows[i].row);
     rc = 0;
 done:
     ktensor_free(&L); ktensor_free(&D); ktensor_free(&Lo);
     kdevice_free(tdev);
-    free(z); free(dz); free(dzr); free(loss); free(lossr); free(t);
+    free(z); free(dz); free(loss); free(t);
     return rc;
 }
 
@@ -227,6 +172,8 @@ static int check_lce_shape(kcheck_ctx *ctx, kpath path, int variant, const lce_s
     int trunc_logits = 0, trunc_dh = 0, trunc_dw = 0;
     const double g_logits = kmatmul_error_factor(path, KMATMUL_ACC_DEFAULT, C, &trunc_logits);
     const double g_dh = kmatmul_error_factor(path, KMATMUL_ACC_DEFAULT, V, &trunc_dh);
+    /* the normaliser as the materialised kernel's two-pass row (its logits' own errors come with them) */
+    kcmp_ce_kernel lk = {f, F32, kcheck_tree_depth(V, THREADS), 0, dloss};
     kcheck_acc al, adh, adw;
     kcheck_acc_init(&al, "loss", shape_name, u32);
     kcheck_acc_init(&adh, "dh", shape_name, u);
@@ -250,13 +197,13 @@ static int check_lce_shape(kcheck_ctx *ctx, kpath path, int variant, const lce_s
             ez_max = fmax(ez_max, ez[j]);
         }
         double m;
-        kval lse = row_lse(z, ez, ez_max, V, 0, &m);
+        kval lse = kcmp_ce_row_lse(&lk, z, ez, ez_max, V, &m);
         kval zt = {z[t[i]], ez[t[i]], ez[t[i]]};
         kval l = kval_sub(lse, zt, F32);
         if (trunc_logits) l.p = l.e;
         if (kcheck_acc_add(&al, i, loss[i], lossr[i], l.e, l.p, fabs(lse.v) + fabs(zt.v)))
             kcheck_acc_detail(&al, "row %lld: got %.9g ref %.17g target %d", (long long)i, loss[i], lossr[i], t[i]);
-        for (int64_t j = 0; j < V; j++) g[i * V + j] = dlogit(z[j], ez[j], lse, j == t[i], dloss, f);
+        for (int64_t j = 0; j < V; j++) g[i * V + j] = kcmp_ce_dlogit(z[j], ez[j], lse, j == t[i], dloss, f);
     }
     kcheck_acc_report(ctx, &al);
     /* dh = dz W: the rounded dz's errors through |W|, the GEMM's own model */

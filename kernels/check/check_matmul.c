@@ -10,13 +10,16 @@
  * reports the quantisation itself as rows a_q / b_q (error of q * scale
  * against the bf16 input, bound: the fp32 division and the fp8 rounding).
  *
- * Reference: reference/matmul.h (exact dot, correctly rounded) and
- * reference/matmul_epilogue.h (alpha, C, bias, GELU in MPFR).
+ * The comparison of y (the MPFR reference, reference/matmul.h and
+ * reference/matmul_epilogue.h, and the bound) is kcmp_matmul
+ * (compare_matmul.h, shared with `ulpscope verify matmul`), with each
+ * (path, accumulation, variant) described as kcheck_matmul_kernel says.
  *
  * Bound per output element from the actual inputs, P = sum_k |a_k b_k|:
  * the dot part G P, then the epilogue's operations replayed on kval numbers
  * (check.h), then the output rounding.  G depends on the accumulation model
- * the path and scheme imply; each is a claim about the hardware, stated here:
+ * the path and scheme imply (precision/dot_bound.h computes it); each is a
+ * claim about the hardware, stated here:
  *  - fp32 (SIMT FFMA, RNE): G = gamma_K(2^-24).
  *  - bf16, fp16 and tf32 tensor cores: products exact (tf32: each input first
  *    truncated to 11 bits, u_prod = (1 + 2^-10)^2 - 1), then block FMAs that
@@ -59,11 +62,9 @@
 #include <string.h>
 
 #include "kernels/check/checks.h"
+#include "kernels/check/compare_matmul.h"
 #include "kernels/common/ktensor_io.h"
 #include "kernels/matmul.h"
-#include "precision/bounds.h"
-#include "reference/matmul.h"
-#include "reference/matmul_epilogue.h"
 
 typedef struct {
     int64_t M, N, K;
@@ -104,21 +105,10 @@ static const mm_shape fp8_shapes[] = {
 
 static const double U32 = 0x1p-24;
 
-static double gelu_d(double z) { return 0.5 * z * (1.0 + tanh(0.7978845608028654 * (z + 0.044715 * z * z * z))); }
-
-/* The dot part of one element as a kval: v = exact dot (unscaled), e = G P. */
-static kval dot_kval(double v, double P, double g, int truncating, int64_t K)
-{
-    /* K * 2^-150: products of tiny operands that underflow fp32 */
-    kval d = {v, g * P + (double)K * 0x1p-150, 0.0};
-    d.p = truncating ? d.e : kval_gamma_prob(K, U32) * P + (double)K * 0x1p-150;
-    return d;
-}
-
 typedef struct {
     double *A, *B, *C, *bias; /* exact values the GEMM saw (fp8: dequantised) */
     double *src_a, *src_b;    /* fp8: the bf16 values before quantisation */
-    double *y, *yref, *S;     /* kernel output, reference, exact dot */
+    double *y;                /* kernel output */
     double *qa_scale, *qb_scale; /* fp8 scales as read back (1 or per tile) */
     int64_t n_sa, n_sb;
     char algo[200];              /* the cuBLASLt algorithm that ran (kmatmul_last_algo) */
@@ -127,7 +117,7 @@ typedef struct {
 static void free_mm(mm_buffers *b)
 {
     free(b->A); free(b->B); free(b->C); free(b->bias); free(b->src_a); free(b->src_b);
-    free(b->y); free(b->yref); free(b->S); free(b->qa_scale); free(b->qb_scale);
+    free(b->y); free(b->qa_scale); free(b->qb_scale);
 }
 
 /* Fills a stored tensor of n values in format f. */
@@ -277,11 +267,47 @@ static void report_scale(kcheck_ctx *ctx, const char *output, const char *shape_
     kcheck_acc_report(ctx, &acc);
 }
 
+kcmp_matmul_kernel kcheck_matmul_kernel(kpath path, int accum, int variant, int64_t K, double alpha, double beta,
+                                        int gelu)
+{
+    const int fp8 = path == KPATH_FP8, block = accum == KMATMUL_ACC_BLOCK_SCALED;
+    kcmp_matmul_kernel k = {0};
+    k.out = fp8 ? PREC_BF16 : kcheck_path_format(path);
+    /* split_k: KMATMUL_SPLIT_K_SLICES slices (fp8: of a multiple of 16 terms, the fp8 GEMMs' rows) added in fp32 */
+    k.slice = variant == KMATMUL_SPLIT_K ? ((K + KMATMUL_SPLIT_K_SLICES - 1) / KMATMUL_SPLIT_K_SLICES + (fp8 ? 15 : 0)) /
+                                               (fp8 ? 16 : 1) * (fp8 ? 16 : 1)
+                                         : K;
+    if (k.slice > K) k.slice = K;
+    k.slice_sum = PREC_FP32;
+    /* the model of kmatmul_error_factor (matmul.cu), which the other checks use */
+    prec_dot_model m = {PREC_DOT_TENSOR_CORE, PREC_FP32, k.slice, 0.0, 0};
+    if (block) {
+        m.kind = PREC_DOT_FP8_GROUPS;
+        m.interval = KMATMUL_FP8_BLOCK;
+    } else if (fp8) {
+        m.kind = PREC_DOT_FP8;
+        m.interval = accum == KMATMUL_ACC_FAST ? 0 : 128;
+    } else if (path == KPATH_FP32 && accum == KMATMUL_ACC_DEFAULT) {
+        m.kind = PREC_DOT_ROUNDED;
+    } else if (path == KPATH_FP32) {
+        m.u_in = 0x1p-10;
+    }
+    k.dot = k.dot_last = m;
+    k.dot_last.depth = K % k.slice ? K % k.slice : k.slice;
+    k.alpha = alpha;
+    k.beta = beta;
+    k.gelu = gelu;
+    /* the GEMM's own output rounding before bias and GELU: split_epilogue by
+     * construction, cuBLASLt's fused epilogue as observed (above) */
+    k.round_product = (variant == KMATMUL_SPLIT_EPILOGUE || variant == KMATMUL_FUSED) && !block;
+    k.tanh_rel_err = variant == KMATMUL_FUSED && !block ? pow(2.0, -10.987) : 0.0;
+    return k;
+}
+
 static int check_shape(kcheck_ctx *ctx, const mm_shape *s, kpath path, kmatmul_accum accum, int variant)
 {
     const int fp8 = path == KPATH_FP8;
     const prec_format f = fp8 ? PREC_BF16 : kcheck_path_format(path);
-    const double u = prec_format_get(f)->unit_roundoff;
     const int64_t M = s->M, N = s->N, K = s->K;
     mm_buffers b;
     memset(&b, 0, sizeof b);
@@ -290,13 +316,11 @@ static int check_shape(kcheck_ctx *ctx, const mm_shape *s, kpath path, kmatmul_a
     b.C = malloc(M * N * sizeof(double));
     b.bias = malloc(N * sizeof(double));
     b.y = malloc(M * N * sizeof(double));
-    b.yref = malloc(M * N * sizeof(double));
-    b.S = malloc(M * N * sizeof(double));
     if (fp8) {
         b.src_a = malloc(M * K * sizeof(double));
         b.src_b = malloc(K * N * sizeof(double));
     }
-    if (!b.A || !b.B || !b.C || !b.bias || !b.y || !b.yref || !b.S || (fp8 && (!b.src_a || !b.src_b))) {
+    if (!b.A || !b.B || !b.C || !b.bias || !b.y || (fp8 && (!b.src_a || !b.src_b))) {
         free_mm(&b);
         return kernels_fail("matmul check: out of host memory");
     }
@@ -316,14 +340,6 @@ static int check_shape(kcheck_ctx *ctx, const mm_shape *s, kpath path, kmatmul_a
     long a_rs, a_cs, b_rs, b_cs;
     if (fp8 || !s->a_trans) { a_rs = K; a_cs = 1; } else { a_rs = 1; a_cs = M; }
     if (fp8 || s->b_trans) { b_rs = 1; b_cs = K; } else { b_rs = N; b_cs = 1; }
-    ref_ctx rctx = REF_CTX_DEFAULT;
-    ref_matmul(&rctx, M, N, K, b.A, a_rs, a_cs, b.B, b_rs, b_cs, b.S, N);
-    const int plain = !s->bias && !s->gelu && s->alpha == 1.0 && s->beta == 0.0;
-    if (plain) memcpy(b.yref, b.S, M * N * sizeof(double));
-    else
-        ref_matmul_epilogue(&rctx, M, N, K, b.A, a_rs, a_cs, b.B, b_rs, b_cs, s->alpha, s->beta != 0 ? b.C : NULL,
-                            s->beta, s->bias ? b.bias : NULL, s->gelu, b.yref, N);
-
     char shape_name[96];
     snprintf(shape_name, sizeof shape_name, "M=%lld N=%lld K=%lld %s%s%s%s%s", (long long)M, (long long)N,
              (long long)K, s->a_trans ? "At" : "A", s->b_trans ? "Bt" : "B", s->bias ? " bias" : "",
@@ -343,61 +359,15 @@ static int check_shape(kcheck_ctx *ctx, const mm_shape *s, kpath path, kmatmul_a
         }
     }
 
-    const int own_epilogue = variant != KMATMUL_FUSED || accum == KMATMUL_ACC_BLOCK_SCALED;
-    const int64_t chunk = variant == KMATMUL_SPLIT_K
-                              ? ((K + KMATMUL_SPLIT_K_SLICES - 1) / KMATMUL_SPLIT_K_SLICES + (fp8 ? 15 : 0)) /
-                                    (fp8 ? 16 : 1) * (fp8 ? 16 : 1)
-                              : K;
+    const kcmp_matmul_kernel k = kcheck_matmul_kernel(path, accum, variant, K, s->alpha, s->beta, s->gelu);
+    const kcmp_matmul_data d = {M, N, K, b.A, a_rs, a_cs, b.B, b_rs, b_cs, s->beta != 0 ? b.C : NULL,
+                                s->bias ? b.bias : NULL, b.y, variant == KMATMUL_SPLIT_K ? "split_k slices" : b.algo};
     kcheck_acc acc;
-    kcheck_acc_init(&acc, "y", shape_name, u);
-    for (int64_t m = 0; m < M; m++) {
-        for (int64_t n = 0; n < N; n++) {
-            /* the dot part, slice by slice (one slice unless split_k) */
-            kval_sum slices;
-            kval_sum_init(&slices);
-            double P = 0;
-            int n_slices = 0, truncating = 0;
-            for (int64_t k0 = 0; k0 < K; k0 += chunk, n_slices++) {
-                int64_t kl = K - k0 < chunk ? K - k0 : chunk;
-                double Ps = 0, vs = 0;
-                for (int64_t k = k0; k < k0 + kl; k++) {
-                    double t = b.A[m * a_rs + k * a_cs] * b.B[k * b_rs + n * b_cs];
-                    Ps += fabs(t);
-                    vs += t;
-                }
-                P += Ps;
-                double g = kmatmul_error_factor(path, accum, kl, &truncating);
-                kval_sum_add(&slices, dot_kval(vs, Ps, g, truncating, kl));
-            }
-            kval d = n_slices > 1 ? kval_sum_finish(&slices, n_slices - 1, PREC_FP32)
-                                  : kval_sum_finish(&slices, 0, PREC_FP64);
-            d.v = b.S[m * N + n];
-            /* epilogue, in the order the kernels apply it */
-            kval z = kval_mul(d, kval_exact(s->alpha), s->alpha == 1.0 ? PREC_FP64 : PREC_FP32);
-            if (s->beta != 0) z = kval_add(z, kval_mul(kval_exact(b.C[m * N + n]), kval_exact(s->beta), PREC_FP32), PREC_FP32);
-            /* the GEMM's own output rounding before bias and GELU: split_epilogue
-             * by construction, cuBLASLt's fused epilogue as observed (above) */
-            if ((variant == KMATMUL_SPLIT_EPILOGUE || variant == KMATMUL_FUSED) && accum != KMATMUL_ACC_BLOCK_SCALED &&
-                (s->bias || s->gelu))
-                z = kval_round(z, f);
-            if (s->bias) z = kval_add(z, kval_exact(b.bias[n]), PREC_FP32);
-            kval y = z;
-            if (s->gelu) {
-                double tanh_err = own_epilogue ? 0.0 : 0.5 * fabs(z.v) * pow(2.0, -10.987);
-                y = kval_lipschitz(z, gelu_d, 1.12899, 0.5, tanh_err + 5 * U32 * fabs(z.v), PREC_FP32);
-            }
-            y = kval_round(y, f);
-            if (truncating) y.p = y.e;
-            double scale = fabs(s->alpha) * P + (s->beta != 0 ? fabs(s->beta * b.C[m * N + n]) : 0) +
-                           (s->bias ? fabs(b.bias[n]) : 0);
-            int64_t i = m * N + n;
-            if (kcheck_acc_add(&acc, i, b.y[i], b.yref[i], y.e, y.p, scale))
-                kcheck_acc_detail(&acc, "m %lld n %lld: got %.9g ref %.17g, sum|ab| %.6g, exact dot %.9g; %s",
-                                  (long long)m, (long long)n, b.y[i], b.yref[i], P, b.S[i],
-                                  variant == KMATMUL_SPLIT_K ? "split_k slices" : b.algo);
-        }
+    if (kcmp_matmul(&k, &d, shape_name, &acc) < 0) {
+        free_mm(&b);
+        return kernels_fail("matmul check: out of host memory");
     }
-    kcheck_acc_report(ctx, &acc);
+    kcheck_report(ctx, &acc.row);
     free_mm(&b);
     return 0;
 }
