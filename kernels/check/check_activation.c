@@ -89,8 +89,9 @@ static int check_size(kcheck_ctx *ctx, kpath path, int variant, const kact_check
     double *g_read = malloc((size_t)n * sizeof(double)); /* the gradient branch as stored (store_grad) */
     ktensor tx = {0}, ty = {0}, tg = {0}, tdy = {0}, tdx = {0};
     int rc = -1, ok = want && yref && dfref && dxref && got && ones && g_read;
-    ok &= !vals_new(&x, fa, n) & !vals_new(&y, fa, n) & !vals_new(&g, fa, n) & !vals_new(&dy, fg, n) &
-          !vals_new(&dx, fg, n);
+    /* every allocation attempted (| does not short-circuit), so the cleanup frees them all */
+    ok &= (vals_new(&x, fa, n) | vals_new(&y, fa, n) | vals_new(&g, fa, n) | vals_new(&dy, fg, n) |
+           vals_new(&dx, fg, n)) == 0;
     if (!ok) {
         kernels_fail("%s check: out of host memory", d->name);
         goto done;
