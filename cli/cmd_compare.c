@@ -47,6 +47,8 @@ static const copt compare_opts[] = {
     {"--replicas", COPT_INT, F(e.replicas), 1, TTRAIN_REPLICAS_MAX, "compare", "R",
      "(64 on cuda, 8 on cpu) runs per process at once: an arm's runs go through the replica engine R at a time", NULL,
      0},
+    {"--gpus", COPT_INT, F(e.gpus), 1, CMP_MAX_SHARDS, "compare", "N",
+     "(1) the seeds as N shards run at once, one process per GPU, into --results; then the verdict", NULL, 0},
     {"--shard", COPT_STRING, F(e.shard), 0, 0, "compare", "I/N",
      "run only the I-th of N shares of the seeds (every arm) into --results, no verdict; merge: rerun without it", NULL,
      0},
@@ -242,6 +244,7 @@ int cmd_compare(int argc, char **argv)
         c->results_dir = s->o.e.results_dir;
         c->recipe_json = s->recipe;
         status = experiment_shard("compare", &s->o.e, s->o.until_decided, c);
+        if (!status) status = experiment_spread("compare", &s->o.e, s->o.until_decided, argc, argv);
         c->progress = s->t.quiet ? NULL : stderr;
         /* the JSON output is checked before any run */
         if (!status && s->o.e.json_path && base_outfile_check("compare", s->o.e.json_path))

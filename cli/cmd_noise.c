@@ -23,6 +23,8 @@ static const copt noise_opts[] = {
     {"--replicas", COPT_INT, F(replicas), 1, TTRAIN_REPLICAS_MAX, "noise", "R",
      "(64 on cuda, 8 on cpu) runs per process at once: an arm's runs go through the replica engine R at a time", NULL,
      0},
+    {"--gpus", COPT_INT, F(gpus), 1, CMP_MAX_SHARDS, "noise", "N",
+     "(1) the seeds as N shards run at once, one process per GPU, into --results; then the table", NULL, 0},
     {"--shard", COPT_STRING, F(shard), 0, 0, "noise", "I/N",
      "run only the I-th of N shares of the seeds (every arm) into --results, no verdict; merge: rerun without it", NULL,
      0},
@@ -108,6 +110,7 @@ int cmd_noise(int argc, char **argv)
         c->recipe_json = recipe;
         c->progress = s->t.quiet ? NULL : stderr;
         status = experiment_shard("noise", &s->e, 0, c);
+        if (!status) status = experiment_spread("noise", &s->e, 0, argc, argv);
         if (!status && s->e.json_path && base_outfile_check("noise", s->e.json_path))
             status = BASE_EXIT_USAGE; /* before any run */
     }

@@ -2,8 +2,11 @@
 #include "cli/experiment.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/jsonl.h"
@@ -140,6 +143,103 @@ int experiment_shard(const char *cmd, const experiment_options *e, int until_dec
     if (e->json_path)
         return base_error(cmd, "--shard writes runs into --results only; the call without --shard judges and writes --json");
     return 0;
+}
+
+/* Device `index` of the devices this process may use: the index itself, or
+ * the index-th entry of CUDA_VISIBLE_DEVICES.  0, or -1 when it has fewer. */
+static int visible_device(int index, char *out, size_t len)
+{
+    const char *list = getenv("CUDA_VISIBLE_DEVICES");
+    if (!list) {
+        snprintf(out, len, "%d", index);
+        return 0;
+    }
+    for (int i = 0; *list; i++) {
+        size_t n = strcspn(list, ",");
+        if (i == index) {
+            if (n == 0 || n >= len) return -1;
+            memcpy(out, list, n);
+            out[n] = '\0';
+            return 0;
+        }
+        list += n + (list[n] == ',');
+    }
+    return -1;
+}
+
+int experiment_spread(const char *cmd, const experiment_options *e, int until_decided, int argc, char **argv)
+{
+    if (e->gpus <= 1) return 0;
+    if (e->shard) return base_error(cmd, "--gpus runs the shards itself: give --gpus or --shard, not both");
+    if (!e->results_dir) return base_error(cmd, "--gpus needs --results DIR: the processes' runs meet there");
+    if (until_decided) return base_error(cmd, "--gpus needs a fixed --seeds list (--until-decided cannot be spread)");
+    char dev[64];
+    for (int i = 0; i < e->gpus; i++)
+        if (visible_device(i, dev, sizeof dev))
+            return base_error(cmd, "--gpus %d: CUDA_VISIBLE_DEVICES=%s names fewer devices", e->gpus,
+                              getenv("CUDA_VISIBLE_DEVICES"));
+    /* the children's argv: ulpscope CMD, our options but --gpus and --json, --shard I/N */
+    char **child = calloc((size_t)argc + 6, sizeof *child);
+    pid_t *pids = calloc((size_t)e->gpus, sizeof *pids);
+    if (!child || !pids) {
+        free(child), free(pids);
+        return base_error(cmd, "out of memory");
+    }
+    int n = 0;
+    child[n++] = "ulpscope";
+    child[n++] = (char *)cmd;
+    for (int i = 1; i < argc; i++) {
+        if ((strcmp(argv[i], "--gpus") == 0 || strcmp(argv[i], "--json") == 0) && i + 1 < argc) {
+            i++;
+            continue;
+        }
+        child[n++] = argv[i];
+    }
+    char shard[32];
+    child[n++] = "--shard";
+    child[n++] = shard;
+    child[n] = NULL;
+    int started = 0, failed = -1, failed_status = 0;
+    for (int i = 0; i < e->gpus; i++) {
+        snprintf(shard, sizeof shard, "%d/%d", i, e->gpus);
+        visible_device(i, dev, sizeof dev);
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid == 0) {
+            setenv("CUDA_VISIBLE_DEVICES", dev, 1);
+            dup2(STDERR_FILENO, STDOUT_FILENO); /* a shard's summary is progress: stdout stays this call's */
+            execv("/proc/self/exe", child);
+            fprintf(stderr, "ulpscope %s: error: cannot start shard %s: %s\n", cmd, shard, strerror(errno));
+            _exit(127);
+        }
+        if (pid < 0) {
+            failed = i;
+            failed_status = -1;
+            break;
+        }
+        pids[started++] = pid;
+    }
+    for (int i = 0; i < started; i++) {
+        int st = 0;
+        while (waitpid(pids[i], &st, 0) < 0 && errno == EINTR) {}
+        int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+        if (code && failed < 0) {
+            failed = i;
+            failed_status = code;
+        }
+    }
+    free(child);
+    free(pids);
+    if (failed < 0) return 0;
+    if (failed_status < 0) {
+        fprintf(stderr, "ulpscope %s: error: --gpus: cannot start shard %d/%d: %s\n", cmd, failed, e->gpus,
+                strerror(errno));
+        return 1;
+    }
+    fprintf(stderr, "ulpscope %s: error: shard %d/%d (GPU %d) failed with status %d; its finished runs are in %s\n", cmd,
+            failed, e->gpus, failed, failed_status, e->results_dir);
+    return 1;
 }
 
 void experiment_print_shard(FILE *fp, const char *cmd, const cmp_config *c, const cmp_report *rep)

@@ -18,6 +18,7 @@ typedef struct {
     double alpha, power;
     int replicas;             /* runs of one arm at once (0: the backend's default, compare_train.h) */
     const char *shard;        /* "I/N": this process runs the I-th of N shares of the seeds (compare, noise) */
+    int gpus;                 /* > 1: the shares run as that many processes, one per GPU (experiment_spread) */
 } experiment_options;
 
 void experiment_options_defaults(experiment_options *e);
@@ -36,6 +37,15 @@ int experiment_setup(const char *cmd, train_options *t, const experiment_options
  * list, and writes no --json (the merge call judges).  0, or BASE_EXIT_USAGE
  * after an error line.  Without --shard: 0, nothing set. */
 int experiment_shard(const char *cmd, const experiment_options *e, int until_decided, cmp_config *c);
+
+/* --gpus N (N > 1): the seeds as N shards, run by N copies of this command
+ * at once (argv as the command received it, with --shard I/N added and
+ * --gpus and --json left out), copy I seeing only GPU I
+ * (CUDA_VISIBLE_DEVICES: I, or the I-th of the devices this process may
+ * use); all write into --results, from which the caller then judges.  It
+ * needs --results and a fixed seed list.  0 once every copy succeeded;
+ * BASE_EXIT_USAGE for bad settings; 1 naming the first copy that failed. */
+int experiment_spread(const char *cmd, const experiment_options *e, int until_decided, int argc, char **argv);
 
 /* A shard's summary line (what it ran, where, how to merge). */
 void experiment_print_shard(FILE *fp, const char *cmd, const cmp_config *c, const cmp_report *rep);

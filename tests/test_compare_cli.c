@@ -379,6 +379,47 @@ static void test_shards_merge(void **state)
 #undef STUDY
 }
 
+/* --gpus 2: the two shards as two processes this call starts (one per
+ * GPU; the CPU backend here), then the verdict from the cache: the runs and
+ * verdicts of one unsharded call, and stdout keeps only this call's output. */
+static void test_gpus_spread(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+#define STUDY "compare " TINY " --seeds 5 --arm trunc=residual=bf16 --plant-truncation trunc"
+    static char out[16384], err[16384], spread[65536], single[65536];
+    int rc = run(STUDY " --gpus 2 --results gp --json spread.jsonl", out, sizeof out, err, sizeof err);
+    if (rc) fail_msg("--gpus 2 failed (%d): %s", rc, err);
+    print_message("%s", out);
+    assert_non_null(strstr(out, "15 runs (0 executed now, 15 from the cache)"));
+    assert_null(strstr(out, "shard 0/2")); /* the shards' summaries went to stderr */
+    assert_non_null(strstr(err, "shard 0/2"));
+    assert_non_null(strstr(err, "shard 1/2"));
+    assert_int_equal(count_file_lines("gp/runs.shard-0-of-2.jsonl"), 6);
+    assert_int_equal(count_file_lines("gp/runs.shard-1-of-2.jsonl"), 9);
+    rc = run(STUDY " --results one-gp --json single-gp.jsonl", out, sizeof out, err, sizeof err);
+    if (rc) fail_msg("unsharded compare failed (%d): %s", rc, err);
+    stable_lines("spread.jsonl", spread, sizeof spread);
+    stable_lines("single-gp.jsonl", single, sizeof single);
+    assert_non_null(strstr(single, "\"verdict\":\"SHIFT up\""));
+    assert_string_equal(spread, single);
+    /* bad settings: refused before anything runs or is written */
+    rc = run(STUDY " --gpus 2", out, sizeof out, err, sizeof err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "--gpus needs --results"));
+    rc = run(STUDY " --gpus 2 --shard 0/2 --results gp-bad", out, sizeof out, err, sizeof err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "not both"));
+    assert_false(exists("gp-bad"));
+    setenv("CUDA_VISIBLE_DEVICES", "7", 1);
+    rc = run(STUDY " --gpus 2 --results gp-dev", out, sizeof out, err, sizeof err);
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "names fewer devices"));
+    assert_false(exists("gp-dev"));
+#undef STUDY
+}
+
 /* Lines of out when every one is a JSON record; -1 otherwise. */
 static int json_record_lines(const char *out)
 {
@@ -434,6 +475,7 @@ int main(void)
         cmocka_unit_test(test_planted_bias_is_a_shift),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_shards_merge),
+        cmocka_unit_test(test_gpus_spread),
         cmocka_unit_test(test_json_stdout_is_pure),
         cmocka_unit_test(test_bisect_progress_and_json),
     };
