@@ -113,7 +113,14 @@ static void test_reordering_is_chaos(void **state)
     (void)state;
     trace_config c;
     trace_report r;
-    tiny_pair(&c, "test_reordering_is_chaos", "matmul=bf16:split_k");
+    tiny_pair(&c, "test_reordering_is_chaos", NULL);
+    /* fp32 outputs: a reordered sum shows in the last bits of some element
+     * (bf16 outputs can round every difference away, and then the runs are
+     * bit-identical and there is nothing to judge) */
+    char err[512];
+    if (tplan_init(&c.a.plan, "fp32", TMODEL_GPT2, err, sizeof err)) fail_msg("%s", err);
+    c.b = c.a;
+    tiny_set(&c.b, "matmul=fp32:split_k");
     c.a.steps = c.b.steps = 10;
     run_trace(&c, &r);
     assert_false(r.identical);
