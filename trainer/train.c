@@ -62,15 +62,7 @@ int trun_fail(trun *r, int status, const char *fmt, ...)
 int trun_stop_signal(const trun *r) { return r->cfg->stop ? (int)*r->cfg->stop : 0; }
 
 /* The group's error: runs[0]'s (every run gets it when the group fails). */
-static int group_fail(tgroup *g, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int group_fail(tgroup *g, int status, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g->runs[0].res->error, sizeof g->runs[0].res->error, fmt, ap);
-    va_end(ap);
-    return status;
-}
+#define group_fail(g, ...) trun_fail(&(g)->runs[0], __VA_ARGS__)
 
 /* What replicas cannot do (single runs only). */
 static int check_replica_settings(tgroup *g)
