@@ -90,10 +90,55 @@ static void check_plans(const char *backend, int width, int seq)
     }
 }
 
+/* Variants each take their own road through the engine (the emulated matrix
+ * units and fp8 run per replica, the others batched or folded): replica s
+ * must equal the single run with seed s under each.  cpu_too: the CPU backend
+ * models the variants too. */
+static const struct {
+    tmodel_kind model;
+    const char *preset, *overrides;
+    int cpu_too;
+} variant_plans[] = {
+    {TMODEL_GPT2, "bf16", "matmul=bf16:mma.a100", 1},
+    {TMODEL_MODERN, "bf16", "matmul=bf16:mma.h100", 1},
+    {TMODEL_MODERN, "fp32", "matmul=fp32:mma.a100", 1},
+    {TMODEL_GPT2, "bf16", "matmul=bf16:split_k,attention=bf16:naive,norm.*=bf16:sequential", 1},
+    {TMODEL_MODERN, "bf16", "optimizer.muon=bf16:tall_fused,activation=bf16:store_grad,attention=bf16:naive", 1},
+    {TMODEL_GPT2, "bf16", "lm_head=fp8,mlp.up=fp8", 1},
+    {TMODEL_GPT2, "bf16", "lm_head=fp8:fast,mlp.up=fp8:fast", 0},
+    {TMODEL_MODERN, "bf16", "attention=bf16:flash_mma,norm.*=bf16:warp_tree", 0},
+    {TMODEL_GPT2, "fp16", "attention=fp16:flash_mma_exp2", 0},
+};
+
+static void check_variant_plans(const char *backend, int width, int seq)
+{
+    unsigned long long base = test_seed("test_replicas_variants");
+    for (size_t v = 0; v < sizeof variant_plans / sizeof variant_plans[0]; v++) {
+        if (strcmp(backend, "cpu") == 0 && !variant_plans[v].cpu_too) continue;
+        ttrain_config c;
+        tiny_config(&c, variant_plans[v].model, variant_plans[v].preset, base);
+        char err[512];
+        if (tmodel_config_init(&c.model, variant_plans[v].model, 2, width, 2, 256, seq, err, sizeof err))
+            fail_msg("%s", err);
+        tiny_set(&c, variant_plans[v].overrides);
+        c.seq = seq;
+        c.backend = backend;
+        c.steps = 3;
+        uint64_t seeds[R_TEST], data_seeds[R_TEST];
+        replica_seeds(base + v, seeds, data_seeds);
+        int differ = replicas_vs_singles(&c, seeds, data_seeds);
+        print_message("%s %s %s %s: %d of %d replicas differ from their single runs\n", backend,
+                      tmodel_kind_name(variant_plans[v].model), variant_plans[v].preset, variant_plans[v].overrides,
+                      differ, R_TEST);
+        assert_int_equal(differ, 0);
+    }
+}
+
 static void test_replicas_equal_singles_cpu(void **state)
 {
     (void)state;
     check_plans("cpu", 32, 32);
+    check_variant_plans("cpu", 32, 32);
 }
 
 /* Twins: the comparison above must catch replicas that share a data order
@@ -223,6 +268,7 @@ static void test_replicas_equal_singles_cuda(void **state)
     TEST_REQUIRE_GPU();
     kmatmul_batch_stats_reset();
     check_plans("cuda", 128, 64);
+    check_variant_plans("cuda", 128, 64);
     kmatmul_batch_stats stats;
     kmatmul_batch_stats_get(&stats);
     print_message("cuda batched GEMMs: %lld strided-batched, %lld loop fallbacks, %lld fp8 loops\n",

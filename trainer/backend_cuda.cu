@@ -845,8 +845,10 @@ static int batched_matmul(tbackend *be, const tsite *at, ktensor *y, const ktens
     kpath path = at->path;
     prec_format f = tpath_storage(path);
     int y_fp32 = y->format == PREC_FP32 && (path == KPATH_BF16 || path == KPATH_FP16);
-    // fp8 quantises each replica's operands with its own scales: the loop
-    if (path == KPATH_FP8 || !in_format(a, f) || !in_format(b, f) || (y->format != f && !y_fp32) ||
+    // fp8 quantises each replica's operands with its own scales, and the
+    // matrix-unit models (matmul_mma) run in their own emulation kernel: the
+    // loop.  Only the ops kmatmul_batched implements may reach it.
+    if (!(at->op == TOP_MATMUL || at->op == TOP_MATMUL_FAST || at->op == TOP_MATMUL_BLOCK_FP8) || path == KPATH_FP8 || !in_format(a, f) || !in_format(b, f) || (y->format != f && !y_fp32) ||
         !a->replica_stride || !b->replica_stride)
         return loop->matmul(be, at, y, a, a_trans, b, b_trans, accumulate);
     int64_t M = a_trans ? a->shape[1] : a->shape[0], K = a_trans ? a->shape[0] : a->shape[1];
