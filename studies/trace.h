@@ -29,13 +29,12 @@
  * are compared with the MPFR reference (reference/matmul.h, exact) against a
  * bound computed from the inputs (see trace_verdict.c): both within their
  * bounds is a legitimate reordering (chaos); one over is a precision bug in
- * it.  Attention (forward and backward), RMSNorm and LayerNorm forwards,
- * cross-entropy and optimizer.muon are judged against their MPFR references
- * with the bounds `ulpscope check` uses (kernels/check/compare_*.h), each
- * for the kernel the backend runs (trace_verdict.c); optimizer.muon is judged
- * on its polar express, replayed stage by stage.  Other ops are located and
- * replayed, with their first differing elements, and the report says why
- * they get no verdict.
+ * it.  optimizer.muon is judged on its polar express: the input rebuilt
+ * from the recorded gradient and momentum, then each site's polar express
+ * replayed stage by stage on the backend and each stage judged with the
+ * bound `ulpscope check` uses (kernels/check/compare_polar_express.h) for the
+ * kernel the backend runs.  Other ops are located and replayed, with their
+ * first differing elements, and the report says why they get no verdict.
  *
  * Amplification.  For the parting step and the following amplify_steps - 1
  * steps: per layer, the max and RMS relative difference between the two runs'

@@ -13,7 +13,11 @@
  *    checking its inputs blames an op in the perturbed-start case; a verdict
  *    that ignores the bound calls the reordering a bug;
  *  - trace files: --record of A and B, --diff finds the same site; broken and
- *    hostile files are refused with the file and line named. */
+ *    hostile files are refused with the file and line named;
+ *  - optimizer.muon (modern model): polar express tall vs wide is called
+ *    chaos; a planted truncation in B's variant (tbackend_cpu_plant_site) a
+ *    bug in B, in A when swapped; twins: a verdict that ignores the bound and
+ *    one against the wrong reference (the input negated) do not say chaos. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
