@@ -29,8 +29,12 @@
  * are compared with the MPFR reference (reference/matmul.h, exact) against a
  * bound computed from the inputs (see trace_verdict.c): both within their
  * bounds is a legitimate reordering (chaos); one over is a precision bug in
- * it.  Other ops are located and replayed, with their first differing
- * elements, but get no verdict yet (said in the report).
+ * it.  optimizer.muon is judged on its polar express: the input rebuilt
+ * from the recorded gradient and momentum, then each site's polar express
+ * replayed stage by stage on the backend and each stage judged with the
+ * bound `ulpscope check` uses (kernels/check/compare_polar_express.h) for the
+ * kernel the backend runs.  Other ops are located and replayed, with their
+ * first differing elements, and the report says why they get no verdict.
  *
  * Amplification.  For the parting step and the following amplify_steps - 1
  * steps: per layer, the max and RMS relative difference between the two runs'
@@ -66,6 +70,7 @@ typedef enum {
     TRACE_BUG_NONE = 0,
     TRACE_BUG_NO_INPUT_CHECK, /* the locator blames the first differing output whatever its inputs */
     TRACE_BUG_IGNORE_BOUND,   /* the verdict blames the replay with the larger total error, bounds ignored */
+    TRACE_BUG_WRONG_REFERENCE, /* the non-matmul judges compute the reference from the first input negated */
 } trace_bug;
 
 typedef enum {
@@ -99,10 +104,14 @@ typedef struct {
 } trace_config;
 
 typedef struct {
-    double err_u, bound_u;    /* at the worst element: |got - ref| and the bound, in units of u |ref| */
-    double ratio;             /* max over elements of |got - ref| / bound */
-    long over;                /* elements over their bound */
-    long worst;               /* its index */
+    double err_u, bound_u;    /* matmul: at the worst element, |got - ref| and the bound in units of u |ref|;
+                                 other ops: the worst output's largest error and bound in units of u times
+                                 each element's scale (kcheck_row's max_err_u, max_bound_u) */
+    double ratio;             /* matmul: max over elements of |got - ref| / bound; other ops: max over their
+                                 outputs of the worst element's ratio and of RMS error / RMS bound */
+    long over;                /* matmul: elements over their bound; other ops: outputs over */
+    long worst;               /* the worst element's index (in worst_output) */
+    char worst_output[40];    /* other ops: the output holding it ("dq", "x3 block 1"); "" for matmul */
 } trace_judgement;
 
 typedef struct {
@@ -126,6 +135,7 @@ typedef struct {
     trace_verdict verdict;
     char verdict_note[256];   /* why there is no verdict, or the bound model used */
     trace_judgement judge[2]; /* A, B */
+    double judge_err_sum[2];  /* the verdict's twin (TRACE_BUG_IGNORE_BOUND): each side's total error */
     /* amplification: [amp_steps][amp_layers] */
     int amp_steps, amp_layers;
     double *amp_max_rel, *amp_rms_rel;

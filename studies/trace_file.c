@@ -427,7 +427,9 @@ void trace_write_records(FILE *fp, const trace_report *r)
             base_json_double(fp, r->judge[k].bound_u);
             fputs(",\"ratio\":", fp);
             base_json_double(fp, r->judge[k].ratio);
-            fprintf(fp, ",\"over\":%ld}", r->judge[k].over);
+            fprintf(fp, ",\"over\":%ld,\"worst_output\":", r->judge[k].over);
+            base_json_string(fp, r->judge[k].worst_output);
+            fputc('}', fp);
         }
     }
     fprintf(fp, ",\"runs\":%d,\"seconds\":", r->runs);

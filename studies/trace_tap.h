@@ -4,6 +4,7 @@
 #ifndef ULPSCOPE_STUDIES_TRACE_TAP_H
 #define ULPSCOPE_STUDIES_TRACE_TAP_H
 
+#include "kernels/check/check.h"
 #include "studies/trace.h"
 #include "trainer/backend.h"
 #include "trainer/model.h"
@@ -73,6 +74,21 @@ int tap_invoke(tbackend *be, const tbackend *orig, const tap_call *c, const tsit
 void trace_judge_matmul(trace_report *r, const char *backend, const tsite *site_a, const tsite *site_b,
                         const tap_call *c, const double *a, const double *b, const double *y_in, const double *ya,
                         const double *yb, trace_bug bug);
+
+/* The other ops' verdicts fold rows of the comparisons `ulpscope check`
+ * uses (kernels/check/compare_*.h) into r->judge[side]: start, one row per
+ * output (where: "" or what part of the op it is), finish sets r->verdict. */
+void trace_judge_start(trace_report *r);
+void trace_judge_row(trace_report *r, int side, const kcheck_row *row, const char *where);
+void trace_judge_finish(trace_report *r, trace_bug bug);
+
+/* optimizer.muon of parameter p: polar express's input rebuilt from the
+ * recorded gradient and momentum (m_after: the replay's momentum, which the
+ * rebuilt one must equal), then each site's polar express replayed stage by
+ * stage on the backend and each stage judged (compare_polar_express.h). */
+void trace_judge_muon(trace_report *r, const char *backend, const tsite *site_a, const tsite *site_b, const tparam *p,
+                      const double *grad, const double *m_before, const double *m_after, const tmuon_args *args,
+                      trace_bug bug);
 
 /* One op record as a JSON Lines record (trace_file.c). */
 void trace_write_op_record(FILE *fp, const trace_op *o);

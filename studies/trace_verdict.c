@@ -23,6 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/check/compare_polar_express.h"
+#include "kernels/common/ktensor_io.h"
+#include "kernels/polar_express.h"
 #include "precision/bounds.h"
 #include "precision/format.h"
 #include "reference/matmul.h"
@@ -132,4 +135,206 @@ void trace_judge_matmul(trace_report *r, const char *backend, const tsite *site_
     if (ctx.unproven)
         snprintf(r->verdict_note + strlen(r->verdict_note), sizeof r->verdict_note - strlen(r->verdict_note),
                  "; %ld reference outputs unproven", ctx.unproven);
+}
+
+/* ---- the other ops: the comparisons `ulpscope check` shares (kernels/check/compare_*.h) ---- */
+
+/* How far a row is over its bound: the worst element's ratio, or the RMS
+ * error's over the RMS bound when larger (check's verdict needs both within);
+ * a non-finite output where the reference is finite is infinitely over. */
+static double row_ratio(const kcheck_row *row)
+{
+    double ratio = row->worst_ratio;
+    if (row->rms_bound_u > 0 && row->rms_err_u / row->rms_bound_u > ratio) ratio = row->rms_err_u / row->rms_bound_u;
+    if (row->nonfinite > 0 || !(ratio == ratio)) ratio = INFINITY;
+    return ratio;
+}
+
+void trace_judge_start(trace_report *r)
+{
+    memset(r->judge, 0, sizeof r->judge);
+    r->judge_err_sum[0] = r->judge_err_sum[1] = 0;
+}
+
+void trace_judge_row(trace_report *r, int side, const kcheck_row *row, const char *where)
+{
+    trace_judgement *J = &r->judge[side];
+    double ratio = row_ratio(row);
+    if (ratio > 1) J->over++;
+    r->judge_err_sum[side] += row->rms_err_u;
+    if (ratio > J->ratio || !J->worst_output[0]) {
+        J->ratio = ratio;
+        J->err_u = row->max_err_u;
+        J->bound_u = row->max_bound_u;
+        J->worst = (long)row->worst_index;
+        snprintf(J->worst_output, sizeof J->worst_output, "%s%s%s", row->output, where && where[0] ? " " : "",
+                 where ? where : "");
+    }
+}
+
+void trace_judge_finish(trace_report *r, trace_bug bug)
+{
+    if (bug == TRACE_BUG_IGNORE_BOUND) {
+        /* twin: whichever replay is further from the reference in total is "the bug" */
+        const double *s = r->judge_err_sum;
+        r->verdict = s[0] > s[1] ? TRACE_VERDICT_BUG_A : s[1] > s[0] ? TRACE_VERDICT_BUG_B : TRACE_VERDICT_CHAOS;
+        return;
+    }
+    int over_a = r->judge[0].over > 0, over_b = r->judge[1].over > 0;
+    r->verdict = over_a && over_b ? TRACE_VERDICT_BUG_BOTH
+                 : over_a         ? TRACE_VERDICT_BUG_A
+                 : over_b         ? TRACE_VERDICT_BUG_B
+                                  : TRACE_VERDICT_CHAOS;
+}
+
+/* ---- optimizer.muon: its polar express, stage by stage ---- */
+
+/* Largest matrix whose stages are judged: the MPFR step costs about
+ * min(rows, cols)^2 max(rows, cols) exact products per stage and block. */
+#define TRACE_PE_MAX_WORK (1L << 26)
+
+/* One stage of the backend's own polar express at site `at` on x [rows,
+ * cols] (values of the path's format), in place. */
+static int pe_stage(const char *backend, const tsite *at, double *x, int rows, int cols, int stage)
+{
+    const long n = (long)rows * cols;
+    if (strcmp(backend, "cpu") == 0) {
+        float *X = malloc((size_t)n * sizeof *X);
+        if (!X) return -1;
+        for (long i = 0; i < n; i++) X[i] = (float)x[i];
+        int rc = tbackend_cpu_polar_express_stage(at, X, rows, cols, stage);
+        for (long i = 0; !rc && i < n; i++) x[i] = X[i];
+        free(X);
+        return rc;
+    }
+    /* CUDA: the kernels the CUDA backend's Muon calls (kpolar_express), one stage each */
+    prec_format f = tpath_storage(at->path);
+    int64_t shape[2] = {rows, cols};
+    ktensor X = {0}, Y = {0};
+    int rc = ktensor_alloc(&X, f, 2, shape) || ktensor_alloc(&Y, f, 2, shape) || ktensor_upload(&X, x);
+    if (!rc && stage == 0) {
+        rc = kpolar_express_normalize(at->path, rows, cols, X.data, Y.data) != 0;
+    } else if (!rc) {
+        float abc[KPE_STEPS][3];
+        kpe_coefficients(at->op == TOP_MUON_NEWTON_SCHULZ ? KPE_MUON_QUINTIC : KPE_POLAR_EXPRESS, abc);
+        const float *s = abc[stage - 1];
+        rc = kpolar_express_step(at->path, at->variant, rows, cols, s[0], s[1], s[2], X.data, Y.data) != 0;
+    }
+    rc = rc || kernels_sync("trace: polar express stage") || ktensor_download(&Y, x);
+    ktensor_free(&X);
+    ktensor_free(&Y);
+    return rc ? -1 : 0;
+}
+
+/* The kernel the backend runs at `at`, as compare_polar_express.h describes it. */
+static kcmp_pe_kernel pe_kernel(const char *backend, const tsite *at, int rows, int cols)
+{
+    kcmp_pe_kernel k = kcheck_polar_express_kernel(at->path, at->variant, rows, cols);
+    if (strcmp(backend, "cpu") == 0) {
+        /* backend_cpu.c: every GEMM a sequential fp32 fma chain, the norm's sum of squares too */
+        k.gemm = (prec_dot_model){PREC_DOT_ROUNDED, PREC_FP32, 0, 0.0, 0};
+        k.norm_depth = (int64_t)rows * cols;
+    }
+    return k;
+}
+
+void trace_judge_muon(trace_report *r, const char *backend, const tsite *site_a, const tsite *site_b, const tparam *p,
+                      const double *grad, const double *m_before, const double *m_after, const tmuon_args *args,
+                      trace_bug bug)
+{
+    const int R = p->rows, C = p->cols;
+    const long block = (long)R * C;
+    const long edge = R < C ? R : C;
+    if (site_a->path != site_b->path) {
+        snprintf(r->verdict_note, sizeof r->verdict_note,
+                 "no verdict for muon: A and B orthogonalise in different formats (%s, %s), so their polar express "
+                 "inputs differ",
+                 kpath_name(site_a->path), kpath_name(site_b->path));
+        return;
+    }
+    if (edge * edge * (block / edge) * p->blocks > TRACE_PE_MAX_WORK) {
+        snprintf(r->verdict_note, sizeof r->verdict_note,
+                 "no verdict for muon: [%d, %d] x %d blocks is too large for the stage-by-stage MPFR reference", R, C,
+                 p->blocks);
+        return;
+    }
+    /* The Nesterov update U, polar express's input, from the recorded
+     * gradient and momentum: the fp32 operations both backends document
+     * (backend_cpu.c's cpu_muon, glue.cu's muon_momentum_kernel), one
+     * rounding each; the momentum they give must be the replay's, bit for bit. */
+    const prec_format f = tpath_storage(site_a->path);
+    const float mu = (float)args->momentum, gs = (float)args->grad_scale;
+    const long n = block * p->blocks;
+    double *u = malloc((size_t)n * sizeof *u), *xa = malloc((size_t)block * sizeof *xa);
+    double *xb = malloc((size_t)block * sizeof *xb), *xin = malloc((size_t)block * sizeof *xin);
+    if (!u || !xa || !xb || !xin) {
+        snprintf(r->verdict_note, sizeof r->verdict_note, "no verdict: out of memory");
+        goto done;
+    }
+    for (long i = 0; i < n; i++) {
+        float g = (float)grad[i];
+        if (args->grad_scale != 1.0) g = (float)prec_rne((double)(g * gs), p->grad.format);
+        float kept = mu * (float)m_before[i];
+        float fresh = (1.0f - mu) * g;
+        float m = kept + fresh;
+        if (memcmp(&(double){m}, &m_after[i], sizeof(double)) != 0) {
+            snprintf(r->verdict_note, sizeof r->verdict_note,
+                     "no verdict for muon: the momentum could not be reproduced (element %ld: %.9g, the replay %.9g), "
+                     "so neither could polar express's input",
+                     i, (double)m, m_after[i]);
+            goto done;
+        }
+        float look = mu * m;
+        u[i] = prec_rne((double)(fresh + look), f);
+    }
+    snprintf(r->verdict_note, sizeof r->verdict_note,
+             "muon judged on its polar express: %d block%s of [%d, %d], 6 stages each from each kernel's own iterate; "
+             "%s GEMM model",
+             p->blocks, p->blocks > 1 ? "s" : "", R, C, strcmp(backend, "cpu") == 0 ? "fp32 (CPU)" : "kmatmul");
+    trace_judge_start(r);
+    int same_result = 1; /* polar express gave A and B the same bits for every block */
+    const tsite *sites[2] = {site_a, site_b};
+    char shape[96], where[40];
+    snprintf(shape, sizeof shape, "rows=%d cols=%d", R, C);
+    for (int blk = 0; blk < p->blocks; blk++) {
+        for (int side = 0; side < 2; side++) {
+            const tsite *at = sites[side];
+            const kcmp_pe_kernel k = pe_kernel(backend, at, R, C);
+            double *x = side ? xb : xa;
+            float abc[KPE_STEPS][3];
+            kpe_coefficients(at->op == TOP_MUON_NEWTON_SCHULZ ? KPE_MUON_QUINTIC : KPE_POLAR_EXPRESS, abc);
+            memcpy(x, u + blk * block, (size_t)block * sizeof *x);
+            for (int stage = 0; stage <= KPE_STEPS; stage++) {
+                memcpy(xin, x, (size_t)block * sizeof *x);
+                if (pe_stage(backend, at, x, R, C, stage)) {
+                    snprintf(r->verdict_note, sizeof r->verdict_note, "no verdict: replaying polar express stage %d failed",
+                             stage);
+                    goto done;
+                }
+                /* twin: the reference of the stage from the input negated */
+                if (bug == TRACE_BUG_WRONG_REFERENCE)
+                    for (long i = 0; i < block; i++) xin[i] = -xin[i];
+                kcmp_pe_data d = {R, C, stage, xin, 0, 0, 0, x};
+                if (stage > 0) d.a = abc[stage - 1][0], d.b = abc[stage - 1][1], d.c = abc[stage - 1][2];
+                kcheck_acc row;
+                if (kcmp_polar_express(&k, &d, shape, &row) < 0) {
+                    snprintf(r->verdict_note, sizeof r->verdict_note, "no verdict: out of memory");
+                    goto done;
+                }
+                snprintf(where, sizeof where, "block %d", blk);
+                trace_judge_row(r, side, &row.row, where);
+            }
+        }
+        same_result &= memcmp(xa, xb, (size_t)block * sizeof *xa) == 0;
+    }
+    if (same_result) {
+        memset(r->judge, 0, sizeof r->judge);
+        snprintf(r->verdict_note, sizeof r->verdict_note,
+                 "no verdict for muon: its polar express gives A and B the same bits, so they part in the weight "
+                 "update, which has no shared comparison yet");
+        goto done;
+    }
+    trace_judge_finish(r, bug);
+done:
+    free(u), free(xa), free(xb), free(xin);
 }

@@ -13,7 +13,11 @@
  *    checking its inputs blames an op in the perturbed-start case; a verdict
  *    that ignores the bound calls the reordering a bug;
  *  - trace files: --record of A and B, --diff finds the same site; broken and
- *    hostile files are refused with the file and line named. */
+ *    hostile files are refused with the file and line named;
+ *  - optimizer.muon (modern model): polar express tall vs wide is called
+ *    chaos; a planted truncation in B's variant (tbackend_cpu_plant_site) a
+ *    bug in B, in A when swapped; twins: a verdict that ignores the bound and
+ *    one against the wrong reference (the input negated) do not say chaos. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -25,6 +29,7 @@
 #include <unistd.h>
 
 #include "kernels/matmul.h"
+#include "kernels/polar_express.h"
 #include "studies/trace.h"
 #include "tests/test_train_util.h"
 #include "tests/test_util.h"
@@ -178,6 +183,83 @@ static void test_different_start_blames_nothing(void **state)
     trace_report_free(&r);
 }
 
+/* ---- verdicts of the other ops ---- */
+
+static void modern_pair(trace_config *c, const char *name, const char *a_overrides, const char *b_overrides)
+{
+    memset(c, 0, sizeof *c);
+    tiny_config(&c->a, TMODEL_MODERN, "bf16", test_seed(name));
+    if (a_overrides) tiny_set(&c->a, a_overrides);
+    c->a.steps = 2;
+    /* no weight decay and no master copy (stochastic rounding stores the weights): a
+     * parameter with a zero gradient (the zero-initialised output projections at step
+     * 0) is then stored unchanged, and a planted truncation first shows where polar
+     * express does work */
+    c->a.weight_decay = 0;
+    tiny_set(&c->a, "weights=bf16:sr,optimizer.adamw=bf16");
+    c->b = c->a;
+    if (b_overrides) tiny_set(&c->b, b_overrides);
+    c->amplify_steps = 1;
+    c->amplify_elems = 256;
+}
+
+static void assert_located_at(const trace_report *r, const char *op, tslot slot)
+{
+    assert_true(r->located);
+    assert_false(r->inputs_differ);
+    assert_string_equal(r->op_b.op, op);
+    assert_int_equal(r->op_b.slot, slot);
+    assert_true(r->replayed && r->replay_a_exact && r->replay_b_exact);
+}
+
+/* The verdict's twins on a chaos pair: a judge that ignores the bound, one
+ * that reads the wrong reference; neither may call it chaos. */
+static void assert_twins_not_chaos(trace_config *c)
+{
+    static const trace_bug twins[] = {TRACE_BUG_IGNORE_BOUND, TRACE_BUG_WRONG_REFERENCE};
+    for (size_t i = 0; i < sizeof twins / sizeof twins[0]; i++) {
+        trace_report r;
+        c->bug = twins[i];
+        run_trace(c, &r);
+        print_message("twin %d: verdict %d\n", (int)twins[i], (int)r.verdict);
+        assert_int_not_equal(r.verdict, TRACE_VERDICT_CHAOS);
+        assert_int_not_equal(r.verdict, TRACE_VERDICT_NONE);
+        trace_report_free(&r);
+    }
+    c->bug = TRACE_BUG_NONE;
+}
+
+/* Polar express tall vs wide: chaos; a planted truncation in B's variant is
+ * a bug in B (in A when swapped); twins: the bound ignored, the wrong
+ * reference. */
+static void test_muon_verdicts(void **state)
+{
+    (void)state;
+    trace_config c;
+    trace_report r;
+    modern_pair(&c, "test_muon_verdicts", "optimizer.muon=bf16:wide_fused", "optimizer.muon=bf16:tall_fused");
+    run_trace(&c, &r);
+    assert_located_at(&r, "muon", TSLOT_MUON);
+    assert_int_equal(r.verdict, TRACE_VERDICT_CHAOS);
+    assert_true(r.judge[0].ratio <= 1 && r.judge[1].ratio <= 1);
+    trace_report_free(&r);
+    assert_twins_not_chaos(&c);
+    tbackend_cpu_plant_site(TSLOT_MUON, -1, KPE_TALL_FUSED);
+    c.planted = KBUG_TRUNCATE_OUTPUT;
+    run_trace(&c, &r);
+    assert_located_at(&r, "muon", TSLOT_MUON);
+    assert_int_equal(r.verdict, TRACE_VERDICT_BUG_B);
+    assert_true(r.judge[0].ratio <= 1 && r.judge[1].ratio > 1);
+    trace_report_free(&r);
+    trace_config swapped = c;
+    swapped.a = c.b;
+    swapped.b = c.a;
+    run_trace(&swapped, &r);
+    assert_int_equal(r.verdict, TRACE_VERDICT_BUG_A);
+    trace_report_free(&r);
+    tbackend_cpu_plant_site(-1, -1, -1);
+}
+
 /* ---- trace files ---- */
 
 static char dir[64];
@@ -281,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_reordering_is_chaos),
         cmocka_unit_test(test_different_start_blames_nothing),
         cmocka_unit_test(test_record_and_diff),
+        cmocka_unit_test(test_muon_verdicts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

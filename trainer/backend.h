@@ -197,6 +197,13 @@ tbackend *tbackend_cpu_create(void);
  * truncates the stores of one site only, slot `slot` at `layer` running
  * `variant` (each -1: any; slot -1: every op, the default).  Process-wide. */
 void tbackend_cpu_plant_site(int slot, int layer, int variant);
+/* One stage of the CPU backend's polar express (its optimizer.muon), the
+ * code its Muon runs, for `ulpscope trace` to replay stage by stage: stage 0
+ * normalises X, stages 1 to 5 run that step; X [rows, cols] row-major holds
+ * values of the site's path format and is replaced by the stage's output.
+ * at: the optimizer.muon site (op, path, variant; a planted truncation of
+ * that site applies).  0, or -1 out of memory. */
+int tbackend_cpu_polar_express_stage(const tsite *at, float *X, int rows, int cols, int stage);
 /* A CUDA backend, or NULL with the reason in why (no GPU, no kernels). */
 tbackend *tbackend_cuda_create(char *why, size_t why_len);
 

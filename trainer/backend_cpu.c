@@ -948,14 +948,22 @@ static void small_gemm(const float *A, const float *B, int b_trans, const float 
         }
 }
 
-/* kernels/polar_express.h on X [r, c] in place: X0 = G / (1.02 |G|_F + 1e-6),
- * then 5 steps with the kernels' own coefficients (kpe_coefficients):
+/* kernels/polar_express.h on X [r, c] in place, one stage (0: X0 = G /
+ * (1.02 |G|_F + 1e-6); 1 to 5: the step with the kernels' own coefficients,
+ * kpe_coefficients):
  *   wide: A = X X^T, B = c A A + b A, X' = B X + a X
  *   tall: A = X^T X, B = c A A + b A, X' = X B + a X
  * fused forms X' in one GEMM (beta = a); split rounds B X first and adds a X
  * elementwise. */
-static int polar_express(float *X, int r, int c, prec_format f, kpe_coeffs which, int tall, int split)
+static int polar_express_stage(float *X, int r, int c, prec_format f, kpe_coeffs which, int tall, int split, int stage)
 {
+    if (stage == 0) {
+        float ss = 0.0f;
+        for (int i = 0; i < r * c; i++) ss = fmaf(X[i], X[i], ss);
+        float den = KPE_NORM_SAFETY * sqrtf(ss) + KPE_NORM_EPS;
+        for (int i = 0; i < r * c; i++) X[i] = rnd(X[i] / den, f);
+        return 0;
+    }
     int g = tall ? c : r; /* Gram size */
     float *A = malloc((size_t)g * g * sizeof *A), *Bm = malloc((size_t)g * g * sizeof *Bm);
     float *T = malloc((size_t)r * c * sizeof *T), *Xn = malloc((size_t)r * c * sizeof *Xn);
@@ -965,33 +973,42 @@ static int polar_express(float *X, int r, int c, prec_format f, kpe_coeffs which
     }
     float abc[KPE_STEPS][3];
     kpe_coefficients(which, abc);
-    float ss = 0.0f;
-    for (int i = 0; i < r * c; i++) ss = fmaf(X[i], X[i], ss);
-    float den = KPE_NORM_SAFETY * sqrtf(ss) + KPE_NORM_EPS;
-    for (int i = 0; i < r * c; i++) X[i] = rnd(X[i] / den, f);
-    for (int it = 0; it < KPE_STEPS; it++) {
-        float a = abc[it][0], b = abc[it][1], cc = abc[it][2];
-        float *Xt = T; /* X^T for the tall form */
-        if (tall) {
-            for (int i = 0; i < r; i++)
-                for (int j = 0; j < c; j++) Xt[j * r + i] = X[i * c + j];
-            small_gemm(Xt, Xt, 1, NULL, 1.0f, 0.0f, A, c, r, c, f);       /* A = X^T X [c,c] */
-        } else {
-            small_gemm(X, X, 1, NULL, 1.0f, 0.0f, A, r, c, r, f);         /* A = X X^T [r,r] */
-        }
-        small_gemm(A, A, 0, A, cc, b, Bm, g, g, g, f);                    /* B = c A A + b A */
-        if (!split) {
-            if (tall) small_gemm(X, Bm, 0, X, 1.0f, a, Xn, r, c, c, f);   /* X B + a X */
-            else small_gemm(Bm, X, 0, X, 1.0f, a, Xn, r, r, c, f);        /* B X + a X */
-        } else {
-            if (tall) small_gemm(X, Bm, 0, NULL, 1.0f, 0.0f, Xn, r, c, c, f);
-            else small_gemm(Bm, X, 0, NULL, 1.0f, 0.0f, Xn, r, r, c, f);
-            for (int i = 0; i < r * c; i++) Xn[i] = rnd(fmaf(a, X[i], Xn[i]), f);
-        }
-        memcpy(X, Xn, (size_t)r * c * sizeof *X);
+    float a = abc[stage - 1][0], b = abc[stage - 1][1], cc = abc[stage - 1][2];
+    float *Xt = T; /* X^T for the tall form */
+    if (tall) {
+        for (int i = 0; i < r; i++)
+            for (int j = 0; j < c; j++) Xt[j * r + i] = X[i * c + j];
+        small_gemm(Xt, Xt, 1, NULL, 1.0f, 0.0f, A, c, r, c, f);       /* A = X^T X [c,c] */
+    } else {
+        small_gemm(X, X, 1, NULL, 1.0f, 0.0f, A, r, c, r, f);         /* A = X X^T [r,r] */
     }
+    small_gemm(A, A, 0, A, cc, b, Bm, g, g, g, f);                    /* B = c A A + b A */
+    if (!split) {
+        if (tall) small_gemm(X, Bm, 0, X, 1.0f, a, Xn, r, c, c, f);   /* X B + a X */
+        else small_gemm(Bm, X, 0, X, 1.0f, a, Xn, r, r, c, f);        /* B X + a X */
+    } else {
+        if (tall) small_gemm(X, Bm, 0, NULL, 1.0f, 0.0f, Xn, r, c, c, f);
+        else small_gemm(Bm, X, 0, NULL, 1.0f, 0.0f, Xn, r, r, c, f);
+        for (int i = 0; i < r * c; i++) Xn[i] = rnd(fmaf(a, X[i], Xn[i]), f);
+    }
+    memcpy(X, Xn, (size_t)r * c * sizeof *X);
     free(A), free(Bm), free(T), free(Xn);
     return 0;
+}
+
+static int site_polar_express_stage(const tsite *at, float *X, int r, int c, int stage)
+{
+    kpe_coeffs which = at->op == TOP_MUON_NEWTON_SCHULZ ? KPE_MUON_QUINTIC : KPE_POLAR_EXPRESS;
+    int tall = at->variant == KPE_TALL_FUSED || at->variant == KPE_TALL_SPLIT;
+    int split = at->variant == KPE_WIDE_SPLIT || at->variant == KPE_TALL_SPLIT;
+    return polar_express_stage(X, r, c, site_fmt(at), which, tall, split, stage);
+}
+
+int tbackend_cpu_polar_express_stage(const tsite *at, float *X, int rows, int cols, int stage)
+{
+    if (stage < 0 || stage > KPE_STEPS) return -1;
+    enter(at);
+    return site_polar_express_stage(at, X, rows, cols, stage);
 }
 
 /* Muon (Jordan et al. 2024; modded-nanogpt): momentum buf = mu buf + (1-mu) g
@@ -1000,12 +1017,9 @@ static int polar_express(float *X, int r, int c, prec_format f, kpe_coeffs which
  * sqrt(max(1, rows/cols)) O stored as the weights slot says. */
 static int cpu_muon(tbackend *be, tparam *p, const tmuon_args *a)
 {
-    enter(NULL);
     const tsite *at = tbackend_site(be, TSLOT_MUON, -1);
+    enter(at);
     prec_format f = site_fmt(at);
-    kpe_coeffs which = at->op == TOP_MUON_NEWTON_SCHULZ ? KPE_MUON_QUINTIC : KPE_POLAR_EXPRESS;
-    int tall = at->variant == KPE_TALL_FUSED || at->variant == KPE_TALL_SPLIT;
-    int split = at->variant == KPE_WIDE_SPLIT || at->variant == KPE_TALL_SPLIT;
     int R = p->rows, Cn = p->cols;
     float mu = (float)a->momentum;
     float *U = malloc((size_t)R * Cn * sizeof *U);
@@ -1020,10 +1034,11 @@ static int cpu_muon(tbackend *be, tparam *p, const tmuon_args *a)
             fdata(&p->m)[off + i] = m;
             U[i] = rnd((1.0f - mu) * g + mu * m, f);
         }
-        if (polar_express(U, R, Cn, f, which, tall, split)) {
-            free(U);
-            return tbackend_fail(be, "cpu: out of memory");
-        }
+        for (int stage = 0; stage <= KPE_STEPS; stage++)
+            if (site_polar_express_stage(at, U, R, Cn, stage)) {
+                free(U);
+                return tbackend_fail(be, "cpu: out of memory");
+            }
         float lr = (float)a->lr, wd = p->decay ? (float)a->weight_decay : 0.0f;
         for (int64_t i = 0; i < (int64_t)R * Cn; i++) {
             float w = master_value(p, off + i);
