@@ -31,7 +31,15 @@ attention=${ATTENTION:-"flash flash_mma flash_mma_exp2"}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 work=${TMPDIR:-/tmp}/llmc-side-by-side
 rm -rf "$work" && cp -r "$llmc" "$work"
-(cd "$work" && make train_gpt2cu NO_MULTI_GPU=1 USE_CUDNN=0 >build.log 2>&1) ||
+# CUDA 13 takes a cudaMemLocation where llm.c (written for CUDA 12) passes
+# the device id cudaCpuDeviceId, in its managed-memory fallback: the one line
+# that does not compile, adapted in the build copy only (same meaning: prefer
+# the host).  Nothing else of llm.c is changed.
+if [ "$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')" -ge 13 ]; then
+    sed -i 's/cudaMemAdviseSetPreferredLocation, cudaCpuDeviceId)/cudaMemAdviseSetPreferredLocation, cudaMemLocation{cudaMemLocationTypeHost, 0})/' \
+        "$work/llmc/cuda_utils.cuh"
+fi
+(cd "$work" && make train_gpt2cu NO_MULTI_GPU=1 NO_USE_MPI=1 USE_CUDNN=0 >build.log 2>&1) ||
     { tail -20 "$work/build.log" >&2; echo "llmc_side_by_side: llm.c did not build" >&2; exit 1; }
 
 # the shard: 256 int32 header (magic 20240520, version 1, count), uint16 tokens
@@ -61,7 +69,7 @@ median() { sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "nan"; else if (N
 base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
 {
     echo "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | head -1)"
-    echo "llm.c: $(cd "$llmc" && git rev-parse --short HEAD 2>/dev/null || echo "${LLMC_COMMIT:-commit unknown}")"
+    echo "llm.c: $(if [ -e "$llmc/.git" ]; then git -C "$llmc" rev-parse --short HEAD; else echo "${LLMC_COMMIT:-commit unknown}"; fi)"
     echo "steps $steps, median of steps 3..$((steps - 2)); memory: peak nvidia-smi memory.used minus $base MiB idle"
     printf '%-34s %6s %10s %12s %10s %10s\n' trainer batch "ms/step" "tok/s" "x llm.c" "peak MiB"
 } >"$out/side_by_side.txt"
