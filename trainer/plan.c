@@ -435,8 +435,9 @@ static int gpu_model_map(tslot s, int layer, tslot_choice *c, tgpu_model g, tgpu
         case TOP_MATMUL_FAST:
             if (c->variant != KMATMUL_FUSED)
                 return tfail(err, errlen, "gpu_model=%s: slot %s: variant %s has no matrix-unit model (matmul_mma runs K "
-                             "in one order and rounds once): use %s=%s%s", gen, name, top_lookup(c->op)->variants[c->variant].name,
-                             name, kpath_name(c->path), c->op == TOP_MATMUL_FAST ? ":fast" : "");
+                             "in one order and rounds once): use %s=%s%s", gen, name,
+                             top_lookup(c->op)->variants[c->variant].name, name, kpath_name(c->path),
+                             c->op == TOP_MATMUL_FAST ? ":fast" : "");
             break;
         case TOP_MATMUL_MMA:
             if (c->variant == mma_gen_of(g) || (from != TGPU_NATIVE && c->variant == mma_gen_of(from))) break;
