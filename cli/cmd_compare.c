@@ -106,7 +106,9 @@ static int build_arm(const char *spec, const train_options *t, cmp_arm *arm, tpl
         if (k == 0 || k >= sizeof preset) return base_error("compare", "--arm %s: preset name missing or too long", spec);
         memcpy(preset, overrides + 7, k);
         preset[k] = '\0';
-        if (tplan_init(plan, preset, t->cfg.model.kind, err, sizeof err))
+        /* a preset arm runs on the base's GPU model (--gpu-model) */
+        if (tplan_init(plan, preset, t->cfg.model.kind, err, sizeof err) ||
+            tplan_set_gpu_model(plan, t->cfg.plan.gpu_model, err, sizeof err))
             return base_error("compare", "--arm %s: %s", arm->name, err);
         overrides = comma ? comma + 1 : NULL;
     }

@@ -290,7 +290,10 @@ int experiment_bad_plan(const char *cmd, const train_options *t, const char *bad
         if (k == 0 || k >= sizeof preset) return base_error(cmd, "--bad-plan %s: no preset name", bad_plan);
         memcpy(preset, bad_plan, k);
         preset[k] = '\0';
-        if (tplan_init(out, preset, t->cfg.model.kind, err, sizeof err)) return base_error(cmd, "--bad-plan: %s", err);
+        /* on the good plan's GPU model (--gpu-model), as the rest of the run */
+        if (tplan_init(out, preset, t->cfg.model.kind, err, sizeof err) ||
+            tplan_set_gpu_model(out, t->cfg.plan.gpu_model, err, sizeof err))
+            return base_error(cmd, "--bad-plan: %s", err);
         over = comma ? comma + 1 : NULL;
     }
     if (over && tplan_set(out, over, err, sizeof err)) return base_error(cmd, "bad plan: %s", err);

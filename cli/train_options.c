@@ -27,6 +27,8 @@ static const copt train_opts[] = {
     {"--plan", COPT_STRING, F(preset), 0, 0, "plan", "fp32|bf16|fp16|fp8", "(bf16)", NULL, 0},
     {"--set", COPT_LIST, F(sets), 0, 0, "plan", "SLOT[@LAYERS]=PATH[:VARIANT],...",
      "(repeatable; see ulpscope plan --help)", NULL, 0},
+    {"--gpu-model", COPT_STRING, F(gpu_model), 0, 0, "plan", "native|v100|a100|h100|b200",
+     "(native; applied after every --set: see ulpscope plan --help)", NULL, 0},
     {"--backend", COPT_STRING, F(cfg.backend), 0, 0, "backend", "cpu|cuda", "(cpu)", NULL, 0},
     {"--data", COPT_STRING, F(cfg.data_path), 0, 0, "data", "PATH",
      "(text file: bytes; directory of .bin token shards; one .bin shard; default: the embedded corpus)", NULL, 0},
@@ -87,6 +89,7 @@ void train_options_defaults(train_options *t)
     ttrain_config_defaults(&t->cfg);
     t->model_name = "gpt2";
     t->preset = "bf16";
+    t->gpu_model = "native";
     t->schedule = "cosine";
     t->depth = 2;
     t->width = 64;
@@ -191,9 +194,14 @@ static int build_plan(train_options *t, const char *cmd)
 {
     ttrain_config *c = &t->cfg;
     char err[2048];
+    tgpu_model gpu;
+    if (tgpu_model_parse(t->gpu_model, &gpu))
+        return base_error(cmd, "unknown --gpu-model '%s' (models: %s)", t->gpu_model, tgpu_model_names());
     if (tplan_init(&c->plan, t->preset, c->model.kind, err, sizeof err)) return base_error(cmd, "%s", err);
     for (int i = 0; i < t->sets.n; i++)
         if (tplan_set(&c->plan, t->sets.items[i], err, sizeof err)) return base_error(cmd, "%s", err);
+    /* the GPU the whole plan runs on: after every --set, as a last --set gpu_model=GEN would be */
+    if (tplan_set_gpu_model(&c->plan, gpu, err, sizeof err)) return base_error(cmd, "%s", err);
     if (tplan_check_layers(&c->plan, c->model.n_layer, err, sizeof err)) return base_error(cmd, "%s", err);
     return 0;
 }
@@ -254,7 +262,7 @@ static int take_from_checkpoint(train_options *t, const char *cmd)
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (copt_given(&t->seen, sizes[i].option)) *sizes[i].field = sizes[i].value;
     if (copt_given(&t->seen, "--softcap")) c->model.softcap = t->softcap;
-    if (copt_given(&t->seen, "--plan") || copt_given(&t->seen, "--set")) {
+    if (copt_given(&t->seen, "--plan") || copt_given(&t->seen, "--set") || copt_given(&t->seen, "--gpu-model")) {
         if (tmodel_config_check(&c->model, err, sizeof err)) return base_error(cmd, "%s", err);
         if (build_plan(t, cmd)) return BASE_EXIT_USAGE;
     } else {

@@ -35,7 +35,7 @@ extern "C" {
 typedef struct {
     ttrain_config cfg;   /* the result (after train_options_finish) */
     /* what the table fills, before train_options_finish turns it into cfg */
-    const char *model_name, *preset, *schedule, *hash_list, *dump_list, *at_steps;
+    const char *model_name, *preset, *gpu_model, *schedule, *hash_list, *dump_list, *at_steps;
     copt_list sets, switches;
     int depth, width, heads, context, vocab, norm_gain;
     double softcap, peak_tflops;

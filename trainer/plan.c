@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/attention.h"
+#include "kernels/matmul.h"
 
 /* ---- model families --------------------------------------------------------- */
 
@@ -386,6 +387,180 @@ static void clear_layer_choices(tplan *p, tslot s)
     p->n_layer_choices = n;
 }
 
+/* ---- GPU models --------------------------------------------------------------------- */
+
+static const char *const gpu_model_names[TGPU_COUNT] = {"native", "v100", "a100", "h100", "b200"};
+
+const char *tgpu_model_name(tgpu_model g) { return (unsigned)g < TGPU_COUNT ? gpu_model_names[g] : "?"; }
+
+const char *tgpu_model_names(void) { return "native, v100, a100, h100, b200"; }
+
+int tgpu_model_parse(const char *name, tgpu_model *out)
+{
+    for (int g = 0; g < TGPU_COUNT; g++)
+        if (name && strcmp(name, gpu_model_names[g]) == 0) {
+            *out = (tgpu_model)g;
+            return 0;
+        }
+    return -1;
+}
+
+/* matmul_mma's variant (a tmma_gen) for a GPU model other than native */
+static int mma_gen_of(tgpu_model g) { return (int)g - TGPU_V100; }
+
+/* "attention" or "attention@3", for messages */
+static void unit_name(tslot s, int layer, char *buf, size_t len)
+{
+    if (layer >= 0) snprintf(buf, len, "%s@%d", slot_table[s].name, layer);
+    else snprintf(buf, len, "%s", slot_table[s].name);
+}
+
+/* The choice slot s (layer `layer`, -1 for the slot's row) makes under GPU
+ * model g, which is not native: c rewritten in place (tensor-core GEMMs to
+ * matmul_mma.GEN), or -1 with the reason in err.  from: the model the plan
+ * was under before (its matmul_mma choices are that model's and move to
+ * g's); g itself when reading an override under g. */
+static int gpu_model_map(tslot s, int layer, tslot_choice *c, tgpu_model g, tgpu_model from, char *err, size_t errlen)
+{
+    const char *gen = tgpu_model_name(g);
+    char name[96];
+    unit_name(s, layer, name, sizeof name);
+    if (slot_table[s].gemm != TGEMM_NONE) {
+        switch (c->op) {
+        case TOP_MATMUL:
+            /* fp32: CUDA-core SGEMM, PyTorch's default, not a matrix-unit GEMM;
+             * bf16, fp16 and fp8 run on the matrix units */
+            if (c->path == KPATH_FP32) return 0;
+            /* fall through */
+        case TOP_MATMUL_FAST:
+            if (c->variant != KMATMUL_FUSED)
+                return tfail(err, errlen, "gpu_model=%s: slot %s: variant %s has no matrix-unit model (matmul_mma runs K "
+                             "in one order and rounds once): use %s=%s%s", gen, name,
+                             top_lookup(c->op)->variants[c->variant].name, name, kpath_name(c->path),
+                             c->op == TOP_MATMUL_FAST ? ":fast" : "");
+            break;
+        case TOP_MATMUL_MMA:
+            if (c->variant == mma_gen_of(g) || (from != TGPU_NATIVE && c->variant == mma_gen_of(from))) break;
+            return tfail(err, errlen, "gpu_model=%s: slot %s runs matmul_mma.%s, which contradicts the GPU model (under "
+                         "it every tensor-core GEMM runs matmul_mma.%s): drop one of the two", gen, name,
+                         matmul_mma_variants[c->variant].name, gen);
+        case TOP_MATMUL_BLOCK_FP8:
+            return tfail(err, errlen, "gpu_model=%s: slot %s: matmul_block_fp8 runs this GPU's own fp8 matrix units and "
+                         "has no %s model: use %s=fp8 (per-tensor scales) or %s=bf16", gen, name, gen, name, name);
+        default:
+            return 0;
+        }
+        if (g == TGPU_V100 && c->path != KPATH_FP16)
+            return tfail(err, errlen, "gpu_model=v100: slot %s runs a %s GEMM on the matrix units, which take fp16 only "
+                         "on a V100: use --plan fp16, or %s=fp32 (CUDA-core SGEMM)", name,
+                         c->path == KPATH_FP32 ? "tf32" : kpath_name(c->path), name);
+        const char *fallback;
+        char why[256];
+        if (!tplan_mma_model(s, c->path, mma_gen_of(g), &fallback, why, sizeof why))
+            return tfail(err, errlen, "gpu_model=%s: slot %s: %s", gen, name, why);
+        c->op = TOP_MATMUL_MMA;
+        c->variant = mma_gen_of(g);
+        return 0;
+    }
+    if (s == TSLOT_ATTENTION && katt_is_mma(c->variant))
+        return tfail(err, errlen, "gpu_model=%s: slot %s: %s runs this GPU's own matrix units and has no %s model: use "
+                     "%s=%s:%s (CUDA cores)", gen, name, katt_variants[c->variant].name, gen, name, kpath_name(c->path),
+                     katt_is_exp2(c->variant) ? "flash_exp2" : "flash");
+    if (s == TSLOT_MUON && c->path != KPATH_FP32)
+        return tfail(err, errlen, "gpu_model=%s: slot %s: its %s GEMMs run this GPU's own matrix units (cuBLAS) and have "
+                     "no %s model: use %s=fp32 (CUDA-core SGEMM)", gen, name, kpath_name(c->path), gen, name);
+    return 0;
+}
+
+/* Every choice of p obeys p's GPU model: 0, or -1 naming the first that
+ * does not. */
+static int check_gpu_model(const tplan *p, char *err, size_t errlen)
+{
+    if ((unsigned)p->gpu_model >= TGPU_COUNT)
+        return tfail(err, errlen, "unknown GPU model #%d (%s)", (int)p->gpu_model, tgpu_model_names());
+    if (p->gpu_model == TGPU_NATIVE) return 0;
+    int n = TSLOT_COUNT + p->n_layer_choices;
+    for (int i = 0; i < n; i++) {
+        tslot s = i < TSLOT_COUNT ? (tslot)i : (tslot)p->layer_choice[i - TSLOT_COUNT].slot;
+        int layer = i < TSLOT_COUNT ? -1 : p->layer_choice[i - TSLOT_COUNT].layer;
+        if (!p->used[s]) continue;
+        const tslot_choice *had = i < TSLOT_COUNT ? &p->slot[s] : &p->layer_choice[i - TSLOT_COUNT].choice;
+        tslot_choice c = *had;
+        if (gpu_model_map(s, layer, &c, p->gpu_model, p->gpu_model, err, errlen)) return -1;
+        if (!choice_equal(&c, had)) {
+            char name[96], v[128];
+            unit_name(s, layer, name, sizeof name);
+            tplan_choice_variant_string(p, s, had, v, sizeof v);
+            return tfail(err, errlen, "gpu_model=%s: slot %s runs %s:%s on this GPU's own matrix units, not the %s model "
+                         "(%s:matmul_mma.%s)", tgpu_model_name(p->gpu_model), name, kpath_name(had->path), v,
+                         tgpu_model_name(p->gpu_model), kpath_name(had->path), tgpu_model_name(p->gpu_model));
+        }
+    }
+    return 0;
+}
+
+/* Apply model g to p in place (the caller validates and commits). */
+static int apply_gpu_model(tplan *p, tgpu_model g, char *err, size_t errlen)
+{
+    if ((unsigned)g >= TGPU_COUNT) return tfail(err, errlen, "unknown GPU model #%d (%s)", (int)g, tgpu_model_names());
+    if (g == p->gpu_model) return 0;
+    if (g == TGPU_NATIVE)
+        return tfail(err, errlen, "gpu_model=native after gpu_model=%s: the native choices that model replaced are not "
+                     "kept (make the native plan the base, and the GPU model the arm or --bad)",
+                     tgpu_model_name(p->gpu_model));
+    for (int s = 0; s < TSLOT_COUNT; s++)
+        if (p->used[s] && gpu_model_map((tslot)s, -1, &p->slot[s], g, p->gpu_model, err, errlen)) return -1;
+    for (int i = 0; i < p->n_layer_choices; i++) {
+        tlayer_choice *e = &p->layer_choice[i];
+        if (gpu_model_map((tslot)e->slot, e->layer, &e->choice, g, p->gpu_model, err, errlen)) return -1;
+    }
+    p->gpu_model = g;
+    return 0;
+}
+
+int tplan_set_gpu_model(tplan *p, tgpu_model g, char *err, size_t errlen)
+{
+    tplan *next = malloc(sizeof *next);
+    if (!next) return tfail(err, errlen, "out of memory");
+    *next = *p;
+    int rc = apply_gpu_model(next, g, err, errlen);
+    if (!rc) rc = tplan_validate(next, err, errlen);
+    if (!rc) *p = *next;
+    free(next);
+    return rc;
+}
+
+void tplan_gpu_model_note(const tplan *p, tslot s, const tslot_choice *c, char *buf, size_t len)
+{
+    const char *gen = tgpu_model_name(p->gpu_model);
+    if (p->gpu_model == TGPU_NATIVE) {
+        snprintf(buf, len, "this GPU's own units");
+        return;
+    }
+    if (slot_table[s].gemm != TGEMM_NONE) {
+        if (c->op == TOP_MATMUL_MMA) {
+            const char *fallback = NULL;
+            char why[256];
+            const mma_model *m = tplan_mma_model(s, c->path, c->variant, &fallback, why, sizeof why);
+            if (!m) snprintf(buf, len, "refused: %s", why);
+            else
+                snprintf(buf, len, "matrix units: the %s %s model%s%s", gen, prec_format_name(m->arith.in),
+                         fallback ? "; " : "", fallback ? fallback : "");
+        } else {
+            snprintf(buf, len, "fp32 SGEMM on CUDA cores (no TF32, PyTorch's default): fp32 FMA on every GPU; the K order "
+                     "cuBLAS picks on a real %s is not modelled", gen);
+        }
+        return;
+    }
+    if (s == TSLOT_MUON)
+        snprintf(buf, len, "fp32 SGEMMs on CUDA cores (cuBLAS's K order on a real %s not modelled); the rest as an sm_80 "
+                 "build", gen);
+    else if (s == TSLOT_ALLREDUCE)
+        snprintf(buf, len, "NCCL sums on CUDA cores; the order NCCL picks on a real %s system is not modelled", gen);
+    else
+        snprintf(buf, len, "CUDA cores: the arithmetic an sm_80 build runs");
+}
+
 /* ---- validation --------------------------------------------------------------------- */
 
 /* One slot's choice against its op and the trainer's rules. */
@@ -484,7 +659,7 @@ int tplan_validate(const tplan *p, char *err, size_t errlen)
             check_between_slots(p, (tslot)e->slot, e->choice, err, errlen))
             return -1;
     }
-    return 0;
+    return check_gpu_model(p, err, errlen);
 }
 
 int tplan_check_layers(const tplan *p, int depth, char *err, size_t errlen)
@@ -653,6 +828,14 @@ static int apply_override(tplan *next, const char *key_in, const char *value, ch
     if (strlen(key_in) >= sizeof key) return tfail(err, errlen, "override key too long: '%.40s...'", key_in);
     snprintf(key, sizeof key, "%s", key_in);
     char *at = strchr(key, '@');
+    if (strncmp(key, "gpu_model", 9) == 0 && (key[9] == '\0' || key[9] == '@')) {
+        tgpu_model g;
+        if (at) return tfail(err, errlen, "gpu_model is plan-wide: it takes no layer selector ('%s=%s')", key_in, value);
+        if (tgpu_model_parse(value, &g))
+            return tfail(err, errlen, "unknown GPU model '%s' in 'gpu_model=%s' (models: %s)", value, value,
+                         tgpu_model_names());
+        return apply_gpu_model(next, g, err, errlen);
+    }
     int first = -1, last = -1;
     if (at) {
         *at = '\0';
@@ -680,6 +863,10 @@ static int apply_override(tplan *next, const char *key_in, const char *value, ch
         matched++;
         tslot_choice c;
         if (parse_choice(next, (tslot)s, value, &c, err, errlen)) return -1;
+        /* read under the plan's GPU model (first layer named, for messages) */
+        if (next->gpu_model != TGPU_NATIVE &&
+            gpu_model_map((tslot)s, at ? first : -1, &c, next->gpu_model, next->gpu_model, err, errlen))
+            return -1;
         if (!at) {
             next->slot[s] = c;
             clear_layer_choices(next, (tslot)s);
@@ -696,7 +883,7 @@ static int apply_override(tplan *next, const char *key_in, const char *value, ch
     if (!matched) {
         slot_names_of(next, 0, names, sizeof names);
         return tfail(err, errlen, "unknown slot '%s' for model %s (slots: %s; or an op name, or a glob such as "
-                     "'attn.*')", key, tmodel_kind_name(next->model), names);
+                     "'attn.*'; or gpu_model=GEN)", key, tmodel_kind_name(next->model), names);
     }
     return 0;
 }
@@ -776,7 +963,7 @@ static int layer_choices_agree(const tplan *a, const tplan *b)
 
 int tplan_equal(const tplan *a, const tplan *b)
 {
-    if (a->model != b->model) return 0;
+    if (a->model != b->model || a->gpu_model != b->gpu_model) return 0;
     for (int s = 0; s < TSLOT_COUNT; s++) {
         if (a->used[s] != b->used[s]) return 0;
         if (a->used[s] && !choice_equal(&a->slot[s], &b->slot[s])) return 0;
@@ -809,7 +996,9 @@ int tplan_to_json(const tplan *p, char *buf, size_t len)
 {
     size_t n = 0;
 #define PUT(...) n = append(buf, len, n, __VA_ARGS__)
-    PUT("{\"preset\":\"%s\",\"model\":\"%s\",\"slots\":{", p->preset, tmodel_kind_name(p->model));
+    PUT("{\"preset\":\"%s\",\"model\":\"%s\",", p->preset, tmodel_kind_name(p->model));
+    if (p->gpu_model != TGPU_NATIVE) PUT("\"gpu_model\":\"%s\",", tgpu_model_name(p->gpu_model));
+    PUT("\"slots\":{");
     int first = 1;
     char choice[160], key[96];
     for (int s = 0; s < TSLOT_COUNT; s++) {
@@ -915,6 +1104,8 @@ static int json_overrides(jreader *r, tplan *next, int layers, unsigned char *li
     for (;;) {
         if (jstring(r, key, sizeof key) || jexpect(r, ':') || jstring(r, value, sizeof value))
             return tfail(err, errlen, "plan JSON: malformed %s entry", layers ? "layer" : "slot");
+        if (strncmp(key, "gpu_model", 9) == 0)
+            return tfail(err, errlen, "plan JSON: \"%s\" in \"%s\": gpu_model is a top-level key", key, what);
         if (!strchr(key, '@') != !layers)
             return tfail(err, errlen, "plan JSON: \"%s\" in \"%s\": %s", key, what,
                          layers ? "expected SLOT@LAYERS" : "layer selectors belong in \"layers\"");
@@ -936,7 +1127,7 @@ int tplan_from_json(tplan *p, const char *json, char *err, size_t errlen)
     /* preset and model first (they make the plan the entries edit): one pass
      * for the top-level strings, one to apply "slots" then "layers" */
     jreader r = {json};
-    char key[64], value[160], preset[160] = "", model[160] = "";
+    char key[64], value[160], preset[160] = "", model[160] = "", gpu_model[160] = "native";
     const char *slots_at = NULL, *layers_at = NULL;
     if (jexpect(&r, '{')) return tfail(err, errlen, "plan JSON: expected '{'");
     for (;;) {
@@ -951,7 +1142,9 @@ int tplan_from_json(tplan *p, const char *json, char *err, size_t errlen)
             if (jstring(&r, value, sizeof value)) return tfail(err, errlen, "plan JSON: \"%s\" is not a string", key);
             if (strcmp(key, "preset") == 0) snprintf(preset, sizeof preset, "%s", value);
             else if (strcmp(key, "model") == 0) snprintf(model, sizeof model, "%s", value);
-            else return tfail(err, errlen, "plan JSON: unknown key \"%s\" (keys: preset, model, slots, layers)", key);
+            else if (strcmp(key, "gpu_model") == 0) snprintf(gpu_model, sizeof gpu_model, "%s", value);
+            else return tfail(err, errlen, "plan JSON: unknown key \"%s\" (keys: preset, model, gpu_model, slots, layers)",
+                              key);
         }
         jskip(&r);
         if (*r.s == ',') {
@@ -965,6 +1158,9 @@ int tplan_from_json(tplan *p, const char *json, char *err, size_t errlen)
     if (*r.s) return tfail(err, errlen, "plan JSON: trailing characters");
     tmodel_kind kind;
     if (tmodel_kind_parse(model, &kind)) return tfail(err, errlen, "plan JSON: unknown model '%s' (gpt2, modern)", model);
+    tgpu_model gpu;
+    if (tgpu_model_parse(gpu_model, &gpu))
+        return tfail(err, errlen, "plan JSON: unknown gpu_model '%s' (%s)", gpu_model, tgpu_model_names());
     if (!slots_at) return tfail(err, errlen, "plan JSON: no \"slots\"");
     tplan *next = malloc(sizeof *next);
     if (!next) return tfail(err, errlen, "out of memory");
@@ -976,6 +1172,9 @@ int tplan_from_json(tplan *p, const char *json, char *err, size_t errlen)
     /* every slot of the family must be listed: a plan is explicit */
     for (int s = 0; s < TSLOT_COUNT && !rc; s++)
         if (next->used[s] && !listed[s]) rc = tfail(err, errlen, "plan JSON: slot %s missing", slot_table[s].name);
+    /* the GPU model last: the entries are read as written, never rewritten
+     * by it, and must already obey it */
+    next->gpu_model = gpu;
     if (!rc) rc = tplan_validate(next, err, errlen);
     if (!rc) *p = *next;
     free(next);
@@ -1083,9 +1282,32 @@ static void explain_row(const tplan *p, tslot s, const char *name, int width, co
             sibling ? strchr(variant, '.') + 1 : variant, formats);
 }
 
+/* What the plan's GPU model covers, and what it leaves out. */
+static void explain_gpu_model(const tplan *p, FILE *fp)
+{
+    const char *gen = tgpu_model_name(p->gpu_model);
+    if (p->gpu_model == TGPU_NATIVE) {
+        fprintf(fp, "gpu model native: every kernel on this GPU's own units (cuBLAS, mma.sync); --gpu-model GEN runs "
+                    "the matrix-unit GEMMs as GEN's units would\n\n");
+        return;
+    }
+    fprintf(fp, "gpu model %s: the plan as %s code runs it, as far as this GPU (or the CPU) reproduces it bit for bit\n", gen,
+            gen);
+    fprintf(fp, "  modelled       every GEMM slot on a tensor-core path (bf16, fp16, fp8, tf32) runs matmul_mma.%s, the\n"
+                "                 %s matrix units' bit-accurate model, emulated on CUDA cores (or the CPU)\n", gen, gen);
+    fprintf(fp, "  fp32 GEMMs     CUDA-core SGEMM (fp32 matmuls off TF32, PyTorch's default): fp32 FMA on every GPU\n");
+    fprintf(fp, "  other kernels  the arithmetic an sm_80 build runs: no kernel branches on __CUDA_ARCH__ in its\n"
+                "                 arithmetic (checked: tests/test_arch_branches.c)\n");
+    fprintf(fp, "  not modelled   the algorithm cuBLAS picks on a real %s for fp32 GEMMs (K order, split-K); NCCL's\n"
+                "                 reduction order\n", gen);
+    fprintf(fp, "  refused        this GPU's own matrix units with no %s model: attention flash_mma*, matmul_block_fp8,\n"
+                "                 bf16/fp16 Muon; GEMM variants split_epilogue, split_k (no model form)\n\n", gen);
+}
+
 void tplan_explain(const tplan *p, FILE *fp)
 {
-    fprintf(fp, "plan %s for model %s\n\n", p->preset, tmodel_kind_name(p->model));
+    fprintf(fp, "plan %s for model %s\n", p->preset, tmodel_kind_name(p->model));
+    explain_gpu_model(p, fp);
     fprintf(fp, "%-16s %-16s %-5s %-16s %s\n", "slot", "op", "path", "variant", "formats (storage / compute)");
     for (int s = 0; s < TSLOT_COUNT; s++)
         if (p->used[s]) explain_row(p, (tslot)s, slot_table[s].name, 16, &p->slot[s], fp);
@@ -1106,6 +1328,25 @@ void tplan_explain(const tplan *p, FILE *fp)
             if (!shown++) fprintf(fp, "\nper-layer choices (where they differ from the slot's row above)\n");
             explain_row(p, (tslot)e->slot, key, width, &e->choice, fp);
         }
+    /* how each runs under the GPU model: the slots' rows, then the per-layer
+     * choices that differ from them */
+    if (p->gpu_model != TGPU_NATIVE) {
+        char note[512];
+        fprintf(fp, "\ngpu model %s, slot by slot\n", tgpu_model_name(p->gpu_model));
+        for (int s = 0; s < TSLOT_COUNT; s++) {
+            if (!p->used[s]) continue;
+            tplan_gpu_model_note(p, (tslot)s, &p->slot[s], note, sizeof note);
+            fprintf(fp, "%-*s %s\n", width, slot_table[s].name, note);
+        }
+        for (int i = 0, j; i < p->n_layer_choices; i = j) {
+            j = layer_run_end(p, i);
+            const tlayer_choice *e = &p->layer_choice[i];
+            if (choice_equal(&e->choice, &p->slot[e->slot])) continue;
+            layer_key(p, i, j, key, sizeof key);
+            tplan_gpu_model_note(p, (tslot)e->slot, &e->choice, note, sizeof note);
+            fprintf(fp, "%-*s %s\n", width, key, note);
+        }
+    }
     /* the tensors, in execution order */
     fprintf(fp, "\n%-38s %-14s %-6s %s\n", "tensor", "shape", "dtype", "written by");
     for (int row = 1;; row++) {
@@ -1187,6 +1428,11 @@ int tplan_apply_units(const tplan *base, const tplan *other, const tplan_unit *u
             next->slot[s] = other->slot[s];
         else
             rc = set_layer_choice(next, s, layer, tplan_choice_at(other, s, layer), err, errlen);
+    }
+    if (!rc && base->gpu_model != other->gpu_model) {
+        next->gpu_model = other->gpu_model;
+        if (check_gpu_model(next, NULL, 0)) next->gpu_model = base->gpu_model;
+        if (check_gpu_model(next, NULL, 0)) next->gpu_model = TGPU_NATIVE;
     }
     if (!rc) rc = tplan_validate(next, err, errlen);
     if (!rc) *out = *next;

@@ -190,9 +190,14 @@ typedef struct {
     tslot_choice choice;
 } tlayer_choice;
 
+/* The GPU a plan runs as (see "GPU models" below); native: this GPU's own
+ * units. */
+typedef enum { TGPU_NATIVE = 0, TGPU_V100, TGPU_A100, TGPU_H100, TGPU_B200, TGPU_COUNT } tgpu_model;
+
 typedef struct {
     char preset[16];     /* the preset the plan started from */
     tmodel_kind model;
+    tgpu_model gpu_model; /* every choice below obeys it (tplan_validate) */
     unsigned char used[TSLOT_COUNT];  /* slot exists in this model family */
     tslot_choice slot[TSLOT_COUNT];   /* every layer's choice unless layer_choice says otherwise */
     int n_layer_choices;
@@ -217,7 +222,9 @@ int tplan_init(tplan *p, const char *preset, tmodel_kind model, char *err, size_
 /* Apply overrides "KEY[@LAYERS]=PATH[:VARIANT][,KEY=...]".  A key matching
  * no slot, a path the op lacks, an unknown variant, a selector on a global
  * slot or an empty item is an error that names it and lists the accepted
- * names; the plan is left unchanged on error.  Returns 0 or -1. */
+ * names; the plan is left unchanged on error.  The item "gpu_model=GEN"
+ * applies a GPU model where it stands (tplan_set_gpu_model); every item
+ * after it is read under that model.  Returns 0 or -1. */
 int tplan_set(tplan *p, const char *overrides, char *err, size_t errlen);
 
 /* Check every used slot (and per-layer choice) against the registry and the
@@ -259,6 +266,43 @@ typedef enum { TMMA_V100 = 0, TMMA_A100, TMMA_H100, TMMA_B200, TMMA_COUNT } tmma
  * when none) in *fallback; NULL with the reason in why when refused. */
 const mma_model *tplan_mma_model(tslot s, kpath path, int gen, const char **fallback, char *why, size_t why_len);
 
+/* ---- GPU models: a plan run as another generation would run it ----------------------------
+ *
+ * gpu_model=GEN (--gpu-model GEN) makes the plan run as real code on that
+ * generation would, as far as this GPU (or the CPU) can say bit for bit:
+ *   - every GEMM slot on a tensor-core path (bf16, fp16, fp8 with the plain
+ *     matmul, and matmul_fast: tf32 or fp8 fast accumulation) runs
+ *     matmul_mma.GEN on its path, with tplan_mma_model's fallbacks (fp8 on
+ *     a100: the bf16 model) and refusals (v100: fp16 only; fp8 on v100,
+ *     h100, b200);
+ *   - fp32 GEMMs with the plain matmul stay: CUDA-core SGEMM, as PyTorch's
+ *     default (fp32 matmuls off TF32) runs them, fp32 FMA on every
+ *     generation (the K order cuBLAS picks on that generation is not
+ *     modelled);
+ *   - kernels that run this GPU's own matrix units and have no generation
+ *     model are refused, naming the slot and what to use instead: attention
+ *     flash_mma and flash_mma_exp2 (use flash), matmul_block_fp8 (use the
+ *     plain fp8 matmul), bf16/fp16 Muon (cuBLAS GEMMs; use
+ *     optimizer.muon=fp32), GEMM variants split_epilogue and split_k (no
+ *     model form: use fused);
+ *   - every other kernel runs the arithmetic an sm_80 build runs: no kernel
+ *     branches on __CUDA_ARCH__ in its arithmetic (tests/test_arch_branches.c).
+ * Order: the model rewrites the plan's choices when it is applied; every
+ * override after it is read under the model (lm_head=fp8 becomes
+ * fp8:matmul_mma.a100) and one that contradicts it (lm_head=bf16:mma.h100
+ * under a100, attention=bf16:flash_mma) is refused.  A model can replace
+ * another (a100 -> h100); native cannot follow a model (the choices it
+ * replaced are not kept).  The choices it made are the plan's: JSON and
+ * logs list them, with "gpu_model" beside "model". */
+const char *tgpu_model_name(tgpu_model g);  /* "a100"; "?" out of range */
+int tgpu_model_parse(const char *name, tgpu_model *out);
+const char *tgpu_model_names(void);        /* "native, v100, a100, h100, b200" */
+/* Apply model g to plan p as described above.  Returns 0, or -1 with one
+ * line naming the slot that cannot run under g (p unchanged). */
+int tplan_set_gpu_model(tplan *p, tgpu_model g, char *err, size_t errlen);
+/* How slot s's choice c runs under the plan's GPU model, in words (one line). */
+void tplan_gpu_model_note(const tplan *p, tslot s, const tslot_choice *c, char *buf, size_t len);
+
 /* Named trainer-slot variants, for the code that acts on them. */
 typedef enum { TWEIGHTS_MASTER = 0, TWEIGHTS_SR, TWEIGHTS_MANTISSA_BUFFER } tweights_variant;
 typedef enum { TALLREDUCE_RING = 0, TALLREDUCE_TREE } tallreduce_variant;
@@ -267,7 +311,8 @@ typedef enum { TLOSS_SCALE_NONE = 0, TLOSS_SCALE_DYNAMIC } tloss_scale_variant;
 
 /* JSON: {"preset":"bf16","model":"gpt2","slots":{"embedding":"bf16:sorted",...}}
  * (slots of the model family only), plus "layers":{"mlp.up@0-1":"fp32:fused",...}
- * when the plan has per-layer choices.  tplan_to_json returns the length it
+ * when the plan has per-layer choices and "gpu_model":"a100" after "model"
+ * when the plan has a GPU model.  tplan_to_json returns the length it
  * needed (snprintf semantics); TPLAN_JSON_MAX always suffices. */
 #define TPLAN_JSON_MAX 131072
 int tplan_to_json(const tplan *p, char *buf, size_t len);
@@ -299,7 +344,9 @@ typedef struct {
 int tplan_diff(const tplan *a, const tplan *b, int depth, tplan_unit *units, int max_units);
 /* out = base with the n units assigned as in other.  Returns 0, or -1 with
  * a message when the mixture breaks a rule of the trainer (for example
- * weights=bf16:sr without its optimizer.adamw=bf16). */
+ * weights=bf16:sr without its optimizer.adamw=bf16).  When the two plans'
+ * GPU models differ, the mixture gets the first whose rules its choices
+ * obey: other's, base's, else native (the choices say what runs). */
 int tplan_apply_units(const tplan *base, const tplan *other, const tplan_unit *units, int n, tplan *out, char *err,
                       size_t errlen);
 /* "mlp.up@3" or "lm_head" */

@@ -310,6 +310,10 @@ static void plan_diff(list_writer *w, const tplan *a, const tplan *b, int depth)
         add(w, "--plan/--set: a plan for %s (checkpoint: %s)", tmodel_kind_name(a->model), tmodel_kind_name(b->model));
         return;
     }
+    if (a->gpu_model != b->gpu_model) {
+        add(w, "--gpu-model %s (checkpoint: %s)", tgpu_model_name(a->gpu_model), tgpu_model_name(b->gpu_model));
+        return;
+    }
     for (int s = 0; s < TSLOT_COUNT; s++) {
         if (!a->used[s]) continue;
         int layers = tslot_get((tslot)s)->per_layer ? depth : 1;
