@@ -1,12 +1,14 @@
 /* tests/test_attention_mma_bound.c — the flash_mma check bound
- * (kernels/check/check_attention_mma.c) against a CPU emulation of the kernels'
- * arithmetic, without a GPU.  The emulation follows kernels/attention_mma.cu
- * operation by operation: score and product chains through the bit-accurate
- * matrix-unit model (precision/mma.h, one mma_dot per k16 instruction with
- * the running accumulator as c), the online softmax over 64-key tiles with
- * fp32 float operations, the row sum in the kernel's order (4 threads of 16
- * sequential terms, a butterfly), P and dS rounded into the path's format,
- * the 16-key chunks past a row skipped, the delta warp sum.  Host expf and
+ * (kernels/check/check_attention_mma.c) against the host emulation of the
+ * kernels' arithmetic (kernels/attention_mma_arith.h, the library code the
+ * trainer's CPU backend runs), without a GPU.  The emulation follows
+ * kernels/attention_mma.cu operation by operation: score and product chains
+ * through the bit-accurate matrix-unit model (precision/mma.h, one k16
+ * instruction at a time with the running accumulator as c), the online
+ * softmax over 64-key tiles with fp32 float operations, the row sum in the
+ * kernel's order (4 threads of 16 sequential terms, a butterfly), P and dS
+ * rounded into the path's format, the 16-key chunks past a row skipped, the
+ * delta warp sum.  Host expf and
  * logf stand for CUDA's (both within the bound's 2 and 1 ulps).  Every
  * output (o, lse, dq, dk, dv) must pass kcheck's verdict (every element
  * within its bound, RMS within the probabilistic one) against the MPFR
@@ -25,6 +27,7 @@
 #include <string.h>
 
 #include "kernels/attention.h"
+#include "kernels/attention_mma_arith.h"
 #include "kernels/check/check.h"
 #include "kernels/check/check_attention_mma.h"
 #include "precision/format.h"
@@ -32,8 +35,6 @@
 #include "precision/rng.h"
 #include "reference/attention.h"
 #include "tests/test_util.h"
-
-#include "tests/attention_mma_arith.h"
 
 typedef struct {
     int rows, failed;
@@ -51,7 +52,7 @@ static void sink(void *user, const kcheck_ctx *ctx, const kcheck_row *row)
 }
 
 /* One head: emulate, bound, compare; rows into v. */
-static void run_head(const arith_emu *e, prec_rng *rng, verdicts *v)
+static void run_head(const katt_mma_arith *e, prec_rng *rng, verdicts *v)
 {
     const int64_t T = e->T, D = e->D, n = T * D;
     double *q = malloc(n * 8), *k = malloc(n * 8), *vv = malloc(n * 8), *g = malloc(n * 8), *o = malloc(n * 8),
@@ -65,8 +66,8 @@ static void run_head(const arith_emu *e, prec_rng *rng, verdicts *v)
     kcheck_fill_normal(rng, k, n, 0, 1, e->f);
     kcheck_fill_normal(rng, vv, n, 0, 1, e->f);
     kcheck_fill_normal(rng, g, n, 0, 1, e->f);
-    arith_forward(e, q, k, vv, o, lse);
-    arith_backward(e, q, k, vv, g, o, lse, dq, dk, dv);
+    assert_int_equal(katt_mma_arith_forward(e, q, k, vv, o, lse), 0);
+    assert_int_equal(katt_mma_arith_backward(e, q, k, vv, g, o, lse, dq, dk, dv), 0);
     ref_ctx rc = REF_CTX_DEFAULT;
     ref_attention_forward(&rc, 1, T, D, e->scale, q, k, vv, o_r, lse_r);
     ref_attention_backward(&rc, 1, T, D, e->scale, q, k, vv, g, dq_r, dk_r, dv_r);
@@ -78,7 +79,7 @@ static void run_head(const arith_emu *e, prec_rng *rng, verdicts *v)
     const double eln2 = fabs((double)0.6931471805599453f - 0.69314718055994530942),
                  elog2e = fabs((double)1.4426950408889634f - 1.4426950408889634074);
     const kval ln2 = {0.69314718055994530942, eln2, eln2}, log2e = {1.4426950408889634074, elog2e, elog2e};
-    katt_mma_head h = {q, k, vv, g, T, D, e->scale, e->exp2, e->f, e->p};
+    katt_mma_head h = {q, k, vv, g, T, D, e->scale, e->exp2, e->f, e->mma};
     katt_mma_forward_bounds(&h, e->exp2 ? c2 : kval_exact(e->scale), ln2, ko, kl);
 
     kcheck_ctx ctx = {0};
@@ -152,7 +153,7 @@ static verdicts run_all(const config *cfg, int n_cfg, int bug, unsigned long lon
                       bug ? " (planted bug)" : "");
         const size_t n_shapes = cfg[c].long_shapes ? 4 : 3;
         for (size_t s = 0; s < n_shapes; s++) {
-            arith_emu e = {&m->arith, cfg[c].f, cfg[c].exp2, bug, shapes[s][0], shapes[s][1],
+            katt_mma_arith e = {&m->arith, cfg[c].f, cfg[c].exp2, bug, shapes[s][0], shapes[s][1],
                      (float)(1.0 / sqrt((double)shapes[s][1]))};
             verdicts v = {0, 0, ""};
             run_head(&e, &rng, &v);
