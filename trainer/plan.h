@@ -226,6 +226,10 @@ int tplan_validate(const tplan *p, char *err, size_t errlen);
 /* Every per-layer choice names a layer below depth: 0, or -1 naming the
  * slot, the layer and the valid range. */
 int tplan_check_layers(const tplan *p, int depth, char *err, size_t errlen);
+/* Every attention choice (the slot's and the per-layer ones) runs at the
+ * model's head dimension (width / heads): 0, or -1 naming the slot and what
+ * the variant needs (flash_mma: a multiple of 8). */
+int tplan_check_head_dim(const tplan *p, int64_t head_dim, char *err, size_t errlen);
 
 /* "two_pass", or "matmul_fast.fused" for a sibling op */
 void tplan_choice_variant_string(const tplan *p, tslot s, const tslot_choice *c, char *buf, size_t len);
@@ -258,6 +262,18 @@ typedef enum { TMMA_V100 = 0, TMMA_A100, TMMA_H100, TMMA_B200, TMMA_COUNT } tmma
 /* The model slot s runs under (path, gen) with the fallback it takes (NULL
  * when none) in *fallback; NULL with the reason in why when refused. */
 const mma_model *tplan_mma_model(tslot s, kpath path, int gen, const char **fallback, char *why, size_t why_len);
+
+/* The matrix units behind the tensor-core attention (variants flash_mma,
+ * flash_mma_exp2) where they are modelled rather than run: the CPU backend.
+ * A plan names no GPU, so one generation stands for "the GPU's matrix
+ * units": the H100's (mma.sync, inputs of the path's format, fp32 out), the
+ * GPU the CUDA backend's figures come from (sm_90; docs/results-experiments.md).
+ * On an A100 or a B200 the CUDA backend's bits may differ from the CPU's in
+ * the last place of a block sum (precision/mma.h: A100 blocks of 8 with 24
+ * fraction bits; B200 no +0 rule).  NULL with the reason for a path the
+ * kernels do not offer (fp32, fp8). */
+#define TPLAN_ATTENTION_MMA_GEN "h100"
+const mma_model *tplan_attention_mma_model(kpath path, char *why, size_t why_len);
 
 /* Named trainer-slot variants, for the code that acts on them. */
 typedef enum { TWEIGHTS_MASTER = 0, TWEIGHTS_SR, TWEIGHTS_MANTISSA_BUFFER } tweights_variant;
