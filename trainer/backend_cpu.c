@@ -246,7 +246,7 @@ static const struct {
     {TOP_LAYERNORM, KLAYERNORM_TWO_PASS}, {TOP_LAYERNORM, KLAYERNORM_SEQUENTIAL}, {TOP_LAYERNORM, KLAYERNORM_ONE_PASS},
     {TOP_RMSNORM, KRMSNORM_BLOCK_TREE},  {TOP_RMSNORM, KRMSNORM_SEQUENTIAL},   {TOP_RMSNORM, KRMSNORM_LLAMA},
     {TOP_RMSNORM, KRMSNORM_NONE},
-    {TOP_RMSNORM, KRMSNORM_WARP_TREE},   /* the kernel's row partition and butterfly, bit for bit but rsqrtf */
+    {TOP_RMSNORM, KRMSNORM_WARP_TREE},   /* its kernel's row sums in their order: cpu_norm_fwd, cpu_norm_bwd */
     {TOP_EMBEDDING, ANY_VARIANT},        /* both variants sum in token order: the same bits */
     {TOP_ATTENTION, KATT_NAIVE},         {TOP_ATTENTION, KATT_FLASH},
     {TOP_ATTENTION, KATT_FLASH_MMA},     {TOP_ATTENTION, KATT_FLASH_MMA_EXP2}, /* the kernels' arithmetic, H100 units */
