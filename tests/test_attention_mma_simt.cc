@@ -8,7 +8,7 @@
 //
 // Property: every output (o, lse, dq, dk, dv) equals, bit for bit, the
 // operation-by-operation emulation of the kernels' arithmetic
-// (tests/attention_mma_arith.h, which tests/test_attention_mma_bound.c checks
+// (kernels/attention_mma_arith.h, which tests/test_attention_mma_bound.c checks
 // against the check's bound and the MPFR reference), for bf16 and fp16,
 // flash_mma and flash_mma_exp2, the planted bugs included, on shapes with
 // ragged tiles (T = 150: three row blocks, the last partial; two heads at T = 70; D = 40: a
@@ -42,9 +42,9 @@ extern "C" {
 #include <cstdio>
 #include <cstdlib>
 
+#include "kernels/attention_mma_arith.h"
 #include "kernels/check/check.h"
 #include "precision/rng.h"
-#include "tests/attention_mma_arith.h"
 #include "tests/test_util.h"
 
 thread_local simt_index threadIdx, blockIdx;
@@ -192,7 +192,7 @@ outcome run(const mma_arith *model, int64_t BH, int Tn, int D, int kernel_bug, i
     });
     std::vector<double> o_d(n), g_d(in[3]);
     for (int64_t x = 0; x < n; x++) o_d[x] = from_t(o.data()[x]);
-    for (int64_t r = 0; r < BH * Tn; r++) delta[r] = arith_delta(g_d.data() + r * D, o_d.data() + r * D, D);
+    for (int64_t r = 0; r < BH * Tn; r++) delta[r] = katt_mma_arith_delta(g_d.data() + r * D, o_d.data() + r * D, D);
     readable.push_back({(const unsigned char *)lse.data(), (const unsigned char *)(lse.data() + BH * Tn)});
     readable.push_back({(const unsigned char *)delta.data(), (const unsigned char *)(delta.data() + BH * Tn)});
     simt_launch(grid, am_smem_dq<T, DMAX>(), [&] {
@@ -208,14 +208,18 @@ outcome run(const mma_arith *model, int64_t BH, int Tn, int D, int kernel_bug, i
     if (bad_reads || hazards)
         snprintf(r.first, sizeof r.first, "%d cp.async reads outside the tensors, %d write-after-read hazards", bad_reads,
                  hazards);
-    const arith_emu e = {model, f, EXP2, arith_bug, Tn, D, scale};
+    const katt_mma_arith e = {model, f, EXP2, arith_bug, Tn, D, scale};
     const int64_t hn = (int64_t)Tn * D;
     std::vector<double> ao(hn), al(Tn), aq(hn), ak(hn), av(hn);
     for (int64_t h = 0; h < BH; h++) {
         const int64_t off = h * hn;
-        arith_forward(&e, in[0].data() + off, in[1].data() + off, in[2].data() + off, ao.data(), al.data());
-        arith_backward(&e, in[0].data() + off, in[1].data() + off, in[2].data() + off, in[3].data() + off, ao.data(),
-                       al.data(), aq.data(), ak.data(), av.data());
+        assert_int_equal(katt_mma_arith_forward(&e, in[0].data() + off, in[1].data() + off, in[2].data() + off,
+                                                ao.data(), al.data()),
+                         0);
+        assert_int_equal(katt_mma_arith_backward(&e, in[0].data() + off, in[1].data() + off, in[2].data() + off,
+                                                 in[3].data() + off, ao.data(), al.data(), aq.data(), ak.data(),
+                                                 av.data()),
+                         0);
         for (int64_t x = 0; x < hn; x++) {
             compare(r, "o", off + x, from_t(o.data()[off + x]), ao[x]);
             compare(r, "dq", off + x, from_t(dq.data()[off + x]), aq[x]);

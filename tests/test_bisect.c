@@ -63,7 +63,7 @@
 #define CULPRIT "optimizer.adamw=fp32:torch"
 /* the surrogate's 20 units: every matmul role split_k, the norms and the gradient norm sequential, AdamW torch */
 #define SURROGATE_UNITS                                                                                               \
-    "attn.*=bf16:split_k,attention=bf16:flash,mlp.*=bf16:split_k,lm_head*=bf16:split_k,norm.*=bf16:sequential,"      \
+    "attn.*=bf16:split_k,mlp.*=bf16:split_k,lm_head*=bf16:split_k,norm.*=bf16:sequential,"                            \
     "grad_norm=fp32:sequential,optimizer.adamw=fp32:torch"
 
 /* what the first real search measured, for the surrogate */

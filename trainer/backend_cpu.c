@@ -20,6 +20,7 @@
 
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
+#include "kernels/attention_mma_arith.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/grad_norm.h"
 #include "kernels/layernorm.h"
@@ -245,8 +246,10 @@ static const struct {
     {TOP_LAYERNORM, KLAYERNORM_TWO_PASS}, {TOP_LAYERNORM, KLAYERNORM_SEQUENTIAL}, {TOP_LAYERNORM, KLAYERNORM_ONE_PASS},
     {TOP_RMSNORM, KRMSNORM_BLOCK_TREE},  {TOP_RMSNORM, KRMSNORM_SEQUENTIAL},   {TOP_RMSNORM, KRMSNORM_LLAMA},
     {TOP_RMSNORM, KRMSNORM_NONE},
+    {TOP_RMSNORM, KRMSNORM_WARP_TREE},   /* its kernel's row sums in their order: cpu_norm_fwd, cpu_norm_bwd */
     {TOP_EMBEDDING, ANY_VARIANT},        /* both variants sum in token order: the same bits */
     {TOP_ATTENTION, KATT_NAIVE},         {TOP_ATTENTION, KATT_FLASH},
+    {TOP_ATTENTION, KATT_FLASH_MMA},     {TOP_ATTENTION, KATT_FLASH_MMA_EXP2}, /* the kernels' arithmetic, H100 units */
     {TOP_ROPE, ANY_VARIANT},             {TOP_RESIDUAL, ANY_VARIANT},          {TOP_TRANSPOSE, ANY_VARIANT},
     {TOP_GELU_TANH, KGELU_TANH_TANHF},   {TOP_RELU2, ANY_VARIANT},
     {TOP_CROSS_ENTROPY, KCE_TWO_PASS},   {TOP_CROSS_ENTROPY, KCE_FP32_LOGITS},
@@ -263,6 +266,7 @@ static int cpu_supports(tbackend *be, const tbinding *b, const tsite *at, char *
                            "fp8 fast accumulation needs a tensor-core model: run it with --backend cuda");
         return -1;
     }
+    if (at->op == TOP_ATTENTION && !kattention_supports(at->path, at->variant, 0, why, len)) return -1;
     char list[512] = "";
     size_t n = 0;
     for (size_t i = 0; i < sizeof cpu_models / sizeof cpu_models[0]; i++) {
@@ -339,11 +343,37 @@ static int cpu_embedding_bwd(tbackend *be, ktensor *dwte, ktensor *dwpe, const k
 
 /* ---- norms -------------------------------------------------------------------------- */
 
+/* sum_c a[c] b[c] over a row of C as one warp of the warp_tree rmsnorm
+ * kernels forms it (kernels/rmsnorm.cu, kernels/common/kreduce.cuh): lane l
+ * owns elements [l V, l V + V) of every chunk of 32 V and sums them in order
+ * with fp32 fma from zero (V = 16 bytes / element size of the row's format f
+ * when C is a multiple of it, else 1); then the butterfly over offsets 16 .. 1
+ * (every lane ends with the same bits: each level adds the same two partials). */
+static float warp_row_dot(const float *a, const float *b, int64_t C, prec_format f)
+{
+    const int64_t w = 16 / (int64_t)kformat_bytes(f), V = C % w == 0 ? w : 1;
+    float lane[32];
+    for (int l = 0; l < 32; l++) {
+        float acc = 0.0f;
+        for (int64_t base = l * V; base < C; base += 32 * V)
+            for (int64_t j = 0; j < V; j++) acc = fmaf(a[base + j], b[base + j], acc);
+        lane[l] = acc;
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        float next[32];
+        for (int l = 0; l < 32; l++) next[l] = lane[l] + lane[l ^ off];
+        memcpy(lane, next, sizeof lane);
+    }
+    return lane[0];
+}
+
 /* Forward of layernorm (two_pass, sequential: two passes in fp32;
  * one_pass: var = E[x^2] - mean^2, clamped at 0) and rmsnorm (block_tree,
- * sequential: fp32 throughout, one rounding of y; llama: x * rstd rounded
+ * sequential: fp32 throughout, one rounding of y; warp_tree: the same with
+ * the kernel's own sum of squares, warp_row_dot; llama: x * rstd rounded
  * to the storage format, then times the gain and rounded again; none: every
- * elementwise step rounded, only the sum of squares in fp32). */
+ * elementwise step rounded, only the sum of squares in fp32).  1 / sqrtf
+ * stands for the kernels' rsqrtf (an approximation, not correctly rounded). */
 static int cpu_norm_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *mean, ktensor *rstd, const ktensor *x,
                         const ktensor *gain, const ktensor *bias, double eps)
 {
@@ -353,6 +383,7 @@ static int cpu_norm_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *mean
     int layer = at->op == TOP_LAYERNORM;
     int one_pass = layer && at->variant == KLAYERNORM_ONE_PASS;
     int llama = !layer && at->variant == KRMSNORM_LLAMA, none = !layer && at->variant == KRMSNORM_NONE;
+    int warp = !layer && at->variant == KRMSNORM_WARP_TREE;
     float *xin = operand(x, f);
     if (!xin) return tbackend_fail(be, "cpu: out of memory");
     for (int64_t r = 0; r < N; r++) {
@@ -369,6 +400,8 @@ static int cpu_norm_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *mean
             for (int64_t c = 0; c < C; c++) ss += rnd(xr[c] * xr[c], f);
             float ms = rnd(ss / (float)C, f);
             rs = rnd(1.0f / sqrtf(rnd(ms + (float)eps, f)), f);
+        } else if (warp) {
+            rs = 1.0f / sqrtf(warp_row_dot(xr, xr, C, f) / (float)C + (float)eps);
         } else {
             if (layer) {
                 float s1 = 0.0f;
@@ -393,6 +426,11 @@ static int cpu_norm_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *mean
     return 0;
 }
 
+/* Backward: dx from the row sums of dn = gain dy and dn xhat in fp32, except
+ * warp_tree, which follows its kernel (above; ptxas may fuse one of the two
+ * products of rstd g - k x into the difference, PTX mul and sub carrying no
+ * rounding modifier: one rounding the model cannot know).  dgain and dbias:
+ * fp32 sums over the rows in order, for every variant. */
 static int cpu_norm_bwd(tbackend *be, const tsite *at, ktensor *dx, ktensor *dgain, ktensor *dbias, const ktensor *dy,
                         const ktensor *x, const ktensor *gain, const ktensor *mean, const ktensor *rstd)
 {
@@ -400,9 +438,10 @@ static int cpu_norm_bwd(tbackend *be, const tsite *at, ktensor *dx, ktensor *dga
     prec_format f = site_fmt(at);
     int64_t N = x->shape[0], C = x->shape[1];
     float *xin = operand(x, f), *dyin = operand(dy, f);
-    float *dg = calloc((size_t)C, sizeof *dg), *db = calloc((size_t)C, sizeof *db);
-    if (!xin || !dyin || !dg || !db) {
-        free(xin), free(dyin), free(dg), free(db);
+    float *dg = calloc((size_t)C, sizeof *dg), *db = calloc((size_t)C, sizeof *db), *gd = malloc((size_t)C * sizeof *gd);
+    int warp = at->op == TOP_RMSNORM && at->variant == KRMSNORM_WARP_TREE;
+    if (!xin || !dyin || !dg || !db || !gd) {
+        free(xin), free(dyin), free(dg), free(db), free(gd);
         return tbackend_fail(be, "cpu: out of memory");
     }
     for (int64_t r = 0; r < N; r++) {
@@ -417,6 +456,14 @@ static int cpu_norm_bwd(tbackend *be, const tsite *at, ktensor *dx, ktensor *dga
             dg[c] += dyr[c] * xhat;
             db[c] += dyr[c];
         }
+        if (warp) {
+            /* the warp_tree kernel's own formula and order: g = gain dy,
+             * k = ((sum g x) rstd rstd rstd) / C, dx = rstd g - k x */
+            for (int64_t c = 0; c < C; c++) gd[c] = gain ? ld(gain, c, f) * dyr[c] : dyr[c];
+            const float k = warp_row_dot(gd, xr, C, f) * rs * rs * rs / (float)C;
+            for (int64_t c = 0; c < C; c++) fdata(dx)[r * C + c] = rnd2(rs * gd[c] - k * xr[c], f, dx->format);
+            continue;
+        }
         float mean_dn = mean ? sum_dn / (float)C : 0.0f, mean_dn_xhat = sum_dn_xhat / (float)C;
         for (int64_t c = 0; c < C; c++) {
             float xhat = (xr[c] - mu) * rs;
@@ -429,7 +476,7 @@ static int cpu_norm_bwd(tbackend *be, const tsite *at, ktensor *dx, ktensor *dga
         if (dgain) fdata(dgain)[c] = rnd((double)fdata(dgain)[c] + rnd(dg[c], f), dgain->format);
         if (dbias) fdata(dbias)[c] = rnd((double)fdata(dbias)[c] + rnd(db[c], f), dbias->format);
     }
-    free(xin), free(dyin), free(dg), free(db);
+    free(xin), free(dyin), free(dg), free(db), free(gd);
     return 0;
 }
 
@@ -567,14 +614,107 @@ static int cpu_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor *
 
 /* ---- attention ------------------------------------------------------------------------ */
 
+/* flash_mma, flash_mma_exp2: the kernels' arithmetic (kernels/attention_mma_arith.h)
+ * on the matrix units of tplan_attention_mma_model (the H100's), one head at
+ * a time; what the kernels refuse (fp32, D not a multiple of 8 or above 128)
+ * is refused here, naming the site. */
+static int mma_attention_arith(tbackend *be, const tsite *at, int64_t T, int64_t D, katt_mma_arith *e)
+{
+    char why[256], name[64];
+    const mma_model *m = NULL;
+    if (!kattention_supports(at->path, at->variant, D, why, sizeof why) ||
+        !(m = tplan_attention_mma_model(at->path, why, sizeof why))) {
+        tsite_name(at, name, sizeof name);
+        return tbackend_fail(be, "%s: %s (head dimension %lld; --set attention=%s:flash runs any)", name, why,
+                             (long long)D, kpath_name(at->path));
+    }
+    *e = (katt_mma_arith){&m->arith, site_fmt(at), katt_is_exp2(at->variant),
+                          truncating ? KBUG_TRUNCATE_OUTPUT : KBUG_NONE, T, D, 1.0f / sqrtf((float)D)};
+    return 0;
+}
+
+/* Head h of batch b of a [B,T,H,D] tensor (row stride C) into or out of [T,D]. */
+static void head_get(double *dst, const float *src, int b, int h, int T, int64_t C, int64_t D)
+{
+    for (int t = 0; t < T; t++)
+        for (int64_t d = 0; d < D; d++) dst[t * D + d] = src[((int64_t)b * T + t) * C + h * D + d];
+}
+
+static void head_put(ktensor *dst, const double *src, int b, int h, int T, int64_t C, int64_t D, prec_format f)
+{
+    for (int t = 0; t < T; t++)
+        for (int64_t d = 0; d < D; d++)
+            fdata(dst)[((int64_t)b * T + t) * C + h * D + d] = rnd2(src[t * D + d], f, dst->format);
+}
+
+static int cpu_attention_mma_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *lse, const ktensor *q,
+                                 const ktensor *k, const ktensor *v, int B, int T, int H)
+{
+    const prec_format f = site_fmt(at);
+    const int64_t C = q->shape[1], D = C / H, n = (int64_t)T * D;
+    katt_mma_arith e;
+    if (mma_attention_arith(be, at, T, D, &e)) return -1;
+    float *Q = operand(q, f), *K = operand(k, f), *V = operand(v, f);
+    double *hq = malloc(sizeof(double) * (size_t)(n + 1)), *hk = malloc(sizeof(double) * (size_t)(n + 1)),
+           *hv = malloc(sizeof(double) * (size_t)(n + 1)), *ho = malloc(sizeof(double) * (size_t)(n + 1)),
+           *hl = malloc(sizeof(double) * (size_t)(T + 1));
+    int rc = Q && K && V && hq && hk && hv && ho && hl ? 0 : -1;
+    for (int b = 0; !rc && b < B; b++)
+        for (int h = 0; !rc && h < H; h++) {
+            head_get(hq, Q, b, h, T, C, D);
+            head_get(hk, K, b, h, T, C, D);
+            head_get(hv, V, b, h, T, C, D);
+            rc = katt_mma_arith_forward(&e, hq, hk, hv, ho, hl);
+            if (rc) break;
+            head_put(y, ho, b, h, T, C, D, f);
+            for (int t = 0; t < T; t++) fdata(lse)[((int64_t)b * H + h) * T + t] = (float)hl[t];
+        }
+    free(Q), free(K), free(V), free(hq), free(hk), free(hv), free(ho), free(hl);
+    return rc ? tbackend_fail(be, "cpu: out of memory") : 0;
+}
+
+static int cpu_attention_mma_bwd(tbackend *be, const tsite *at, ktensor *dq, ktensor *dk, ktensor *dv,
+                                 const ktensor *dy, const ktensor *q, const ktensor *k, const ktensor *v,
+                                 const ktensor *y, const ktensor *lse, int B, int T, int H)
+{
+    const prec_format f = site_fmt(at);
+    const int64_t C = q->shape[1], D = C / H, n = (int64_t)T * D;
+    katt_mma_arith e;
+    if (mma_attention_arith(be, at, T, D, &e)) return -1;
+    float *src[5] = {operand(q, f), operand(k, f), operand(v, f), operand(dy, f), operand(y, f)};
+    double *hd[8], *hl = malloc(sizeof(double) * (size_t)(T + 1)); /* q k v g o, dq dk dv of one head */
+    int rc = hl ? 0 : -1;
+    for (int i = 0; i < 8; i++) {
+        hd[i] = malloc(sizeof(double) * (size_t)(n + 1));
+        if (!hd[i] || (i < 5 && !src[i])) rc = -1;
+    }
+    for (int b = 0; !rc && b < B; b++)
+        for (int h = 0; !rc && h < H; h++) {
+            for (int i = 0; i < 5; i++) head_get(hd[i], src[i], b, h, T, C, D);
+            for (int t = 0; t < T; t++) hl[t] = fdata(lse)[((int64_t)b * H + h) * T + t];
+            rc = katt_mma_arith_backward(&e, hd[0], hd[1], hd[2], hd[3], hd[4], hl, hd[5], hd[6], hd[7]);
+            if (rc) break;
+            head_put(dq, hd[5], b, h, T, C, D, f);
+            head_put(dk, hd[6], b, h, T, C, D, f);
+            head_put(dv, hd[7], b, h, T, C, D, f);
+        }
+    for (int i = 0; i < 8; i++) {
+        if (i < 5) free(src[i]);
+        free(hd[i]);
+    }
+    free(hl);
+    return rc ? tbackend_fail(be, "cpu: out of memory") : 0;
+}
+
 /* q, k, v, y: [B,T,H,D]; per (b, h) and query t, keys j <= t.
- * naive (kernels/attention.h): scores S and probabilities P rounded to the
+ * flash_mma, flash_mma_exp2: above.  naive (kernels/attention.h): scores S and probabilities P rounded to the
  * path's format, as that kernel materialises them; flash: S and P stay fp32
  * (two passes here where the kernel rescales online; same precision class). */
 static int cpu_attention_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *lse, const ktensor *q, const ktensor *k,
                              const ktensor *v, int B, int T, int H)
 {
     enter(at);
+    if (katt_is_mma(at->variant)) return cpu_attention_mma_fwd(be, at, y, lse, q, k, v, B, T, H);
     prec_format f = site_fmt(at);
     int naive = at->variant == KATT_NAIVE;
     int64_t C = q->shape[1], D = C / H;
@@ -624,6 +764,7 @@ static int cpu_attention_bwd(tbackend *be, const tsite *at, ktensor *dq, ktensor
                              const ktensor *lse, int B, int T, int H)
 {
     enter(at);
+    if (katt_is_mma(at->variant)) return cpu_attention_mma_bwd(be, at, dq, dk, dv, dy, q, k, v, y, lse, B, T, H);
     prec_format f = site_fmt(at);
     int naive = at->variant == KATT_NAIVE;
     int64_t C = q->shape[1], D = C / H, n = (int64_t)B * T * C;

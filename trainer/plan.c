@@ -11,6 +11,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
+#include "kernels/rmsnorm.h"
 
 /* ---- model families --------------------------------------------------------- */
 
@@ -115,6 +116,19 @@ const mma_model *tplan_mma_model(tslot s, kpath path, int gen, const char **fall
     }
     const mma_model *m = mma_model_find(gens[gen], "mma.sync", in, PREC_FP32);
     if (!m) snprintf(why, why_len, "matmul_mma.%s: no %s model", gens[gen], prec_format_name(in));
+    return m;
+}
+
+const mma_model *tplan_attention_mma_model(kpath path, char *why, size_t why_len)
+{
+    if (path != KPATH_BF16 && path != KPATH_FP16) {
+        snprintf(why, why_len, "flash_mma runs on the tensor cores' 16-bit inputs: bf16 and fp16 paths only, not %s",
+                 kpath_name(path));
+        return NULL;
+    }
+    const prec_format in = path == KPATH_BF16 ? PREC_BF16 : PREC_FP16;
+    const mma_model *m = mma_model_find(TPLAN_ATTENTION_MMA_GEN, "mma.sync", in, PREC_FP32);
+    if (!m) snprintf(why, why_len, "no %s mma.sync %s model", TPLAN_ATTENTION_MMA_GEN, prec_format_name(in));
     return m;
 }
 
@@ -672,6 +686,28 @@ int tplan_check_layers(const tplan *p, int depth, char *err, size_t errlen)
     return 0;
 }
 
+static int check_attention_choice(const char *name, const tslot_choice *c, int64_t head_dim, char *err, size_t errlen)
+{
+    char why[256];
+    if (kattention_supports(c->path, c->variant, head_dim, why, sizeof why)) return 0;
+    return tfail(err, errlen, "%s: %s; the model's head dimension is %lld (width / heads): --set attention=%s:flash "
+                 "runs any", name, why, (long long)head_dim, kpath_name(c->path));
+}
+
+int tplan_check_head_dim(const tplan *p, int64_t head_dim, char *err, size_t errlen)
+{
+    if (!p->used[TSLOT_ATTENTION]) return 0;
+    if (check_attention_choice("slot attention", &p->slot[TSLOT_ATTENTION], head_dim, err, errlen)) return -1;
+    for (int i = 0; i < p->n_layer_choices; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "slot attention@%d", p->layer_choice[i].layer);
+        if (p->layer_choice[i].slot == TSLOT_ATTENTION &&
+            check_attention_choice(name, &p->layer_choice[i].choice, head_dim, err, errlen))
+            return -1;
+    }
+    return 0;
+}
+
 /* ---- presets ----------------------------------------------------------------------- */
 
 static const char *const preset_names[] = {"fp32", "bf16", "fp16", "fp8"};
@@ -709,9 +745,22 @@ int tplan_init(tplan *p, const char *preset, tmodel_kind model, char *err, size_
     /* the transpose slot's path is that of its add (the gradient fold); its
      * copy of the weights is exact in any format */
     p->slot[TSLOT_TRANSPOSE].path = KPATH_FP32;
-    /* attention: the flash kernel (the naive one materialises T x T scores,
-     * rounded to the path's format) */
-    p->slot[TSLOT_ATTENTION].variant = KATT_FLASH;
+    /* attention: flash on the tensor cores wherever they take the path's
+     * format (bf16, fp16; the fp8 preset's attention runs on its bf16 working
+     * path): 7-10x faster than the CUDA-core flash per call and 2.2x per
+     * gpt2-124M step on an H100, within the check's matrix-unit bound
+     * (docs/results-experiments.md).  flash_mma rather than flash_mma_exp2:
+     * the H100 figures do not separate the two (the step was timed with
+     * exp2, the kernel benchmark with expf, never side by side), and expf on
+     * the unscaled score keeps one rounding fewer from the reference than
+     * exp2f on the score times fp32(scale log2 e).  fp32 keeps the CUDA-core
+     * flash: the tensor cores take 16-bit inputs.  (naive materialises T x T
+     * scores rounded to the path's format.) */
+    p->slot[TSLOT_ATTENTION].variant = work == KPATH_FP32 ? KATT_FLASH : KATT_FLASH_MMA;
+    /* the modern model's per-head QK norm: one warp per row, not a 256-thread
+     * block on a row of head-dimension width (17% of a 1-minute-recipe step
+     * at R = 64 on an H100 with block_tree) */
+    if (p->used[TSLOT_NORM_QK]) p->slot[TSLOT_NORM_QK].variant = KRMSNORM_WARP_TREE;
     return tplan_validate(p, err, errlen);
 }
 
@@ -1256,6 +1305,10 @@ static void slot_formats(const tplan *p, tslot s, const tslot_choice *c, char *b
     case TSLOT_CROSS_ENTROPY: snprintf(buf, len, "logits read as stored; softmax fp32; loss fp32; dlogits %s", st); return;
     case TSLOT_ATTENTION:
         if (c->variant == KATT_NAIVE) snprintf(buf, len, "q, k, v %s; scores and probabilities stored %s (T x T); acc fp32; out %s", st, st, st);
+        else if (katt_is_mma(c->variant))
+            snprintf(buf, len, "q, k, v %s; q k^T and P v on the tensor cores (mma.sync m16n8k16, acc fp32; the CPU "
+                     "backend models %s units), P and dS rounded to %s; online softmax fp32 per %d keys; out %s; "
+                     "lse fp32", st, TPLAN_ATTENTION_MMA_GEN, st, KATT_MMA_KEYS, st);
         else snprintf(buf, len, "q, k, v %s; scores, online softmax, acc fp32; out %s; lse fp32", st, st);
         return;
     case TSLOT_RESIDUAL: snprintf(buf, len, "stream and its gradient %s; add in fp32, rounded once", st); return;

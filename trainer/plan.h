@@ -233,6 +233,10 @@ int tplan_validate(const tplan *p, char *err, size_t errlen);
 /* Every per-layer choice names a layer below depth: 0, or -1 naming the
  * slot, the layer and the valid range. */
 int tplan_check_layers(const tplan *p, int depth, char *err, size_t errlen);
+/* Every attention choice (the slot's and the per-layer ones) runs at the
+ * model's head dimension (width / heads): 0, or -1 naming the slot and what
+ * the variant needs (flash_mma: a multiple of 8). */
+int tplan_check_head_dim(const tplan *p, int64_t head_dim, char *err, size_t errlen);
 
 /* "two_pass", or "matmul_fast.fused" for a sibling op */
 void tplan_choice_variant_string(const tplan *p, tslot s, const tslot_choice *c, char *buf, size_t len);
@@ -302,6 +306,17 @@ const char *tgpu_model_names(void);        /* "native, v100, a100, h100, b200" *
 int tplan_set_gpu_model(tplan *p, tgpu_model g, char *err, size_t errlen);
 /* How slot s's choice c runs under the plan's GPU model, in words (one line). */
 void tplan_gpu_model_note(const tplan *p, tslot s, const tslot_choice *c, char *buf, size_t len);
+/* The matrix units behind the tensor-core attention (variants flash_mma,
+ * flash_mma_exp2) where they are modelled rather than run: the CPU backend.
+ * A plan names no GPU, so one generation stands for "the GPU's matrix
+ * units": the H100's (mma.sync, inputs of the path's format, fp32 out), the
+ * GPU the CUDA backend's figures come from (sm_90; docs/results-experiments.md).
+ * On an A100 or a B200 the CUDA backend's bits may differ from the CPU's in
+ * the last place of a block sum (precision/mma.h: A100 blocks of 8 with 24
+ * fraction bits; B200 no +0 rule).  NULL with the reason for a path the
+ * kernels do not offer (fp32, fp8). */
+#define TPLAN_ATTENTION_MMA_GEN "h100"
+const mma_model *tplan_attention_mma_model(kpath path, char *why, size_t why_len);
 
 /* Named trainer-slot variants, for the code that acts on them. */
 typedef enum { TWEIGHTS_MASTER = 0, TWEIGHTS_SR, TWEIGHTS_MANTISSA_BUFFER } tweights_variant;

@@ -151,6 +151,7 @@ int tgroup_switch_plan(tgroup *g, long s)
         char err[2048];
         int bad = tplan_set(next, cfg->switches[i].overrides, err, sizeof err) ||
                   tplan_check_layers(next, cfg->model.n_layer, err, sizeof err) ||
+                  tplan_check_head_dim(next, cfg->model.n_embd / cfg->model.n_head, err, sizeof err) ||
                   tmodel_rebind(g->m, next, err, sizeof err);
         if (!bad) {
             g->plan = *next;
