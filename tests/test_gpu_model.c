@@ -80,6 +80,10 @@ static void test_every_generation(void **state)
                 if (tslot_get((tslot)s)->gemm != TGEMM_NONE && g != TGPU_NATIVE) {
                     assert_int_equal(c->op, TOP_MATMUL_MMA);
                     assert_int_equal(c->variant, g - TGPU_V100);
+                } else if (s == TSLOT_ATTENTION && g != TGPU_NATIVE && katt_is_mma(was->variant)) {
+                    /* the tensor-core attention falls back to the CUDA-core flash */
+                    assert_int_equal(c->op, was->op);
+                    assert_int_equal(c->variant, katt_is_exp2(was->variant) ? KATT_FLASH_EXP2 : KATT_FLASH);
                 } else {
                     assert_int_equal(c->op, was->op);
                     assert_int_equal(c->variant, was->variant);
@@ -153,7 +157,7 @@ static void test_order(void **state)
     tplan after, before, explicit_sets;
     plan_ok(&after, "bf16", TMODEL_GPT2, "gpu_model=a100,lm_head=fp8,mlp.up@1=fp16");
     plan_ok(&before, "bf16", TMODEL_GPT2, "lm_head=fp8,mlp.up@1=fp16,gpu_model=a100");
-    plan_ok(&explicit_sets, "bf16", TMODEL_GPT2, "matmul=bf16:mma.a100,lm_head=fp8:mma.a100,mlp.up@1=fp16:mma.a100");
+    plan_ok(&explicit_sets, "bf16", TMODEL_GPT2, "matmul=bf16:mma.a100,lm_head=fp8:mma.a100,mlp.up@1=fp16:mma.a100,attention=bf16:flash");
     assert_true(tplan_equal(&after, &before));
     assert_int_equal(tplan_choice_at(&after, TSLOT_MLP_UP, 1)->op, TOP_MATMUL_MMA);
     assert_int_equal(tplan_choice_at(&after, TSLOT_MLP_UP, 1)->path, KPATH_FP16);
@@ -185,8 +189,10 @@ static void test_refusals(void **state)
     refused(&p, "gpu_model=v100", "slot attn.qkv runs a bf16 GEMM on the matrix units, which take fp16 only");
     refused(&p, "gpu_model=x100", "unknown GPU model 'x100'");
     refused(&p, "gpu_model@0=a100", "no layer selector");
-    refused(&p, "attention=bf16:flash_mma,gpu_model=a100", "use attention=bf16:flash (CUDA cores)");
-    refused(&p, "attention@1=bf16:flash_mma_exp2,gpu_model=a100", "slot attention@1: flash_mma_exp2");
+    /* read under the model, a tensor-core attention is refused (applied to
+     * it, the model makes it fall back: test_every_generation) */
+    refused(&p, "gpu_model=a100,attention=bf16:flash_mma_exp2", "use attention=bf16:flash_exp2 (CUDA cores)");
+    refused(&p, "gpu_model=a100,attention@1=bf16:flash_mma_exp2", "slot attention@1: flash_mma_exp2");
     refused(&p, "lm_head=bf16:split_k,gpu_model=a100", "variant split_k has no matrix-unit model");
     refused(&p, "lm_head=bf16:mma.h100,gpu_model=a100", "contradicts the GPU model");
     refused(&p, "gpu_model=a100,lm_head=bf16:mma.h100", "contradicts the GPU model");
@@ -287,7 +293,7 @@ static void test_cli_refusals(void **state)
     TEST_REQUIRE_BIN();
     cli_refuses("plan", "--gpu-model v100", "take fp16 only on a V100: use --plan fp16");
     cli_refuses("plan", "--gpu-model a200", "unknown --gpu-model 'a200' (models: native, v100, a100, h100, b200)");
-    cli_refuses("plan", "--gpu-model a100 --set attention=bf16:flash_mma", "use attention=bf16:flash");
+    cli_refuses("plan", "--set gpu_model=a100,attention=bf16:flash_mma", "use attention=bf16:flash");
     cli_refuses("plan", "--gpu-model a100 --model modern", "use optimizer.muon=fp32");
     cli_refuses("plan", "--set gpu_model=a100,gpu_model=native", "not kept");
     /* --gpu-model comes after every --set: the Muon fix may follow it on the line */
@@ -348,9 +354,9 @@ static void test_cpu_training_equals_explicit_sets(void **state)
 {
     (void)state;
     const unsigned long long seed = test_seed("gpu model training");
-    train_pair(TMODEL_GPT2, "bf16", NULL, "matmul=bf16:mma.a100", seed);
-    train_pair(TMODEL_GPT2, "fp8", NULL, "matmul=fp8:mma.a100", seed);
-    train_pair(TMODEL_MODERN, "bf16", "optimizer.muon=fp32", "matmul=bf16:mma.a100", seed);
+    train_pair(TMODEL_GPT2, "bf16", NULL, "matmul=bf16:mma.a100,attention=bf16:flash", seed);
+    train_pair(TMODEL_GPT2, "fp8", NULL, "matmul=fp8:mma.a100,attention=bf16:flash", seed);
+    train_pair(TMODEL_MODERN, "bf16", "optimizer.muon=fp32", "matmul=bf16:mma.a100,attention=bf16:flash", seed);
 }
 
 /* The same through `ulpscope train`: final state hashes. */
@@ -359,7 +365,7 @@ static void test_cli_training(void **state)
     (void)state;
     TEST_REQUIRE_BIN();
     const unsigned long long seed = test_seed("gpu model train CLI");
-    static const char *const variants[3] = {"", "--gpu-model a100", "--set matmul=bf16:mma.a100"};
+    static const char *const variants[3] = {"", "--gpu-model a100", "--set matmul=bf16:mma.a100,attention=bf16:flash"};
     char hash[3][32], out[16384];
     for (int i = 0; i < 3; i++) {
         char log[] = "/tmp/ulpscope_gpumodel_log_XXXXXX";
@@ -442,7 +448,7 @@ static void test_cuda_training(void **state)
     c.backend = "cuda";
     ttrain_config m = c, e = c, cpu;
     if (tplan_set_gpu_model(&m.plan, TGPU_A100, err, sizeof err)) fail_msg("%s", err);
-    tiny_set(&e, "matmul=bf16:mma.a100");
+    tiny_set(&e, "matmul=bf16:mma.a100,attention=bf16:flash");
     ttrain_result native, model, expl, on_cpu, ref;
     run_ok(&c, &native);
     run_ok(&m, &model);

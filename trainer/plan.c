@@ -476,6 +476,14 @@ static int gpu_model_map(tslot s, int layer, tslot_choice *c, tgpu_model g, tgpu
         c->variant = mma_gen_of(g);
         return 0;
     }
+    /* Applying a model: a tensor-core attention falls back to the CUDA-core
+     * flash of the same exp (no model of GEN's units inside attention; the
+     * CUDA-core kernels' arithmetic is the same on every generation).  Read
+     * under the model (an override after it), it is refused. */
+    if (s == TSLOT_ATTENTION && katt_is_mma(c->variant) && g != from) {
+        c->variant = katt_is_exp2(c->variant) ? KATT_FLASH_EXP2 : KATT_FLASH;
+        return 0;
+    }
     if (s == TSLOT_ATTENTION && katt_is_mma(c->variant))
         return tfail(err, errlen, "gpu_model=%s: slot %s: %s runs this GPU's own matrix units and has no %s model: use "
                      "%s=%s:%s (CUDA cores)", gen, name, katt_variants[c->variant].name, gen, name, kpath_name(c->path),
@@ -571,6 +579,9 @@ void tplan_gpu_model_note(const tplan *p, tslot s, const tslot_choice *c, char *
                  "build", gen);
     else if (s == TSLOT_ALLREDUCE)
         snprintf(buf, len, "NCCL sums on CUDA cores; the order NCCL picks on a real %s system is not modelled", gen);
+    else if (s == TSLOT_ATTENTION)
+        snprintf(buf, len, "CUDA cores: the arithmetic an sm_80 build runs (flash_mma* fall back to flash* when the model "
+                 "is applied: %s's units inside attention are not modelled)", gen);
     else
         snprintf(buf, len, "CUDA cores: the arithmetic an sm_80 build runs");
 }
