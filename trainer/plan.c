@@ -1364,8 +1364,10 @@ static void explain_gpu_model(const tplan *p, FILE *fp)
                 "                 arithmetic (checked: tests/test_arch_branches.c)\n");
     fprintf(fp, "  not modelled   the algorithm cuBLAS picks on a real %s for fp32 GEMMs (K order, split-K); NCCL's\n"
                 "                 reduction order\n", gen);
-    fprintf(fp, "  refused        this GPU's own matrix units with no %s model: attention flash_mma*, matmul_block_fp8,\n"
-                "                 bf16/fp16 Muon; GEMM variants split_epilogue, split_k (no model form)\n\n", gen);
+    fprintf(fp, "  falls back     attention flash_mma* -> flash* (CUDA cores) when the model is applied: no model of\n"
+                "                 %s's units inside attention\n", gen);
+    fprintf(fp, "  refused        this GPU's own matrix units with no %s model: attention flash_mma* chosen under the\n"
+                "                 model, matmul_block_fp8, bf16/fp16 Muon; GEMM variants split_epilogue, split_k\n\n", gen);
 }
 
 void tplan_explain(const tplan *p, FILE *fp)
