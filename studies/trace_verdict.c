@@ -11,7 +11,15 @@
  *     nearest (in any order, split_k included): gamma_K(2^-24); tensor cores
  *     (CUDA, bf16/fp16/tf32) align and truncate per block of 4:
  *     gamma_{K + 2 ceil(K/4)}(2^-23);
- *   accumulate (y += ...): one fp32 addition, u32 (|ref| + e);
+ *     matmul_mma (a generation's modelled units, CUDA emulation or CPU): the
+ *     same form with the model's block L and fraction bits F:
+ *     gamma_{K + 2 ceil(K/L)}(2^(2-F));
+ *   accumulate (y += ...): one fp32 addition, u32 (|ref| + e); cuBLASLt's
+ *     fused epilogue (CUDA, plain and fast matmuls into a 16-bit y) may also
+ *     round the product into y's format before adding y's old value: u_out
+ *     (|S| + G P), the allowance check_matmul makes after measuring it (its
+ *     "Epilogue models"; on the H100 the trainer's accumulating dgrad GEMMs
+ *     round every element so, traced against the H100's own model);
  *   output: rounding to nearest into y's format, u_out (|ref| + e), plus half
  *     its smallest subnormal.
  * fp8 paths (scaled operands) get no verdict.  A large GEMM is judged on at
@@ -50,6 +58,8 @@ void trace_judge_matmul(trace_report *r, const char *backend, const tsite *site_
     const long b_rs = c->b_trans ? 1 : N, b_cs = c->b_trans ? K : 1;
     const tsite *sites[2] = {site_a, site_b};
     double G[2];
+    int epilogue_rounds[2] = {0, 0};
+    char models[2][64];
     for (int k = 0; k < 2; k++) {
         const tsite *at = sites[k];
         if (at->path == KPATH_FP8 || at->op == TOP_MATMUL_BLOCK_FP8) {
@@ -59,12 +69,30 @@ void trace_judge_matmul(trace_report *r, const char *backend, const tsite *site_
         prec_format op = at->op == TOP_MATMUL_FAST ? PREC_TF32 : tpath_operand(at->path, tslot_is_gradient_gemm(c->slot));
         double ua = operand_unit(A->format, op), ub = operand_unit(B->format, op);
         double uprod = (1 + ua) * (1 + ub) - 1;
-        int tensor_cores = strcmp(backend, "cuda") == 0 && !(at->path == KPATH_FP32 && at->op == TOP_MATMUL);
-        double g = tensor_cores ? prec_gamma((double)(K + 2 * ((K + 3) / 4)), 0x1p-23) : prec_gamma((double)K, 0x1p-24);
+        int cuda = strcmp(backend, "cuda") == 0;
+        double g;
+        if (at->op == TOP_MATMUL_MMA) {
+            const char *fallback;
+            char why[256];
+            const mma_model *m = tplan_mma_model(c->slot, at->path, at->variant, &fallback, why, sizeof why);
+            if (!m) {
+                snprintf(r->verdict_note, sizeof r->verdict_note, "no verdict: %.200s", why);
+                return;
+            }
+            const long L = m->arith.block;
+            g = prec_gamma((double)(K + 2 * ((K + L - 1) / L)), ldexp(1.0, 2 - m->arith.frac_bits));
+            snprintf(models[k], sizeof models[k], "%s model", m->gen);
+        } else {
+            int tensor_cores = cuda && !(at->path == KPATH_FP32 && at->op == TOP_MATMUL);
+            g = tensor_cores ? prec_gamma((double)(K + 2 * ((K + 3) / 4)), 0x1p-23) : prec_gamma((double)K, 0x1p-24);
+            epilogue_rounds[k] = cuda && Y->format != PREC_FP32;
+            snprintf(models[k], sizeof models[k], "%s%s", !cuda ? "fp32 (CPU)" : tensor_cores ? "tensor-core" : "SIMT fp32",
+                     epilogue_rounds[k] && y_in ? " + cuBLASLt epilogue" : "");
+        }
         G[k] = (1 + uprod) * (1 + g) - 1;
     }
-    snprintf(r->verdict_note, sizeof r->verdict_note, "matmul bound: %s accumulation model, K = %ld",
-             strcmp(backend, "cuda") == 0 ? "tensor-core / SIMT" : "fp32 (CPU)", K);
+    snprintf(r->verdict_note, sizeof r->verdict_note, "matmul bound: A %s, B %s accumulation models, K = %ld", models[0],
+             models[1], K);
     /* rows to judge: those with differences first */
     long *rows = malloc((size_t)(M < TRACE_JUDGE_ROWS ? M : TRACE_JUDGE_ROWS) * sizeof *rows + sizeof *rows);
     double *S = malloc((size_t)N * sizeof *S + 1);
@@ -101,6 +129,7 @@ void trace_judge_matmul(trace_report *r, const char *backend, const tsite *site_
             double ref = S[n] + (y_in ? y_in[m * N + n] : 0);
             for (int k = 0; k < 2; k++) {
                 double e = G[k] * P + (double)K * 0x1p-150;
+                if (y_in && epilogue_rounds[k]) e += u * (fabs(S[n]) + e);
                 if (y_in) e += 0x1p-24 * (fabs(ref) + e) + 0x1p-52 * fabs(ref);
                 if (Y->format != PREC_FP32) e += u * (fabs(ref) + e) + fo->min_subnormal / 2;
                 double got = (k ? yb : ya)[m * N + n];
