@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
 #include "trainer/train.h"
@@ -93,7 +94,7 @@ static void report(const char *name, const ttrain_config *c, const ttrain_result
 {
     double ms = median_ms(r), tokens = (double)c->batch * c->seq * c->accum;
     double tps = tokens / (ms * 1e-3), mfu = tmodel_flops_per_token(&c->model) * tps / PEAK_FLOPS;
-    printf("%-26s %6ld steps  median %8.2f ms  %10.0f tok/s  MFU %5.1f%%  val %.4f  peak tensors %7.0f MiB  "
+    printf("%-36s %6ld steps  median %8.2f ms  %10.0f tok/s  MFU %5.1f%%  val %.4f  peak tensors %7.0f MiB  "
            "device %7.0f MiB\n", name, r->steps_done, ms, tps, 100 * mfu, r->final_val_loss,
            (double)r->peak_bytes / 1048576.0, (double)r->device_bytes / 1048576.0);
     fflush(stdout);
@@ -105,12 +106,11 @@ static int bench_gpt2(const char *preset, int batch, long steps)
     ttrain_result r;
     if (gpt2_config(&c, preset, batch, steps)) return 1;
     if (strcmp(preset, "bf16") != 0 && strcmp(preset, "fp8") != 0) c.steps = 3; /* memory only */
-    tplan_set(&c.plan, "attention=bf16:flash", NULL, 0);
-    if (strcmp(preset, "fp32") == 0) tplan_set(&c.plan, "attention=fp32:flash", NULL, 0);
-    if (strcmp(preset, "fp16") == 0) tplan_set(&c.plan, "attention=fp16:flash", NULL, 0);
+    /* the preset's own attention (bf16, fp16, fp8: flash_mma; fp32: flash) */
     if (run(&c, &r, preset)) return 1;
     char name[64];
-    snprintf(name, sizeof name, "gpt2 d12 B%d T1024 %s", batch, preset);
+    snprintf(name, sizeof name, "gpt2 d12 B%d T1024 %s %s", batch, preset,
+             katt_variants[c.plan.slot[TSLOT_ATTENTION].variant].name);
     report(name, &c, &r);
     ttrain_result_free(&r);
     return 0;
