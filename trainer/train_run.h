@@ -54,7 +54,10 @@ typedef struct {
     /* timing */
     double prof_ms[TSLOT_COUNT + 2]; /* per slot, then the optimizer and the rest of the step */
     double prof_last;
-    int prof_on;            /* inside a training step (validation is not profiled) */
+    int prof_on;            /* inside a profiled training step (validation is not profiled) */
+    long prof_seen;         /* steps this process began: the first (kernel loading, GEMM algorithm
+                               choice) is left out of the profile when more follow */
+    long prof_steps;        /* steps profiled */
     double tokens_per_step, flops_per_token, time_sum;
     long timed_steps;
     size_t mem_before;

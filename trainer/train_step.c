@@ -321,8 +321,12 @@ int tgroup_step(tgroup *g, long s, tstep_out *out)
     tmodel *m = g->m;
     trun *r0 = &g->runs[0];
     memset(out, 0, (size_t)g->R * sizeof *out);
+    /* --profile: not this process's first step (it loads kernels and picks
+     * GEMM algorithms) unless it is the only one */
+    int profiled = cfg->profile && (r0->prof_seen++ > 0 || s + 1 >= cfg->steps);
     r0->prof_last = trun_now();
-    r0->prof_on = cfg->profile;
+    r0->prof_on = profiled;
+    r0->prof_steps += profiled;
     for (int k = 0; k < g->R; k++) {
         g->runs[k].step = s;
         g->dloss[k] = g->runs[k].st.loss_scale / g->runs[k].tokens_per_step;
@@ -377,14 +381,14 @@ int tgroup_step(tgroup *g, long s, tstep_out *out)
         if (!rc) rc = tmodel_finish_grads(m);
         if (rc) return trun_fail(r0, 1, "step %ld: %s", s, tbackend_error(be));
     }
-    if (cfg->profile && be->sync(be) == 0) {
+    if (profiled && be->sync(be) == 0) {
         double now = trun_now();
         r0->prof_ms[TSLOT_COUNT + 1] += 1e3 * (now - r0->prof_last); /* grad sync, all-reduce, norm */
         r0->prof_last = now;
     }
     if ((rc = update(g, s, lr_scale, out))) return rc;
     if (be->sync(be)) return trun_fail(r0, 1, "step %ld: %s", s, tbackend_error(be));
-    if (cfg->profile) r0->prof_ms[TSLOT_COUNT] += 1e3 * (trun_now() - r0->prof_last);
+    if (profiled) r0->prof_ms[TSLOT_COUNT] += 1e3 * (trun_now() - r0->prof_last);
     r0->prof_on = 0;
     return 0;
 }
