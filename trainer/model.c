@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <unistd.h>
 
 #include "kernels/activations.h"
 #include "kernels/cross_entropy.h"
@@ -175,53 +177,122 @@ static ktensor *pool_for(tmodel *m, fpool *p, tslot s, int layer) { return pool_
 
 typedef enum { INIT_NORMAL, INIT_UNIFORM, INIT_ONES, INIT_ZEROS } init_kind;
 
-/* One replica's parameter p (a slice) from rng. */
-static int init_replica(tmodel *m, tparam *p, init_kind kind, double scale, prec_rng *rng)
+/* One replica's initial values of parameter p, drawn and encoded on a host
+ * thread: the values (double, in fp32), and the stored byte images of the
+ * working copy, the master and the mantissa buffer, so that the uploads are
+ * plain byte copies.  Drawing and rounding cost about 0.1 us an element on
+ * the host: at R = 64 replicas of a 5M-parameter model that was 40 to 55 s,
+ * one replica after another. */
+typedef struct {
+    int64_t n;
+    init_kind kind;
+    double scale;
+    prec_rng *rng;
+    prec_format w_fmt, master_fmt; /* master_fmt PREC_NFORMATS: no master */
+    int lowbits;
+    double *vals;
+    unsigned char *w_img, *master_img;
+    uint16_t *lo;
+} init_draw;
+
+static void encode_image(unsigned char *img, const double *vals, int64_t n, prec_format f)
 {
-    int64_t n = ktensor_numel(&p->w);
-    double *vals = malloc((size_t)n * sizeof *vals);
-    if (!vals) return tbackend_fail(m->be, "out of memory");
+    size_t w = kformat_bytes(f);
     for (int64_t i = 0; i < n; i++) {
-        double x = kind == INIT_NORMAL    ? scale * prec_rng_normal(rng)
-                   : kind == INIT_UNIFORM ? scale * (2.0 * prec_rng_uniform(rng) - 1.0)
-                   : kind == INIT_ONES    ? 1.0
-                                          : 0.0;
-        vals[i] = (float)x;
+        uint64_t bits = prec_encode(prec_rne(vals[i], f), f);
+        memcpy(img + (size_t)i * w, &bits, w); /* little-endian: the low bytes hold the pattern */
     }
-    int rc = 0;
-    if (p->lowbits) {
+}
+
+static void *draw_replica(void *arg)
+{
+    init_draw *d = arg;
+    for (int64_t i = 0; i < d->n; i++) {
+        double x = d->kind == INIT_NORMAL    ? d->scale * prec_rng_normal(d->rng)
+                   : d->kind == INIT_UNIFORM ? d->scale * (2.0 * prec_rng_uniform(d->rng) - 1.0)
+                   : d->kind == INIT_ONES    ? 1.0
+                                             : 0.0;
+        d->vals[i] = (float)x;
+    }
+    if (d->lowbits) {
         /* bf16 working copy = the fp32 value truncated; the 16 dropped bits beside it */
-        uint16_t *lo = malloc((size_t)n * sizeof *lo);
-        if (!lo) rc = tbackend_fail(m->be, "out of memory");
-        for (int64_t i = 0; !rc && i < n; i++) {
-            float f = (float)vals[i];
+        for (int64_t i = 0; i < d->n; i++) {
+            float f = (float)d->vals[i];
             uint32_t bits;
             memcpy(&bits, &f, sizeof bits);
-            lo[i] = (uint16_t)(bits & 0xFFFF);
-            vals[i] = prec_decode(bits >> 16, PREC_BF16);
+            d->lo[i] = (uint16_t)(bits & 0xFFFF);
+            d->vals[i] = prec_decode(bits >> 16, PREC_BF16);
         }
-        if (!rc) rc = m->be->raw_upload(m->be, p->lowbits, lo, (size_t)n * sizeof *lo);
-        free(lo);
     }
-    if (!rc && p->master.data) rc = m->be->upload(m->be, &p->master, vals);
-    if (!rc) rc = m->be->upload(m->be, &p->w, vals); /* rounds to nearest even into the working format */
-    if (!rc) rc = m->be->zero(m->be, &p->grad);
-    if (!rc) rc = m->be->zero(m->be, &p->m);
-    if (!rc && p->v.data) rc = m->be->zero(m->be, &p->v);
-    free(vals);
+    if (d->master_fmt != PREC_NFORMATS) encode_image(d->master_img, d->vals, d->n, d->master_fmt);
+    encode_image(d->w_img, d->vals, d->n, d->w_fmt); /* rounds to nearest even into the working format */
+    return NULL;
+}
+
+/* Stores replica r's drawn values into its slice s of the parameter. */
+static int store_replica(tmodel *m, tparam *s, const init_draw *d)
+{
+    int rc = 0;
+    if (s->lowbits) rc = m->be->raw_upload(m->be, s->lowbits, d->lo, (size_t)d->n * sizeof *d->lo);
+    if (!rc && s->master.data) rc = m->be->write_bytes(m->be, &s->master, d->master_img);
+    if (!rc) rc = m->be->write_bytes(m->be, &s->w, d->w_img);
+    if (!rc) rc = m->be->zero(m->be, &s->grad);
+    if (!rc) rc = m->be->zero(m->be, &s->m);
+    if (!rc && s->v.data) rc = m->be->zero(m->be, &s->v);
     return rc;
 }
 
 /* Initial values, drawn in double, rounded to fp32 (the master format), then
  * stored as the weights slot says: replica r's from rng[r], so that it
- * starts where a single run with its seed starts. */
+ * starts where a single run with its seed starts.  Replicas are drawn on up
+ * to 16 host threads at a time (each from its own generator: the same values
+ * in any schedule), within about 1 GiB of host buffers. */
 static int init_param(tmodel *m, tparam *p, init_kind kind, double scale, prec_rng *rng)
 {
-    for (int r = 0; r < m->be->replicas; r++) {
-        tparam s = tbackend_param_slice(m->be, p, r);
-        if (init_replica(m, &s, kind, scale, &rng[r])) return -1;
+    const int R = m->be->replicas;
+    const int64_t n = ktensor_numel(&p->w);
+    if (p->w.scale || (p->master.data && p->master.scale))
+        return tbackend_fail(m->be, "parameter %s: scaled weight storage is not supported", p->name);
+    const size_t per = (size_t)n * (sizeof(double) + 8 + 8 + sizeof(uint16_t)) + 64;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int T = (int)(cpus < 1 ? 1 : cpus > 16 ? 16 : cpus);
+    if (T > R) T = R;
+    while (T > 1 && (size_t)T * per > ((size_t)1 << 30)) T--;
+    init_draw *d = calloc((size_t)T, sizeof *d);
+    pthread_t *th = calloc((size_t)T, sizeof *th);
+    int rc = d && th ? 0 : tbackend_fail(m->be, "out of memory");
+    for (int t = 0; !rc && t < T; t++) {
+        d[t].vals = malloc((size_t)n * sizeof(double) + 1);
+        d[t].w_img = malloc((size_t)n * 8 + 1);
+        d[t].master_img = malloc((size_t)n * 8 + 1);
+        d[t].lo = malloc((size_t)n * sizeof(uint16_t) + 1);
+        if (!d[t].vals || !d[t].w_img || !d[t].master_img || !d[t].lo) rc = tbackend_fail(m->be, "out of memory");
     }
-    return 0;
+    for (int r0 = 0; !rc && r0 < R; r0 += T) {
+        int k = R - r0 < T ? R - r0 : T, started = 0;
+        for (int t = 0; t < k; t++) {
+            d[t].n = n, d[t].kind = kind, d[t].scale = scale, d[t].rng = &rng[r0 + t];
+            d[t].w_fmt = p->w.format;
+            d[t].master_fmt = p->master.data ? p->master.format : PREC_NFORMATS;
+            d[t].lowbits = p->lowbits != NULL;
+            if (k == 1) draw_replica(&d[t]);
+            else if (pthread_create(&th[t], NULL, draw_replica, &d[t]) == 0) started++;
+            else {
+                draw_replica(&d[t]); /* no thread to be had: here, in order (the same values) */
+                th[t] = pthread_self();
+            }
+        }
+        for (int t = 0; t < k && k > 1; t++)
+            if (!pthread_equal(th[t], pthread_self())) pthread_join(th[t], NULL);
+        (void)started;
+        for (int t = 0; !rc && t < k; t++) {
+            tparam s = tbackend_param_slice(m->be, p, r0 + t);
+            rc = store_replica(m, &s, &d[t]);
+        }
+    }
+    for (int t = 0; d && t < T; t++) free(d[t].vals), free(d[t].w_img), free(d[t].master_img), free(d[t].lo);
+    free(d), free(th);
+    return rc ? -1 : 0;
 }
 
 /* What a parameter is: decides its optimizer, weight decay and initial values. */
