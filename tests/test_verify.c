@@ -16,11 +16,13 @@
 #include <cmocka.h>
 
 #include "base/tensor_file.h"
+#include "kernels/check/compare_activation.h"
 #include "kernels/check/compare_cross_entropy.h"
 #include "kernels/check/compare_layernorm.h"
 #include "kernels/check/compare_matmul.h"
 #include "kernels/check/compare_rmsnorm.h"
 #include "kernels/check/compare_softmax.h"
+#include "kernels/activations.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
@@ -1118,6 +1120,293 @@ static void cross_entropy_agrees_with_check_and_twins_fail(void **state)
                 }
 }
 
+/* ---- activations ------------------------------------------------------------------------ */
+
+enum { ACT_OK, ACT_DROP, ACT_TRUNCATE, ACT_BF16_MATH, ACT_FAST_FN };
+
+#define GK0 0.79788456080286535587989 /* sqrt(2/pi) */
+#define GK1 0.044715
+
+static double act_store(double v, prec_format f, int bug)
+{
+    const prec_rounding rz = {PREC_RZ, PREC_OVF_IEEE, false};
+    if (bug == ACT_TRUNCATE) return prec_round(v, f == PREC_FP32 ? PREC_BF16 : f, rz, 0); /* fp32: truncated to bf16 precision */
+    return prec_rne(v, f);
+}
+
+/* A math function as a kernel computes it: correctly rounded into a (within
+ * the declared 2 ulps), or truncated to 12 bits under ACT_FAST_FN (a fast
+ * approximation: relative error below 2^-11, under 2^13 fp32 ulps and under
+ * tanh.approx.f32's 2^-10.987 absolute for a tanh). */
+static double act_fn(double v, prec_format a, int bug) { return bug == ACT_FAST_FN ? truncate_bits(v, 12) : prec_rne(v, a); }
+
+/* The activations as elementwise GPU kernels compute them, each operation
+ * rounded into the arithmetic's format (fp32; bf16 under ACT_BF16_MATH), in
+ * the order of the kernels (kernels/gelu_tanh.cu, gelu_erf.cu, relu2.cu,
+ * leaky_relu2.cu); f' for the backward and the stored gradient branch. */
+static void act_f_df(kcmp_act_op op, int form, double x, int bug, double *f, double *df)
+{
+    const prec_format a = bug == ACT_BF16_MATH ? PREC_BF16 : PREC_FP32;
+#define R(v) prec_rne((v), a)
+    if (op == KCMP_GELU_TANH) {
+        double x2 = R(x * x), z = R(R(GK0) * R(R(GK1) * R(x2 * x) + x)), dz = R(R(GK0) * R(R(3 * R(GK1)) * x2 + 1));
+        if (form == KGELU_TANH_SIGMOID) {
+            double e = act_fn(exp(R(-2 * z)), a, bug), s = R(1 / R(1 + e));
+            *f = R(x / R(1 + e));
+            double t = R(R(R(2 * x) * dz) * s);
+            *df = R(s + R(t * R(1 - s)));
+            return;
+        }
+        /* tanh.approx.f32: within 2^-10.987 absolute; 12 bits are */
+        double t = form == KGELU_TANH_APPROX ? truncate_bits(tanh(z), 12) : act_fn(tanh(z), a, bug);
+        *f = R(R(0.5 * x) * R(1 + t));
+        *df = R(R(0.5 * R(1 + t)) + R(R(R(0.5 * x) * R(1 - R(t * t))) * dz));
+    } else if (op == KCMP_GELU_ERF && form == KGELU_ERF_NORMCDF) {
+        double cdf = act_fn(0.5 * erfc(-x * 0.70710678118654752440), a, bug);
+        *f = R(x * cdf);
+        double pdf = R(act_fn(exp(R(R(-0.5 * x) * x)), a, bug) * R(0.39894228040143267794));
+        *df = R(cdf + R(x * pdf));
+    } else if (op == KCMP_GELU_ERF) {
+        double e = act_fn(erf(R(x * R(0.70710678118654752440))), a, bug), cdf = R(0.5 * R(1 + e));
+        *f = R(R(0.5 * x) * R(1 + e));
+        double pdf = R(act_fn(exp(R(R(-0.5 * x) * x)), a, bug) * R(0.39894228040143267794));
+        *df = R(cdf + R(x * pdf));
+    } else if (op == KCMP_RELU2) {
+        double r = x > 0 ? x : 0;
+        *f = R(r * r);
+        *df = R(2 * r);
+    } else {
+        double r = x > 0 ? x : R(0.5 * x);
+        *f = R(r * r);
+        *df = R((x > 0 ? 2.0 : 0.5) * x);
+    }
+#undef R
+}
+
+typedef struct {
+    int64_t n;
+    double *x, *dy, *y, *g, *dx; /* g: the stored gradient branch (store_grad) */
+} act_data;
+
+/* x ~ N(0, 2), dy ~ N(0, 1) in storage f; the outputs as the emulated kernel
+ * writes them; store_grad: the backward reads the stored g.  ACT_DROP leaves
+ * the largest y and dx unwritten (0: a fresh buffer). */
+static act_data act_make(prec_rng *rng, kcmp_act_op op, int form, int64_t n, prec_format f, int store_grad, int bug)
+{
+    act_data d = {n, malloc(n * sizeof(double)), malloc(n * sizeof(double)), malloc(n * sizeof(double)),
+                  malloc(n * sizeof(double)), malloc(n * sizeof(double))};
+    assert_true(d.x && d.dy && d.y && d.g && d.dx);
+    int64_t ymax = 0, dxmax = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d.x[i] = prec_rne(2 * prec_rng_normal(rng), f);
+        d.dy[i] = prec_rne(prec_rng_normal(rng), f);
+        double y, df;
+        act_f_df(op, form, d.x[i], bug, &y, &df);
+        d.y[i] = act_store(y, f, bug);
+        d.g[i] = act_store(df, f, bug);
+        double deriv = store_grad ? d.g[i] : df;
+        d.dx[i] = act_store(prec_rne(d.dy[i] * deriv, bug == ACT_BF16_MATH ? PREC_BF16 : PREC_FP32), f, bug);
+        if (fabs(d.y[i]) > fabs(d.y[ymax])) ymax = i;
+        if (fabs(d.dx[i]) > fabs(d.dx[dxmax])) dxmax = i;
+    }
+    if (bug == ACT_DROP) d.y[ymax] = d.dx[dxmax] = 0;
+    return d;
+}
+
+static void act_free(act_data *d) { free(d->x); free(d->dy); free(d->y); free(d->g); free(d->dx); }
+
+static ulp_report act_rep;
+
+/* ulp_verify of one pass; grad: give the stored gradient branch (an output
+ * of the forward, an input of the backward). */
+static int act_verify(kcmp_act_op op, const act_data *d, const ulp_kernel *k, int grad)
+{
+    const int bwd = strcmp(k->pass, "bwd") == 0;
+    ulp_tensor in[3] = {ULP_TENSOR("x", ULP_F64, d->x, d->n)}, out[2];
+    int n_in = 1, n_out = 0;
+    if (bwd) {
+        in[n_in++] = ULP_TENSOR("dy", ULP_F64, d->dy, d->n);
+        if (grad) in[n_in++] = ULP_TENSOR("grad", ULP_F64, d->g, d->n);
+        out[n_out++] = ULP_TENSOR("dx", ULP_F64, d->dx, d->n);
+    } else {
+        out[n_out++] = ULP_TENSOR("y", ULP_F64, d->y, d->n);
+        if (grad) out[n_out++] = ULP_TENSOR("grad", ULP_F64, d->g, d->n);
+    }
+    char err[512];
+    int rc = ulp_verify(kcmp_act_name(op), k, in, n_in, out, n_out, &act_rep, err, sizeof err);
+    if (rc == ULP_BAD_INPUT) fail_msg("bad input: %s", err);
+    return rc;
+}
+
+static void assert_rows_equal(const kcheck_row *c, const ulp_row *u, const char *what)
+{
+    if (strcmp(c->output, u->output) != 0 || c->max_err_u != u->max_err_u || c->rms_err_u != u->rms_err_u ||
+        c->max_bound_u != u->max_bound_u || c->rms_bound_u != u->rms_bound_u || c->worst_ratio != u->worst_ratio ||
+        c->pass != u->pass || c->worst_index != u->worst_index || c->n != u->n || strcmp(c->shape, u->shape) != 0 ||
+        strcmp(c->worst_detail, u->worst_detail) != 0)
+        fail_msg("%s: check %s %.17g u (bound %.17g, rms %.17g) [%s] vs verify %s %.17g u (bound %.17g, rms %.17g) [%s]",
+                 what, c->output, c->max_err_u, c->max_bound_u, c->rms_bound_u, c->worst_detail, u->output, u->max_err_u,
+                 u->max_bound_u, u->rms_bound_u, u->worst_detail);
+}
+
+static const char *const act_forms[2][3] = {{"tanh", "tanh-approx", "sigmoid"}, {"erf", "normcdf", NULL}};
+
+/* verify, declared as check describes each (op, path, variant), reports
+ * check's rows bit for bit: y and the stored gradient branch forward, dx
+ * backward (from the stored branch under store_grad). */
+static void activations_agree_with_check(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("activations_agree_with_check"));
+    static const kpath paths[] = {KPATH_FP32, KPATH_BF16, KPATH_FP16};
+    static const char *const path_names[] = {"fp32", "bf16", "fp16"};
+    const int n_variants[4] = {KGELU_TANH_NVARIANTS, KGELU_ERF_NVARIANTS, KRELU2_NVARIANTS, KRELU2_NVARIANTS};
+    int compared = 0;
+    for (int op = KCMP_GELU_TANH; op <= KCMP_LEAKY_RELU2; op++)
+        for (int pi = 0; pi < 3; pi++)
+            for (int v = 0; v < n_variants[op]; v++) {
+                const int store_grad = op >= KCMP_RELU2 && v == KRELU2_STORE_GRAD;
+                kcmp_act_kernel ck = kcheck_activation_kernel((kcmp_act_op)op, paths[pi], v);
+                act_data d = act_make(&rng, (kcmp_act_op)op, v, 1001, ck.act, store_grad, ACT_OK);
+                kcmp_act_data cd = {d.n, d.x, d.y, store_grad ? d.g : NULL, d.dy, d.dx};
+                kcheck_acc rows[KCMP_ACT_MAX_ROWS];
+                assert_int_equal(kcmp_activation(&ck, &cd, "n=1001", rows), 2 + store_grad);
+                ulp_kernel k = ULP_KERNEL_DEFAULT;
+                k.path = path_names[pi];
+                k.accum = "fp32";
+                if (op <= KCMP_GELU_ERF) k.function = act_forms[op][v];
+                char what[96];
+                for (int pass = 0; pass < 2; pass++) {
+                    k.pass = pass ? "bwd" : "fwd";
+                    if (act_verify((kcmp_act_op)op, &d, &k, store_grad) != ULP_PASS) {
+                        ulp_report_print(stdout, &act_rep);
+                        fail_msg("the correct %s failed (%s, variant %d, %s)", kcmp_act_name((kcmp_act_op)op), k.path, v, k.pass);
+                    }
+                    assert_int_equal(act_rep.unknown, 0);
+                    assert_int_equal(act_rep.n_rows, pass ? 1 : 1 + store_grad);
+                    for (int r = 0; r < act_rep.n_rows; r++) {
+                        snprintf(what, sizeof what, "%s %s variant %d %s", kcmp_act_name((kcmp_act_op)op), k.path, v, k.pass);
+                        assert_rows_equal(&rows[pass ? 1 + store_grad : r].row, &act_rep.rows[r], what);
+                        compared++;
+                    }
+                }
+                act_free(&d);
+            }
+    assert_int_equal(compared, 3 * (2 * 3 + 2 * 2 + 2 * (2 + 3)));
+}
+
+/* The correct emulated kernels pass as declared; each planted bug FAILs:
+ * an unwritten element, a truncating store, bf16 arithmetic declared fp32,
+ * a 12-bit tanh or erf declared as the 2-ulp library's (named where a looser
+ * declaration explains it, and passing once its error is declared). */
+static void activations_planted_bugs_fail(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("activations_planted_bugs_fail"));
+    static const char *const path_names[] = {"fp32", "bf16"};
+    const prec_format formats[] = {PREC_FP32, PREC_BF16};
+    for (int op = KCMP_GELU_TANH; op <= KCMP_LEAKY_RELU2; op++)
+        for (int pi = 0; pi < 2; pi++)
+            for (int store_grad = 0; store_grad < 1 + (op >= KCMP_RELU2); store_grad++)
+                for (int bug = ACT_OK; bug <= ACT_FAST_FN; bug++) {
+                    const int gelu = op <= KCMP_GELU_ERF;
+                    /* relu2's arithmetic is exact but for the one rounding bf16 arithmetic would do too */
+                    if (!gelu && (bug == ACT_BF16_MATH || bug == ACT_FAST_FN)) continue;
+                    if (bug == ACT_FAST_FN && pi != 0) continue; /* 12 bits: below a bf16 output's rounding */
+                    act_data d = act_make(&rng, (kcmp_act_op)op, 0, 1001, formats[pi], store_grad, bug);
+                    ulp_kernel k = ULP_KERNEL_DEFAULT;
+                    k.path = path_names[pi];
+                    k.accum = "fp32";
+                    if (gelu) k.function = act_forms[op][0];
+                    int fails = 0;
+                    for (int pass = 0; pass < 2; pass++) {
+                        k.pass = pass ? "bwd" : "fwd";
+                        int rc = act_verify((kcmp_act_op)op, &d, &k, store_grad);
+                        if (bug == ACT_OK && rc != ULP_PASS) {
+                            ulp_report_print(stdout, &act_rep);
+                            fail_msg("the correct %s failed (%s, %s)", kcmp_act_name((kcmp_act_op)op), k.path, k.pass);
+                        }
+                        if ((bug == ACT_DROP || bug == ACT_TRUNCATE) && rc != ULP_FAIL) {
+                            ulp_report_print(stdout, &act_rep);
+                            fail_msg("planted bug %d passed %s %s %s", bug, kcmp_act_name((kcmp_act_op)op), k.path, k.pass);
+                        }
+                        fails += rc == ULP_FAIL;
+                        /* named where the storage format is bf16 (an fp32 path's storage arithmetic is fp32's) */
+                        if (bug == ACT_BF16_MATH && pi == 1 && rc == ULP_FAIL && !strstr(act_rep.diagnosis, "computes in bf16"))
+                            fail_msg("diagnosis: %s", act_rep.diagnosis);
+                        if (bug == ACT_FAST_FN && op == KCMP_GELU_TANH && pass == 0 &&
+                            !strstr(act_rep.diagnosis, "tanh.approx"))
+                            fail_msg("diagnosis: %s", act_rep.diagnosis);
+                    }
+                    if (bug != ACT_OK && !fails)
+                        fail_msg("planted bug %d passed %s on %s", bug, kcmp_act_name((kcmp_act_op)op), k.path);
+                    if (bug == ACT_FAST_FN) {
+                        /* declared as what it is: 2^13 ulps */
+                        k.math_ulps = 8192;
+                        for (int pass = 0; pass < 2; pass++) {
+                            k.pass = pass ? "bwd" : "fwd";
+                            if (act_verify((kcmp_act_op)op, &d, &k, store_grad) != ULP_PASS) {
+                                ulp_report_print(stdout, &act_rep);
+                                fail_msg("the 12-bit %s declared --math-ulps 8192 failed", kcmp_act_name((kcmp_act_op)op));
+                            }
+                        }
+                    }
+                    act_free(&d);
+                }
+}
+
+/* relu2's store_grad: the backward reads the stored gradient branch (given
+ * as an input, its actual error starts dx's bound); a branch that is not
+ * f'(x) (one element off) FAILs the forward's grad row and, read by the
+ * backward, dx's.  Unknown declarations of a GELU: tightest and loosest
+ * rows. */
+static void activations_store_grad_and_unknown(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("activations_store_grad_and_unknown"));
+    act_data d = act_make(&rng, KCMP_RELU2, 0, 4099, PREC_BF16, 1, ACT_OK);
+    ulp_kernel k = ULP_KERNEL_DEFAULT;
+    k.path = "bf16";
+    k.accum = "fp32";
+    k.pass = "bwd";
+    assert_int_equal(act_verify(KCMP_RELU2, &d, &k, 1), ULP_PASS);
+    int64_t i = 0;
+    while (d.x[i] <= 0) i++;
+    d.g[i] = prec_rne(d.g[i] * 1.25, PREC_BF16);
+    d.dx[i] = prec_rne(d.dy[i] * d.g[i], PREC_BF16);
+    k.pass = "fwd";
+    assert_int_equal(act_verify(KCMP_RELU2, &d, &k, 1), ULP_FAIL);
+    assert_string_equal(act_rep.rows[1].output, "grad");
+    assert_int_equal(act_rep.rows[1].pass, 0);
+    k.pass = "bwd";
+    assert_int_equal(act_verify(KCMP_RELU2, &d, &k, 0), ULP_FAIL);
+    act_free(&d);
+    act_data g = act_make(&rng, KCMP_GELU_TANH, 0, 1001, PREC_BF16, 0, ACT_OK);
+    ulp_kernel u = ULP_KERNEL_DEFAULT;
+    u.path = "bf16";
+    assert_int_equal(act_verify(KCMP_GELU_TANH, &g, &u, 0), ULP_PASS);
+    assert_int_equal(act_rep.unknown, 1);
+    assert_int_equal(act_rep.n_rows, 2);
+    assert_non_null(strstr(act_rep.rows[0].assumption, "--accum fp32 --function tanh"));
+    assert_non_null(strstr(act_rep.rows[1].assumption, "--accum storage --function any"));
+    assert_true(act_rep.rows[1].max_bound_u > act_rep.rows[0].max_bound_u);
+    /* any: at least each form's bound, element by element, so at least the largest of their maxima */
+    double largest = 0;
+    u.accum = "storage";
+    for (int f = 0; f < 3; f++) {
+        u.function = act_forms[0][f];
+        act_verify(KCMP_GELU_TANH, &g, &u, 0);
+        largest = fmax(largest, act_rep.rows[0].max_bound_u);
+    }
+    u.function = "any";
+    act_verify(KCMP_GELU_TANH, &g, &u, 0);
+    assert_true(act_rep.rows[0].max_bound_u >= largest);
+    act_free(&g);
+}
+
 /* ---- the command line ------------------------------------------------------------------------ */
 
 static void write_case(const char *name, tfile_dtype t, int ndim, const int64_t *shape, const double *v)
@@ -1208,6 +1497,46 @@ static void cli_verifies_matmul_files(void **state)
     mm_free(&bad);
 }
 
+/* gelu_erf from .npy files, forward and backward: the correct kernel PASSes,
+ * a truncating one FAILs (exit 1). */
+static void cli_verifies_activation_files(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_BIN();
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("cli_verifies_activation_files"));
+    act_data good = act_make(&rng, KCMP_GELU_ERF, KGELU_ERF_NORMCDF, 300, PREC_BF16, 0, ACT_OK);
+    act_data bad = act_make(&rng, KCMP_GELU_ERF, KGELU_ERF_NORMCDF, 300, PREC_BF16, 0, ACT_TRUNCATE);
+    const int64_t shape[2] = {3, 100};
+    write_case("ax.npy", TFILE_BF16, 2, shape, good.x);
+    write_case("ady.npy", TFILE_BF16, 2, shape, good.dy);
+    write_case("ay.npy", TFILE_BF16, 2, shape, good.y);
+    write_case("adx.npy", TFILE_BF16, 2, shape, good.dx);
+    write_case("bx.npy", TFILE_F32, 2, shape, bad.x);
+    write_case("by.npy", TFILE_F32, 2, shape, bad.y);
+    char args[2048], out[8192];
+    snprintf(args, sizeof args, "gelu_erf --path bf16 --accum fp32 --function normcdf --inputs %s/ax.npy --outputs %s/ay.npy",
+             dir, dir);
+    int rc = test_run_cli("verify", args, out, sizeof out);
+    if (rc != 0 || !strstr(out, "verify: PASS")) fail_msg("exit %d: %s", rc, out);
+    snprintf(args, sizeof args, "gelu_erf --path bf16 --pass bwd --accum fp32 --function normcdf --inputs %s/ax.npy,%s/ady.npy "
+             "--outputs %s/adx.npy", dir, dir, dir);
+    rc = test_run_cli("verify", args, out, sizeof out);
+    if (rc != 0 || !strstr(out, "verify: PASS")) fail_msg("exit %d: %s", rc, out);
+    snprintf(args, sizeof args, "gelu_erf --path bf16 --accum fp32 --function normcdf --inputs %s/bx.npy --outputs %s/by.npy",
+             dir, dir);
+    rc = test_run_cli("verify", args, out, sizeof out);
+    if (rc != 1 || !strstr(out, "FAIL against the bound of the declared kernel") || !strstr(out, "worst ["))
+        fail_msg("exit %d: %s", rc, out);
+    /* undeclared: the loosest (bf16 arithmetic, any formula) is far wider than one truncation; the tightest rows say it */
+    snprintf(args, sizeof args, "gelu_erf --path bf16 --inputs %s/bx.npy --outputs %s/by.npy", dir, dir);
+    rc = test_run_cli("verify", args, out, sizeof out);
+    if (rc != 0 || !strstr(out, "(loosest)") || !strstr(out, "the tightest (--accum fp32 --function erf) does not hold"))
+        fail_msg("exit %d: %s", rc, out);
+    act_free(&good);
+    act_free(&bad);
+}
+
 static void cli_refuses_bad_input(void **state)
 {
     (void)state;
@@ -1249,7 +1578,7 @@ static void cli_refuses_bad_input(void **state)
         {"rmsnorm --path e4m3 --inputs D/a.npy --outputs D/a.npy", "unknown path 'e4m3'"},
         {"rmsnorm --inputs D/a.npy --outputs D/a.npy", "--path is required"},
         {"rmsnorm --path bf16 --inputs D/a.npy", "--outputs is required"},
-        {"conv2d --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'conv2d' (ops: cross_entropy, layernorm, matmul, rmsnorm, softmax)"},
+        {"conv2d --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'conv2d' (ops: cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, matmul, relu2, rmsnorm, softmax"},
         {"rmsnorm --path bf16 --path bf16 --inputs D/a.npy --outputs D/a.npy", "given twice"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy --outputs dx=D/a.npy", "missing input tensor 'dy'"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy,D/a3.npy,D/a.npy --outputs D/a.npy,D/a4.npy", "dgain has 4"},
@@ -1298,6 +1627,23 @@ static void cli_refuses_bad_input(void **state)
         {"cross_entropy --path fp32 --inputs D/a.npy,D/t1.npy --outputs D/a3.npy", "loss has 3 elements"},
         {"cross_entropy --path fp32 --pass bwd --inputs D/a.npy,D/t1.npy --outputs D/t1.npy", "cross_entropy has no bwd pass"},
         {"rmsnorm --path bf16 --dloss 0.5 --inputs D/a.npy --outputs D/a.npy", "dloss and online are cross_entropy's"},
+        /* the activations */
+        {"gelu_tanh --path fp32 --inputs D/a.npy --outputs D/a3.npy", "y's shape differs from x's"},
+        {"gelu_tanh --path fp32 --pass bwd --inputs D/a.npy --outputs D/a.npy", "missing input tensor 'dy'"},
+        {"gelu_tanh --path fp32 --inputs D/a.npy,D/a.npy --outputs D/a.npy", "more files than"},
+        {"gelu_erf --path fp32 --pass bwd --inputs D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "more files than"},
+        {"relu2 --path fp32 --inputs D/int.npy --outputs D/a.npy", "dtype i4 is not a floating-point"},
+        {"relu2 --path fp32 --pass bwd --inputs D/a.npy,D/a.npy,D/a3.npy --outputs D/a.npy", "grad's shape differs from x's"},
+        {"leaky_relu2 --path fp32 --inputs D/a.npy --outputs D/a.npy,D/a.npy,D/a.npy", "more files than"},
+        {"relu2 --path bf16 --inputs D/odd.npy --outputs D/a.npy", "is not a bf16 value"},
+        {"gelu_tanh --path fp32 --function erf --inputs D/a.npy --outputs D/a.npy", "unknown function 'erf' for gelu_tanh"},
+        {"gelu_erf --path fp32 --function tanh --inputs D/a.npy --outputs D/a.npy", "unknown function 'tanh' for gelu_erf"},
+        {"relu2 --path fp32 --function tanh --inputs D/a.npy --outputs D/a.npy", "function is the GELUs'"},
+        {"softmax --path fp32 --function erf --inputs D/a.npy --outputs D/a.npy", "softmax has none"},
+        {"relu2 --path fp32 --reduce sequential --inputs D/a.npy --outputs D/a.npy", "relu2 is elementwise"},
+        {"leaky_relu2 --path fp32 --math-ulps 4 --inputs D/a.npy --outputs D/a.npy", "calls no math function"},
+        {"gelu_erf --path fp8 --inputs D/a.npy --outputs D/a.npy", "path fp8 is a matmul path"},
+        {"gelu_erf --path fp32 --gelu --inputs D/a.npy --outputs D/a.npy", "gelu_erf has none of them"},
     };
     DIR *before = opendir(dir);
     int entries_before = 0;
@@ -1342,8 +1688,12 @@ int main(void)
         cmocka_unit_test(layernorm_planted_bugs_fail),
         cmocka_unit_test(softmax_agrees_with_check_and_twins_fail),
         cmocka_unit_test(cross_entropy_agrees_with_check_and_twins_fail),
+        cmocka_unit_test(activations_agree_with_check),
+        cmocka_unit_test(activations_planted_bugs_fail),
+        cmocka_unit_test(activations_store_grad_and_unknown),
         cmocka_unit_test(cli_verifies_files),
         cmocka_unit_test(cli_verifies_matmul_files),
+        cmocka_unit_test(cli_verifies_activation_files),
         cmocka_unit_test(cli_refuses_bad_input),
     };
     return cmocka_run_group_tests(tests, setup_dir, remove_dir);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/check/compare_activation.h"
 #include "kernels/check/compare_cross_entropy.h"
 #include "kernels/check/compare_layernorm.h"
 #include "kernels/check/compare_matmul.h"
@@ -54,7 +55,14 @@ typedef struct {
     vtensor inputs[VMAX_TENSORS], outputs[VMAX_TENSORS];
 } vpass;
 
-typedef enum { OP_MATMUL, OP_LAYERNORM, OP_RMSNORM, OP_SOFTMAX, OP_CROSS_ENTROPY } op_id;
+typedef enum {
+    OP_MATMUL, OP_LAYERNORM, OP_RMSNORM, OP_SOFTMAX, OP_CROSS_ENTROPY,
+    OP_GELU_TANH, OP_GELU_ERF, OP_RELU2, OP_LEAKY_RELU2 /* the activations, in kcmp_act_op's order */
+} op_id;
+
+static int is_activation(op_id op) { return op >= OP_GELU_TANH && op <= OP_LEAKY_RELU2; }
+static int is_gelu(op_id op) { return op == OP_GELU_TANH || op == OP_GELU_ERF; }
+static int is_elementwise(op_id op) { return is_activation(op); }
 
 typedef struct {
     const char *name;
@@ -107,10 +115,37 @@ static const vop ops[] = {
       {"y (the forward output the backward read), dy (as y)", "dx (as y)", {{"y", 0, T_STORAGE}, {"dy", 0, T_STORAGE}},
        {{"dx", 0, T_STORAGE}}}},
      NULL},
+#define ACT_FWD {"x (any shape)", "y (as x)", {{"x", 0, T_STORAGE}}, {{"y", 0, T_STORAGE}}}
+#define ACT_BWD {"x (the forward's input), dy (as x)", "dx (as x)", {{"x", 0, T_STORAGE}, {"dy", 0, T_STORAGE}}, {{"dx", 0, T_STORAGE}}}
+    {"gelu_tanh", OP_GELU_TANH,
+     "y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise; backward dx = dy f'(x); --function tanh "
+     "(tanhf), tanh-approx (tanh.approx.f32), sigmoid (x / (1 + expf(-2z)))",
+     {ACT_FWD, ACT_BWD}, NULL},
+    {"gelu_erf", OP_GELU_ERF,
+     "y = x/2 (1 + erf(x / sqrt 2)) = x Phi(x), elementwise; backward dx = dy f'(x); --function erf (erff; expf "
+     "for the backward's pdf), normcdf (normcdff)",
+     {ACT_FWD, ACT_BWD}, NULL},
+#define RELU2_FWD                                                                                               \
+    {"x (any shape)", "y (as x), grad (as x, the gradient branch f'(x) a store_grad forward keeps, optional)", \
+     {{"x", 0, T_STORAGE}}, {{"y", 0, T_STORAGE}, {"grad", 1, T_STORAGE}}}
+#define RELU2_BWD                                                                                                   \
+    {"x (the forward's input), dy (as x), grad (the stored gradient branch the backward read, optional: without "  \
+     "it the backward computes f'(x) from x)", "dx (as x)",                                                        \
+     {{"x", 0, T_STORAGE}, {"dy", 0, T_STORAGE}, {"grad", 1, T_STORAGE}}, {{"dx", 0, T_STORAGE}}}
+    {"relu2", OP_RELU2, "y = max(x, 0)^2, elementwise; backward dx = dy 2 max(x, 0)", {RELU2_FWD, RELU2_BWD}, NULL},
+    {"leaky_relu2", OP_LEAKY_RELU2, "y = (x > 0 ? x : x/2)^2, elementwise; backward dx = dy (x > 0 ? 2x : x/2)",
+     {RELU2_FWD, RELU2_BWD}, NULL},
+#undef ACT_FWD
+#undef ACT_BWD
+#undef RELU2_FWD
+#undef RELU2_BWD
 };
 static const int n_ops = (int)(sizeof ops / sizeof ops[0]);
 
-const char *ulp_op_names(void) { return "cross_entropy, layernorm, matmul, rmsnorm, softmax"; }
+const char *ulp_op_names(void)
+{
+    return "cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, matmul, relu2, rmsnorm, softmax";
+}
 
 void ulp_op_help(FILE *fp)
 {
@@ -214,7 +249,7 @@ static int parse_dot_model(const char *s, prec_dot_model *m)
 typedef struct {
     prec_format storage; /* every tensor's but the fp32 ones' and the fp8 path's operands */
     int fp8;             /* path fp8: a and b are dequantised fp8 operands */
-    const char *path, *accum, *reduce, *col_reduce, *upcast, *epilogue, *layout, *variance, *exp_form;
+    const char *path, *accum, *reduce, *col_reduce, *upcast, *epilogue, *layout, *variance, *exp_form, *function;
     double math_ulps, eps, alpha, beta;
     int gelu, split_k, online;
     double dloss;
@@ -328,7 +363,22 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
         return bad(err, errlen, "dloss %.17g is not an fp32 value (kernels take it as a float: give that float's value)", k->dloss);
     if (k->online != 0 && k->online != 1) return bad(err, errlen, "online is %d (0 or 1)", k->online);
     /* the other ops' options: refused rather than silently ignored */
-    static const char *const op_names[] = {"matmul", "layernorm", "rmsnorm", "softmax", "cross_entropy"};
+    static const char *const op_names[] = {"matmul", "layernorm", "rmsnorm", "softmax", "cross_entropy",
+                                           "gelu_tanh", "gelu_erf", "relu2", "leaky_relu2"};
+    d->function = k->function ? k->function : "unknown";
+    static const char *const tanh_forms[] = {"tanh", "tanh-approx", "sigmoid", "any", "unknown", NULL};
+    static const char *const erf_forms[] = {"erf", "normcdf", "any", "unknown", NULL};
+    if (op == OP_GELU_TANH && !is_one_of(d->function, tanh_forms))
+        return bad(err, errlen, "unknown function '%s' for gelu_tanh (tanh, tanh-approx, sigmoid, any, unknown)", d->function);
+    if (op == OP_GELU_ERF && !is_one_of(d->function, erf_forms))
+        return bad(err, errlen, "unknown function '%s' for gelu_erf (erf, normcdf, any, unknown)", d->function);
+    if (!is_gelu(op) && strcmp(d->function, "unknown") != 0)
+        return bad(err, errlen, "function is the GELUs' (gelu_tanh, gelu_erf); %s has none", op_names[op]);
+    if (is_elementwise(op) && (strcmp(d->reduce, "unknown") != 0 || strcmp(d->col_reduce, "unknown") != 0))
+        return bad(err, errlen, "reduce and col-reduce are the orders of sums; %s is elementwise and has none (--accum is "
+                                "the format of its arithmetic)", op_names[op]);
+    if ((op == OP_RELU2 || op == OP_LEAKY_RELU2) && d->math_ulps != 2.0)
+        return bad(err, errlen, "%s calls no math function; --math-ulps does not apply", op_names[op]);
     if (op != OP_CROSS_ENTROPY && (d->dloss != 0 || d->online))
         return bad(err, errlen, "dloss and online are cross_entropy's; %s has neither", op_names[op]);
     if (op == OP_CROSS_ENTROPY && d->math_ulps != 2.0)
@@ -367,6 +417,7 @@ static int accum_is_model(const decl *d)
 static int is_unknown(const decl *d, op_id op, int bwd, int has_bias, int has_stats)
 {
     if (strcmp(d->accum, "unknown") == 0) return 1;
+    if (is_elementwise(op)) return is_gelu(op) && strcmp(d->function, "unknown") == 0;
     if (op == OP_MATMUL)
         return (!accum_is_model(d) && strcmp(d->reduce, "unknown") == 0) ||
                ((has_bias || d->gelu) && strcmp(d->epilogue, "unknown") == 0);
@@ -390,6 +441,9 @@ static decl resolve(const decl *d, op_id op, int tightest)
     if (op == OP_RMSNORM && strcmp(r.upcast, "unknown") == 0) r.upcast = tightest ? "gemma" : "none";
     if (op == OP_LAYERNORM && strcmp(r.variance, "unknown") == 0) r.variance = tightest ? "two-pass" : "one-pass";
     if (op == OP_MATMUL && strcmp(r.epilogue, "unknown") == 0) r.epilogue = tightest ? "single" : "cublaslt";
+    /* a GELU's forms: none is the loosest everywhere (erff's 1 + erf cancels for x < 0, normcdff does not),
+     * so the loosest is the largest of their bounds element by element */
+    if (is_gelu(op) && strcmp(r.function, "unknown") == 0) r.function = !tightest ? "any" : op == OP_GELU_TANH ? "tanh" : "erf";
     return r;
 }
 
@@ -405,7 +459,12 @@ static void describe(const decl *d, op_id op, int bwd, int has_bias, char *out, 
     } while (0)
     out[0] = '\0';
     APPEND("--accum %s", d->accum);
-    if (op == OP_SOFTMAX) {
+    if (is_gelu(op)) {
+        APPEND(" --function %s", d->function);
+        if (d->math_ulps != 2.0) APPEND(" --math-ulps %g", d->math_ulps);
+    } else if (is_elementwise(op)) {
+        /* the arithmetic's format alone */
+    } else if (op == OP_SOFTMAX) {
         APPEND(" --reduce %s", d->reduce);
         if (!bwd) APPEND(" --exp %s", d->exp_form);
     } else if (op == OP_CROSS_ENTROPY) {
@@ -449,6 +508,27 @@ static kcmp_layernorm_kernel layernorm_kernel(const decl *d, int64_t N, int64_t 
     k.col_depth = parse_reduce(d->col_reduce, N, 0);
     k.rsqrt_ulps = d->math_ulps;
     k.eps = d->eps;
+    return k;
+}
+
+/* An activation as declared: --accum the format of its arithmetic. */
+static kcmp_act_kernel activation_kernel(const decl *d, op_id op)
+{
+    kcmp_act_kernel k = {0};
+    k.op = (kcmp_act_op)(op - OP_GELU_TANH);
+    static const struct {
+        const char *name;
+        kcmp_act_fn fn;
+    } forms[] = {{"tanh", KCMP_FN_TANH}, {"tanh-approx", KCMP_FN_TANH_APPROX}, {"sigmoid", KCMP_FN_SIGMOID},
+                 {"erf", KCMP_FN_ERF},   {"normcdf", KCMP_FN_NORMCDF},         {"any", KCMP_FN_ANY}};
+    k.fn = KCMP_FN_NONE;
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++)
+        if (is_gelu(op) && strcmp(d->function, forms[i].name) == 0) k.fn = forms[i].fn;
+    k.math_ulps = d->math_ulps;
+    if (strcmp(d->accum, "storage") == 0) k.arith = d->storage;
+    else parse_format(d->accum, &k.arith);
+    k.act = k.grad = d->storage;
+    k.x_scale = k.y_scale = k.g_scale = k.dy_scale = k.dx_scale = 1.0;
     return k;
 }
 
@@ -818,6 +898,12 @@ static int op_rows(const decl *d, const problem *pb, ulp_report *rep, int *vacuo
         kcmp_ce_kernel k = cross_entropy_kernel(d, pb->C);
         kcmp_ce_data data = {pb->N, pb->C, in[0].v, pb->targets, out[0].v, out[1].v};
         n = kcmp_cross_entropy(&k, &data, pb->shape, rows);
+    } else if (is_activation(pb->op)) {
+        kcmp_act_kernel k = activation_kernel(d, pb->op);
+        /* fwd: x -> y (and grad); bwd: x, dy (and the stored grad) -> dx */
+        kcmp_act_data data = {pb->N * pb->C, in[0].v, bwd ? NULL : out[0].v, bwd ? in[2].v : out[1].v,
+                              bwd ? in[1].v : NULL, bwd ? out[0].v : NULL};
+        n = kcmp_activation(&k, &data, pb->shape, rows);
     } else if (pb->op == OP_SOFTMAX) {
         kcmp_softmax_kernel k = softmax_kernel(d, pb->C);
         kcmp_softmax_data data = {pb->N, pb->C, bwd ? NULL : in[0].v, bwd ? in[0].v : out[0].v, bwd ? in[1].v : NULL,
@@ -888,6 +974,29 @@ static int looser_declarations(const decl *d, const problem *pb, attempt *a)
             a[n++].meaning = "the kernel likely rounds alpha A B + beta C to the output format before the bias or GELU";
         }
     }
+    if (is_elementwise(pb->op)) {
+        /* no sums: the arithmetic's format and the GELU's function are all there is to loosen */
+        if (pb->op == OP_GELU_TANH && strcmp(d->function, "tanh-approx") != 0 && strcmp(d->function, "any") != 0) {
+            a[n].d = *d;
+            a[n].d.function = "tanh-approx";
+            a[n++].meaning = "the kernel's tanh is likely tanh.approx.f32 (fast math)";
+        }
+        if (is_gelu(pb->op) && strcmp(d->function, "any") != 0) {
+            a[n].d = *d;
+            a[n].d.function = "any";
+            a[n++].meaning = "the kernel likely computes the GELU by another formula than declared";
+        }
+        a[n].d = *d;
+        a[n].d.accum = "storage";
+        a[n++].meaning = NULL;
+        if (is_gelu(pb->op)) {
+            a[n].d = *d;
+            a[n].d.accum = "storage";
+            a[n].d.function = "any";
+            a[n++].meaning = NULL;
+        }
+        return n;
+    }
     a[n].d = *d;
     a[n].d.accum = "storage";
     a[n++].meaning = NULL;
@@ -925,7 +1034,7 @@ static int same_decl(const decl *a, const decl *b)
     return strcmp(a->accum, b->accum) == 0 && strcmp(a->reduce, b->reduce) == 0 &&
            strcmp(a->col_reduce, b->col_reduce) == 0 && strcmp(a->upcast, b->upcast) == 0 &&
            strcmp(a->epilogue, b->epilogue) == 0 && strcmp(a->variance, b->variance) == 0 &&
-           strcmp(a->exp_form, b->exp_form) == 0;
+           strcmp(a->exp_form, b->exp_form) == 0 && strcmp(a->function, b->function) == 0;
 }
 
 int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *inputs, int n_inputs,
@@ -965,6 +1074,10 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
     if (!rc) rc = bind(op->pass[bwd].outputs, outputs, n_outputs, "output", &d, 1, out, err, errlen);
     if (!rc && op->id == OP_MATMUL) rc = matmul_shapes(&d, &pb, err, errlen);
     if (!rc && op->id == OP_CROSS_ENTROPY) rc = cross_entropy_shapes(&d, &pb, err, errlen);
+    if (!rc && is_elementwise(op->id)) {
+        rc = same_shapes(in, out, &pb.N, &pb.C, err, errlen);
+        snprintf(pb.shape, sizeof pb.shape, "n=%lld", (long long)(pb.N * pb.C));
+    }
     if (!rc && op->id == OP_SOFTMAX) {
         rc = same_shapes(in, out, &pb.N, &pb.C, err, errlen);
         snprintf(pb.shape, sizeof pb.shape, "N=%lld C=%lld", (long long)pb.N, (long long)pb.C);
@@ -1020,6 +1133,8 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
                      "(a dropped term, a truncated output, a wrong formula), or an accumulation too long for its "
                      "format to bound",
                      op->id == OP_MATMUL      ? "matrix-unit models, storage accumulation, sequential reduction, cuBLASLt's epilogue"
+                     : is_gelu(op->id)        ? "arithmetic in the storage format, tanh.approx, any GELU formula"
+                     : is_elementwise(op->id) ? "arithmetic in the storage format"
                      : op->id == OP_LAYERNORM ? "storage accumulation, sequential reduction, one-pass variance"
                      : op->id == OP_SOFTMAX   ? "storage accumulation, sequential reduction, a fast exponential"
                      : op->id == OP_CROSS_ENTROPY ? "storage accumulation, sequential reduction"
@@ -1039,10 +1154,11 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
                     snprintf(rep->diagnosis, sizeof rep->diagnosis, "the outputs fit %s: %s", dt, tries[i].meaning);
                 } else {
                     const char *acc_name = strcmp(t->accum, "storage") == 0 ? prec_format_get(d.storage)->name : t->accum;
-                    snprintf(rep->diagnosis, sizeof rep->diagnosis,
-                             "the outputs fit %s: the kernel likely accumulates in %s%s%s", dt, acc_name,
+                    snprintf(rep->diagnosis, sizeof rep->diagnosis, "the outputs fit %s: the kernel likely %s in %s%s%s%s",
+                             dt, is_elementwise(op->id) ? "computes" : "accumulates", acc_name,
                              strcmp(t->reduce, d.reduce) ? ", sequentially" : "",
-                             strcmp(t->upcast, d.upcast) ? ", without upcast" : "");
+                             strcmp(t->upcast, d.upcast) ? ", without upcast" : "",
+                             strcmp(t->function, d.function) ? ", by another GELU formula than declared" : "");
                 }
                 break;
             }

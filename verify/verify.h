@@ -102,11 +102,18 @@ typedef struct {
     double dloss;         /* cross_entropy: the loss gradient the dlogits are scaled by (an fp32
                              value; 1/N for a mean over N rows); 0: not given */
     int online;           /* cross_entropy: one pass, the sum rescaled at each new maximum */
+    const char *function; /* gelu_tanh: "tanh" (0.5 x (1 + tanhf(z))), "tanh-approx" (tanh.approx.f32,
+                             2^-10.987 absolute), "sigmoid" (x / (1 + expf(-2z))); gelu_erf: "erf" (0.5 x
+                             (1 + erff(x / sqrt 2)), expf for the backward's pdf), "normcdf" (x normcdff(x),
+                             CUDA's 5 ulps or math_ulps where larger); either: "any" (whichever form: the
+                             largest of their bounds per element) or "unknown".  math_ulps is the error of
+                             tanhf, erff and expf.  The activations' accum is the format of their
+                             arithmetic (they have no sums) */
 } ulp_kernel;
 
 #define ULP_KERNEL_DEFAULT                                                                            \
     ((ulp_kernel){"fp32", "fwd", "unknown", "unknown", "unknown", "unknown", 2.0, (double)1e-5f, "unknown", \
-                  "AB", 1.0, 0.0, 0, 1, "unknown", "unknown", 0.0, 0})
+                  "AB", 1.0, 0.0, 0, 1, "unknown", "unknown", 0.0, 0, "unknown"})
 
 typedef struct {
     char output[16];        /* "y", "dx", ... */
