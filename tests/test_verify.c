@@ -20,6 +20,7 @@
 #include "kernels/check/compare_cross_entropy.h"
 #include "kernels/check/compare_layernorm.h"
 #include "kernels/check/compare_matmul.h"
+#include "kernels/check/compare_residual.h"
 #include "kernels/check/compare_rmsnorm.h"
 #include "kernels/check/compare_softmax.h"
 #include "kernels/activations.h"
@@ -1407,6 +1408,74 @@ static void activations_store_grad_and_unknown(void **state)
     act_free(&g);
 }
 
+/* ---- residual ---------------------------------------------------------------------------- */
+
+enum { RES_OK, RES_DROP_TERM, RES_TRUNCATE, RES_BF16_ADD };
+
+static ulp_report res_rep;
+
+static int res_verify(int64_t n, const double *a, const double *b, const double *y, const ulp_kernel *k)
+{
+    ulp_tensor in[2] = {ULP_TENSOR("a", ULP_F64, a, n), ULP_TENSOR("b", ULP_F64, b, n)};
+    ulp_tensor out[1] = {ULP_TENSOR("y", ULP_F64, y, n)};
+    char err[512];
+    int rc = ulp_verify("residual", k, in, 2, out, 1, &res_rep, err, sizeof err);
+    if (rc == ULP_BAD_INPUT) fail_msg("bad input: %s", err);
+    return rc;
+}
+
+/* verify, declared as check describes its kernel, reports check's row bit
+ * for bit; the correct add passes; a dropped term (b left out of the
+ * largest sum), a truncating store and a bf16 addition declared fp32 FAIL. */
+static void residual_agrees_with_check_and_twins_fail(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("residual_agrees_with_check_and_twins_fail"));
+    const prec_format formats[] = {PREC_FP32, PREC_BF16, PREC_FP16};
+    const char *paths[] = {"fp32", "bf16", "fp16"};
+    const prec_rounding rz = {PREC_RZ, PREC_OVF_IEEE, false};
+    const int64_t n = 1001;
+    double *a = malloc(n * sizeof(double)), *b = malloc(n * sizeof(double)), *y = malloc(n * sizeof(double));
+    assert_true(a && b && y);
+    for (int fi = 0; fi < 3; fi++)
+        for (int bug = RES_OK; bug <= RES_BF16_ADD; bug++) {
+            const prec_format f = formats[fi];
+            if (bug == RES_BF16_ADD && f != PREC_FP32) continue; /* a narrower output rounds the same as the bf16 sum */
+            int64_t biggest = 0;
+            for (int64_t i = 0; i < n; i++) {
+                a[i] = prec_rne(prec_rng_normal(&rng), f);
+                b[i] = prec_rne(0.1 * prec_rng_normal(&rng), f);
+                double s = prec_rne(a[i] + b[i], bug == RES_BF16_ADD ? PREC_BF16 : PREC_FP32);
+                y[i] = bug == RES_TRUNCATE ? prec_round(s, f == PREC_FP32 ? PREC_BF16 : f, rz, 0) : prec_rne(s, f);
+                if (fabs(b[i]) > fabs(b[biggest])) biggest = i;
+            }
+            if (bug == RES_DROP_TERM) y[biggest] = a[biggest];
+            ulp_kernel k = ULP_KERNEL_DEFAULT;
+            k.path = paths[fi];
+            k.accum = "fp32";
+            int rc = res_verify(n, a, b, y, &k);
+            if ((bug == RES_OK) != (rc == ULP_PASS)) {
+                ulp_report_print(stdout, &res_rep);
+                fail_msg("%s bug %d: %s", k.path, bug, rc == ULP_PASS ? "passed" : "failed");
+            }
+            if (bug == RES_OK) {
+                const kcmp_residual_kernel ck = kcheck_residual_kernel(f, 0);
+                const kcmp_residual_data cd = {n, a, b, y};
+                kcheck_acc row;
+                assert_int_equal(kcmp_residual(&ck, &cd, "n=1001", &row), 1);
+                assert_int_equal(res_rep.n_rows, 1);
+                assert_rows_equal(&row.row, &res_rep.rows[0], paths[fi]);
+                /* unknown: fp32 and the storage format */
+                k.accum = "unknown";
+                assert_int_equal(res_verify(n, a, b, y, &k), ULP_PASS);
+                assert_int_equal(res_rep.n_rows, 2);
+                assert_non_null(strstr(res_rep.rows[1].assumption, "--accum storage"));
+            }
+        }
+    free(a); free(b); free(y);
+}
+
 /* ---- the command line ------------------------------------------------------------------------ */
 
 static void write_case(const char *name, tfile_dtype t, int ndim, const int64_t *shape, const double *v)
@@ -1578,7 +1647,7 @@ static void cli_refuses_bad_input(void **state)
         {"rmsnorm --path e4m3 --inputs D/a.npy --outputs D/a.npy", "unknown path 'e4m3'"},
         {"rmsnorm --inputs D/a.npy --outputs D/a.npy", "--path is required"},
         {"rmsnorm --path bf16 --inputs D/a.npy", "--outputs is required"},
-        {"conv2d --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'conv2d' (ops: cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, matmul, relu2, rmsnorm, softmax"},
+        {"conv2d --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'conv2d' (ops: cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, matmul, relu2, residual, rmsnorm, softmax"},
         {"rmsnorm --path bf16 --path bf16 --inputs D/a.npy --outputs D/a.npy", "given twice"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy --outputs dx=D/a.npy", "missing input tensor 'dy'"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy,D/a3.npy,D/a.npy --outputs D/a.npy,D/a4.npy", "dgain has 4"},
@@ -1644,6 +1713,11 @@ static void cli_refuses_bad_input(void **state)
         {"leaky_relu2 --path fp32 --math-ulps 4 --inputs D/a.npy --outputs D/a.npy", "calls no math function"},
         {"gelu_erf --path fp8 --inputs D/a.npy --outputs D/a.npy", "path fp8 is a matmul path"},
         {"gelu_erf --path fp32 --gelu --inputs D/a.npy --outputs D/a.npy", "gelu_erf has none of them"},
+        {"residual --path fp32 --inputs D/a.npy,D/a3.npy --outputs D/a.npy", "b's shape differs from a's"},
+        {"residual --path fp32 --inputs D/a.npy --outputs D/a.npy", "missing input tensor 'b'"},
+        {"residual --path fp32 --pass bwd --inputs D/a.npy,D/a.npy --outputs D/a.npy", "residual has no bwd pass"},
+        {"residual --path fp32 --math-ulps 3 --inputs D/a.npy,D/a.npy --outputs D/a.npy", "calls no math function"},
+        {"residual --path fp32 --inputs D/a.npy,D/a.npy --outputs D/a.npy,D/a.npy", "more files than"},
     };
     DIR *before = opendir(dir);
     int entries_before = 0;
@@ -1691,6 +1765,7 @@ int main(void)
         cmocka_unit_test(activations_agree_with_check),
         cmocka_unit_test(activations_planted_bugs_fail),
         cmocka_unit_test(activations_store_grad_and_unknown),
+        cmocka_unit_test(residual_agrees_with_check_and_twins_fail),
         cmocka_unit_test(cli_verifies_files),
         cmocka_unit_test(cli_verifies_matmul_files),
         cmocka_unit_test(cli_verifies_activation_files),

@@ -17,6 +17,7 @@
 #include "kernels/check/compare_cross_entropy.h"
 #include "kernels/check/compare_layernorm.h"
 #include "kernels/check/compare_matmul.h"
+#include "kernels/check/compare_residual.h"
 #include "kernels/check/check_kexp.h"
 #include "kernels/check/compare_rmsnorm.h"
 #include "kernels/check/compare_softmax.h"
@@ -57,12 +58,13 @@ typedef struct {
 
 typedef enum {
     OP_MATMUL, OP_LAYERNORM, OP_RMSNORM, OP_SOFTMAX, OP_CROSS_ENTROPY,
-    OP_GELU_TANH, OP_GELU_ERF, OP_RELU2, OP_LEAKY_RELU2 /* the activations, in kcmp_act_op's order */
+    OP_GELU_TANH, OP_GELU_ERF, OP_RELU2, OP_LEAKY_RELU2, /* the activations, in kcmp_act_op's order */
+    OP_RESIDUAL
 } op_id;
 
 static int is_activation(op_id op) { return op >= OP_GELU_TANH && op <= OP_LEAKY_RELU2; }
 static int is_gelu(op_id op) { return op == OP_GELU_TANH || op == OP_GELU_ERF; }
-static int is_elementwise(op_id op) { return is_activation(op); }
+static int is_elementwise(op_id op) { return is_activation(op) || op == OP_RESIDUAL; }
 
 typedef struct {
     const char *name;
@@ -135,6 +137,10 @@ static const vop ops[] = {
     {"relu2", OP_RELU2, "y = max(x, 0)^2, elementwise; backward dx = dy 2 max(x, 0)", {RELU2_FWD, RELU2_BWD}, NULL},
     {"leaky_relu2", OP_LEAKY_RELU2, "y = (x > 0 ? x : x/2)^2, elementwise; backward dx = dy (x > 0 ? 2x : x/2)",
      {RELU2_FWD, RELU2_BWD}, NULL},
+    {"residual", OP_RESIDUAL, "y = a + b, elementwise (--accum: the addition's format)",
+     {{"a (any shape), b (as a)", "y (as a)", {{"a", 0, T_STORAGE}, {"b", 0, T_STORAGE}}, {{"y", 0, T_STORAGE}}},
+      {NULL, NULL, {{0}}, {{0}}}},
+     "the backward of an add is the identity on both inputs: there is no kernel to verify"},
 #undef ACT_FWD
 #undef ACT_BWD
 #undef RELU2_FWD
@@ -144,7 +150,7 @@ static const int n_ops = (int)(sizeof ops / sizeof ops[0]);
 
 const char *ulp_op_names(void)
 {
-    return "cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, matmul, relu2, rmsnorm, softmax";
+    return "cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, matmul, relu2, residual, rmsnorm, softmax";
 }
 
 void ulp_op_help(FILE *fp)
@@ -364,7 +370,7 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
     if (k->online != 0 && k->online != 1) return bad(err, errlen, "online is %d (0 or 1)", k->online);
     /* the other ops' options: refused rather than silently ignored */
     static const char *const op_names[] = {"matmul", "layernorm", "rmsnorm", "softmax", "cross_entropy",
-                                           "gelu_tanh", "gelu_erf", "relu2", "leaky_relu2"};
+                                           "gelu_tanh", "gelu_erf", "relu2", "leaky_relu2", "residual"};
     d->function = k->function ? k->function : "unknown";
     static const char *const tanh_forms[] = {"tanh", "tanh-approx", "sigmoid", "any", "unknown", NULL};
     static const char *const erf_forms[] = {"erf", "normcdf", "any", "unknown", NULL};
@@ -377,7 +383,7 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
     if (is_elementwise(op) && (strcmp(d->reduce, "unknown") != 0 || strcmp(d->col_reduce, "unknown") != 0))
         return bad(err, errlen, "reduce and col-reduce are the orders of sums; %s is elementwise and has none (--accum is "
                                 "the format of its arithmetic)", op_names[op]);
-    if ((op == OP_RELU2 || op == OP_LEAKY_RELU2) && d->math_ulps != 2.0)
+    if (is_elementwise(op) && !is_gelu(op) && d->math_ulps != 2.0)
         return bad(err, errlen, "%s calls no math function; --math-ulps does not apply", op_names[op]);
     if (op != OP_CROSS_ENTROPY && (d->dloss != 0 || d->online))
         return bad(err, errlen, "dloss and online are cross_entropy's; %s has neither", op_names[op]);
@@ -529,6 +535,13 @@ static kcmp_act_kernel activation_kernel(const decl *d, op_id op)
     else parse_format(d->accum, &k.arith);
     k.act = k.grad = d->storage;
     k.x_scale = k.y_scale = k.g_scale = k.dy_scale = k.dx_scale = 1.0;
+    return k;
+}
+
+static kcmp_residual_kernel residual_kernel(const decl *d)
+{
+    kcmp_residual_kernel k = {d->storage, d->storage};
+    if (strcmp(d->accum, "storage") != 0) parse_format(d->accum, &k.arith);
     return k;
 }
 
@@ -898,6 +911,10 @@ static int op_rows(const decl *d, const problem *pb, ulp_report *rep, int *vacuo
         kcmp_ce_kernel k = cross_entropy_kernel(d, pb->C);
         kcmp_ce_data data = {pb->N, pb->C, in[0].v, pb->targets, out[0].v, out[1].v};
         n = kcmp_cross_entropy(&k, &data, pb->shape, rows);
+    } else if (pb->op == OP_RESIDUAL) {
+        kcmp_residual_kernel k = residual_kernel(d);
+        kcmp_residual_data data = {pb->N * pb->C, in[0].v, in[1].v, out[0].v};
+        n = kcmp_residual(&k, &data, pb->shape, rows);
     } else if (is_activation(pb->op)) {
         kcmp_act_kernel k = activation_kernel(d, pb->op);
         /* fwd: x -> y (and grad); bwd: x, dy (and the stored grad) -> dx */
