@@ -62,7 +62,8 @@ typedef struct {
                              values; c, bias, y: bf16) */
     const char *pass;     /* "fwd" or "bwd" */
     const char *accum;    /* format the sums are accumulated in: "fp32", "fp64", "bf16", "fp16",
-                             "storage" (the path's format) or "unknown"; matmul also the
+                             "storage" (the path's format) or "unknown" (the elementwise ops, which
+                             have no sums: the format of their arithmetic); matmul also the
                              matrix-unit models "tensor-core" (bf16/fp16 tensor cores: exact
                              products, block FMAs truncating to fp32), "tf32" (the same after
                              rounding fp32 inputs to tf32), "fp8-promote:N" (fp8 tensor cores,
