@@ -17,6 +17,7 @@
 
 #include "base/tensor_file.h"
 #include "kernels/check/compare_activation.h"
+#include "kernels/check/compare_adamw.h"
 #include "kernels/check/compare_cross_entropy.h"
 #include "kernels/check/compare_layernorm.h"
 #include "kernels/check/compare_matmul.h"
@@ -1476,6 +1477,173 @@ static void residual_agrees_with_check_and_twins_fail(void **state)
     free(a); free(b); free(y);
 }
 
+/* ---- adamw ------------------------------------------------------------------------------- */
+
+enum { ADW_OK, ADW_DROP_TERM, ADW_TRUNCATE, ADW_BF16_STATE, ADW_STOCHASTIC };
+
+typedef struct {
+    int64_t n;
+    double *w, *g, *m, *v;        /* inputs: w the weights (fp32 master on a 16-bit path) */
+    double *p, *mo, *vo, *master; /* outputs */
+} adw_data;
+
+static const kadamw_hparams adw_h = {0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 7, 0};
+
+/* One step as a kernel of weight format f computes it in llm.c's order,
+ * in fp32 (m, v and, with_master, the master in fp32; the weights the new
+ * value rounded to nearest).  Bugs: the last element left untouched; stores truncated (m, v
+ * at bf16 precision); m and v computed and kept in bf16; the weights
+ * rounded stochastically (an ulp up or down at random). */
+static adw_data adw_make(prec_rng *rng, int64_t n, prec_format f, int with_master, int bug)
+{
+    adw_data d = {n, malloc(n * sizeof(double)), malloc(n * sizeof(double)), malloc(n * sizeof(double)),
+                  malloc(n * sizeof(double)), malloc(n * sizeof(double)), malloc(n * sizeof(double)),
+                  malloc(n * sizeof(double)), malloc(n * sizeof(double))};
+    assert_true(d.w && d.g && d.m && d.v && d.p && d.mo && d.vo && d.master);
+    const prec_rounding rz = {PREC_RZ, PREC_OVF_IEEE, false};
+    const prec_format st = bug == ADW_BF16_STATE ? PREC_BF16 : PREC_FP32;
+    const float bc1 = kadamw_bias_correction(adw_h.beta1, adw_h.step), bc2 = kadamw_bias_correction(adw_h.beta2, adw_h.step);
+    for (int64_t i = 0; i < n; i++) {
+        d.w[i] = prec_rne(prec_rng_normal(rng), PREC_FP32);
+        d.g[i] = prec_rne(prec_rng_normal(rng), f);
+        d.m[i] = prec_rne(0.1 * prec_rng_normal(rng), PREC_FP32);
+        double s = prec_rne(0.3 * prec_rng_normal(rng), PREC_FP32);
+        d.v[i] = prec_rne(s * s, PREC_FP32);
+        if (!with_master) d.w[i] = prec_rne(d.w[i], f); /* the step reads the weights themselves */
+        float g = (float)d.g[i];
+        double m1 = prec_rne(fmaf(adw_h.beta1, (float)d.m[i], (1.0f - adw_h.beta1) * g), st);
+        double v1 = prec_rne(fmaf(adw_h.beta2, (float)d.v[i], (1.0f - adw_h.beta2) * (g * g)), st);
+        float mhat = (float)m1 / bc1, vhat = (float)v1 / bc2, den = sqrtf(vhat) + adw_h.eps;
+        float t = adw_h.lr * fmaf(adw_h.weight_decay, (float)d.w[i], mhat / den), hi = (float)d.w[i] - t;
+        d.master[i] = hi;
+        d.mo[i] = bug == ADW_TRUNCATE ? prec_round(m1, PREC_BF16, rz, 0) : m1;
+        d.vo[i] = bug == ADW_TRUNCATE ? prec_round(v1, PREC_BF16, rz, 0) : v1;
+        const prec_format pf = bug == ADW_TRUNCATE && f == PREC_FP32 ? PREC_BF16 : f; /* fp32: truncated to bf16 precision */
+        if (bug == ADW_TRUNCATE) d.p[i] = prec_round(hi, pf, rz, 0);
+        else if (bug == ADW_STOCHASTIC) {
+            double down = prec_round(hi, f, (prec_rounding){PREC_RD, PREC_OVF_IEEE, false}, 0);
+            double up = prec_round(hi, f, (prec_rounding){PREC_RU, PREC_OVF_IEEE, false}, 0);
+            d.p[i] = prec_rng_next(rng) & 1 ? up : down;
+        } else d.p[i] = prec_rne(hi, f);
+    }
+    if (bug == ADW_DROP_TERM) {
+        d.p[n - 1] = prec_rne(d.w[n - 1], f);
+        d.master[n - 1] = d.w[n - 1];
+        d.mo[n - 1] = d.m[n - 1];
+        d.vo[n - 1] = d.v[n - 1];
+    }
+    return d;
+}
+
+static void adw_free(adw_data *d)
+{
+    free(d->w); free(d->g); free(d->m); free(d->v); free(d->p); free(d->mo); free(d->vo); free(d->master);
+}
+
+static ulp_report adw_rep;
+
+static ulp_kernel adw_kernel(const char *path)
+{
+    ulp_kernel k = ULP_KERNEL_DEFAULT;
+    k.path = path;
+    k.accum = "fp32";
+    k.order = "llmc";
+    k.store = "nearest";
+    k.lr = adw_h.lr;
+    k.beta1 = adw_h.beta1;
+    k.beta2 = adw_h.beta2;
+    k.eps = adw_h.eps;
+    k.weight_decay = adw_h.weight_decay;
+    k.step = adw_h.step;
+    return k;
+}
+
+/* master: the kernel keeps an fp32 master (given as input and output, the weights only as output) */
+static int adw_verify(const adw_data *d, const ulp_kernel *k, int master)
+{
+    ulp_tensor in[4] = {ULP_TENSOR(master ? "master" : "p", ULP_F64, d->w, d->n), ULP_TENSOR("g", ULP_F64, d->g, d->n),
+                        ULP_TENSOR("m", ULP_F64, d->m, d->n), ULP_TENSOR("v", ULP_F64, d->v, d->n)};
+    ulp_tensor out[4] = {ULP_TENSOR("p", ULP_F64, d->p, d->n), ULP_TENSOR("m", ULP_F64, d->mo, d->n),
+                         ULP_TENSOR("v", ULP_F64, d->vo, d->n), ULP_TENSOR("master", ULP_F64, d->master, d->n)};
+    char err[512];
+    int rc = ulp_verify("adamw", k, in, 4, out, master ? 4 : 3, &adw_rep, err, sizeof err);
+    if (rc == ULP_BAD_INPUT) fail_msg("bad input: %s", err);
+    return rc;
+}
+
+/* verify, declared as check describes each (path, storage, order), reports
+ * check's rows bit for bit; the correct step passes; each planted bug FAILs;
+ * stochastic rounding declared as nearest is named. */
+static void adamw_agrees_with_check_and_twins_fail(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("adamw_agrees_with_check_and_twins_fail"));
+    static const kpath paths[] = {KPATH_FP32, KPATH_BF16};
+    static const char *const path_names[] = {"fp32", "bf16"}, *const orders[] = {"llmc", "torch"};
+    static const char *const stores[] = {"nearest", "stochastic", "truncate"};
+    int compared = 0;
+    for (int pi = 0; pi < 2; pi++) {
+        const prec_format f = pi ? PREC_BF16 : PREC_FP32;
+        const int master = pi == 1;
+        adw_data d = adw_make(&rng, 1001, f, master, ADW_OK), plain = adw_make(&rng, 1001, f, 0, ADW_OK);
+        for (int storage = 0; storage < KADAMW_NSTORAGE; storage++)
+            for (int variant = 0; variant < KADAMW_NVARIANTS; variant++) {
+                if (storage == KADAMW_SPLIT_MASTER && !master) continue;
+                const adw_data *dd = storage == KADAMW_STOCHASTIC ? &plain : &d; /* no master: the weights are read */
+                kcmp_adamw_kernel ck = kcheck_adamw_kernel(paths[pi], storage, variant, &adw_h);
+                /* the master row where the check has one: a master kernel off the fp32 path, the split master */
+                const int master_row = master && storage != KADAMW_STOCHASTIC;
+                kcmp_adamw_data cd = {dd->n, dd->w, dd->g, dd->m, dd->v, dd->p, dd->mo, dd->vo, master_row ? dd->master : NULL};
+                kcheck_acc rows[KCMP_ADAMW_MAX_ROWS];
+                assert_int_equal(kcmp_adamw(&ck, &cd, "n=1001 step=7", rows), 3 + master_row);
+                ulp_kernel k = adw_kernel(path_names[pi]);
+                k.order = orders[variant];
+                k.store = stores[storage];
+                adw_verify(dd, &k, master_row);
+                assert_int_equal(adw_rep.n_rows, 3 + master_row);
+                for (int r = 0; r < 3 + master_row; r++) {
+                    char what[64];
+                    snprintf(what, sizeof what, "%s storage %d variant %d", path_names[pi], storage, variant);
+                    assert_rows_equal(&rows[r].row, &adw_rep.rows[r], what);
+                    compared++;
+                }
+            }
+        ulp_kernel k = adw_kernel(path_names[pi]);
+        if (adw_verify(&d, &k, master) != ULP_PASS) {
+            ulp_report_print(stdout, &adw_rep);
+            fail_msg("the correct step failed on %s", path_names[pi]);
+        }
+        adw_free(&d);
+        adw_free(&plain);
+        for (int bug = ADW_DROP_TERM; bug <= ADW_STOCHASTIC; bug++) {
+            if (bug == ADW_STOCHASTIC && f == PREC_FP32) continue; /* the fp32 new weight has no bits to round away */
+            const int with_master = master && bug != ADW_STOCHASTIC; /* stochastic rounding: no master */
+            adw_data b = adw_make(&rng, 1001, f, with_master, bug);
+            if (adw_verify(&b, &k, with_master) != ULP_FAIL) {
+                ulp_report_print(stdout, &adw_rep);
+                fail_msg("planted bug %d passed on %s", bug, path_names[pi]);
+            }
+            if (bug == ADW_STOCHASTIC && !strstr(adw_rep.diagnosis, "stochastically")) fail_msg("diagnosis: %s", adw_rep.diagnosis);
+            if (bug == ADW_STOCHASTIC) {
+                ulp_kernel sr = k;
+                sr.store = "stochastic";
+                assert_int_equal(adw_verify(&b, &sr, with_master), ULP_PASS);
+            }
+            adw_free(&b);
+        }
+        /* unknown order and store: tightest, then the loosest */
+        adw_data u = adw_make(&rng, 300, f, master, ADW_OK);
+        k.order = k.store = "unknown";
+        assert_int_equal(adw_verify(&u, &k, master), ULP_PASS);
+        assert_int_equal(adw_rep.unknown, 1);
+        assert_non_null(strstr(adw_rep.rows[0].assumption, "--order llmc --store nearest"));
+        assert_non_null(strstr(adw_rep.rows[adw_rep.n_rows / 2].assumption, "--order any --store stochastic"));
+        adw_free(&u);
+    }
+    assert_int_equal(compared, 2 * (3 + 3) + 2 * (4 + 3 + 4)); /* fp32: nearest, stochastic; bf16: master, sr, split */
+}
+
 /* ---- the command line ------------------------------------------------------------------------ */
 
 static void write_case(const char *name, tfile_dtype t, int ndim, const int64_t *shape, const double *v)
@@ -1647,7 +1815,7 @@ static void cli_refuses_bad_input(void **state)
         {"rmsnorm --path e4m3 --inputs D/a.npy --outputs D/a.npy", "unknown path 'e4m3'"},
         {"rmsnorm --inputs D/a.npy --outputs D/a.npy", "--path is required"},
         {"rmsnorm --path bf16 --inputs D/a.npy", "--outputs is required"},
-        {"conv2d --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'conv2d' (ops: cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, matmul, relu2, residual, rmsnorm, softmax"},
+        {"conv2d --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'conv2d' (ops: adamw, cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, matmul, relu2, residual, rmsnorm, softmax"},
         {"rmsnorm --path bf16 --path bf16 --inputs D/a.npy --outputs D/a.npy", "given twice"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy --outputs dx=D/a.npy", "missing input tensor 'dy'"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy,D/a3.npy,D/a.npy --outputs D/a.npy,D/a4.npy", "dgain has 4"},
@@ -1718,6 +1886,20 @@ static void cli_refuses_bad_input(void **state)
         {"residual --path fp32 --pass bwd --inputs D/a.npy,D/a.npy --outputs D/a.npy", "residual has no bwd pass"},
         {"residual --path fp32 --math-ulps 3 --inputs D/a.npy,D/a.npy --outputs D/a.npy", "calls no math function"},
         {"residual --path fp32 --inputs D/a.npy,D/a.npy --outputs D/a.npy,D/a.npy", "more files than"},
+        /* adamw: p, g, m, v, master */
+        {"adamw --path fp32 --lr 0.5 --step 1 --inputs D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "missing input tensor 'v'"},
+        {"adamw --path fp32 --lr 0.5 --step 1 --inputs D/a.npy,D/a3.npy,D/a.npy,D/a.npy --outputs D/a.npy", "p's shape differs from g's"},
+        {"adamw --path fp32 --lr 0.5 --step 1 --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy,D/a4.npy", "m's shape differs from g's"},
+        {"adamw --path fp32 --lr 0.5 --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "needs --step"},
+        {"adamw --path fp32 --step 3 --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "needs --lr"},
+        {"adamw --path fp32 --lr 0.1 --step 3 --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "lr 0.1"},
+        {"adamw --path fp32 --lr 0.5 --step 3 --beta1 1 --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "below 1"},
+        {"adamw --path fp32 --lr 0.5 --step 0 --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "--step: '0'"},
+        {"adamw --path fp32 --lr 0.5 --step 3 --order adam --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "unknown order"},
+        {"adamw --path fp32 --lr 0.5 --step 3 --store round --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "unknown store"},
+        {"adamw --path fp32 --lr 0.5 --step 3 --inputs g=D/a.npy,m=D/a.npy,v=D/a.npy --outputs D/a.npy", "the weights the step read"},
+        {"adamw --path fp32 --lr 0.5 --step 3 --pass bwd --inputs D/a.npy --outputs D/a.npy", "adamw has no bwd pass"},
+        {"rmsnorm --path bf16 --lr 0.5 --inputs D/a.npy --outputs D/a.npy", "adamw's; rmsnorm has none"},
     };
     DIR *before = opendir(dir);
     int entries_before = 0;
@@ -1766,6 +1948,7 @@ int main(void)
         cmocka_unit_test(activations_planted_bugs_fail),
         cmocka_unit_test(activations_store_grad_and_unknown),
         cmocka_unit_test(residual_agrees_with_check_and_twins_fail),
+        cmocka_unit_test(adamw_agrees_with_check_and_twins_fail),
         cmocka_unit_test(cli_verifies_files),
         cmocka_unit_test(cli_verifies_matmul_files),
         cmocka_unit_test(cli_verifies_activation_files),

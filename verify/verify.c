@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/check/compare_activation.h"
+#include "kernels/check/compare_adamw.h"
 #include "kernels/check/compare_cross_entropy.h"
 #include "kernels/check/compare_layernorm.h"
 #include "kernels/check/compare_matmul.h"
@@ -59,7 +60,7 @@ typedef struct {
 typedef enum {
     OP_MATMUL, OP_LAYERNORM, OP_RMSNORM, OP_SOFTMAX, OP_CROSS_ENTROPY,
     OP_GELU_TANH, OP_GELU_ERF, OP_RELU2, OP_LEAKY_RELU2, /* the activations, in kcmp_act_op's order */
-    OP_RESIDUAL
+    OP_RESIDUAL, OP_ADAMW
 } op_id;
 
 static int is_activation(op_id op) { return op >= OP_GELU_TANH && op <= OP_LEAKY_RELU2; }
@@ -141,6 +142,16 @@ static const vop ops[] = {
      {{"a (any shape), b (as a)", "y (as a)", {{"a", 0, T_STORAGE}, {"b", 0, T_STORAGE}}, {{"y", 0, T_STORAGE}}},
       {NULL, NULL, {{0}}, {{0}}}},
      "the backward of an add is the identity on both inputs: there is no kernel to verify"},
+    {"adamw", OP_ADAMW,
+     "one AdamW step, elementwise (--lr --beta1 --beta2 --eps --weight-decay --step; --order llmc or torch; --store "
+     "nearest, stochastic or truncate; --accum: the update's arithmetic and m, v)",
+     {{"p (the weights the step read; optional with master), g (as p), m, v (fp32, as p), master (the fp32 master the "
+       "step read, optional)",
+       "p (the new weights), m, v (fp32, optional), master (the new fp32 master, optional)",
+       {{"p", 1, T_STORAGE}, {"g", 0, T_STORAGE}, {"m", 0, T_FP32}, {"v", 0, T_FP32}, {"master", 1, T_FP32}},
+       {{"p", 0, T_STORAGE}, {"m", 1, T_FP32}, {"v", 1, T_FP32}, {"master", 1, T_FP32}}},
+      {NULL, NULL, {{0}}, {{0}}}},
+     "an optimizer step has no backward: verify the step (--pass fwd)"},
 #undef ACT_FWD
 #undef ACT_BWD
 #undef RELU2_FWD
@@ -150,7 +161,8 @@ static const int n_ops = (int)(sizeof ops / sizeof ops[0]);
 
 const char *ulp_op_names(void)
 {
-    return "cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, matmul, relu2, residual, rmsnorm, softmax";
+    return "adamw, cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, matmul, relu2, residual, rmsnorm, "
+           "softmax";
 }
 
 void ulp_op_help(FILE *fp)
@@ -256,6 +268,9 @@ typedef struct {
     prec_format storage; /* every tensor's but the fp32 ones' and the fp8 path's operands */
     int fp8;             /* path fp8: a and b are dequantised fp8 operands */
     const char *path, *accum, *reduce, *col_reduce, *upcast, *epilogue, *layout, *variance, *exp_form, *function;
+    const char *order, *store; /* adamw */
+    double lr, beta1, beta2, weight_decay;
+    int64_t step;
     double math_ulps, eps, alpha, beta;
     int gelu, split_k, online;
     double dloss;
@@ -370,7 +385,37 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
     if (k->online != 0 && k->online != 1) return bad(err, errlen, "online is %d (0 or 1)", k->online);
     /* the other ops' options: refused rather than silently ignored */
     static const char *const op_names[] = {"matmul", "layernorm", "rmsnorm", "softmax", "cross_entropy",
-                                           "gelu_tanh", "gelu_erf", "relu2", "leaky_relu2", "residual"};
+                                           "gelu_tanh", "gelu_erf", "relu2", "leaky_relu2", "residual", "adamw"};
+    d->order = k->order ? k->order : "unknown";
+    d->store = k->store ? k->store : "unknown";
+    static const char *const orders[] = {"llmc", "torch", "any", "unknown", NULL};
+    static const char *const stores[] = {"nearest", "stochastic", "truncate", "unknown", NULL};
+    if (!is_one_of(d->order, orders)) return bad(err, errlen, "unknown order '%s' (llmc, torch, any, unknown)", d->order);
+    if (!is_one_of(d->store, stores))
+        return bad(err, errlen, "unknown store '%s' (nearest, stochastic, truncate, unknown)", d->store);
+    if (op != OP_ADAMW && (k->lr != 0 || k->beta1 != 0 || k->beta2 != 0 || k->weight_decay != 0 || k->step != 0 ||
+                           strcmp(d->order, "unknown") != 0 || strcmp(d->store, "unknown") != 0))
+        return bad(err, errlen, "lr, beta1, beta2, weight-decay, step, order and store are adamw's; %s has none of them",
+                   op_names[op]);
+    if (op == OP_ADAMW) {
+        const struct {
+            const char *name;
+            double v;
+        } hp[] = {{"lr", k->lr}, {"beta1", k->beta1}, {"beta2", k->beta2}, {"eps", k->eps}, {"weight-decay", k->weight_decay}};
+        for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++)
+            if (!isfinite(hp[i].v) || hp[i].v < 0 || prec_rne(hp[i].v, PREC_FP32) != hp[i].v)
+                return bad(err, errlen, "%s %.17g is not a non-negative fp32 value (kernels take it as a float: give that "
+                                        "float's value)", hp[i].name, hp[i].v);
+        if (k->beta1 >= 1 || k->beta2 >= 1) return bad(err, errlen, "beta1 and beta2 must be below 1");
+        if (k->step < 1 || k->step > (1ll << 40))
+            return bad(err, errlen, "adamw needs --step t >= 1 (the bias corrections 1 - beta^t), not %lld", (long long)k->step);
+        if (k->lr == 0) return bad(err, errlen, "adamw needs --lr (the learning rate the step took)");
+        d->lr = k->lr;
+        d->beta1 = k->beta1;
+        d->beta2 = k->beta2;
+        d->weight_decay = k->weight_decay;
+        d->step = k->step;
+    }
     d->function = k->function ? k->function : "unknown";
     static const char *const tanh_forms[] = {"tanh", "tanh-approx", "sigmoid", "any", "unknown", NULL};
     static const char *const erf_forms[] = {"erf", "normcdf", "any", "unknown", NULL};
@@ -380,10 +425,10 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
         return bad(err, errlen, "unknown function '%s' for gelu_erf (erf, normcdf, any, unknown)", d->function);
     if (!is_gelu(op) && strcmp(d->function, "unknown") != 0)
         return bad(err, errlen, "function is the GELUs' (gelu_tanh, gelu_erf); %s has none", op_names[op]);
-    if (is_elementwise(op) && (strcmp(d->reduce, "unknown") != 0 || strcmp(d->col_reduce, "unknown") != 0))
+    if ((is_elementwise(op) || op == OP_ADAMW) && (strcmp(d->reduce, "unknown") != 0 || strcmp(d->col_reduce, "unknown") != 0))
         return bad(err, errlen, "reduce and col-reduce are the orders of sums; %s is elementwise and has none (--accum is "
                                 "the format of its arithmetic)", op_names[op]);
-    if (is_elementwise(op) && !is_gelu(op) && d->math_ulps != 2.0)
+    if ((is_elementwise(op) || op == OP_ADAMW) && !is_gelu(op) && d->math_ulps != 2.0)
         return bad(err, errlen, "%s calls no math function; --math-ulps does not apply", op_names[op]);
     if (op != OP_CROSS_ENTROPY && (d->dloss != 0 || d->online))
         return bad(err, errlen, "dloss and online are cross_entropy's; %s has neither", op_names[op]);
@@ -424,6 +469,7 @@ static int is_unknown(const decl *d, op_id op, int bwd, int has_bias, int has_st
 {
     if (strcmp(d->accum, "unknown") == 0) return 1;
     if (is_elementwise(op)) return is_gelu(op) && strcmp(d->function, "unknown") == 0;
+    if (op == OP_ADAMW) return strcmp(d->order, "unknown") == 0 || strcmp(d->store, "unknown") == 0;
     if (op == OP_MATMUL)
         return (!accum_is_model(d) && strcmp(d->reduce, "unknown") == 0) ||
                ((has_bias || d->gelu) && strcmp(d->epilogue, "unknown") == 0);
@@ -449,6 +495,8 @@ static decl resolve(const decl *d, op_id op, int tightest)
     if (op == OP_MATMUL && strcmp(r.epilogue, "unknown") == 0) r.epilogue = tightest ? "single" : "cublaslt";
     /* a GELU's forms: none is the loosest everywhere (erff's 1 + erf cancels for x < 0, normcdff does not),
      * so the loosest is the largest of their bounds element by element */
+    if (op == OP_ADAMW && strcmp(r.order, "unknown") == 0) r.order = tightest ? "llmc" : "any";
+    if (op == OP_ADAMW && strcmp(r.store, "unknown") == 0) r.store = tightest ? "nearest" : "stochastic";
     if (is_gelu(op) && strcmp(r.function, "unknown") == 0) r.function = !tightest ? "any" : op == OP_GELU_TANH ? "tanh" : "erf";
     return r;
 }
@@ -468,6 +516,8 @@ static void describe(const decl *d, op_id op, int bwd, int has_bias, char *out, 
     if (is_gelu(op)) {
         APPEND(" --function %s", d->function);
         if (d->math_ulps != 2.0) APPEND(" --math-ulps %g", d->math_ulps);
+    } else if (op == OP_ADAMW) {
+        APPEND(" --order %s --store %s", d->order, d->store);
     } else if (is_elementwise(op)) {
         /* the arithmetic's format alone */
     } else if (op == OP_SOFTMAX) {
@@ -535,6 +585,24 @@ static kcmp_act_kernel activation_kernel(const decl *d, op_id op)
     else parse_format(d->accum, &k.arith);
     k.act = k.grad = d->storage;
     k.x_scale = k.y_scale = k.g_scale = k.dy_scale = k.dx_scale = 1.0;
+    return k;
+}
+
+static kcmp_adamw_kernel adamw_kernel(const decl *d)
+{
+    kcmp_adamw_kernel k = {0};
+    k.storage = k.arith = d->storage;
+    if (strcmp(d->accum, "storage") != 0) parse_format(d->accum, &k.arith);
+    k.order = strcmp(d->order, "llmc") == 0 ? KCMP_ADAMW_LLMC : strcmp(d->order, "torch") == 0 ? KCMP_ADAMW_TORCH : KCMP_ADAMW_ANY;
+    k.store = strcmp(d->store, "stochastic") == 0 ? KCMP_ADAMW_STOCHASTIC
+              : strcmp(d->store, "truncate") == 0 ? KCMP_ADAMW_TRUNCATE
+                                                  : KCMP_ADAMW_NEAREST;
+    k.lr = d->lr;
+    k.beta1 = d->beta1;
+    k.beta2 = d->beta2;
+    k.eps = d->eps;
+    k.weight_decay = d->weight_decay;
+    k.step = d->step;
     return k;
 }
 
@@ -899,6 +967,8 @@ static int cross_entropy_shapes(const decl *d, problem *pb, char *err, size_t er
 static int op_rows(const decl *d, const problem *pb, ulp_report *rep, int *vacuous)
 {
     kcheck_acc rows[KCMP_LAYERNORM_MAX_ROWS]; /* the most of any op */
+    _Static_assert(KCMP_ADAMW_MAX_ROWS <= KCMP_LAYERNORM_MAX_ROWS && KCMP_ACT_MAX_ROWS <= KCMP_LAYERNORM_MAX_ROWS,
+                   "rows[] holds every op's rows");
     int n;
     const bound_tensor *in = pb->in, *out = pb->out;
     const int bwd = pb->bwd;
@@ -911,6 +981,12 @@ static int op_rows(const decl *d, const problem *pb, ulp_report *rep, int *vacuo
         kcmp_ce_kernel k = cross_entropy_kernel(d, pb->C);
         kcmp_ce_data data = {pb->N, pb->C, in[0].v, pb->targets, out[0].v, out[1].v};
         n = kcmp_cross_entropy(&k, &data, pb->shape, rows);
+    } else if (pb->op == OP_ADAMW) {
+        kcmp_adamw_kernel k = adamw_kernel(d);
+        /* the update starts from the fp32 master where the kernel keeps one */
+        kcmp_adamw_data data = {pb->N * pb->C, in[4].v ? in[4].v : in[0].v, in[1].v, in[2].v, in[3].v,
+                                out[0].v, out[1].v, out[2].v, out[3].v};
+        n = kcmp_adamw(&k, &data, pb->shape, rows);
     } else if (pb->op == OP_RESIDUAL) {
         kcmp_residual_kernel k = residual_kernel(d);
         kcmp_residual_data data = {pb->N * pb->C, in[0].v, in[1].v, out[0].v};
@@ -991,6 +1067,22 @@ static int looser_declarations(const decl *d, const problem *pb, attempt *a)
             a[n++].meaning = "the kernel likely rounds alpha A B + beta C to the output format before the bias or GELU";
         }
     }
+    if (pb->op == OP_ADAMW) {
+        if (strcmp(d->order, "any") != 0) {
+            a[n].d = *d;
+            a[n].d.order = "any";
+            a[n++].meaning = "the kernel likely updates in the other order (llm.c's or torch.optim.AdamW's)";
+        }
+        if (strcmp(d->store, "nearest") == 0) {
+            a[n].d = *d;
+            a[n].d.store = "stochastic";
+            a[n++].meaning = "the kernel likely rounds the new weights stochastically or truncates them";
+        }
+        a[n].d = *d;
+        a[n].d.accum = "storage";
+        a[n++].meaning = NULL;
+        return n;
+    }
     if (is_elementwise(pb->op)) {
         /* no sums: the arithmetic's format and the GELU's function are all there is to loosen */
         if (pb->op == OP_GELU_TANH && strcmp(d->function, "tanh-approx") != 0 && strcmp(d->function, "any") != 0) {
@@ -1051,7 +1143,8 @@ static int same_decl(const decl *a, const decl *b)
     return strcmp(a->accum, b->accum) == 0 && strcmp(a->reduce, b->reduce) == 0 &&
            strcmp(a->col_reduce, b->col_reduce) == 0 && strcmp(a->upcast, b->upcast) == 0 &&
            strcmp(a->epilogue, b->epilogue) == 0 && strcmp(a->variance, b->variance) == 0 &&
-           strcmp(a->exp_form, b->exp_form) == 0 && strcmp(a->function, b->function) == 0;
+           strcmp(a->exp_form, b->exp_form) == 0 && strcmp(a->function, b->function) == 0 &&
+           strcmp(a->order, b->order) == 0 && strcmp(a->store, b->store) == 0;
 }
 
 int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *inputs, int n_inputs,
@@ -1091,6 +1184,14 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
     if (!rc) rc = bind(op->pass[bwd].outputs, outputs, n_outputs, "output", &d, 1, out, err, errlen);
     if (!rc && op->id == OP_MATMUL) rc = matmul_shapes(&d, &pb, err, errlen);
     if (!rc && op->id == OP_CROSS_ENTROPY) rc = cross_entropy_shapes(&d, &pb, err, errlen);
+    if (!rc && op->id == OP_ADAMW) {
+        if (!in[0].t && !in[4].t)
+            rc = bad(err, errlen, "the weights the step read are missing: give p, or master where the kernel keeps one");
+        /* every tensor shaped as g */
+        bound_tensor by_g[VMAX_TENSORS] = {in[1], in[0], in[2], in[3], in[4]};
+        if (!rc) rc = same_shapes(by_g, out, &pb.N, &pb.C, err, errlen);
+        snprintf(pb.shape, sizeof pb.shape, "n=%lld step=%lld", (long long)(pb.N * pb.C), (long long)d.step);
+    }
     if (!rc && is_elementwise(op->id)) {
         rc = same_shapes(in, out, &pb.N, &pb.C, err, errlen);
         snprintf(pb.shape, sizeof pb.shape, "n=%lld", (long long)(pb.N * pb.C));
@@ -1152,6 +1253,7 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
                      op->id == OP_MATMUL      ? "matrix-unit models, storage accumulation, sequential reduction, cuBLASLt's epilogue"
                      : is_gelu(op->id)        ? "arithmetic in the storage format, tanh.approx, any GELU formula"
                      : is_elementwise(op->id) ? "arithmetic in the storage format"
+                     : op->id == OP_ADAMW     ? "either update order, stochastic or truncating stores, arithmetic in the storage format"
                      : op->id == OP_LAYERNORM ? "storage accumulation, sequential reduction, one-pass variance"
                      : op->id == OP_SOFTMAX   ? "storage accumulation, sequential reduction, a fast exponential"
                      : op->id == OP_CROSS_ENTROPY ? "storage accumulation, sequential reduction"
@@ -1172,7 +1274,7 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
                 } else {
                     const char *acc_name = strcmp(t->accum, "storage") == 0 ? prec_format_get(d.storage)->name : t->accum;
                     snprintf(rep->diagnosis, sizeof rep->diagnosis, "the outputs fit %s: the kernel likely %s in %s%s%s%s",
-                             dt, is_elementwise(op->id) ? "computes" : "accumulates", acc_name,
+                             dt, is_elementwise(op->id) || op->id == OP_ADAMW ? "computes" : "accumulates", acc_name,
                              strcmp(t->reduce, d.reduce) ? ", sequentially" : "",
                              strcmp(t->upcast, d.upcast) ? ", without upcast" : "",
                              strcmp(t->function, d.function) ? ", by another GELU formula than declared" : "");

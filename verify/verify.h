@@ -110,11 +110,24 @@ typedef struct {
                              largest of their bounds per element) or "unknown".  math_ulps is the error of
                              tanhf, erff and expf.  The activations' accum is the format of their
                              arithmetic (they have no sums) */
+    /* adamw: the step's hyperparameters as the kernel took them (fp32 values; eps above is
+       adam's epsilon, step t >= 1 drives the bias corrections 1 - beta^t, which kernels compute
+       in double and round to fp32 once); accum is the format of the update's arithmetic and of
+       m, v and the master */
+    double lr, beta1, beta2, weight_decay;
+    int64_t step;
+    const char *order;    /* adamw: "llmc" (m = b1 m + (1-b1) g, ..., p -= lr (mhat / (sqrt(vhat) + eps)
+                             + wd p)), "torch" (p *= 1 - lr wd, m += (1-b1)(g - m), ..., p -= (lr/bc1) m
+                             / (sqrt(v)/sqrt(bc2) + eps)), "any" (the larger bound) or "unknown" */
+    const char *store;    /* adamw: how the new weights are stored: "nearest", "stochastic" (any
+                             point below one ulp), "truncate" (a split master's high half) or
+                             "unknown" */
 } ulp_kernel;
 
 #define ULP_KERNEL_DEFAULT                                                                            \
     ((ulp_kernel){"fp32", "fwd", "unknown", "unknown", "unknown", "unknown", 2.0, (double)1e-5f, "unknown", \
-                  "AB", 1.0, 0.0, 0, 1, "unknown", "unknown", 0.0, 0, "unknown"})
+                  "AB", 1.0, 0.0, 0, 1, "unknown", "unknown", 0.0, 0, "unknown", 0.0, 0.0, 0.0, 0.0, 0,   \
+                  "unknown", "unknown"})
 
 typedef struct {
     char output[16];        /* "y", "dx", ... */

@@ -106,6 +106,16 @@ done:
     return rc;
 }
 
+kcmp_adamw_kernel kcheck_adamw_kernel(kpath path, int storage, int variant, const kadamw_hparams *h)
+{
+    kcmp_adamw_kernel k = {kcheck_path_format(path), F32, variant == KADAMW_LLMC ? KCMP_ADAMW_LLMC : KCMP_ADAMW_TORCH,
+                           storage == KADAMW_STOCHASTIC ? KCMP_ADAMW_STOCHASTIC
+                           : storage == KADAMW_SPLIT_MASTER ? KCMP_ADAMW_TRUNCATE
+                                                            : KCMP_ADAMW_NEAREST,
+                           h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->step};
+    return k;
+}
+
 static int check_shape(kcheck_ctx *ctx, kpath path, kadamw_storage storage, int variant, const aw_shape *s)
 {
     const prec_format f = kcheck_path_format(path);
@@ -152,12 +162,7 @@ static int check_shape(kcheck_ctx *ctx, kpath path, kadamw_storage storage, int 
         free_aw(&b);
         return -1;
     }
-    /* what the kernel of (path, storage, variant) does, as compare_adamw.h describes it */
-    kcmp_adamw_kernel k = {f, F32, variant == KADAMW_LLMC ? KCMP_ADAMW_LLMC : KCMP_ADAMW_TORCH,
-                           storage == KADAMW_STOCHASTIC ? KCMP_ADAMW_STOCHASTIC
-                           : storage == KADAMW_SPLIT_MASTER ? KCMP_ADAMW_TRUNCATE
-                                                            : KCMP_ADAMW_NEAREST,
-                           h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.step};
+    const kcmp_adamw_kernel k = kcheck_adamw_kernel(path, storage, variant, &h);
     /* the split master: rebuilt from the bf16 weights and the low halves */
     if (storage == KADAMW_SPLIT_MASTER)
         for (int64_t i = 0; i < n; i++) b.master[i] = join_master(b.p[i], b.low[i]);

@@ -15,6 +15,7 @@
 #ifndef ULPSCOPE_KERNELS_CHECK_COMPARE_ADAMW_H
 #define ULPSCOPE_KERNELS_CHECK_COMPARE_ADAMW_H
 
+#include "kernels/adamw.h"
 #include "kernels/check/check.h"
 
 #ifdef __cplusplus
@@ -57,6 +58,11 @@ typedef struct {
  * returns how many, or -1 when out of memory. */
 int kcmp_adamw(const kcmp_adamw_kernel *k, const kcmp_adamw_data *d, const char *shape,
                kcheck_acc rows[KCMP_ADAMW_MAX_ROWS]);
+
+/* How `ulpscope check` describes its own kernel of (path, storage
+ * (kadamw_storage), variant) under hyperparameters h (check_adamw.c: links
+ * the kernels). */
+kcmp_adamw_kernel kcheck_adamw_kernel(kpath path, int storage, int variant, const kadamw_hparams *h);
 
 #ifdef __cplusplus
 }
