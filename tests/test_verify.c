@@ -20,6 +20,7 @@
 #include "kernels/check/compare_adamw.h"
 #include "kernels/check/compare_cross_entropy.h"
 #include "kernels/check/compare_layernorm.h"
+#include "kernels/check/compare_logsumexp.h"
 #include "kernels/check/compare_matmul.h"
 #include "kernels/check/compare_residual.h"
 #include "kernels/check/compare_rmsnorm.h"
@@ -1644,6 +1645,118 @@ static void adamw_agrees_with_check_and_twins_fail(void **state)
     assert_int_equal(compared, 2 * (3 + 3) + 2 * (4 + 3 + 4)); /* fp32: nearest, stochastic; bf16: master, sr, split */
 }
 
+/* ---- logsumexp --------------------------------------------------------------------------- */
+
+enum { LSE_OK, LSE_DROP_TERM, LSE_TRUNCATE, LSE_BF16_ACC };
+
+/* log-sum-exp as a one-thread-per-row kernel computes it in fp32: the row
+ * maximum, s = sum expf(x - max) sequentially, lse = max + logf(s); dx =
+ * dlse expf(x - lse) from its own lse, stored in f.  Bugs: the largest term
+ * dropped (lse and, through it, dx), dx truncated, s accumulated in bf16. */
+static void emulate_logsumexp(int64_t N, int64_t C, const double *x, const double *dlse, prec_format f, int bug,
+                              double *lse, double *dx)
+{
+    const prec_rounding rz = {PREC_RZ, PREC_OVF_IEEE, false};
+    for (int64_t n = 0; n < N; n++) {
+        const double *xr = x + n * C;
+        float m = (float)xr[0], s = 0;
+        int64_t argmax = 0;
+        for (int64_t c = 1; c < C; c++)
+            if ((float)xr[c] > m) {
+                m = (float)xr[c];
+                argmax = c;
+            }
+        for (int64_t c = 0; c < C; c++) {
+            if (bug == LSE_DROP_TERM && c == argmax) continue;
+            s += expf((float)xr[c] - m);
+            if (bug == LSE_BF16_ACC) s = (float)prec_rne(s, PREC_BF16);
+        }
+        float l = m + logf(s);
+        lse[n] = l;
+        for (int64_t c = 0; c < C; c++) {
+            float v = (float)dlse[n] * expf((float)xr[c] - l);
+            dx[n * C + c] = bug == LSE_TRUNCATE ? prec_round(v, f == PREC_FP32 ? PREC_BF16 : f, rz, 0) : prec_rne(v, f);
+        }
+    }
+}
+
+static ulp_report lse_rep;
+
+static int lse_verify(int64_t N, int64_t C, const double *x, const double *lse, const double *dlse, const double *dx,
+                      const ulp_kernel *k)
+{
+    const int bwd = strcmp(k->pass, "bwd") == 0;
+    ulp_tensor in[3] = {ULP_TENSOR("x", ULP_F64, x, N, C), ULP_TENSOR("lse", ULP_F64, lse, N),
+                        ULP_TENSOR("dlse", ULP_F64, dlse, N)};
+    ulp_tensor out[1] = {bwd ? ULP_TENSOR("dx", ULP_F64, dx, N, C) : ULP_TENSOR("lse", ULP_F64, lse, N)};
+    char err[512];
+    int rc = ulp_verify("logsumexp", k, in, bwd ? 3 : 1, out, 1, &lse_rep, err, sizeof err);
+    if (rc == ULP_BAD_INPUT) fail_msg("bad input: %s", err);
+    return rc;
+}
+
+/* verify, declared as check describes each variant, reports check's rows
+ * bit for bit; the correct kernel passes, each planted bug FAILs. */
+static void logsumexp_agrees_with_check_and_twins_fail(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("logsumexp_agrees_with_check_and_twins_fail"));
+    const prec_format formats[] = {PREC_FP32, PREC_BF16, PREC_FP16};
+    const char *paths[] = {"fp32", "bf16", "fp16"}, *forms[] = {"exp", "exp2", "fast"};
+    static const int64_t Cs[] = {7, 64, 1001};
+    for (int fi = 0; fi < 3; fi++)
+        for (size_t ci = 0; ci < 3; ci++)
+            for (int bug = LSE_OK; bug <= LSE_BF16_ACC; bug++) {
+                if (bug == LSE_BF16_ACC && Cs[ci] < 32) continue; /* a few terms: bf16 sums may be exact */
+                const int64_t N = 6, C = Cs[ci];
+                double *x = malloc(N * C * sizeof(double)), *dx = malloc(N * C * sizeof(double));
+                double *lse = malloc(N * sizeof(double)), *dlse = malloc(N * sizeof(double));
+                assert_true(x && dx && lse && dlse);
+                for (int64_t i = 0; i < N * C; i++) x[i] = prec_rne(3 * prec_rng_normal(&rng), formats[fi]);
+                for (int64_t i = 0; i < N; i++) dlse[i] = prec_rne(prec_rng_normal(&rng), PREC_FP32);
+                emulate_logsumexp(N, C, x, dlse, formats[fi], bug, lse, dx);
+                ulp_kernel k = ULP_KERNEL_DEFAULT;
+                k.path = paths[fi];
+                k.accum = "fp32";
+                char shape[96];
+                snprintf(shape, sizeof shape, "N=%lld C=%lld", (long long)N, (long long)C);
+                if (bug == LSE_OK)
+                    for (int v = 0; v < 3; v++) {
+                        kcmp_lse_kernel ck = kcheck_logsumexp_kernel(formats[fi], v, C);
+                        kcmp_lse_data cd = {N, C, x, lse, dlse, dx, 1};
+                        kcheck_acc rows[KCMP_LSE_MAX_ROWS];
+                        assert_int_equal(kcmp_logsumexp(&ck, &cd, shape, rows), 2);
+                        char reduce[32];
+                        snprintf(reduce, sizeof reduce, "depth:%lld", (long long)ck.depth);
+                        k.reduce = reduce;
+                        k.exp_form = forms[v];
+                        for (int pass = 0; pass < 2; pass++) {
+                            k.pass = pass ? "bwd" : "fwd";
+                            lse_verify(N, C, x, lse, dlse, dx, &k);
+                            assert_int_equal(lse_rep.n_rows, 1);
+                            assert_int_equal(lse_rep.unknown, 0);
+                            assert_rows_equal(&rows[pass].row, &lse_rep.rows[0], paths[fi]);
+                        }
+                    }
+                k.reduce = "sequential";
+                k.exp_form = "exp";
+                int fails = 0;
+                for (int pass = 0; pass < 2; pass++) {
+                    k.pass = pass ? "bwd" : "fwd";
+                    int rc = lse_verify(N, C, x, lse, dlse, dx, &k);
+                    if ((bug == LSE_OK && rc != ULP_PASS) || (bug == LSE_TRUNCATE && pass == 1 && rc != ULP_FAIL) ||
+                        (bug != LSE_OK && bug != LSE_TRUNCATE && pass == 0 && rc != ULP_FAIL)) {
+                        ulp_report_print(stdout, &lse_rep);
+                        fail_msg("%s C=%lld bug %d %s: %s", k.path, (long long)C, bug, k.pass, rc == ULP_PASS ? "passed" : "failed");
+                    }
+                    fails += rc == ULP_FAIL;
+                }
+                if (bug != LSE_OK && !fails) fail_msg("planted bug %d passed", bug);
+                free(x); free(dx); free(lse); free(dlse);
+            }
+}
+
 /* ---- the command line ------------------------------------------------------------------------ */
 
 static void write_case(const char *name, tfile_dtype t, int ndim, const int64_t *shape, const double *v)
@@ -1815,7 +1928,7 @@ static void cli_refuses_bad_input(void **state)
         {"rmsnorm --path e4m3 --inputs D/a.npy --outputs D/a.npy", "unknown path 'e4m3'"},
         {"rmsnorm --inputs D/a.npy --outputs D/a.npy", "--path is required"},
         {"rmsnorm --path bf16 --inputs D/a.npy", "--outputs is required"},
-        {"conv2d --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'conv2d' (ops: adamw, cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, matmul, relu2, residual, rmsnorm, softmax"},
+        {"conv2d --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'conv2d' (ops: adamw, cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, logsumexp, matmul, relu2, residual, rmsnorm, softmax"},
         {"rmsnorm --path bf16 --path bf16 --inputs D/a.npy --outputs D/a.npy", "given twice"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy --outputs dx=D/a.npy", "missing input tensor 'dy'"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy,D/a3.npy,D/a.npy --outputs D/a.npy,D/a4.npy", "dgain has 4"},
@@ -1900,6 +2013,14 @@ static void cli_refuses_bad_input(void **state)
         {"adamw --path fp32 --lr 0.5 --step 3 --inputs g=D/a.npy,m=D/a.npy,v=D/a.npy --outputs D/a.npy", "the weights the step read"},
         {"adamw --path fp32 --lr 0.5 --step 3 --pass bwd --inputs D/a.npy --outputs D/a.npy", "adamw has no bwd pass"},
         {"rmsnorm --path bf16 --lr 0.5 --inputs D/a.npy --outputs D/a.npy", "adamw's; rmsnorm has none"},
+        /* logsumexp: x a (2, 3); lse, dlse one per row */
+        {"logsumexp --path fp32 --inputs D/a.npy --outputs D/a3.npy", "lse has 3 elements, x has N = 2 rows"},
+        {"logsumexp --path fp32 --pass bwd --inputs D/a.npy,D/t1.npy --outputs D/a.npy", "missing input tensor 'dlse'"},
+        {"logsumexp --path fp32 --pass bwd --inputs D/a.npy,D/t1.npy,D/a3.npy --outputs D/a.npy", "dlse has 3 elements"},
+        {"logsumexp --path fp32 --pass bwd --inputs D/a.npy,D/t1.npy,D/t1.npy --outputs D/a3.npy", "dx's shape differs from x's"},
+        {"logsumexp --path fp32 --math-ulps 3 --inputs D/a.npy --outputs D/t1.npy", "--math-ulps does not apply"},
+        {"logsumexp --path fp32 --exp exp10 --inputs D/a.npy --outputs D/t1.npy", "unknown exp"},
+        {"layernorm --path fp32 --exp fast --inputs D/a.npy --outputs D/a.npy", "exp is softmax's and logsumexp's"},
     };
     DIR *before = opendir(dir);
     int entries_before = 0;
@@ -1949,6 +2070,7 @@ int main(void)
         cmocka_unit_test(activations_store_grad_and_unknown),
         cmocka_unit_test(residual_agrees_with_check_and_twins_fail),
         cmocka_unit_test(adamw_agrees_with_check_and_twins_fail),
+        cmocka_unit_test(logsumexp_agrees_with_check_and_twins_fail),
         cmocka_unit_test(cli_verifies_files),
         cmocka_unit_test(cli_verifies_matmul_files),
         cmocka_unit_test(cli_verifies_activation_files),

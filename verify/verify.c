@@ -17,6 +17,7 @@
 #include "kernels/check/compare_adamw.h"
 #include "kernels/check/compare_cross_entropy.h"
 #include "kernels/check/compare_layernorm.h"
+#include "kernels/check/compare_logsumexp.h"
 #include "kernels/check/compare_matmul.h"
 #include "kernels/check/compare_residual.h"
 #include "kernels/check/check_kexp.h"
@@ -60,8 +61,10 @@ typedef struct {
 typedef enum {
     OP_MATMUL, OP_LAYERNORM, OP_RMSNORM, OP_SOFTMAX, OP_CROSS_ENTROPY,
     OP_GELU_TANH, OP_GELU_ERF, OP_RELU2, OP_LEAKY_RELU2, /* the activations, in kcmp_act_op's order */
-    OP_RESIDUAL, OP_ADAMW
+    OP_RESIDUAL, OP_ADAMW, OP_LOGSUMEXP
 } op_id;
+
+static int has_exp_form(op_id op) { return op == OP_SOFTMAX || op == OP_LOGSUMEXP; }
 
 static int is_activation(op_id op) { return op >= OP_GELU_TANH && op <= OP_LEAKY_RELU2; }
 static int is_gelu(op_id op) { return op == OP_GELU_TANH || op == OP_GELU_ERF; }
@@ -152,6 +155,13 @@ static const vop ops[] = {
        {{"p", 0, T_STORAGE}, {"m", 1, T_FP32}, {"v", 1, T_FP32}, {"master", 1, T_FP32}}},
       {NULL, NULL, {{0}}, {{0}}}},
      "an optimizer step has no backward: verify the step (--pass fwd)"},
+    {"logsumexp", OP_LOGSUMEXP,
+     "lse = max + log sum exp(x - max) per row of C (any leading shape), in fp32; backward dx = dlse exp(x - lse) "
+     "from the stored lse",
+     {{"x (N.., C)", "lse (N.., fp32)", {{"x", 0, T_STORAGE}}, {{"lse", 0, T_FP32}}},
+      {"x, lse (the stored fp32 lse the backward read), dlse (N.., fp32)", "dx (as x)",
+       {{"x", 0, T_STORAGE}, {"lse", 0, T_FP32}, {"dlse", 0, T_FP32}}, {{"dx", 0, T_STORAGE}}}},
+     NULL},
 #undef ACT_FWD
 #undef ACT_BWD
 #undef RELU2_FWD
@@ -161,8 +171,8 @@ static const int n_ops = (int)(sizeof ops / sizeof ops[0]);
 
 const char *ulp_op_names(void)
 {
-    return "adamw, cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, matmul, relu2, residual, rmsnorm, "
-           "softmax";
+    return "adamw, cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, logsumexp, matmul, relu2, residual, "
+           "rmsnorm, softmax";
 }
 
 void ulp_op_help(FILE *fp)
@@ -385,7 +395,8 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
     if (k->online != 0 && k->online != 1) return bad(err, errlen, "online is %d (0 or 1)", k->online);
     /* the other ops' options: refused rather than silently ignored */
     static const char *const op_names[] = {"matmul", "layernorm", "rmsnorm", "softmax", "cross_entropy",
-                                           "gelu_tanh", "gelu_erf", "relu2", "leaky_relu2", "residual", "adamw"};
+                                           "gelu_tanh", "gelu_erf", "relu2", "leaky_relu2", "residual", "adamw",
+                                           "logsumexp"};
     d->order = k->order ? k->order : "unknown";
     d->store = k->store ? k->store : "unknown";
     static const char *const orders[] = {"llmc", "torch", "any", "unknown", NULL};
@@ -434,12 +445,13 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
         return bad(err, errlen, "dloss and online are cross_entropy's; %s has neither", op_names[op]);
     if (op == OP_CROSS_ENTROPY && d->math_ulps != 2.0)
         return bad(err, errlen, "cross_entropy's expf and logf have CUDA's figures (2 and 1 ulps); --math-ulps does not apply");
-    if (op != OP_SOFTMAX && strcmp(d->exp_form, "unknown") != 0)
-        return bad(err, errlen, "exp is softmax's; %s has none", op_names[op]);
-    if (op == OP_SOFTMAX && d->math_ulps != 2.0)
-        return bad(err, errlen, "softmax's exponential has the error of its --exp form (CUDA's figures); --math-ulps does not apply");
-    if (op == OP_SOFTMAX && strcmp(d->col_reduce, "unknown") != 0)
-        return bad(err, errlen, "col-reduce is for the sums over rows of a normalisation's backward; softmax has none");
+    if (!has_exp_form(op) && strcmp(d->exp_form, "unknown") != 0)
+        return bad(err, errlen, "exp is softmax's and logsumexp's; %s has none", op_names[op]);
+    if (has_exp_form(op) && d->math_ulps != 2.0)
+        return bad(err, errlen, "%s's exponential and logarithm have the errors of its --exp form (CUDA's figures); "
+                                "--math-ulps does not apply", op_names[op]);
+    if (has_exp_form(op) && strcmp(d->col_reduce, "unknown") != 0)
+        return bad(err, errlen, "col-reduce is for the sums over rows of a normalisation's backward; %s has none", op_names[op]);
     if (op != OP_MATMUL && (strcmp(d->epilogue, "unknown") != 0 || strcmp(d->layout, "AB") != 0 || d->alpha != 1.0 ||
                             d->beta != 0.0 || d->gelu || d->split_k != 1))
         return bad(err, errlen, "epilogue, layout, alpha, beta, gelu and split-k are matmul's; %s has none of them",
@@ -467,12 +479,14 @@ static int accum_is_model(const decl *d)
  * the reduction to a rounded accumulator. */
 static int is_unknown(const decl *d, op_id op, int bwd, int has_bias, int has_stats)
 {
+    if (op == OP_LOGSUMEXP && bwd) return strcmp(d->exp_form, "unknown") == 0; /* no sum: the exponential alone */
     if (strcmp(d->accum, "unknown") == 0) return 1;
     if (is_elementwise(op)) return is_gelu(op) && strcmp(d->function, "unknown") == 0;
     if (op == OP_ADAMW) return strcmp(d->order, "unknown") == 0 || strcmp(d->store, "unknown") == 0;
     if (op == OP_MATMUL)
         return (!accum_is_model(d) && strcmp(d->reduce, "unknown") == 0) ||
                ((has_bias || d->gelu) && strcmp(d->epilogue, "unknown") == 0);
+    if (op == OP_LOGSUMEXP) return strcmp(d->exp_form, "unknown") == 0 || strcmp(d->reduce, "unknown") == 0;
     if (strcmp(d->reduce, "unknown") == 0 || (bwd && op != OP_SOFTMAX && strcmp(d->col_reduce, "unknown") == 0)) return 1;
     /* (cross_entropy has no bwd pass) */
     if (op == OP_LAYERNORM) return strcmp(d->variance, "unknown") == 0 && (!bwd || !has_stats);
@@ -489,7 +503,7 @@ static decl resolve(const decl *d, op_id op, int tightest)
     if (strcmp(r.reduce, "unknown") == 0) r.reduce = tightest ? "pairwise" : "sequential";
     if ((op == OP_LAYERNORM || op == OP_RMSNORM) && strcmp(r.col_reduce, "unknown") == 0)
         r.col_reduce = tightest ? "pairwise" : "sequential";
-    if (op == OP_SOFTMAX && strcmp(r.exp_form, "unknown") == 0) r.exp_form = tightest ? "exp" : "fast";
+    if (has_exp_form(op) && strcmp(r.exp_form, "unknown") == 0) r.exp_form = tightest ? "exp" : "fast";
     if (op == OP_RMSNORM && strcmp(r.upcast, "unknown") == 0) r.upcast = tightest ? "gemma" : "none";
     if (op == OP_LAYERNORM && strcmp(r.variance, "unknown") == 0) r.variance = tightest ? "two-pass" : "one-pass";
     if (op == OP_MATMUL && strcmp(r.epilogue, "unknown") == 0) r.epilogue = tightest ? "single" : "cublaslt";
@@ -523,6 +537,14 @@ static void describe(const decl *d, op_id op, int bwd, int has_bias, char *out, 
     } else if (op == OP_SOFTMAX) {
         APPEND(" --reduce %s", d->reduce);
         if (!bwd) APPEND(" --exp %s", d->exp_form);
+    } else if (op == OP_LOGSUMEXP) {
+        if (bwd) {
+            out[0] = '\0'; /* dx = dlse exp(x - lse): neither sum nor accumulator */
+            k = 0;
+        } else {
+            APPEND(" --reduce %s", d->reduce);
+        }
+        APPEND("%s--exp %s", k ? " " : "", d->exp_form);
     } else if (op == OP_CROSS_ENTROPY) {
         APPEND(" --reduce %s%s", d->reduce, d->online ? " --online" : "");
     } else if (op != OP_MATMUL) {
@@ -585,6 +607,16 @@ static kcmp_act_kernel activation_kernel(const decl *d, op_id op)
     else parse_format(d->accum, &k.arith);
     k.act = k.grad = d->storage;
     k.x_scale = k.y_scale = k.g_scale = k.dy_scale = k.dx_scale = 1.0;
+    return k;
+}
+
+static kcmp_lse_kernel logsumexp_kernel(const decl *d, int64_t C)
+{
+    kcmp_lse_kernel k = {0};
+    k.storage = k.acc = d->storage;
+    if (strcmp(d->accum, "storage") != 0) parse_format(d->accum, &k.acc);
+    k.exp_variant = strcmp(d->exp_form, "exp2") == 0 ? KCHECK_EXP2 : strcmp(d->exp_form, "fast") == 0 ? KCHECK_FAST_EXP : KCHECK_EXP;
+    k.depth = parse_reduce(d->reduce, C, 0);
     return k;
 }
 
@@ -981,6 +1013,11 @@ static int op_rows(const decl *d, const problem *pb, ulp_report *rep, int *vacuo
         kcmp_ce_kernel k = cross_entropy_kernel(d, pb->C);
         kcmp_ce_data data = {pb->N, pb->C, in[0].v, pb->targets, out[0].v, out[1].v};
         n = kcmp_cross_entropy(&k, &data, pb->shape, rows);
+    } else if (pb->op == OP_LOGSUMEXP) {
+        kcmp_lse_kernel k = logsumexp_kernel(d, pb->C);
+        kcmp_lse_data data = {pb->N, pb->C, in[0].v, bwd ? in[1].v : out[0].v, bwd ? in[2].v : NULL,
+                              bwd ? out[0].v : NULL, !bwd};
+        n = kcmp_logsumexp(&k, &data, pb->shape, rows);
     } else if (pb->op == OP_ADAMW) {
         kcmp_adamw_kernel k = adamw_kernel(d);
         /* the update starts from the fp32 master where the kernel keeps one */
@@ -1118,7 +1155,7 @@ static int looser_declarations(const decl *d, const problem *pb, attempt *a)
         a[n].d.upcast = "none";
         a[n++].meaning = NULL;
     }
-    if (pb->op == OP_SOFTMAX && !pb->bwd && strcmp(d->exp_form, "fast") != 0) {
+    if (((pb->op == OP_SOFTMAX && !pb->bwd) || pb->op == OP_LOGSUMEXP) && strcmp(d->exp_form, "fast") != 0) {
         a[n].d = *d;
         a[n].d.exp_form = "fast";
         a[n++].meaning = "the kernel's exponential is likely less accurate than declared (__expf or the like)";
@@ -1196,6 +1233,17 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
         rc = same_shapes(in, out, &pb.N, &pb.C, err, errlen);
         snprintf(pb.shape, sizeof pb.shape, "n=%lld", (long long)(pb.N * pb.C));
     }
+    if (!rc && op->id == OP_LOGSUMEXP) {
+        /* x (N.., C) and dx as x; lse and dlse one per row */
+        const bound_tensor like_x[VMAX_TENSORS] = {in[0]}, none[VMAX_TENSORS] = {{0}};
+        const bound_tensor *per_row[2] = {bwd ? &in[1] : &out[0], bwd ? &in[2] : NULL};
+        rc = same_shapes(like_x, bwd ? out : none, &pb.N, &pb.C, err, errlen);
+        for (int i = 0; i < 2 && !rc; i++)
+            if (per_row[i] && per_row[i]->n != pb.N)
+                rc = bad(err, errlen, "%s has %lld elements, x has N = %lld rows", per_row[i]->t->name,
+                         (long long)per_row[i]->n, (long long)pb.N);
+        snprintf(pb.shape, sizeof pb.shape, "N=%lld C=%lld", (long long)pb.N, (long long)pb.C);
+    }
     if (!rc && op->id == OP_SOFTMAX) {
         rc = same_shapes(in, out, &pb.N, &pb.C, err, errlen);
         snprintf(pb.shape, sizeof pb.shape, "N=%lld C=%lld", (long long)pb.N, (long long)pb.C);
@@ -1255,7 +1303,7 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
                      : is_elementwise(op->id) ? "arithmetic in the storage format"
                      : op->id == OP_ADAMW     ? "either update order, stochastic or truncating stores, arithmetic in the storage format"
                      : op->id == OP_LAYERNORM ? "storage accumulation, sequential reduction, one-pass variance"
-                     : op->id == OP_SOFTMAX   ? "storage accumulation, sequential reduction, a fast exponential"
+                     : has_exp_form(op->id)   ? "storage accumulation, sequential reduction, a fast exponential"
                      : op->id == OP_CROSS_ENTROPY ? "storage accumulation, sequential reduction"
                                               : "storage accumulation, sequential reduction, no upcast");
             for (int i = 0; i < n_tries; i++) {

@@ -97,9 +97,10 @@ typedef struct {
                              warp, each a Welford over V consecutive elements per step of a
                              strided share, then pairwise combination over a butterfly per warp
                              and one over the warps) or "unknown" */
-    const char *exp_form; /* softmax: "exp" (expf(x - max), 2 ulps), "exp2" (exp2f(x log2e - max
-                             log2e), the argument folded with an fma), "fast" (__expf, 2 +
-                             floor(1.173 |x - max|) ulps) or "unknown" */
+    const char *exp_form; /* softmax, logsumexp (with the logarithm of the same family): "exp"
+                             (expf(x - max), 2 ulps), "exp2" (exp2f(x log2e - max log2e), the
+                             argument folded with an fma), "fast" (__expf, 2 + floor(1.173 |x -
+                             max|) ulps) or "unknown" */
     double dloss;         /* cross_entropy: the loss gradient the dlogits are scaled by (an fp32
                              value; 1/N for a mean over N rows); 0: not given */
     int online;           /* cross_entropy: one pass, the sum rescaled at each new maximum */
