@@ -19,17 +19,19 @@ static void usage(FILE *fp)
     fprintf(fp,
             "usage: ulpscope verify OP --inputs FILES --outputs FILES --path P [--pass fwd|bwd]\n"
             "                       [--accum A] [--reduce R] [--col-reduce R] [--upcast U]\n"
-            "                       [--variance V] [--exp F] [--math-ulps N] [--eps E] [--layout L]\n"
-            "                       [--alpha X] [--beta X]\n"
+            "                       [--variance V] [--exp F] [--function F] [--math-ulps N] [--eps E]\n"
+            "                       [--layout L] [--alpha X] [--beta X]\n"
             "                       [--gelu] [--epilogue E] [--split-k S] [--dloss X] [--online]\n"
-            "                       [--json FILE] [--list]\n\n"
+            "                       [--lr X] [--beta1 X] [--beta2 X] [--weight-decay X] [--step T]\n"
+            "                       [--order O] [--store S] [--json FILE] [--list]\n\n"
             "Reads the tensors a kernel saw (--inputs) and produced (--outputs), computes the\n"
             "MPFR reference of every output element and a bound on its error for the kernel\n"
             "as you declare it, and prints per output: max and RMS error in units of the\n"
             "storage format's u, the bound, the worst element with its inputs, PASS or FAIL\n"
             "(as `ulpscope check` judges its own kernels).\n\n"
-            "  OP               the op: cross_entropy, layernorm, matmul, rmsnorm, softmax (--list:\n"
-            "                   their tensors)\n"
+            "  OP               the op: adamw, cross_entropy, gelu_erf, gelu_tanh, layernorm,\n"
+            "                   leaky_relu2, logsumexp, matmul, relu2, residual, rmsnorm, softmax\n"
+            "                   (--list: their tensors)\n"
             "  --inputs FILES   comma-separated: FILE.npy (bound to the pass's tensors in order),\n"
             "                   NAME=FILE.npy, or FILE.safetensors (its tensors by name)\n"
             "  --outputs FILES  the same for the outputs\n"
@@ -39,7 +41,9 @@ static void usage(FILE *fp)
             "                   operands the GEMM saw; c, bias, y: bf16)\n"
             "  --pass           fwd (default) or bwd\n"
             "  --accum A        format the kernel accumulates its sums in: fp64, fp32, bf16,\n"
-            "                   fp16, storage (the path's) or unknown (default); matmul also\n"
+            "                   fp16, storage (the path's) or unknown (default); the elementwise\n"
+            "                   ops (activations, residual): the format of their arithmetic;\n"
+            "                   matmul also\n"
             "                   tensor-core (bf16/fp16), tf32 (fp32 inputs), fp8-promote:N (fp8,\n"
             "                   promoted to fp32 every N products; cuBLASLt's default: 128 assumed),\n"
             "                   fp8-fast (never promoted), fp8-groups:N (per-group scaling)\n"
@@ -54,10 +58,16 @@ static void usage(FILE *fp)
             "  --variance V     layernorm: two-pass, one-pass (E[x^2] - mean^2), welford (one\n"
             "                   thread), welford:T or welford:TxV (T threads, V elements a step,\n"
             "                   then butterflies per warp and over the warps) or unknown (default)\n"
-            "  --exp F          softmax: exp (expf, 2 ulps), exp2 (exp2f of the folded argument),\n"
-            "                   fast (__expf) or unknown (default)\n"
-            "  --math-ulps N    error of rsqrt and the like in fp32 ulps (default 2, CUDA's rsqrtf)\n"
-            "  --eps E          the op's epsilon (default 1e-5 as an fp32 value)\n"
+            "  --exp F          softmax, logsumexp: exp (expf, 2 ulps), exp2 (exp2f of the folded\n"
+            "                   argument), fast (__expf) or unknown (default)\n"
+            "  --function F     gelu_tanh: tanh (tanhf), tanh-approx (tanh.approx.f32, 2^-10.987\n"
+            "                   absolute), sigmoid (x / (1 + expf(-2z))); gelu_erf: erf (erff),\n"
+            "                   normcdf (normcdff, CUDA's 5 ulps); any (whichever form: the largest\n"
+            "                   of their bounds) or unknown (default)\n"
+            "  --math-ulps N    error of rsqrt, tanhf, erff, expf and the like in fp32 ulps (default\n"
+            "                   2, CUDA's figures; fast-math functions: theirs)\n"
+            "  --eps E          the op's epsilon (default 1e-5 as an fp32 value; adamw: adam's eps,\n"
+            "                   give it)\n"
             "  --layout L       matmul: AB (a is (M, K), b (K, N); default), AtB, ABt, AtBt\n"
             "  --alpha X, --beta X  matmul: y = epi(alpha A B + beta C) (default 1, 0; fp32\n"
             "                   values; --beta other than 0 needs the input c)\n"
@@ -69,12 +79,20 @@ static void usage(FILE *fp)
             "  --dloss X        cross_entropy: the loss gradient the dlogits are scaled by (1/N\n"
             "                   for a mean over N rows; an fp32 value)\n"
             "  --online         cross_entropy: one pass over the row, rescaling at each new maximum\n"
+            "  --lr, --beta1, --beta2, --weight-decay X, --step T  adamw: the step's hyperparameters\n"
+            "                   (fp32 values; t >= 1 drives the bias corrections); --accum: the\n"
+            "                   update's arithmetic and m, v\n"
+            "  --order O        adamw: llmc (llm.c's), torch (torch.optim.AdamW's), any or unknown\n"
+            "  --store S        adamw: the new weights' rounding: nearest, stochastic, truncate\n"
+            "                   (a split master's high half) or unknown\n"
             "  --json FILE      also write JSON Lines (- for stdout; the table then goes to stderr):\n"
             "                   a header, one record per output row, a verdict record\n"
             "  --list           the ops and their tensors, then exit\n\n"
             "Unknown parts of the declaration: two rows per output, the tightest bound (fp32,\n"
-            "pairwise, gemma, two-pass, exp, single) and the loosest (storage format,\n"
-            "sequential, none, one-pass, fast, cublaslt); the verdict is taken against the loosest.  A declared kernel that\n"
+            "pairwise, gemma, two-pass, exp, single, tanh or erf, llmc, nearest) and the loosest\n"
+            "(storage format, sequential, none, one-pass, fast, cublaslt, any, stochastic); the\n"
+            "verdict is taken against the\n"
+            "loosest.  A declared kernel that\n"
             "FAILs is tried against looser declarations, and the first one the outputs fit\n"
             "is named.\n\n"
             "Exit status: 0 PASS, 1 FAIL, 2 bad input (options, files, dtypes, shapes).\n");
@@ -276,10 +294,11 @@ int cmd_verify(int argc, char **argv)
     /* string options first (fields[]), then numbers, then flags */
     static const char *const options[] = {"--inputs", "--outputs", "--path",      "--pass",  "--accum",
                                           "--reduce", "--col-reduce", "--upcast", "--epilogue", "--layout",
-                                          "--variance", "--exp", "--json", "--math-ulps", "--eps", "--alpha", "--beta",
-                                          "--dloss", "--split-k", "--gelu", "--online", "--list"};
+                                          "--variance", "--exp", "--function", "--order", "--store", "--json", "--math-ulps", "--eps", "--alpha", "--beta",
+                                          "--dloss", "--lr", "--beta1", "--beta2", "--weight-decay", "--split-k", "--step",
+                                          "--gelu", "--online", "--list"};
     const char **fields[] = {&inputs,   &outputs,      &k.path,     &k.pass,       &k.accum, &k.reduce,
-                             &k.col_reduce, &k.upcast, &k.epilogue, &k.layout, &k.variance, &k.exp_form, &json_path};
+                             &k.col_reduce, &k.upcast, &k.epilogue, &k.layout, &k.variance, &k.exp_form, &k.function, &k.order, &k.store, &json_path};
     const int n_options = (int)(sizeof options / sizeof options[0]);
     const int n_fields = (int)(sizeof fields / sizeof fields[0]);
     unsigned seen = 0;
@@ -296,8 +315,9 @@ int cmd_verify(int argc, char **argv)
         if (opt < 0) {
             if (a[0] == '-' && a[1])
                 return base_error("verify", "unknown option '%s' (options: --inputs --outputs --path --pass --accum --reduce "
-                                            "--col-reduce --upcast --variance --exp --math-ulps --eps --layout --alpha --beta "
-                                            "--gelu --epilogue --split-k --dloss --online --json --list --help)", a);
+                                            "--col-reduce --upcast --variance --exp --function --math-ulps --eps --layout --alpha --beta "
+                                            "--gelu --epilogue --split-k --dloss --online --lr --beta1 --beta2 --weight-decay --step "
+                                            "--order --store --json --list --help)", a);
             if (op) return base_error("verify", "more than one op ('%s' and '%s')", op, a);
             op = a;
             continue;
@@ -323,6 +343,11 @@ int cmd_verify(int argc, char **argv)
             if (base_parse_long_in(v, 1, 1 << 20, &slices) != 0)
                 return base_error("verify", "--split-k: '%s' is not a slice count in 1..1048576", v);
             k.split_k = (int)slices;
+        } else if (strcmp(a, "--step") == 0) {
+            long step;
+            if (base_parse_long_in(v, 1, 1l << 40, &step) != 0)
+                return base_error("verify", "--step: '%s' is not a step t in 1..2^40", v);
+            k.step = step;
         } else {
             double x;
             if (base_parse_double(v, &x) != 0) return base_error("verify", "%s: '%s' is not a number", a, v);
@@ -330,6 +355,10 @@ int cmd_verify(int argc, char **argv)
             else if (strcmp(a, "--eps") == 0) k.eps = x;
             else if (strcmp(a, "--alpha") == 0) k.alpha = x;
             else if (strcmp(a, "--dloss") == 0) k.dloss = x;
+            else if (strcmp(a, "--lr") == 0) k.lr = x;
+            else if (strcmp(a, "--beta1") == 0) k.beta1 = x;
+            else if (strcmp(a, "--beta2") == 0) k.beta2 = x;
+            else if (strcmp(a, "--weight-decay") == 0) k.weight_decay = x;
             else k.beta = x;
         }
     }

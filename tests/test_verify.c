@@ -16,11 +16,16 @@
 #include <cmocka.h>
 
 #include "base/tensor_file.h"
+#include "kernels/check/compare_activation.h"
+#include "kernels/check/compare_adamw.h"
 #include "kernels/check/compare_cross_entropy.h"
 #include "kernels/check/compare_layernorm.h"
+#include "kernels/check/compare_logsumexp.h"
 #include "kernels/check/compare_matmul.h"
+#include "kernels/check/compare_residual.h"
 #include "kernels/check/compare_rmsnorm.h"
 #include "kernels/check/compare_softmax.h"
+#include "kernels/activations.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
@@ -1118,6 +1123,640 @@ static void cross_entropy_agrees_with_check_and_twins_fail(void **state)
                 }
 }
 
+/* ---- activations ------------------------------------------------------------------------ */
+
+enum { ACT_OK, ACT_DROP, ACT_TRUNCATE, ACT_BF16_MATH, ACT_FAST_FN };
+
+#define GK0 0.79788456080286535587989 /* sqrt(2/pi) */
+#define GK1 0.044715
+
+static double act_store(double v, prec_format f, int bug)
+{
+    const prec_rounding rz = {PREC_RZ, PREC_OVF_IEEE, false};
+    if (bug == ACT_TRUNCATE) return prec_round(v, f == PREC_FP32 ? PREC_BF16 : f, rz, 0); /* fp32: truncated to bf16 precision */
+    return prec_rne(v, f);
+}
+
+/* A math function as a kernel computes it: correctly rounded into a (within
+ * the declared 2 ulps), or truncated to 12 bits under ACT_FAST_FN (a fast
+ * approximation: relative error below 2^-11, under 2^13 fp32 ulps and under
+ * tanh.approx.f32's 2^-10.987 absolute for a tanh). */
+static double act_fn(double v, prec_format a, int bug) { return bug == ACT_FAST_FN ? truncate_bits(v, 12) : prec_rne(v, a); }
+
+/* The activations as elementwise GPU kernels compute them, each operation
+ * rounded into the arithmetic's format (fp32; bf16 under ACT_BF16_MATH), in
+ * the order of the kernels (kernels/gelu_tanh.cu, gelu_erf.cu, relu2.cu,
+ * leaky_relu2.cu); f' for the backward and the stored gradient branch. */
+static void act_f_df(kcmp_act_op op, int form, double x, int bug, double *f, double *df)
+{
+    const prec_format a = bug == ACT_BF16_MATH ? PREC_BF16 : PREC_FP32;
+#define R(v) prec_rne((v), a)
+    if (op == KCMP_GELU_TANH) {
+        double x2 = R(x * x), z = R(R(GK0) * R(R(GK1) * R(x2 * x) + x)), dz = R(R(GK0) * R(R(3 * R(GK1)) * x2 + 1));
+        if (form == KGELU_TANH_SIGMOID) {
+            double e = act_fn(exp(R(-2 * z)), a, bug), s = R(1 / R(1 + e));
+            *f = R(x / R(1 + e));
+            double t = R(R(R(2 * x) * dz) * s);
+            *df = R(s + R(t * R(1 - s)));
+            return;
+        }
+        /* tanh.approx.f32: within 2^-10.987 absolute; 12 bits are */
+        double t = form == KGELU_TANH_APPROX ? truncate_bits(tanh(z), 12) : act_fn(tanh(z), a, bug);
+        *f = R(R(0.5 * x) * R(1 + t));
+        *df = R(R(0.5 * R(1 + t)) + R(R(R(0.5 * x) * R(1 - R(t * t))) * dz));
+    } else if (op == KCMP_GELU_ERF && form == KGELU_ERF_NORMCDF) {
+        double cdf = act_fn(0.5 * erfc(-x * 0.70710678118654752440), a, bug);
+        *f = R(x * cdf);
+        double pdf = R(act_fn(exp(R(R(-0.5 * x) * x)), a, bug) * R(0.39894228040143267794));
+        *df = R(cdf + R(x * pdf));
+    } else if (op == KCMP_GELU_ERF) {
+        double e = act_fn(erf(R(x * R(0.70710678118654752440))), a, bug), cdf = R(0.5 * R(1 + e));
+        *f = R(R(0.5 * x) * R(1 + e));
+        double pdf = R(act_fn(exp(R(R(-0.5 * x) * x)), a, bug) * R(0.39894228040143267794));
+        *df = R(cdf + R(x * pdf));
+    } else if (op == KCMP_RELU2) {
+        double r = x > 0 ? x : 0;
+        *f = R(r * r);
+        *df = R(2 * r);
+    } else {
+        double r = x > 0 ? x : R(0.5 * x);
+        *f = R(r * r);
+        *df = R((x > 0 ? 2.0 : 0.5) * x);
+    }
+#undef R
+}
+
+typedef struct {
+    int64_t n;
+    double *x, *dy, *y, *g, *dx; /* g: the stored gradient branch (store_grad) */
+} act_data;
+
+/* x ~ N(0, 2), dy ~ N(0, 1) in storage f; the outputs as the emulated kernel
+ * writes them; store_grad: the backward reads the stored g.  ACT_DROP leaves
+ * the largest y and dx unwritten (0: a fresh buffer). */
+static act_data act_make(prec_rng *rng, kcmp_act_op op, int form, int64_t n, prec_format f, int store_grad, int bug)
+{
+    act_data d = {n, malloc(n * sizeof(double)), malloc(n * sizeof(double)), malloc(n * sizeof(double)),
+                  malloc(n * sizeof(double)), malloc(n * sizeof(double))};
+    assert_true(d.x && d.dy && d.y && d.g && d.dx);
+    int64_t ymax = 0, dxmax = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d.x[i] = prec_rne(2 * prec_rng_normal(rng), f);
+        d.dy[i] = prec_rne(prec_rng_normal(rng), f);
+        double y, df;
+        act_f_df(op, form, d.x[i], bug, &y, &df);
+        d.y[i] = act_store(y, f, bug);
+        d.g[i] = act_store(df, f, bug);
+        double deriv = store_grad ? d.g[i] : df;
+        d.dx[i] = act_store(prec_rne(d.dy[i] * deriv, bug == ACT_BF16_MATH ? PREC_BF16 : PREC_FP32), f, bug);
+        if (fabs(d.y[i]) > fabs(d.y[ymax])) ymax = i;
+        if (fabs(d.dx[i]) > fabs(d.dx[dxmax])) dxmax = i;
+    }
+    if (bug == ACT_DROP) d.y[ymax] = d.dx[dxmax] = 0;
+    return d;
+}
+
+static void act_free(act_data *d) { free(d->x); free(d->dy); free(d->y); free(d->g); free(d->dx); }
+
+static ulp_report act_rep;
+
+/* ulp_verify of one pass; grad: give the stored gradient branch (an output
+ * of the forward, an input of the backward). */
+static int act_verify(kcmp_act_op op, const act_data *d, const ulp_kernel *k, int grad)
+{
+    const int bwd = strcmp(k->pass, "bwd") == 0;
+    ulp_tensor in[3] = {ULP_TENSOR("x", ULP_F64, d->x, d->n)}, out[2];
+    int n_in = 1, n_out = 0;
+    if (bwd) {
+        in[n_in++] = ULP_TENSOR("dy", ULP_F64, d->dy, d->n);
+        if (grad) in[n_in++] = ULP_TENSOR("grad", ULP_F64, d->g, d->n);
+        out[n_out++] = ULP_TENSOR("dx", ULP_F64, d->dx, d->n);
+    } else {
+        out[n_out++] = ULP_TENSOR("y", ULP_F64, d->y, d->n);
+        if (grad) out[n_out++] = ULP_TENSOR("grad", ULP_F64, d->g, d->n);
+    }
+    char err[512];
+    int rc = ulp_verify(kcmp_act_name(op), k, in, n_in, out, n_out, &act_rep, err, sizeof err);
+    if (rc == ULP_BAD_INPUT) fail_msg("bad input: %s", err);
+    return rc;
+}
+
+static void assert_rows_equal(const kcheck_row *c, const ulp_row *u, const char *what)
+{
+    if (strcmp(c->output, u->output) != 0 || c->max_err_u != u->max_err_u || c->rms_err_u != u->rms_err_u ||
+        c->max_bound_u != u->max_bound_u || c->rms_bound_u != u->rms_bound_u || c->worst_ratio != u->worst_ratio ||
+        c->pass != u->pass || c->worst_index != u->worst_index || c->n != u->n || strcmp(c->shape, u->shape) != 0 ||
+        strcmp(c->worst_detail, u->worst_detail) != 0)
+        fail_msg("%s: check %s %.17g u (bound %.17g, rms %.17g) [%s] vs verify %s %.17g u (bound %.17g, rms %.17g) [%s]",
+                 what, c->output, c->max_err_u, c->max_bound_u, c->rms_bound_u, c->worst_detail, u->output, u->max_err_u,
+                 u->max_bound_u, u->rms_bound_u, u->worst_detail);
+}
+
+static const char *const act_forms[2][3] = {{"tanh", "tanh-approx", "sigmoid"}, {"erf", "normcdf", NULL}};
+
+/* verify, declared as check describes each (op, path, variant), reports
+ * check's rows bit for bit: y and the stored gradient branch forward, dx
+ * backward (from the stored branch under store_grad). */
+static void activations_agree_with_check(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("activations_agree_with_check"));
+    static const kpath paths[] = {KPATH_FP32, KPATH_BF16, KPATH_FP16};
+    static const char *const path_names[] = {"fp32", "bf16", "fp16"};
+    const int n_variants[4] = {KGELU_TANH_NVARIANTS, KGELU_ERF_NVARIANTS, KRELU2_NVARIANTS, KRELU2_NVARIANTS};
+    int compared = 0;
+    for (int op = KCMP_GELU_TANH; op <= KCMP_LEAKY_RELU2; op++)
+        for (int pi = 0; pi < 3; pi++)
+            for (int v = 0; v < n_variants[op]; v++) {
+                const int store_grad = op >= KCMP_RELU2 && v == KRELU2_STORE_GRAD;
+                kcmp_act_kernel ck = kcheck_activation_kernel((kcmp_act_op)op, paths[pi], v);
+                act_data d = act_make(&rng, (kcmp_act_op)op, v, 1001, ck.act, store_grad, ACT_OK);
+                kcmp_act_data cd = {d.n, d.x, d.y, store_grad ? d.g : NULL, d.dy, d.dx};
+                kcheck_acc rows[KCMP_ACT_MAX_ROWS];
+                assert_int_equal(kcmp_activation(&ck, &cd, "n=1001", rows), 2 + store_grad);
+                ulp_kernel k = ULP_KERNEL_DEFAULT;
+                k.path = path_names[pi];
+                k.accum = "fp32";
+                if (op <= KCMP_GELU_ERF) k.function = act_forms[op][v];
+                char what[96];
+                for (int pass = 0; pass < 2; pass++) {
+                    k.pass = pass ? "bwd" : "fwd";
+                    if (act_verify((kcmp_act_op)op, &d, &k, store_grad) != ULP_PASS) {
+                        ulp_report_print(stdout, &act_rep);
+                        fail_msg("the correct %s failed (%s, variant %d, %s)", kcmp_act_name((kcmp_act_op)op), k.path, v, k.pass);
+                    }
+                    assert_int_equal(act_rep.unknown, 0);
+                    assert_int_equal(act_rep.n_rows, pass ? 1 : 1 + store_grad);
+                    for (int r = 0; r < act_rep.n_rows; r++) {
+                        snprintf(what, sizeof what, "%s %s variant %d %s", kcmp_act_name((kcmp_act_op)op), k.path, v, k.pass);
+                        assert_rows_equal(&rows[pass ? 1 + store_grad : r].row, &act_rep.rows[r], what);
+                        compared++;
+                    }
+                }
+                act_free(&d);
+            }
+    assert_int_equal(compared, 3 * (2 * 3 + 2 * 2 + 2 * (2 + 3)));
+}
+
+/* The correct emulated kernels pass as declared; each planted bug FAILs:
+ * an unwritten element, a truncating store, bf16 arithmetic declared fp32,
+ * a 12-bit tanh or erf declared as the 2-ulp library's (named where a looser
+ * declaration explains it, and passing once its error is declared). */
+static void activations_planted_bugs_fail(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("activations_planted_bugs_fail"));
+    static const char *const path_names[] = {"fp32", "bf16"};
+    const prec_format formats[] = {PREC_FP32, PREC_BF16};
+    for (int op = KCMP_GELU_TANH; op <= KCMP_LEAKY_RELU2; op++)
+        for (int pi = 0; pi < 2; pi++)
+            for (int store_grad = 0; store_grad < 1 + (op >= KCMP_RELU2); store_grad++)
+                for (int bug = ACT_OK; bug <= ACT_FAST_FN; bug++) {
+                    const int gelu = op <= KCMP_GELU_ERF;
+                    /* relu2's arithmetic is exact but for the one rounding bf16 arithmetic would do too */
+                    if (!gelu && (bug == ACT_BF16_MATH || bug == ACT_FAST_FN)) continue;
+                    if (bug == ACT_FAST_FN && pi != 0) continue; /* 12 bits: below a bf16 output's rounding */
+                    act_data d = act_make(&rng, (kcmp_act_op)op, 0, 1001, formats[pi], store_grad, bug);
+                    ulp_kernel k = ULP_KERNEL_DEFAULT;
+                    k.path = path_names[pi];
+                    k.accum = "fp32";
+                    if (gelu) k.function = act_forms[op][0];
+                    int fails = 0;
+                    for (int pass = 0; pass < 2; pass++) {
+                        k.pass = pass ? "bwd" : "fwd";
+                        int rc = act_verify((kcmp_act_op)op, &d, &k, store_grad);
+                        if (bug == ACT_OK && rc != ULP_PASS) {
+                            ulp_report_print(stdout, &act_rep);
+                            fail_msg("the correct %s failed (%s, %s)", kcmp_act_name((kcmp_act_op)op), k.path, k.pass);
+                        }
+                        if ((bug == ACT_DROP || bug == ACT_TRUNCATE) && rc != ULP_FAIL) {
+                            ulp_report_print(stdout, &act_rep);
+                            fail_msg("planted bug %d passed %s %s %s", bug, kcmp_act_name((kcmp_act_op)op), k.path, k.pass);
+                        }
+                        fails += rc == ULP_FAIL;
+                        /* named where the storage format is bf16 (an fp32 path's storage arithmetic is fp32's) */
+                        if (bug == ACT_BF16_MATH && pi == 1 && rc == ULP_FAIL && !strstr(act_rep.diagnosis, "computes in bf16"))
+                            fail_msg("diagnosis: %s", act_rep.diagnosis);
+                        if (bug == ACT_FAST_FN && op == KCMP_GELU_TANH && pass == 0 &&
+                            !strstr(act_rep.diagnosis, "tanh.approx"))
+                            fail_msg("diagnosis: %s", act_rep.diagnosis);
+                    }
+                    if (bug != ACT_OK && !fails)
+                        fail_msg("planted bug %d passed %s on %s", bug, kcmp_act_name((kcmp_act_op)op), k.path);
+                    if (bug == ACT_FAST_FN) {
+                        /* declared as what it is: 2^13 ulps */
+                        k.math_ulps = 8192;
+                        for (int pass = 0; pass < 2; pass++) {
+                            k.pass = pass ? "bwd" : "fwd";
+                            if (act_verify((kcmp_act_op)op, &d, &k, store_grad) != ULP_PASS) {
+                                ulp_report_print(stdout, &act_rep);
+                                fail_msg("the 12-bit %s declared --math-ulps 8192 failed", kcmp_act_name((kcmp_act_op)op));
+                            }
+                        }
+                    }
+                    act_free(&d);
+                }
+}
+
+/* relu2's store_grad: the backward reads the stored gradient branch (given
+ * as an input, its actual error starts dx's bound); a branch that is not
+ * f'(x) (one element off) FAILs the forward's grad row and, read by the
+ * backward, dx's.  Unknown declarations of a GELU: tightest and loosest
+ * rows. */
+static void activations_store_grad_and_unknown(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("activations_store_grad_and_unknown"));
+    act_data d = act_make(&rng, KCMP_RELU2, 0, 4099, PREC_BF16, 1, ACT_OK);
+    ulp_kernel k = ULP_KERNEL_DEFAULT;
+    k.path = "bf16";
+    k.accum = "fp32";
+    k.pass = "bwd";
+    assert_int_equal(act_verify(KCMP_RELU2, &d, &k, 1), ULP_PASS);
+    int64_t i = 0;
+    while (d.x[i] <= 0) i++;
+    d.g[i] = prec_rne(d.g[i] * 1.25, PREC_BF16);
+    d.dx[i] = prec_rne(d.dy[i] * d.g[i], PREC_BF16);
+    k.pass = "fwd";
+    assert_int_equal(act_verify(KCMP_RELU2, &d, &k, 1), ULP_FAIL);
+    assert_string_equal(act_rep.rows[1].output, "grad");
+    assert_int_equal(act_rep.rows[1].pass, 0);
+    k.pass = "bwd";
+    assert_int_equal(act_verify(KCMP_RELU2, &d, &k, 0), ULP_FAIL);
+    act_free(&d);
+    act_data g = act_make(&rng, KCMP_GELU_TANH, 0, 1001, PREC_BF16, 0, ACT_OK);
+    ulp_kernel u = ULP_KERNEL_DEFAULT;
+    u.path = "bf16";
+    assert_int_equal(act_verify(KCMP_GELU_TANH, &g, &u, 0), ULP_PASS);
+    assert_int_equal(act_rep.unknown, 1);
+    assert_int_equal(act_rep.n_rows, 2);
+    assert_non_null(strstr(act_rep.rows[0].assumption, "--accum fp32 --function tanh"));
+    assert_non_null(strstr(act_rep.rows[1].assumption, "--accum storage --function any"));
+    assert_true(act_rep.rows[1].max_bound_u > act_rep.rows[0].max_bound_u);
+    /* any: at least each form's bound, element by element, so at least the largest of their maxima */
+    double largest = 0;
+    u.accum = "storage";
+    for (int f = 0; f < 3; f++) {
+        u.function = act_forms[0][f];
+        act_verify(KCMP_GELU_TANH, &g, &u, 0);
+        largest = fmax(largest, act_rep.rows[0].max_bound_u);
+    }
+    u.function = "any";
+    act_verify(KCMP_GELU_TANH, &g, &u, 0);
+    assert_true(act_rep.rows[0].max_bound_u >= largest);
+    act_free(&g);
+}
+
+/* ---- residual ---------------------------------------------------------------------------- */
+
+enum { RES_OK, RES_DROP_TERM, RES_TRUNCATE, RES_BF16_ADD };
+
+static ulp_report res_rep;
+
+static int res_verify(int64_t n, const double *a, const double *b, const double *y, const ulp_kernel *k)
+{
+    ulp_tensor in[2] = {ULP_TENSOR("a", ULP_F64, a, n), ULP_TENSOR("b", ULP_F64, b, n)};
+    ulp_tensor out[1] = {ULP_TENSOR("y", ULP_F64, y, n)};
+    char err[512];
+    int rc = ulp_verify("residual", k, in, 2, out, 1, &res_rep, err, sizeof err);
+    if (rc == ULP_BAD_INPUT) fail_msg("bad input: %s", err);
+    return rc;
+}
+
+/* verify, declared as check describes its kernel, reports check's row bit
+ * for bit; the correct add passes; a dropped term (b left out of the
+ * largest sum), a truncating store and a bf16 addition declared fp32 FAIL. */
+static void residual_agrees_with_check_and_twins_fail(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("residual_agrees_with_check_and_twins_fail"));
+    const prec_format formats[] = {PREC_FP32, PREC_BF16, PREC_FP16};
+    const char *paths[] = {"fp32", "bf16", "fp16"};
+    const prec_rounding rz = {PREC_RZ, PREC_OVF_IEEE, false};
+    const int64_t n = 1001;
+    double *a = malloc(n * sizeof(double)), *b = malloc(n * sizeof(double)), *y = malloc(n * sizeof(double));
+    assert_true(a && b && y);
+    for (int fi = 0; fi < 3; fi++)
+        for (int bug = RES_OK; bug <= RES_BF16_ADD; bug++) {
+            const prec_format f = formats[fi];
+            if (bug == RES_BF16_ADD && f != PREC_FP32) continue; /* a narrower output rounds the same as the bf16 sum */
+            int64_t biggest = 0;
+            for (int64_t i = 0; i < n; i++) {
+                a[i] = prec_rne(prec_rng_normal(&rng), f);
+                b[i] = prec_rne(0.1 * prec_rng_normal(&rng), f);
+                double s = prec_rne(a[i] + b[i], bug == RES_BF16_ADD ? PREC_BF16 : PREC_FP32);
+                y[i] = bug == RES_TRUNCATE ? prec_round(s, f == PREC_FP32 ? PREC_BF16 : f, rz, 0) : prec_rne(s, f);
+                if (fabs(b[i]) > fabs(b[biggest])) biggest = i;
+            }
+            if (bug == RES_DROP_TERM) y[biggest] = a[biggest];
+            ulp_kernel k = ULP_KERNEL_DEFAULT;
+            k.path = paths[fi];
+            k.accum = "fp32";
+            int rc = res_verify(n, a, b, y, &k);
+            if ((bug == RES_OK) != (rc == ULP_PASS)) {
+                ulp_report_print(stdout, &res_rep);
+                fail_msg("%s bug %d: %s", k.path, bug, rc == ULP_PASS ? "passed" : "failed");
+            }
+            if (bug == RES_OK) {
+                const kcmp_residual_kernel ck = kcheck_residual_kernel(f, 0);
+                const kcmp_residual_data cd = {n, a, b, y};
+                kcheck_acc row;
+                assert_int_equal(kcmp_residual(&ck, &cd, "n=1001", &row), 1);
+                assert_int_equal(res_rep.n_rows, 1);
+                assert_rows_equal(&row.row, &res_rep.rows[0], paths[fi]);
+                /* unknown: fp32 and the storage format */
+                k.accum = "unknown";
+                assert_int_equal(res_verify(n, a, b, y, &k), ULP_PASS);
+                assert_int_equal(res_rep.n_rows, 2);
+                assert_non_null(strstr(res_rep.rows[1].assumption, "--accum storage"));
+            }
+        }
+    free(a); free(b); free(y);
+}
+
+/* ---- adamw ------------------------------------------------------------------------------- */
+
+enum { ADW_OK, ADW_DROP_TERM, ADW_TRUNCATE, ADW_BF16_STATE, ADW_STOCHASTIC };
+
+typedef struct {
+    int64_t n;
+    double *w, *g, *m, *v;        /* inputs: w the weights (fp32 master on a 16-bit path) */
+    double *p, *mo, *vo, *master; /* outputs */
+} adw_data;
+
+static const kadamw_hparams adw_h = {0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, 7, 0};
+
+/* One step as a kernel of weight format f computes it in llm.c's order,
+ * in fp32 (m, v and, with_master, the master in fp32; the weights the new
+ * value rounded to nearest).  Bugs: the last element left untouched; stores truncated (m, v
+ * at bf16 precision); m and v computed and kept in bf16; the weights
+ * rounded stochastically (an ulp up or down at random). */
+static adw_data adw_make(prec_rng *rng, int64_t n, prec_format f, int with_master, int bug)
+{
+    adw_data d = {n, malloc(n * sizeof(double)), malloc(n * sizeof(double)), malloc(n * sizeof(double)),
+                  malloc(n * sizeof(double)), malloc(n * sizeof(double)), malloc(n * sizeof(double)),
+                  malloc(n * sizeof(double)), malloc(n * sizeof(double))};
+    assert_true(d.w && d.g && d.m && d.v && d.p && d.mo && d.vo && d.master);
+    const prec_rounding rz = {PREC_RZ, PREC_OVF_IEEE, false};
+    const prec_format st = bug == ADW_BF16_STATE ? PREC_BF16 : PREC_FP32;
+    const float bc1 = kadamw_bias_correction(adw_h.beta1, adw_h.step), bc2 = kadamw_bias_correction(adw_h.beta2, adw_h.step);
+    for (int64_t i = 0; i < n; i++) {
+        d.w[i] = prec_rne(prec_rng_normal(rng), PREC_FP32);
+        d.g[i] = prec_rne(prec_rng_normal(rng), f);
+        d.m[i] = prec_rne(0.1 * prec_rng_normal(rng), PREC_FP32);
+        double s = prec_rne(0.3 * prec_rng_normal(rng), PREC_FP32);
+        d.v[i] = prec_rne(s * s, PREC_FP32);
+        if (!with_master) d.w[i] = prec_rne(d.w[i], f); /* the step reads the weights themselves */
+        float g = (float)d.g[i];
+        double m1 = prec_rne(fmaf(adw_h.beta1, (float)d.m[i], (1.0f - adw_h.beta1) * g), st);
+        double v1 = prec_rne(fmaf(adw_h.beta2, (float)d.v[i], (1.0f - adw_h.beta2) * (g * g)), st);
+        float mhat = (float)m1 / bc1, vhat = (float)v1 / bc2, den = sqrtf(vhat) + adw_h.eps;
+        float t = adw_h.lr * fmaf(adw_h.weight_decay, (float)d.w[i], mhat / den), hi = (float)d.w[i] - t;
+        d.master[i] = hi;
+        d.mo[i] = bug == ADW_TRUNCATE ? prec_round(m1, PREC_BF16, rz, 0) : m1;
+        d.vo[i] = bug == ADW_TRUNCATE ? prec_round(v1, PREC_BF16, rz, 0) : v1;
+        const prec_format pf = bug == ADW_TRUNCATE && f == PREC_FP32 ? PREC_BF16 : f; /* fp32: truncated to bf16 precision */
+        if (bug == ADW_TRUNCATE) d.p[i] = prec_round(hi, pf, rz, 0);
+        else if (bug == ADW_STOCHASTIC) {
+            double down = prec_round(hi, f, (prec_rounding){PREC_RD, PREC_OVF_IEEE, false}, 0);
+            double up = prec_round(hi, f, (prec_rounding){PREC_RU, PREC_OVF_IEEE, false}, 0);
+            d.p[i] = prec_rng_next(rng) & 1 ? up : down;
+        } else d.p[i] = prec_rne(hi, f);
+    }
+    if (bug == ADW_DROP_TERM) {
+        d.p[n - 1] = prec_rne(d.w[n - 1], f);
+        d.master[n - 1] = d.w[n - 1];
+        d.mo[n - 1] = d.m[n - 1];
+        d.vo[n - 1] = d.v[n - 1];
+    }
+    return d;
+}
+
+static void adw_free(adw_data *d)
+{
+    free(d->w); free(d->g); free(d->m); free(d->v); free(d->p); free(d->mo); free(d->vo); free(d->master);
+}
+
+static ulp_report adw_rep;
+
+static ulp_kernel adw_kernel(const char *path)
+{
+    ulp_kernel k = ULP_KERNEL_DEFAULT;
+    k.path = path;
+    k.accum = "fp32";
+    k.order = "llmc";
+    k.store = "nearest";
+    k.lr = adw_h.lr;
+    k.beta1 = adw_h.beta1;
+    k.beta2 = adw_h.beta2;
+    k.eps = adw_h.eps;
+    k.weight_decay = adw_h.weight_decay;
+    k.step = adw_h.step;
+    return k;
+}
+
+/* master: the kernel keeps an fp32 master (given as input and output, the weights only as output) */
+static int adw_verify(const adw_data *d, const ulp_kernel *k, int master)
+{
+    ulp_tensor in[4] = {ULP_TENSOR(master ? "master" : "p", ULP_F64, d->w, d->n), ULP_TENSOR("g", ULP_F64, d->g, d->n),
+                        ULP_TENSOR("m", ULP_F64, d->m, d->n), ULP_TENSOR("v", ULP_F64, d->v, d->n)};
+    ulp_tensor out[4] = {ULP_TENSOR("p", ULP_F64, d->p, d->n), ULP_TENSOR("m", ULP_F64, d->mo, d->n),
+                         ULP_TENSOR("v", ULP_F64, d->vo, d->n), ULP_TENSOR("master", ULP_F64, d->master, d->n)};
+    char err[512];
+    int rc = ulp_verify("adamw", k, in, 4, out, master ? 4 : 3, &adw_rep, err, sizeof err);
+    if (rc == ULP_BAD_INPUT) fail_msg("bad input: %s", err);
+    return rc;
+}
+
+/* verify, declared as check describes each (path, storage, order), reports
+ * check's rows bit for bit; the correct step passes; each planted bug FAILs;
+ * stochastic rounding declared as nearest is named. */
+static void adamw_agrees_with_check_and_twins_fail(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("adamw_agrees_with_check_and_twins_fail"));
+    static const kpath paths[] = {KPATH_FP32, KPATH_BF16};
+    static const char *const path_names[] = {"fp32", "bf16"}, *const orders[] = {"llmc", "torch"};
+    static const char *const stores[] = {"nearest", "stochastic", "truncate"};
+    int compared = 0;
+    for (int pi = 0; pi < 2; pi++) {
+        const prec_format f = pi ? PREC_BF16 : PREC_FP32;
+        const int master = pi == 1;
+        adw_data d = adw_make(&rng, 1001, f, master, ADW_OK), plain = adw_make(&rng, 1001, f, 0, ADW_OK);
+        for (int storage = 0; storage < KADAMW_NSTORAGE; storage++)
+            for (int variant = 0; variant < KADAMW_NVARIANTS; variant++) {
+                if (storage == KADAMW_SPLIT_MASTER && !master) continue;
+                const adw_data *dd = storage == KADAMW_STOCHASTIC ? &plain : &d; /* no master: the weights are read */
+                kcmp_adamw_kernel ck = kcheck_adamw_kernel(paths[pi], storage, variant, &adw_h);
+                /* the master row where the check has one: a master kernel off the fp32 path, the split master */
+                const int master_row = master && storage != KADAMW_STOCHASTIC;
+                kcmp_adamw_data cd = {dd->n, dd->w, dd->g, dd->m, dd->v, dd->p, dd->mo, dd->vo, master_row ? dd->master : NULL};
+                kcheck_acc rows[KCMP_ADAMW_MAX_ROWS];
+                assert_int_equal(kcmp_adamw(&ck, &cd, "n=1001 step=7", rows), 3 + master_row);
+                ulp_kernel k = adw_kernel(path_names[pi]);
+                k.order = orders[variant];
+                k.store = stores[storage];
+                adw_verify(dd, &k, master_row);
+                assert_int_equal(adw_rep.n_rows, 3 + master_row);
+                for (int r = 0; r < 3 + master_row; r++) {
+                    char what[64];
+                    snprintf(what, sizeof what, "%s storage %d variant %d", path_names[pi], storage, variant);
+                    assert_rows_equal(&rows[r].row, &adw_rep.rows[r], what);
+                    compared++;
+                }
+            }
+        ulp_kernel k = adw_kernel(path_names[pi]);
+        if (adw_verify(&d, &k, master) != ULP_PASS) {
+            ulp_report_print(stdout, &adw_rep);
+            fail_msg("the correct step failed on %s", path_names[pi]);
+        }
+        adw_free(&d);
+        adw_free(&plain);
+        for (int bug = ADW_DROP_TERM; bug <= ADW_STOCHASTIC; bug++) {
+            if (bug == ADW_STOCHASTIC && f == PREC_FP32) continue; /* the fp32 new weight has no bits to round away */
+            const int with_master = master && bug != ADW_STOCHASTIC; /* stochastic rounding: no master */
+            adw_data b = adw_make(&rng, 1001, f, with_master, bug);
+            if (adw_verify(&b, &k, with_master) != ULP_FAIL) {
+                ulp_report_print(stdout, &adw_rep);
+                fail_msg("planted bug %d passed on %s", bug, path_names[pi]);
+            }
+            if (bug == ADW_STOCHASTIC && !strstr(adw_rep.diagnosis, "stochastically")) fail_msg("diagnosis: %s", adw_rep.diagnosis);
+            if (bug == ADW_STOCHASTIC) {
+                ulp_kernel sr = k;
+                sr.store = "stochastic";
+                assert_int_equal(adw_verify(&b, &sr, with_master), ULP_PASS);
+            }
+            adw_free(&b);
+        }
+        /* unknown order and store: tightest, then the loosest */
+        adw_data u = adw_make(&rng, 300, f, master, ADW_OK);
+        k.order = k.store = "unknown";
+        assert_int_equal(adw_verify(&u, &k, master), ULP_PASS);
+        assert_int_equal(adw_rep.unknown, 1);
+        assert_non_null(strstr(adw_rep.rows[0].assumption, "--order llmc --store nearest"));
+        assert_non_null(strstr(adw_rep.rows[adw_rep.n_rows / 2].assumption, "--order any --store stochastic"));
+        adw_free(&u);
+    }
+    assert_int_equal(compared, 2 * (3 + 3) + 2 * (4 + 3 + 4)); /* fp32: nearest, stochastic; bf16: master, sr, split */
+}
+
+/* ---- logsumexp --------------------------------------------------------------------------- */
+
+enum { LSE_OK, LSE_DROP_TERM, LSE_TRUNCATE, LSE_BF16_ACC };
+
+/* log-sum-exp as a one-thread-per-row kernel computes it in fp32: the row
+ * maximum, s = sum expf(x - max) sequentially, lse = max + logf(s); dx =
+ * dlse expf(x - lse) from its own lse, stored in f.  Bugs: the largest term
+ * dropped (lse and, through it, dx), dx truncated, s accumulated in bf16. */
+static void emulate_logsumexp(int64_t N, int64_t C, const double *x, const double *dlse, prec_format f, int bug,
+                              double *lse, double *dx)
+{
+    const prec_rounding rz = {PREC_RZ, PREC_OVF_IEEE, false};
+    for (int64_t n = 0; n < N; n++) {
+        const double *xr = x + n * C;
+        float m = (float)xr[0], s = 0;
+        int64_t argmax = 0;
+        for (int64_t c = 1; c < C; c++)
+            if ((float)xr[c] > m) {
+                m = (float)xr[c];
+                argmax = c;
+            }
+        for (int64_t c = 0; c < C; c++) {
+            if (bug == LSE_DROP_TERM && c == argmax) continue;
+            s += expf((float)xr[c] - m);
+            if (bug == LSE_BF16_ACC) s = (float)prec_rne(s, PREC_BF16);
+        }
+        float l = m + logf(s);
+        lse[n] = l;
+        for (int64_t c = 0; c < C; c++) {
+            float v = (float)dlse[n] * expf((float)xr[c] - l);
+            dx[n * C + c] = bug == LSE_TRUNCATE ? prec_round(v, f == PREC_FP32 ? PREC_BF16 : f, rz, 0) : prec_rne(v, f);
+        }
+    }
+}
+
+static ulp_report lse_rep;
+
+static int lse_verify(int64_t N, int64_t C, const double *x, const double *lse, const double *dlse, const double *dx,
+                      const ulp_kernel *k)
+{
+    const int bwd = strcmp(k->pass, "bwd") == 0;
+    ulp_tensor in[3] = {ULP_TENSOR("x", ULP_F64, x, N, C), ULP_TENSOR("lse", ULP_F64, lse, N),
+                        ULP_TENSOR("dlse", ULP_F64, dlse, N)};
+    ulp_tensor out[1] = {bwd ? ULP_TENSOR("dx", ULP_F64, dx, N, C) : ULP_TENSOR("lse", ULP_F64, lse, N)};
+    char err[512];
+    int rc = ulp_verify("logsumexp", k, in, bwd ? 3 : 1, out, 1, &lse_rep, err, sizeof err);
+    if (rc == ULP_BAD_INPUT) fail_msg("bad input: %s", err);
+    return rc;
+}
+
+/* verify, declared as check describes each variant, reports check's rows
+ * bit for bit; the correct kernel passes, each planted bug FAILs. */
+static void logsumexp_agrees_with_check_and_twins_fail(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("logsumexp_agrees_with_check_and_twins_fail"));
+    const prec_format formats[] = {PREC_FP32, PREC_BF16, PREC_FP16};
+    const char *paths[] = {"fp32", "bf16", "fp16"}, *forms[] = {"exp", "exp2", "fast"};
+    static const int64_t Cs[] = {7, 64, 1001};
+    for (int fi = 0; fi < 3; fi++)
+        for (size_t ci = 0; ci < 3; ci++)
+            for (int bug = LSE_OK; bug <= LSE_BF16_ACC; bug++) {
+                if (bug == LSE_BF16_ACC && Cs[ci] < 32) continue; /* a few terms: bf16 sums may be exact */
+                const int64_t N = 6, C = Cs[ci];
+                double *x = malloc(N * C * sizeof(double)), *dx = malloc(N * C * sizeof(double));
+                double *lse = malloc(N * sizeof(double)), *dlse = malloc(N * sizeof(double));
+                assert_true(x && dx && lse && dlse);
+                for (int64_t i = 0; i < N * C; i++) x[i] = prec_rne(3 * prec_rng_normal(&rng), formats[fi]);
+                for (int64_t i = 0; i < N; i++) dlse[i] = prec_rne(prec_rng_normal(&rng), PREC_FP32);
+                emulate_logsumexp(N, C, x, dlse, formats[fi], bug, lse, dx);
+                ulp_kernel k = ULP_KERNEL_DEFAULT;
+                k.path = paths[fi];
+                k.accum = "fp32";
+                char shape[96];
+                snprintf(shape, sizeof shape, "N=%lld C=%lld", (long long)N, (long long)C);
+                if (bug == LSE_OK)
+                    for (int v = 0; v < 3; v++) {
+                        kcmp_lse_kernel ck = kcheck_logsumexp_kernel(formats[fi], v, C);
+                        kcmp_lse_data cd = {N, C, x, lse, dlse, dx, 1};
+                        kcheck_acc rows[KCMP_LSE_MAX_ROWS];
+                        assert_int_equal(kcmp_logsumexp(&ck, &cd, shape, rows), 2);
+                        char reduce[32];
+                        snprintf(reduce, sizeof reduce, "depth:%lld", (long long)ck.depth);
+                        k.reduce = reduce;
+                        k.exp_form = forms[v];
+                        for (int pass = 0; pass < 2; pass++) {
+                            k.pass = pass ? "bwd" : "fwd";
+                            lse_verify(N, C, x, lse, dlse, dx, &k);
+                            assert_int_equal(lse_rep.n_rows, 1);
+                            assert_int_equal(lse_rep.unknown, 0);
+                            assert_rows_equal(&rows[pass].row, &lse_rep.rows[0], paths[fi]);
+                        }
+                    }
+                k.reduce = "sequential";
+                k.exp_form = "exp";
+                int fails = 0;
+                for (int pass = 0; pass < 2; pass++) {
+                    k.pass = pass ? "bwd" : "fwd";
+                    int rc = lse_verify(N, C, x, lse, dlse, dx, &k);
+                    if ((bug == LSE_OK && rc != ULP_PASS) || (bug == LSE_TRUNCATE && pass == 1 && rc != ULP_FAIL) ||
+                        (bug != LSE_OK && bug != LSE_TRUNCATE && pass == 0 && rc != ULP_FAIL)) {
+                        ulp_report_print(stdout, &lse_rep);
+                        fail_msg("%s C=%lld bug %d %s: %s", k.path, (long long)C, bug, k.pass, rc == ULP_PASS ? "passed" : "failed");
+                    }
+                    fails += rc == ULP_FAIL;
+                }
+                if (bug != LSE_OK && !fails) fail_msg("planted bug %d passed", bug);
+                free(x); free(dx); free(lse); free(dlse);
+            }
+}
+
 /* ---- the command line ------------------------------------------------------------------------ */
 
 static void write_case(const char *name, tfile_dtype t, int ndim, const int64_t *shape, const double *v)
@@ -1208,6 +1847,46 @@ static void cli_verifies_matmul_files(void **state)
     mm_free(&bad);
 }
 
+/* gelu_erf from .npy files, forward and backward: the correct kernel PASSes,
+ * a truncating one FAILs (exit 1). */
+static void cli_verifies_activation_files(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_BIN();
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("cli_verifies_activation_files"));
+    act_data good = act_make(&rng, KCMP_GELU_ERF, KGELU_ERF_NORMCDF, 300, PREC_BF16, 0, ACT_OK);
+    act_data bad = act_make(&rng, KCMP_GELU_ERF, KGELU_ERF_NORMCDF, 300, PREC_BF16, 0, ACT_TRUNCATE);
+    const int64_t shape[2] = {3, 100};
+    write_case("ax.npy", TFILE_BF16, 2, shape, good.x);
+    write_case("ady.npy", TFILE_BF16, 2, shape, good.dy);
+    write_case("ay.npy", TFILE_BF16, 2, shape, good.y);
+    write_case("adx.npy", TFILE_BF16, 2, shape, good.dx);
+    write_case("bx.npy", TFILE_F32, 2, shape, bad.x);
+    write_case("by.npy", TFILE_F32, 2, shape, bad.y);
+    char args[2048], out[8192];
+    snprintf(args, sizeof args, "gelu_erf --path bf16 --accum fp32 --function normcdf --inputs %s/ax.npy --outputs %s/ay.npy",
+             dir, dir);
+    int rc = test_run_cli("verify", args, out, sizeof out);
+    if (rc != 0 || !strstr(out, "verify: PASS")) fail_msg("exit %d: %s", rc, out);
+    snprintf(args, sizeof args, "gelu_erf --path bf16 --pass bwd --accum fp32 --function normcdf --inputs %s/ax.npy,%s/ady.npy "
+             "--outputs %s/adx.npy", dir, dir, dir);
+    rc = test_run_cli("verify", args, out, sizeof out);
+    if (rc != 0 || !strstr(out, "verify: PASS")) fail_msg("exit %d: %s", rc, out);
+    snprintf(args, sizeof args, "gelu_erf --path bf16 --accum fp32 --function normcdf --inputs %s/bx.npy --outputs %s/by.npy",
+             dir, dir);
+    rc = test_run_cli("verify", args, out, sizeof out);
+    if (rc != 1 || !strstr(out, "FAIL against the bound of the declared kernel") || !strstr(out, "worst ["))
+        fail_msg("exit %d: %s", rc, out);
+    /* undeclared: the loosest (bf16 arithmetic, any formula) is far wider than one truncation; the tightest rows say it */
+    snprintf(args, sizeof args, "gelu_erf --path bf16 --inputs %s/bx.npy --outputs %s/by.npy", dir, dir);
+    rc = test_run_cli("verify", args, out, sizeof out);
+    if (rc != 0 || !strstr(out, "(loosest)") || !strstr(out, "the tightest (--accum fp32 --function erf) does not hold"))
+        fail_msg("exit %d: %s", rc, out);
+    act_free(&good);
+    act_free(&bad);
+}
+
 static void cli_refuses_bad_input(void **state)
 {
     (void)state;
@@ -1249,7 +1928,7 @@ static void cli_refuses_bad_input(void **state)
         {"rmsnorm --path e4m3 --inputs D/a.npy --outputs D/a.npy", "unknown path 'e4m3'"},
         {"rmsnorm --inputs D/a.npy --outputs D/a.npy", "--path is required"},
         {"rmsnorm --path bf16 --inputs D/a.npy", "--outputs is required"},
-        {"conv2d --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'conv2d' (ops: cross_entropy, layernorm, matmul, rmsnorm, softmax)"},
+        {"conv2d --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'conv2d' (ops: adamw, cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, logsumexp, matmul, relu2, residual, rmsnorm, softmax"},
         {"rmsnorm --path bf16 --path bf16 --inputs D/a.npy --outputs D/a.npy", "given twice"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy --outputs dx=D/a.npy", "missing input tensor 'dy'"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy,D/a3.npy,D/a.npy --outputs D/a.npy,D/a4.npy", "dgain has 4"},
@@ -1298,6 +1977,50 @@ static void cli_refuses_bad_input(void **state)
         {"cross_entropy --path fp32 --inputs D/a.npy,D/t1.npy --outputs D/a3.npy", "loss has 3 elements"},
         {"cross_entropy --path fp32 --pass bwd --inputs D/a.npy,D/t1.npy --outputs D/t1.npy", "cross_entropy has no bwd pass"},
         {"rmsnorm --path bf16 --dloss 0.5 --inputs D/a.npy --outputs D/a.npy", "dloss and online are cross_entropy's"},
+        /* the activations */
+        {"gelu_tanh --path fp32 --inputs D/a.npy --outputs D/a3.npy", "y's shape differs from x's"},
+        {"gelu_tanh --path fp32 --pass bwd --inputs D/a.npy --outputs D/a.npy", "missing input tensor 'dy'"},
+        {"gelu_tanh --path fp32 --inputs D/a.npy,D/a.npy --outputs D/a.npy", "more files than"},
+        {"gelu_erf --path fp32 --pass bwd --inputs D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "more files than"},
+        {"relu2 --path fp32 --inputs D/int.npy --outputs D/a.npy", "dtype i4 is not a floating-point"},
+        {"relu2 --path fp32 --pass bwd --inputs D/a.npy,D/a.npy,D/a3.npy --outputs D/a.npy", "grad's shape differs from x's"},
+        {"leaky_relu2 --path fp32 --inputs D/a.npy --outputs D/a.npy,D/a.npy,D/a.npy", "more files than"},
+        {"relu2 --path bf16 --inputs D/odd.npy --outputs D/a.npy", "is not a bf16 value"},
+        {"gelu_tanh --path fp32 --function erf --inputs D/a.npy --outputs D/a.npy", "unknown function 'erf' for gelu_tanh"},
+        {"gelu_erf --path fp32 --function tanh --inputs D/a.npy --outputs D/a.npy", "unknown function 'tanh' for gelu_erf"},
+        {"relu2 --path fp32 --function tanh --inputs D/a.npy --outputs D/a.npy", "function is the GELUs'"},
+        {"softmax --path fp32 --function erf --inputs D/a.npy --outputs D/a.npy", "softmax has none"},
+        {"relu2 --path fp32 --reduce sequential --inputs D/a.npy --outputs D/a.npy", "relu2 is elementwise"},
+        {"leaky_relu2 --path fp32 --math-ulps 4 --inputs D/a.npy --outputs D/a.npy", "calls no math function"},
+        {"gelu_erf --path fp8 --inputs D/a.npy --outputs D/a.npy", "path fp8 is a matmul path"},
+        {"gelu_erf --path fp32 --gelu --inputs D/a.npy --outputs D/a.npy", "gelu_erf has none of them"},
+        {"residual --path fp32 --inputs D/a.npy,D/a3.npy --outputs D/a.npy", "b's shape differs from a's"},
+        {"residual --path fp32 --inputs D/a.npy --outputs D/a.npy", "missing input tensor 'b'"},
+        {"residual --path fp32 --pass bwd --inputs D/a.npy,D/a.npy --outputs D/a.npy", "residual has no bwd pass"},
+        {"residual --path fp32 --math-ulps 3 --inputs D/a.npy,D/a.npy --outputs D/a.npy", "calls no math function"},
+        {"residual --path fp32 --inputs D/a.npy,D/a.npy --outputs D/a.npy,D/a.npy", "more files than"},
+        /* adamw: p, g, m, v, master */
+        {"adamw --path fp32 --lr 0.5 --step 1 --inputs D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "missing input tensor 'v'"},
+        {"adamw --path fp32 --lr 0.5 --step 1 --inputs D/a.npy,D/a3.npy,D/a.npy,D/a.npy --outputs D/a.npy", "p's shape differs from g's"},
+        {"adamw --path fp32 --lr 0.5 --step 1 --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy,D/a4.npy", "m's shape differs from g's"},
+        {"adamw --path fp32 --lr 0.5 --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "needs --step"},
+        {"adamw --path fp32 --step 3 --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "needs --lr"},
+        {"adamw --path fp32 --lr 0.1 --step 3 --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "lr 0.1"},
+        {"adamw --path fp32 --lr 0.5 --step 3 --beta1 1 --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "below 1"},
+        {"adamw --path fp32 --lr 0.5 --step 0 --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "--step: '0'"},
+        {"adamw --path fp32 --lr 0.5 --step 3 --order adam --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "unknown order"},
+        {"adamw --path fp32 --lr 0.5 --step 3 --store round --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "unknown store"},
+        {"adamw --path fp32 --lr 0.5 --step 3 --inputs g=D/a.npy,m=D/a.npy,v=D/a.npy --outputs D/a.npy", "the weights the step read"},
+        {"adamw --path fp32 --lr 0.5 --step 3 --pass bwd --inputs D/a.npy --outputs D/a.npy", "adamw has no bwd pass"},
+        {"rmsnorm --path bf16 --lr 0.5 --inputs D/a.npy --outputs D/a.npy", "adamw's; rmsnorm has none"},
+        /* logsumexp: x a (2, 3); lse, dlse one per row */
+        {"logsumexp --path fp32 --inputs D/a.npy --outputs D/a3.npy", "lse has 3 elements, x has N = 2 rows"},
+        {"logsumexp --path fp32 --pass bwd --inputs D/a.npy,D/t1.npy --outputs D/a.npy", "missing input tensor 'dlse'"},
+        {"logsumexp --path fp32 --pass bwd --inputs D/a.npy,D/t1.npy,D/a3.npy --outputs D/a.npy", "dlse has 3 elements"},
+        {"logsumexp --path fp32 --pass bwd --inputs D/a.npy,D/t1.npy,D/t1.npy --outputs D/a3.npy", "dx's shape differs from x's"},
+        {"logsumexp --path fp32 --math-ulps 3 --inputs D/a.npy --outputs D/t1.npy", "--math-ulps does not apply"},
+        {"logsumexp --path fp32 --exp exp10 --inputs D/a.npy --outputs D/t1.npy", "unknown exp"},
+        {"layernorm --path fp32 --exp fast --inputs D/a.npy --outputs D/a.npy", "exp is softmax's and logsumexp's"},
     };
     DIR *before = opendir(dir);
     int entries_before = 0;
@@ -1342,8 +2065,15 @@ int main(void)
         cmocka_unit_test(layernorm_planted_bugs_fail),
         cmocka_unit_test(softmax_agrees_with_check_and_twins_fail),
         cmocka_unit_test(cross_entropy_agrees_with_check_and_twins_fail),
+        cmocka_unit_test(activations_agree_with_check),
+        cmocka_unit_test(activations_planted_bugs_fail),
+        cmocka_unit_test(activations_store_grad_and_unknown),
+        cmocka_unit_test(residual_agrees_with_check_and_twins_fail),
+        cmocka_unit_test(adamw_agrees_with_check_and_twins_fail),
+        cmocka_unit_test(logsumexp_agrees_with_check_and_twins_fail),
         cmocka_unit_test(cli_verifies_files),
         cmocka_unit_test(cli_verifies_matmul_files),
+        cmocka_unit_test(cli_verifies_activation_files),
         cmocka_unit_test(cli_refuses_bad_input),
     };
     return cmocka_run_group_tests(tests, setup_dir, remove_dir);

@@ -13,9 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/check/compare_activation.h"
+#include "kernels/check/compare_adamw.h"
 #include "kernels/check/compare_cross_entropy.h"
 #include "kernels/check/compare_layernorm.h"
+#include "kernels/check/compare_logsumexp.h"
 #include "kernels/check/compare_matmul.h"
+#include "kernels/check/compare_residual.h"
 #include "kernels/check/check_kexp.h"
 #include "kernels/check/compare_rmsnorm.h"
 #include "kernels/check/compare_softmax.h"
@@ -54,7 +58,17 @@ typedef struct {
     vtensor inputs[VMAX_TENSORS], outputs[VMAX_TENSORS];
 } vpass;
 
-typedef enum { OP_MATMUL, OP_LAYERNORM, OP_RMSNORM, OP_SOFTMAX, OP_CROSS_ENTROPY } op_id;
+typedef enum {
+    OP_MATMUL, OP_LAYERNORM, OP_RMSNORM, OP_SOFTMAX, OP_CROSS_ENTROPY,
+    OP_GELU_TANH, OP_GELU_ERF, OP_RELU2, OP_LEAKY_RELU2, /* the activations, in kcmp_act_op's order */
+    OP_RESIDUAL, OP_ADAMW, OP_LOGSUMEXP
+} op_id;
+
+static int has_exp_form(op_id op) { return op == OP_SOFTMAX || op == OP_LOGSUMEXP; }
+
+static int is_activation(op_id op) { return op >= OP_GELU_TANH && op <= OP_LEAKY_RELU2; }
+static int is_gelu(op_id op) { return op == OP_GELU_TANH || op == OP_GELU_ERF; }
+static int is_elementwise(op_id op) { return is_activation(op) || op == OP_RESIDUAL; }
 
 typedef struct {
     const char *name;
@@ -107,10 +121,59 @@ static const vop ops[] = {
       {"y (the forward output the backward read), dy (as y)", "dx (as y)", {{"y", 0, T_STORAGE}, {"dy", 0, T_STORAGE}},
        {{"dx", 0, T_STORAGE}}}},
      NULL},
+#define ACT_FWD {"x (any shape)", "y (as x)", {{"x", 0, T_STORAGE}}, {{"y", 0, T_STORAGE}}}
+#define ACT_BWD {"x (the forward's input), dy (as x)", "dx (as x)", {{"x", 0, T_STORAGE}, {"dy", 0, T_STORAGE}}, {{"dx", 0, T_STORAGE}}}
+    {"gelu_tanh", OP_GELU_TANH,
+     "y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise; backward dx = dy f'(x); --function tanh "
+     "(tanhf), tanh-approx (tanh.approx.f32), sigmoid (x / (1 + expf(-2z)))",
+     {ACT_FWD, ACT_BWD}, NULL},
+    {"gelu_erf", OP_GELU_ERF,
+     "y = x/2 (1 + erf(x / sqrt 2)) = x Phi(x), elementwise; backward dx = dy f'(x); --function erf (erff; expf "
+     "for the backward's pdf), normcdf (normcdff)",
+     {ACT_FWD, ACT_BWD}, NULL},
+#define RELU2_FWD                                                                                               \
+    {"x (any shape)", "y (as x), grad (as x, the gradient branch f'(x) a store_grad forward keeps, optional)", \
+     {{"x", 0, T_STORAGE}}, {{"y", 0, T_STORAGE}, {"grad", 1, T_STORAGE}}}
+#define RELU2_BWD                                                                                                   \
+    {"x (the forward's input), dy (as x), grad (the stored gradient branch the backward read, optional: without "  \
+     "it the backward computes f'(x) from x)", "dx (as x)",                                                        \
+     {{"x", 0, T_STORAGE}, {"dy", 0, T_STORAGE}, {"grad", 1, T_STORAGE}}, {{"dx", 0, T_STORAGE}}}
+    {"relu2", OP_RELU2, "y = max(x, 0)^2, elementwise; backward dx = dy 2 max(x, 0)", {RELU2_FWD, RELU2_BWD}, NULL},
+    {"leaky_relu2", OP_LEAKY_RELU2, "y = (x > 0 ? x : x/2)^2, elementwise; backward dx = dy (x > 0 ? 2x : x/2)",
+     {RELU2_FWD, RELU2_BWD}, NULL},
+    {"residual", OP_RESIDUAL, "y = a + b, elementwise (--accum: the addition's format)",
+     {{"a (any shape), b (as a)", "y (as a)", {{"a", 0, T_STORAGE}, {"b", 0, T_STORAGE}}, {{"y", 0, T_STORAGE}}},
+      {NULL, NULL, {{0}}, {{0}}}},
+     "the backward of an add is the identity on both inputs: there is no kernel to verify"},
+    {"adamw", OP_ADAMW,
+     "one AdamW step, elementwise (--lr --beta1 --beta2 --eps --weight-decay --step; --order llmc or torch; --store "
+     "nearest, stochastic or truncate; --accum: the update's arithmetic and m, v)",
+     {{"p (the weights the step read; optional with master), g (as p), m, v (fp32, as p), master (the fp32 master the "
+       "step read, optional)",
+       "p (the new weights), m, v (fp32, optional), master (the new fp32 master, optional)",
+       {{"p", 1, T_STORAGE}, {"g", 0, T_STORAGE}, {"m", 0, T_FP32}, {"v", 0, T_FP32}, {"master", 1, T_FP32}},
+       {{"p", 0, T_STORAGE}, {"m", 1, T_FP32}, {"v", 1, T_FP32}, {"master", 1, T_FP32}}},
+      {NULL, NULL, {{0}}, {{0}}}},
+     "an optimizer step has no backward: verify the step (--pass fwd)"},
+    {"logsumexp", OP_LOGSUMEXP,
+     "lse = max + log sum exp(x - max) per row of C (any leading shape), in fp32; backward dx = dlse exp(x - lse) "
+     "from the stored lse",
+     {{"x (N.., C)", "lse (N.., fp32)", {{"x", 0, T_STORAGE}}, {{"lse", 0, T_FP32}}},
+      {"x, lse (the stored fp32 lse the backward read), dlse (N.., fp32)", "dx (as x)",
+       {{"x", 0, T_STORAGE}, {"lse", 0, T_FP32}, {"dlse", 0, T_FP32}}, {{"dx", 0, T_STORAGE}}}},
+     NULL},
+#undef ACT_FWD
+#undef ACT_BWD
+#undef RELU2_FWD
+#undef RELU2_BWD
 };
 static const int n_ops = (int)(sizeof ops / sizeof ops[0]);
 
-const char *ulp_op_names(void) { return "cross_entropy, layernorm, matmul, rmsnorm, softmax"; }
+const char *ulp_op_names(void)
+{
+    return "adamw, cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, logsumexp, matmul, relu2, residual, "
+           "rmsnorm, softmax";
+}
 
 void ulp_op_help(FILE *fp)
 {
@@ -214,7 +277,10 @@ static int parse_dot_model(const char *s, prec_dot_model *m)
 typedef struct {
     prec_format storage; /* every tensor's but the fp32 ones' and the fp8 path's operands */
     int fp8;             /* path fp8: a and b are dequantised fp8 operands */
-    const char *path, *accum, *reduce, *col_reduce, *upcast, *epilogue, *layout, *variance, *exp_form;
+    const char *path, *accum, *reduce, *col_reduce, *upcast, *epilogue, *layout, *variance, *exp_form, *function;
+    const char *order, *store; /* adamw */
+    double lr, beta1, beta2, weight_decay;
+    int64_t step;
     double math_ulps, eps, alpha, beta;
     int gelu, split_k, online;
     double dloss;
@@ -328,17 +394,64 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
         return bad(err, errlen, "dloss %.17g is not an fp32 value (kernels take it as a float: give that float's value)", k->dloss);
     if (k->online != 0 && k->online != 1) return bad(err, errlen, "online is %d (0 or 1)", k->online);
     /* the other ops' options: refused rather than silently ignored */
-    static const char *const op_names[] = {"matmul", "layernorm", "rmsnorm", "softmax", "cross_entropy"};
+    static const char *const op_names[] = {"matmul", "layernorm", "rmsnorm", "softmax", "cross_entropy",
+                                           "gelu_tanh", "gelu_erf", "relu2", "leaky_relu2", "residual", "adamw",
+                                           "logsumexp"};
+    d->order = k->order ? k->order : "unknown";
+    d->store = k->store ? k->store : "unknown";
+    static const char *const orders[] = {"llmc", "torch", "any", "unknown", NULL};
+    static const char *const stores[] = {"nearest", "stochastic", "truncate", "unknown", NULL};
+    if (!is_one_of(d->order, orders)) return bad(err, errlen, "unknown order '%s' (llmc, torch, any, unknown)", d->order);
+    if (!is_one_of(d->store, stores))
+        return bad(err, errlen, "unknown store '%s' (nearest, stochastic, truncate, unknown)", d->store);
+    if (op != OP_ADAMW && (k->lr != 0 || k->beta1 != 0 || k->beta2 != 0 || k->weight_decay != 0 || k->step != 0 ||
+                           strcmp(d->order, "unknown") != 0 || strcmp(d->store, "unknown") != 0))
+        return bad(err, errlen, "lr, beta1, beta2, weight-decay, step, order and store are adamw's; %s has none of them",
+                   op_names[op]);
+    if (op == OP_ADAMW) {
+        const struct {
+            const char *name;
+            double v;
+        } hp[] = {{"lr", k->lr}, {"beta1", k->beta1}, {"beta2", k->beta2}, {"eps", k->eps}, {"weight-decay", k->weight_decay}};
+        for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++)
+            if (!isfinite(hp[i].v) || hp[i].v < 0 || prec_rne(hp[i].v, PREC_FP32) != hp[i].v)
+                return bad(err, errlen, "%s %.17g is not a non-negative fp32 value (kernels take it as a float: give that "
+                                        "float's value)", hp[i].name, hp[i].v);
+        if (k->beta1 >= 1 || k->beta2 >= 1) return bad(err, errlen, "beta1 and beta2 must be below 1");
+        if (k->step < 1 || k->step > (1ll << 40))
+            return bad(err, errlen, "adamw needs --step t >= 1 (the bias corrections 1 - beta^t), not %lld", (long long)k->step);
+        if (k->lr == 0) return bad(err, errlen, "adamw needs --lr (the learning rate the step took)");
+        d->lr = k->lr;
+        d->beta1 = k->beta1;
+        d->beta2 = k->beta2;
+        d->weight_decay = k->weight_decay;
+        d->step = k->step;
+    }
+    d->function = k->function ? k->function : "unknown";
+    static const char *const tanh_forms[] = {"tanh", "tanh-approx", "sigmoid", "any", "unknown", NULL};
+    static const char *const erf_forms[] = {"erf", "normcdf", "any", "unknown", NULL};
+    if (op == OP_GELU_TANH && !is_one_of(d->function, tanh_forms))
+        return bad(err, errlen, "unknown function '%s' for gelu_tanh (tanh, tanh-approx, sigmoid, any, unknown)", d->function);
+    if (op == OP_GELU_ERF && !is_one_of(d->function, erf_forms))
+        return bad(err, errlen, "unknown function '%s' for gelu_erf (erf, normcdf, any, unknown)", d->function);
+    if (!is_gelu(op) && strcmp(d->function, "unknown") != 0)
+        return bad(err, errlen, "function is the GELUs' (gelu_tanh, gelu_erf); %s has none", op_names[op]);
+    if ((is_elementwise(op) || op == OP_ADAMW) && (strcmp(d->reduce, "unknown") != 0 || strcmp(d->col_reduce, "unknown") != 0))
+        return bad(err, errlen, "reduce and col-reduce are the orders of sums; %s is elementwise and has none (--accum is "
+                                "the format of its arithmetic)", op_names[op]);
+    if ((is_elementwise(op) || op == OP_ADAMW) && !is_gelu(op) && d->math_ulps != 2.0)
+        return bad(err, errlen, "%s calls no math function; --math-ulps does not apply", op_names[op]);
     if (op != OP_CROSS_ENTROPY && (d->dloss != 0 || d->online))
         return bad(err, errlen, "dloss and online are cross_entropy's; %s has neither", op_names[op]);
     if (op == OP_CROSS_ENTROPY && d->math_ulps != 2.0)
         return bad(err, errlen, "cross_entropy's expf and logf have CUDA's figures (2 and 1 ulps); --math-ulps does not apply");
-    if (op != OP_SOFTMAX && strcmp(d->exp_form, "unknown") != 0)
-        return bad(err, errlen, "exp is softmax's; %s has none", op_names[op]);
-    if (op == OP_SOFTMAX && d->math_ulps != 2.0)
-        return bad(err, errlen, "softmax's exponential has the error of its --exp form (CUDA's figures); --math-ulps does not apply");
-    if (op == OP_SOFTMAX && strcmp(d->col_reduce, "unknown") != 0)
-        return bad(err, errlen, "col-reduce is for the sums over rows of a normalisation's backward; softmax has none");
+    if (!has_exp_form(op) && strcmp(d->exp_form, "unknown") != 0)
+        return bad(err, errlen, "exp is softmax's and logsumexp's; %s has none", op_names[op]);
+    if (has_exp_form(op) && d->math_ulps != 2.0)
+        return bad(err, errlen, "%s's exponential and logarithm have the errors of its --exp form (CUDA's figures); "
+                                "--math-ulps does not apply", op_names[op]);
+    if (has_exp_form(op) && strcmp(d->col_reduce, "unknown") != 0)
+        return bad(err, errlen, "col-reduce is for the sums over rows of a normalisation's backward; %s has none", op_names[op]);
     if (op != OP_MATMUL && (strcmp(d->epilogue, "unknown") != 0 || strcmp(d->layout, "AB") != 0 || d->alpha != 1.0 ||
                             d->beta != 0.0 || d->gelu || d->split_k != 1))
         return bad(err, errlen, "epilogue, layout, alpha, beta, gelu and split-k are matmul's; %s has none of them",
@@ -366,10 +479,14 @@ static int accum_is_model(const decl *d)
  * the reduction to a rounded accumulator. */
 static int is_unknown(const decl *d, op_id op, int bwd, int has_bias, int has_stats)
 {
+    if (op == OP_LOGSUMEXP && bwd) return strcmp(d->exp_form, "unknown") == 0; /* no sum: the exponential alone */
     if (strcmp(d->accum, "unknown") == 0) return 1;
+    if (is_elementwise(op)) return is_gelu(op) && strcmp(d->function, "unknown") == 0;
+    if (op == OP_ADAMW) return strcmp(d->order, "unknown") == 0 || strcmp(d->store, "unknown") == 0;
     if (op == OP_MATMUL)
         return (!accum_is_model(d) && strcmp(d->reduce, "unknown") == 0) ||
                ((has_bias || d->gelu) && strcmp(d->epilogue, "unknown") == 0);
+    if (op == OP_LOGSUMEXP) return strcmp(d->exp_form, "unknown") == 0 || strcmp(d->reduce, "unknown") == 0;
     if (strcmp(d->reduce, "unknown") == 0 || (bwd && op != OP_SOFTMAX && strcmp(d->col_reduce, "unknown") == 0)) return 1;
     /* (cross_entropy has no bwd pass) */
     if (op == OP_LAYERNORM) return strcmp(d->variance, "unknown") == 0 && (!bwd || !has_stats);
@@ -386,10 +503,15 @@ static decl resolve(const decl *d, op_id op, int tightest)
     if (strcmp(r.reduce, "unknown") == 0) r.reduce = tightest ? "pairwise" : "sequential";
     if ((op == OP_LAYERNORM || op == OP_RMSNORM) && strcmp(r.col_reduce, "unknown") == 0)
         r.col_reduce = tightest ? "pairwise" : "sequential";
-    if (op == OP_SOFTMAX && strcmp(r.exp_form, "unknown") == 0) r.exp_form = tightest ? "exp" : "fast";
+    if (has_exp_form(op) && strcmp(r.exp_form, "unknown") == 0) r.exp_form = tightest ? "exp" : "fast";
     if (op == OP_RMSNORM && strcmp(r.upcast, "unknown") == 0) r.upcast = tightest ? "gemma" : "none";
     if (op == OP_LAYERNORM && strcmp(r.variance, "unknown") == 0) r.variance = tightest ? "two-pass" : "one-pass";
     if (op == OP_MATMUL && strcmp(r.epilogue, "unknown") == 0) r.epilogue = tightest ? "single" : "cublaslt";
+    /* a GELU's forms: none is the loosest everywhere (erff's 1 + erf cancels for x < 0, normcdff does not),
+     * so the loosest is the largest of their bounds element by element */
+    if (op == OP_ADAMW && strcmp(r.order, "unknown") == 0) r.order = tightest ? "llmc" : "any";
+    if (op == OP_ADAMW && strcmp(r.store, "unknown") == 0) r.store = tightest ? "nearest" : "stochastic";
+    if (is_gelu(op) && strcmp(r.function, "unknown") == 0) r.function = !tightest ? "any" : op == OP_GELU_TANH ? "tanh" : "erf";
     return r;
 }
 
@@ -405,9 +527,24 @@ static void describe(const decl *d, op_id op, int bwd, int has_bias, char *out, 
     } while (0)
     out[0] = '\0';
     APPEND("--accum %s", d->accum);
-    if (op == OP_SOFTMAX) {
+    if (is_gelu(op)) {
+        APPEND(" --function %s", d->function);
+        if (d->math_ulps != 2.0) APPEND(" --math-ulps %g", d->math_ulps);
+    } else if (op == OP_ADAMW) {
+        APPEND(" --order %s --store %s", d->order, d->store);
+    } else if (is_elementwise(op)) {
+        /* the arithmetic's format alone */
+    } else if (op == OP_SOFTMAX) {
         APPEND(" --reduce %s", d->reduce);
         if (!bwd) APPEND(" --exp %s", d->exp_form);
+    } else if (op == OP_LOGSUMEXP) {
+        if (bwd) {
+            out[0] = '\0'; /* dx = dlse exp(x - lse): neither sum nor accumulator */
+            k = 0;
+        } else {
+            APPEND(" --reduce %s", d->reduce);
+        }
+        APPEND("%s--exp %s", k ? " " : "", d->exp_form);
     } else if (op == OP_CROSS_ENTROPY) {
         APPEND(" --reduce %s%s", d->reduce, d->online ? " --online" : "");
     } else if (op != OP_MATMUL) {
@@ -449,6 +586,62 @@ static kcmp_layernorm_kernel layernorm_kernel(const decl *d, int64_t N, int64_t 
     k.col_depth = parse_reduce(d->col_reduce, N, 0);
     k.rsqrt_ulps = d->math_ulps;
     k.eps = d->eps;
+    return k;
+}
+
+/* An activation as declared: --accum the format of its arithmetic. */
+static kcmp_act_kernel activation_kernel(const decl *d, op_id op)
+{
+    kcmp_act_kernel k = {0};
+    k.op = (kcmp_act_op)(op - OP_GELU_TANH);
+    static const struct {
+        const char *name;
+        kcmp_act_fn fn;
+    } forms[] = {{"tanh", KCMP_FN_TANH}, {"tanh-approx", KCMP_FN_TANH_APPROX}, {"sigmoid", KCMP_FN_SIGMOID},
+                 {"erf", KCMP_FN_ERF},   {"normcdf", KCMP_FN_NORMCDF},         {"any", KCMP_FN_ANY}};
+    k.fn = KCMP_FN_NONE;
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++)
+        if (is_gelu(op) && strcmp(d->function, forms[i].name) == 0) k.fn = forms[i].fn;
+    k.math_ulps = d->math_ulps;
+    if (strcmp(d->accum, "storage") == 0) k.arith = d->storage;
+    else parse_format(d->accum, &k.arith);
+    k.act = k.grad = d->storage;
+    k.x_scale = k.y_scale = k.g_scale = k.dy_scale = k.dx_scale = 1.0;
+    return k;
+}
+
+static kcmp_lse_kernel logsumexp_kernel(const decl *d, int64_t C)
+{
+    kcmp_lse_kernel k = {0};
+    k.storage = k.acc = d->storage;
+    if (strcmp(d->accum, "storage") != 0) parse_format(d->accum, &k.acc);
+    k.exp_variant = strcmp(d->exp_form, "exp2") == 0 ? KCHECK_EXP2 : strcmp(d->exp_form, "fast") == 0 ? KCHECK_FAST_EXP : KCHECK_EXP;
+    k.depth = parse_reduce(d->reduce, C, 0);
+    return k;
+}
+
+static kcmp_adamw_kernel adamw_kernel(const decl *d)
+{
+    kcmp_adamw_kernel k = {0};
+    k.storage = k.arith = d->storage;
+    if (strcmp(d->accum, "storage") != 0) parse_format(d->accum, &k.arith);
+    k.order = strcmp(d->order, "llmc") == 0 ? KCMP_ADAMW_LLMC : strcmp(d->order, "torch") == 0 ? KCMP_ADAMW_TORCH : KCMP_ADAMW_ANY;
+    k.store = strcmp(d->store, "stochastic") == 0 ? KCMP_ADAMW_STOCHASTIC
+              : strcmp(d->store, "truncate") == 0 ? KCMP_ADAMW_TRUNCATE
+                                                  : KCMP_ADAMW_NEAREST;
+    k.lr = d->lr;
+    k.beta1 = d->beta1;
+    k.beta2 = d->beta2;
+    k.eps = d->eps;
+    k.weight_decay = d->weight_decay;
+    k.step = d->step;
+    return k;
+}
+
+static kcmp_residual_kernel residual_kernel(const decl *d)
+{
+    kcmp_residual_kernel k = {d->storage, d->storage};
+    if (strcmp(d->accum, "storage") != 0) parse_format(d->accum, &k.arith);
     return k;
 }
 
@@ -806,6 +999,8 @@ static int cross_entropy_shapes(const decl *d, problem *pb, char *err, size_t er
 static int op_rows(const decl *d, const problem *pb, ulp_report *rep, int *vacuous)
 {
     kcheck_acc rows[KCMP_LAYERNORM_MAX_ROWS]; /* the most of any op */
+    _Static_assert(KCMP_ADAMW_MAX_ROWS <= KCMP_LAYERNORM_MAX_ROWS && KCMP_ACT_MAX_ROWS <= KCMP_LAYERNORM_MAX_ROWS,
+                   "rows[] holds every op's rows");
     int n;
     const bound_tensor *in = pb->in, *out = pb->out;
     const int bwd = pb->bwd;
@@ -818,6 +1013,27 @@ static int op_rows(const decl *d, const problem *pb, ulp_report *rep, int *vacuo
         kcmp_ce_kernel k = cross_entropy_kernel(d, pb->C);
         kcmp_ce_data data = {pb->N, pb->C, in[0].v, pb->targets, out[0].v, out[1].v};
         n = kcmp_cross_entropy(&k, &data, pb->shape, rows);
+    } else if (pb->op == OP_LOGSUMEXP) {
+        kcmp_lse_kernel k = logsumexp_kernel(d, pb->C);
+        kcmp_lse_data data = {pb->N, pb->C, in[0].v, bwd ? in[1].v : out[0].v, bwd ? in[2].v : NULL,
+                              bwd ? out[0].v : NULL, !bwd};
+        n = kcmp_logsumexp(&k, &data, pb->shape, rows);
+    } else if (pb->op == OP_ADAMW) {
+        kcmp_adamw_kernel k = adamw_kernel(d);
+        /* the update starts from the fp32 master where the kernel keeps one */
+        kcmp_adamw_data data = {pb->N * pb->C, in[4].v ? in[4].v : in[0].v, in[1].v, in[2].v, in[3].v,
+                                out[0].v, out[1].v, out[2].v, out[3].v};
+        n = kcmp_adamw(&k, &data, pb->shape, rows);
+    } else if (pb->op == OP_RESIDUAL) {
+        kcmp_residual_kernel k = residual_kernel(d);
+        kcmp_residual_data data = {pb->N * pb->C, in[0].v, in[1].v, out[0].v};
+        n = kcmp_residual(&k, &data, pb->shape, rows);
+    } else if (is_activation(pb->op)) {
+        kcmp_act_kernel k = activation_kernel(d, pb->op);
+        /* fwd: x -> y (and grad); bwd: x, dy (and the stored grad) -> dx */
+        kcmp_act_data data = {pb->N * pb->C, in[0].v, bwd ? NULL : out[0].v, bwd ? in[2].v : out[1].v,
+                              bwd ? in[1].v : NULL, bwd ? out[0].v : NULL};
+        n = kcmp_activation(&k, &data, pb->shape, rows);
     } else if (pb->op == OP_SOFTMAX) {
         kcmp_softmax_kernel k = softmax_kernel(d, pb->C);
         kcmp_softmax_data data = {pb->N, pb->C, bwd ? NULL : in[0].v, bwd ? in[0].v : out[0].v, bwd ? in[1].v : NULL,
@@ -888,6 +1104,45 @@ static int looser_declarations(const decl *d, const problem *pb, attempt *a)
             a[n++].meaning = "the kernel likely rounds alpha A B + beta C to the output format before the bias or GELU";
         }
     }
+    if (pb->op == OP_ADAMW) {
+        if (strcmp(d->order, "any") != 0) {
+            a[n].d = *d;
+            a[n].d.order = "any";
+            a[n++].meaning = "the kernel likely updates in the other order (llm.c's or torch.optim.AdamW's)";
+        }
+        if (strcmp(d->store, "nearest") == 0) {
+            a[n].d = *d;
+            a[n].d.store = "stochastic";
+            a[n++].meaning = "the kernel likely rounds the new weights stochastically or truncates them";
+        }
+        a[n].d = *d;
+        a[n].d.accum = "storage";
+        a[n++].meaning = NULL;
+        return n;
+    }
+    if (is_elementwise(pb->op)) {
+        /* no sums: the arithmetic's format and the GELU's function are all there is to loosen */
+        if (pb->op == OP_GELU_TANH && strcmp(d->function, "tanh-approx") != 0 && strcmp(d->function, "any") != 0) {
+            a[n].d = *d;
+            a[n].d.function = "tanh-approx";
+            a[n++].meaning = "the kernel's tanh is likely tanh.approx.f32 (fast math)";
+        }
+        if (is_gelu(pb->op) && strcmp(d->function, "any") != 0) {
+            a[n].d = *d;
+            a[n].d.function = "any";
+            a[n++].meaning = "the kernel likely computes the GELU by another formula than declared";
+        }
+        a[n].d = *d;
+        a[n].d.accum = "storage";
+        a[n++].meaning = NULL;
+        if (is_gelu(pb->op)) {
+            a[n].d = *d;
+            a[n].d.accum = "storage";
+            a[n].d.function = "any";
+            a[n++].meaning = NULL;
+        }
+        return n;
+    }
     a[n].d = *d;
     a[n].d.accum = "storage";
     a[n++].meaning = NULL;
@@ -900,7 +1155,7 @@ static int looser_declarations(const decl *d, const problem *pb, attempt *a)
         a[n].d.upcast = "none";
         a[n++].meaning = NULL;
     }
-    if (pb->op == OP_SOFTMAX && !pb->bwd && strcmp(d->exp_form, "fast") != 0) {
+    if (((pb->op == OP_SOFTMAX && !pb->bwd) || pb->op == OP_LOGSUMEXP) && strcmp(d->exp_form, "fast") != 0) {
         a[n].d = *d;
         a[n].d.exp_form = "fast";
         a[n++].meaning = "the kernel's exponential is likely less accurate than declared (__expf or the like)";
@@ -925,7 +1180,8 @@ static int same_decl(const decl *a, const decl *b)
     return strcmp(a->accum, b->accum) == 0 && strcmp(a->reduce, b->reduce) == 0 &&
            strcmp(a->col_reduce, b->col_reduce) == 0 && strcmp(a->upcast, b->upcast) == 0 &&
            strcmp(a->epilogue, b->epilogue) == 0 && strcmp(a->variance, b->variance) == 0 &&
-           strcmp(a->exp_form, b->exp_form) == 0;
+           strcmp(a->exp_form, b->exp_form) == 0 && strcmp(a->function, b->function) == 0 &&
+           strcmp(a->order, b->order) == 0 && strcmp(a->store, b->store) == 0;
 }
 
 int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *inputs, int n_inputs,
@@ -965,6 +1221,29 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
     if (!rc) rc = bind(op->pass[bwd].outputs, outputs, n_outputs, "output", &d, 1, out, err, errlen);
     if (!rc && op->id == OP_MATMUL) rc = matmul_shapes(&d, &pb, err, errlen);
     if (!rc && op->id == OP_CROSS_ENTROPY) rc = cross_entropy_shapes(&d, &pb, err, errlen);
+    if (!rc && op->id == OP_ADAMW) {
+        if (!in[0].t && !in[4].t)
+            rc = bad(err, errlen, "the weights the step read are missing: give p, or master where the kernel keeps one");
+        /* every tensor shaped as g */
+        bound_tensor by_g[VMAX_TENSORS] = {in[1], in[0], in[2], in[3], in[4]};
+        if (!rc) rc = same_shapes(by_g, out, &pb.N, &pb.C, err, errlen);
+        snprintf(pb.shape, sizeof pb.shape, "n=%lld step=%lld", (long long)(pb.N * pb.C), (long long)d.step);
+    }
+    if (!rc && is_elementwise(op->id)) {
+        rc = same_shapes(in, out, &pb.N, &pb.C, err, errlen);
+        snprintf(pb.shape, sizeof pb.shape, "n=%lld", (long long)(pb.N * pb.C));
+    }
+    if (!rc && op->id == OP_LOGSUMEXP) {
+        /* x (N.., C) and dx as x; lse and dlse one per row */
+        const bound_tensor like_x[VMAX_TENSORS] = {in[0]}, none[VMAX_TENSORS] = {{0}};
+        const bound_tensor *per_row[2] = {bwd ? &in[1] : &out[0], bwd ? &in[2] : NULL};
+        rc = same_shapes(like_x, bwd ? out : none, &pb.N, &pb.C, err, errlen);
+        for (int i = 0; i < 2 && !rc; i++)
+            if (per_row[i] && per_row[i]->n != pb.N)
+                rc = bad(err, errlen, "%s has %lld elements, x has N = %lld rows", per_row[i]->t->name,
+                         (long long)per_row[i]->n, (long long)pb.N);
+        snprintf(pb.shape, sizeof pb.shape, "N=%lld C=%lld", (long long)pb.N, (long long)pb.C);
+    }
     if (!rc && op->id == OP_SOFTMAX) {
         rc = same_shapes(in, out, &pb.N, &pb.C, err, errlen);
         snprintf(pb.shape, sizeof pb.shape, "N=%lld C=%lld", (long long)pb.N, (long long)pb.C);
@@ -1020,8 +1299,11 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
                      "(a dropped term, a truncated output, a wrong formula), or an accumulation too long for its "
                      "format to bound",
                      op->id == OP_MATMUL      ? "matrix-unit models, storage accumulation, sequential reduction, cuBLASLt's epilogue"
+                     : is_gelu(op->id)        ? "arithmetic in the storage format, tanh.approx, any GELU formula"
+                     : is_elementwise(op->id) ? "arithmetic in the storage format"
+                     : op->id == OP_ADAMW     ? "either update order, stochastic or truncating stores, arithmetic in the storage format"
                      : op->id == OP_LAYERNORM ? "storage accumulation, sequential reduction, one-pass variance"
-                     : op->id == OP_SOFTMAX   ? "storage accumulation, sequential reduction, a fast exponential"
+                     : has_exp_form(op->id)   ? "storage accumulation, sequential reduction, a fast exponential"
                      : op->id == OP_CROSS_ENTROPY ? "storage accumulation, sequential reduction"
                                               : "storage accumulation, sequential reduction, no upcast");
             for (int i = 0; i < n_tries; i++) {
@@ -1039,10 +1321,11 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
                     snprintf(rep->diagnosis, sizeof rep->diagnosis, "the outputs fit %s: %s", dt, tries[i].meaning);
                 } else {
                     const char *acc_name = strcmp(t->accum, "storage") == 0 ? prec_format_get(d.storage)->name : t->accum;
-                    snprintf(rep->diagnosis, sizeof rep->diagnosis,
-                             "the outputs fit %s: the kernel likely accumulates in %s%s%s", dt, acc_name,
+                    snprintf(rep->diagnosis, sizeof rep->diagnosis, "the outputs fit %s: the kernel likely %s in %s%s%s%s",
+                             dt, is_elementwise(op->id) || op->id == OP_ADAMW ? "computes" : "accumulates", acc_name,
                              strcmp(t->reduce, d.reduce) ? ", sequentially" : "",
-                             strcmp(t->upcast, d.upcast) ? ", without upcast" : "");
+                             strcmp(t->upcast, d.upcast) ? ", without upcast" : "",
+                             strcmp(t->function, d.function) ? ", by another GELU formula than declared" : "");
                 }
                 break;
             }

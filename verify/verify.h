@@ -62,7 +62,8 @@ typedef struct {
                              values; c, bias, y: bf16) */
     const char *pass;     /* "fwd" or "bwd" */
     const char *accum;    /* format the sums are accumulated in: "fp32", "fp64", "bf16", "fp16",
-                             "storage" (the path's format) or "unknown"; matmul also the
+                             "storage" (the path's format) or "unknown" (the elementwise ops, which
+                             have no sums: the format of their arithmetic); matmul also the
                              matrix-unit models "tensor-core" (bf16/fp16 tensor cores: exact
                              products, block FMAs truncating to fp32), "tf32" (the same after
                              rounding fp32 inputs to tf32), "fp8-promote:N" (fp8 tensor cores,
@@ -96,17 +97,38 @@ typedef struct {
                              warp, each a Welford over V consecutive elements per step of a
                              strided share, then pairwise combination over a butterfly per warp
                              and one over the warps) or "unknown" */
-    const char *exp_form; /* softmax: "exp" (expf(x - max), 2 ulps), "exp2" (exp2f(x log2e - max
-                             log2e), the argument folded with an fma), "fast" (__expf, 2 +
-                             floor(1.173 |x - max|) ulps) or "unknown" */
+    const char *exp_form; /* softmax, logsumexp (with the logarithm of the same family): "exp"
+                             (expf(x - max), 2 ulps), "exp2" (exp2f(x log2e - max log2e), the
+                             argument folded with an fma), "fast" (__expf, 2 + floor(1.173 |x -
+                             max|) ulps) or "unknown" */
     double dloss;         /* cross_entropy: the loss gradient the dlogits are scaled by (an fp32
                              value; 1/N for a mean over N rows); 0: not given */
     int online;           /* cross_entropy: one pass, the sum rescaled at each new maximum */
+    const char *function; /* gelu_tanh: "tanh" (0.5 x (1 + tanhf(z))), "tanh-approx" (tanh.approx.f32,
+                             2^-10.987 absolute), "sigmoid" (x / (1 + expf(-2z))); gelu_erf: "erf" (0.5 x
+                             (1 + erff(x / sqrt 2)), expf for the backward's pdf), "normcdf" (x normcdff(x),
+                             CUDA's 5 ulps or math_ulps where larger); either: "any" (whichever form: the
+                             largest of their bounds per element) or "unknown".  math_ulps is the error of
+                             tanhf, erff and expf.  The activations' accum is the format of their
+                             arithmetic (they have no sums) */
+    /* adamw: the step's hyperparameters as the kernel took them (fp32 values; eps above is
+       adam's epsilon, step t >= 1 drives the bias corrections 1 - beta^t, which kernels compute
+       in double and round to fp32 once); accum is the format of the update's arithmetic and of
+       m, v and the master */
+    double lr, beta1, beta2, weight_decay;
+    int64_t step;
+    const char *order;    /* adamw: "llmc" (m = b1 m + (1-b1) g, ..., p -= lr (mhat / (sqrt(vhat) + eps)
+                             + wd p)), "torch" (p *= 1 - lr wd, m += (1-b1)(g - m), ..., p -= (lr/bc1) m
+                             / (sqrt(v)/sqrt(bc2) + eps)), "any" (the larger bound) or "unknown" */
+    const char *store;    /* adamw: how the new weights are stored: "nearest", "stochastic" (any
+                             point below one ulp), "truncate" (a split master's high half) or
+                             "unknown" */
 } ulp_kernel;
 
 #define ULP_KERNEL_DEFAULT                                                                            \
     ((ulp_kernel){"fp32", "fwd", "unknown", "unknown", "unknown", "unknown", 2.0, (double)1e-5f, "unknown", \
-                  "AB", 1.0, 0.0, 0, 1, "unknown", "unknown", 0.0, 0})
+                  "AB", 1.0, 0.0, 0, 1, "unknown", "unknown", 0.0, 0, "unknown", 0.0, 0.0, 0.0, 0.0, 0,   \
+                  "unknown", "unknown"})
 
 typedef struct {
     char output[16];        /* "y", "dx", ... */

@@ -5,11 +5,26 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "kernels/activations.h"
 #include "kernels/common/ktensor_io.h"
 
-static const prec_format F32 = PREC_FP32;
-
 static const int64_t sizes[] = {7, 1001, 4099, 16411};
+
+kcmp_act_kernel kcheck_activation_kernel(kcmp_act_op op, kpath path, int variant)
+{
+    kcmp_act_kernel k = {0};
+    k.op = op;
+    k.fn = KCMP_FN_NONE;
+    if (op == KCMP_GELU_TANH)
+        k.fn = variant == KGELU_TANH_APPROX ? KCMP_FN_TANH_APPROX : variant == KGELU_TANH_SIGMOID ? KCMP_FN_SIGMOID : KCMP_FN_TANH;
+    if (op == KCMP_GELU_ERF) k.fn = variant == KGELU_ERF_NORMCDF ? KCMP_FN_NORMCDF : KCMP_FN_ERF;
+    k.math_ulps = 2.0; /* tanhf, erff, expf: CUDA's figures (normcdff's 5 is compare_activation's) */
+    k.arith = PREC_FP32;
+    k.act = kcheck_path_format(path);
+    k.grad = path == KPATH_FP8 ? PREC_E5M2 : k.act;
+    k.x_scale = k.y_scale = k.g_scale = k.dy_scale = k.dx_scale = 1.0;
+    return k;
+}
 
 /* A tensor's values: real (what the reference sees) and stored (what goes on
  * the device), with the per-tensor scale for fp8 formats (1 otherwise). */
@@ -46,25 +61,6 @@ static void quantise(vals *v, const double *want, int64_t n)
     }
 }
 
-/* The value a kernel reads: stored * scale in fp32 (exact without a scale). */
-static kval read_kval(const vals *v, int64_t i)
-{
-    if (!is_fp8(v->f)) return kval_exact(v->real[i]);
-    kval k = kval_mul(kval_exact(v->stored[i]), kval_exact(v->scale), F32);
-    k.v = v->real[i];
-    return k;
-}
-
-/* A value the kernel stores: divided by the scale in fp32, rounded into the
- * format, read back times the scale (exactly, on the host). */
-static kval store_kval(kval y, prec_format f, double scale)
-{
-    if (!is_fp8(f)) return kval_round(y, f);
-    kval q = kval_round(kval_div(y, kval_exact(scale), F32), f);
-    kval r = {q.v * scale, q.e * scale, q.p * scale};
-    return r;
-}
-
 static int upload(ktensor *t, const vals *v)
 {
     if (ktensor_upload(t, v->stored)) return -1;
@@ -80,41 +76,42 @@ static int download_real(const ktensor *t, double scale, double *out, int64_t n)
 
 static int check_size(kcheck_ctx *ctx, kpath path, int variant, const kact_check_desc *d, int64_t n)
 {
+    const char *name = kcmp_act_name(d->op);
+    kcmp_act_kernel k = kcheck_activation_kernel(d->op, path, variant);
     const int fp8 = path == KPATH_FP8, store_grad = variant == d->store_grad_variant;
-    const prec_format fa = kcheck_path_format(path), fg = fp8 ? PREC_E5M2 : fa;
     vals x, y, g, dy, dx;
     double *want = malloc((size_t)n * sizeof(double)), *yref = malloc((size_t)n * sizeof(double));
     double *dfref = malloc((size_t)n * sizeof(double)), *dxref = malloc((size_t)n * sizeof(double));
-    double *got = malloc((size_t)n * sizeof(double)), *ones = malloc((size_t)n * sizeof(double));
-    double *g_read = malloc((size_t)n * sizeof(double)); /* the gradient branch as stored (store_grad) */
+    double *y_got = malloc((size_t)n * sizeof(double)), *dx_got = malloc((size_t)n * sizeof(double));
+    double *g_got = malloc((size_t)n * sizeof(double)); /* the gradient branch as stored (store_grad) */
     ktensor tx = {0}, ty = {0}, tg = {0}, tdy = {0}, tdx = {0};
-    int rc = -1, ok = want && yref && dfref && dxref && got && ones && g_read;
+    int rc = -1, ok = want && yref && dfref && dxref && y_got && dx_got && g_got;
     /* every allocation attempted (| does not short-circuit), so the cleanup frees them all */
-    ok &= (vals_new(&x, fa, n) | vals_new(&y, fa, n) | vals_new(&g, fa, n) | vals_new(&dy, fg, n) |
-           vals_new(&dx, fg, n)) == 0;
+    ok &= (vals_new(&x, k.act, n) | vals_new(&y, k.act, n) | vals_new(&g, k.act, n) | vals_new(&dy, k.grad, n) |
+           vals_new(&dx, k.grad, n)) == 0;
     if (!ok) {
-        kernels_fail("%s check: out of host memory", d->name);
+        kernels_fail("%s check: out of host memory", name);
         goto done;
     }
     prec_rng rng;
     kcheck_rng(ctx, &rng);
-    ref_ctx rctx = REF_CTX_DEFAULT;
     for (int64_t i = 0; i < n; i++) want[i] = d->x_sigma * prec_rng_normal(&rng);
     quantise(&x, want, n);
     for (int64_t i = 0; i < n; i++) want[i] = prec_rng_normal(&rng);
     quantise(&dy, want, n);
-    /* references first: fp8 output scales come from the outputs' amax */
-    d->ref_forward(&rctx, n, x.real, yref);
-    d->ref_backward(&rctx, n, x.real, dy.real, dxref);
-    for (int64_t i = 0; i < n; i++) ones[i] = 1.0;
-    d->ref_backward(&rctx, n, x.real, ones, dfref);
-    quantise(&y, yref, n);
-    quantise(&g, dfref, n);
-    quantise(&dx, dxref, n);
-
+    /* fp8 output scales come from the references' amax, as current scaling sets them */
+    if (fp8) {
+        if (kcmp_act_reference(d->op, n, x.real, dy.real, yref, dfref, dxref) != 0) {
+            kernels_fail("%s check: out of host memory", name);
+            goto done;
+        }
+        quantise(&y, yref, n);
+        quantise(&g, dfref, n);
+        quantise(&dx, dxref, n);
+    }
     int64_t shp[1] = {n};
-    if (ktensor_alloc(&tx, fa, 1, shp) || ktensor_alloc(&ty, fa, 1, shp) || ktensor_alloc(&tdy, fg, 1, shp) ||
-        ktensor_alloc(&tdx, fg, 1, shp) || (store_grad && ktensor_alloc(&tg, fa, 1, shp)) || upload(&tx, &x) ||
+    if (ktensor_alloc(&tx, k.act, 1, shp) || ktensor_alloc(&ty, k.act, 1, shp) || ktensor_alloc(&tdy, k.grad, 1, shp) ||
+        ktensor_alloc(&tdx, k.grad, 1, shp) || (store_grad && ktensor_alloc(&tg, k.act, 1, shp)) || upload(&tx, &x) ||
         upload(&tdy, &dy))
         goto done;
     /* output scales (fp8): set before the launch, as delayed/current scaling does */
@@ -122,56 +119,30 @@ static int check_size(kcheck_ctx *ctx, kpath path, int variant, const kact_check
                 (store_grad && ktensor_set_scale(&tg, (float)g.scale))))
         goto done;
     if (d->forward(&ty, store_grad ? &tg : NULL, &tx, variant) ||
-        d->backward(&tdx, &tdy, store_grad ? &tg : &tx, variant) || kernels_sync(d->name))
+        d->backward(&tdx, &tdy, store_grad ? &tg : &tx, variant) || kernels_sync(name) ||
+        download_real(&ty, y.scale, y_got, n) || download_real(&tdx, dx.scale, dx_got, n) ||
+        (store_grad && download_real(&tg, g.scale, g_got, n)))
         goto done;
-
-    char name[64];
-    snprintf(name, sizeof name, "n=%lld", (long long)n);
-    kcheck_acc acc;
-    /* y */
-    if (download_real(&ty, y.scale, got, n)) goto done;
-    kcheck_acc_init(&acc, "y", name, prec_format_get(fa)->unit_roundoff);
-    for (int64_t i = 0; i < n; i++) {
-        kval k = store_kval(d->f(read_kval(&x, i), variant), fa, y.scale);
-        if (kcheck_acc_add(&acc, i, got[i], yref[i], k.e, k.p, fabs(yref[i])))
-            kcheck_acc_detail(&acc, "[%lld]: got %.9g ref %.17g x=%.9g", (long long)i, got[i], yref[i], x.real[i]);
+    k.x_scale = x.scale;
+    k.y_scale = y.scale;
+    k.g_scale = g.scale;
+    k.dy_scale = dy.scale;
+    k.dx_scale = dx.scale;
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%lld", (long long)n);
+    const kcmp_act_data data = {n, x.real, y_got, store_grad ? g_got : NULL, dy.real, dx_got};
+    kcheck_acc rows[KCMP_ACT_MAX_ROWS];
+    int n_rows = kcmp_activation(&k, &data, shape, rows);
+    if (n_rows < 0) {
+        kernels_fail("%s check: out of host memory", name);
+        goto done;
     }
-    kcheck_acc_report(ctx, &acc);
-    /* the stored gradient branch */
-    if (store_grad) {
-        if (download_real(&tg, g.scale, g_read, n)) goto done;
-        kcheck_acc_init(&acc, "grad", name, prec_format_get(fa)->unit_roundoff);
-        for (int64_t i = 0; i < n; i++) {
-            kval k = store_kval(d->df(read_kval(&x, i), variant), fa, g.scale);
-            if (kcheck_acc_add(&acc, i, g_read[i], dfref[i], k.e, k.p, fabs(dfref[i])))
-                kcheck_acc_detail(&acc, "[%lld]: got %.9g ref %.17g x=%.9g", (long long)i, g_read[i], dfref[i], x.real[i]);
-        }
-        kcheck_acc_report(ctx, &acc);
-    }
-    /* dx */
-    if (download_real(&tdx, dx.scale, got, n)) goto done;
-    kcheck_acc_init(&acc, "dx", name, prec_format_get(fg)->unit_roundoff);
-    for (int64_t i = 0; i < n; i++) {
-        kval xk = read_kval(&x, i);
-        kval deriv = d->df(xk, variant);
-        if (store_grad) {
-            /* the kernel read its own stored g, whose error the check knows */
-            double e = fabs(g_read[i] - dfref[i]) * (1.0 + 0x1p-40);
-            deriv = (kval){dfref[i], e, e};
-            if (fp8) deriv = kval_round(deriv, F32); /* stored * scale, rounded in fp32 */
-        }
-        kval k = store_kval(kval_mul(read_kval(&dy, i), deriv, F32), fg, dx.scale);
-        double scale = fabs(dy.real[i]) * d->df_scale(x.real[i]);
-        if (kcheck_acc_add(&acc, i, got[i], dxref[i], k.e, k.p, scale))
-            kcheck_acc_detail(&acc, "[%lld]: got %.9g ref %.17g x=%.9g dy=%.9g", (long long)i, got[i], dxref[i],
-                              x.real[i], dy.real[i]);
-    }
-    kcheck_acc_report(ctx, &acc);
+    for (int i = 0; i < n_rows; i++) kcheck_report(ctx, &rows[i].row);
     rc = 0;
 done:
     ktensor_free(&tx); ktensor_free(&ty); ktensor_free(&tg); ktensor_free(&tdy); ktensor_free(&tdx);
     vals_free(&x); vals_free(&y); vals_free(&g); vals_free(&dy); vals_free(&dx);
-    free(want); free(yref); free(dfref); free(dxref); free(got); free(ones); free(g_read);
+    free(want); free(yref); free(dfref); free(dxref); free(y_got); free(dx_got); free(g_got);
     return rc;
 }
 

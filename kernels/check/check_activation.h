@@ -6,30 +6,24 @@
  * per-tensor scale amax / max_finite, as current-scaling recipes set it);
  * forward, backward (from the forward's own stored gradient branch under
  * store_grad, whose actual error starts dx's bound), compared with the MPFR
- * reference; bounds from the op's kval replay of its f and f'. */
+ * reference by kcmp_activation (compare_activation.h, shared with `ulpscope
+ * verify`), the kernel described by kcheck_activation_kernel. */
 #ifndef ULPSCOPE_KERNELS_CHECK_CHECK_ACTIVATION_H
 #define ULPSCOPE_KERNELS_CHECK_CHECK_ACTIVATION_H
 
 #include "kernels/check/check.h"
-#include "reference/ref.h"
+#include "kernels/check/compare_activation.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct {
-    const char *name;
+    kcmp_act_op op;
     int store_grad_variant;  /* index of the store_grad variant, or -1 */
     double x_sigma;
     int (*forward)(ktensor *y, ktensor *grad, const ktensor *x, int variant);
     int (*backward)(ktensor *dx, const ktensor *dy, const ktensor *saved, int variant);
-    void (*ref_forward)(ref_ctx *ctx, long n, const double *x, double *y);
-    void (*ref_backward)(ref_ctx *ctx, long n, const double *x, const double *dy, double *dx);
-    /* the kernel's f and f' replayed on kval numbers (x as the kernel read it) */
-    kval (*f)(kval x, int variant);
-    kval (*df)(kval x, int variant);
-    /* sum of the magnitudes of f'(x)'s terms: the scale dx's error is quoted against */
-    double (*df_scale)(double x);
 } kact_check_desc;
 
 int kcheck_activation(kcheck_ctx *ctx, kpath path, int variant, const kact_check_desc *d);

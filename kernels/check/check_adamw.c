@@ -8,21 +8,21 @@
  * fp32 master where there is one (split_master: the master rebuilt from the
  * bf16 weights and the low-half buffer).
  *
- * Bounds replay the kernel's operations (adamw.cu spells each one with an
- * explicit-rounding intrinsic) on kval numbers; sqrtf and IEEE division are
- * correctly rounded (0.5 ulp).  The bias corrections are fp32 roundings of
+ * The comparison is kcmp_adamw (compare_adamw.h, shared with `ulpscope
+ * verify`): bounds replay the kernel's operations (adamw.cu spells each one
+ * with an explicit-rounding intrinsic) on kval numbers; sqrtf and IEEE
+ * division are correctly rounded (0.5 ulp).  The bias corrections are fp32 roundings of
  * 1 - beta^t computed in double.  Weight stores: round to nearest (u);
  * stochastic rounding and the split master's truncation can be anything
  * below one ulp (2u); the fp32 stochastic rounding starts from the exact
  * difference (TwoSum), so only the operands' errors precede it. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/adamw.h"
 #include "kernels/check/checks.h"
+#include "kernels/check/compare_adamw.h"
 #include "kernels/common/ktensor_io.h"
-#include "reference/adamw.h"
 
 typedef struct {
     int64_t n;
@@ -35,19 +35,16 @@ static const aw_shape shapes[] = {{1, 1}, {1000, 7}, {4099, 1000}, {65537, 3}};
 
 static const prec_format F32 = PREC_FP32;
 
-static double sqrt_d(double x) { return sqrt(x); }
-
 typedef struct {
     double *p_in, *master_in, *g, *m, *v;        /* inputs: p_in the weights, master_in the fp32 master */
     double *p, *master, *mo, *vo;                 /* kernel outputs */
-    double *p_ref, *m_ref, *v_ref;
     uint16_t *low;
 } aw_buffers;
 
 static void free_aw(aw_buffers *b)
 {
     free(b->p_in); free(b->master_in); free(b->g); free(b->m); free(b->v); free(b->p); free(b->master);
-    free(b->mo); free(b->vo); free(b->p_ref); free(b->m_ref); free(b->v_ref); free(b->low);
+    free(b->mo); free(b->vo); free(b->low);
 }
 
 /* fp32 bits split into the bf16 high half (as its value) and the low 16 bits. */
@@ -109,19 +106,19 @@ done:
     return rc;
 }
 
-/* The bias correction as the kernel holds it: fp32 rounding of 1 - beta^t
- * computed in double (pow within an ulp or two of double: 4 * 2^-53 absolute
- * covers it and the subtraction). */
-static kval bias_correction(double beta, int64_t t)
+kcmp_adamw_kernel kcheck_adamw_kernel(kpath path, int storage, int variant, const kadamw_hparams *h)
 {
-    kval r = {1.0 - pow(beta, (double)t), 4 * 0x1p-53, 4 * 0x1p-53};
-    return kval_round(r, F32);
+    kcmp_adamw_kernel k = {kcheck_path_format(path), F32, variant == KADAMW_LLMC ? KCMP_ADAMW_LLMC : KCMP_ADAMW_TORCH,
+                           storage == KADAMW_STOCHASTIC ? KCMP_ADAMW_STOCHASTIC
+                           : storage == KADAMW_SPLIT_MASTER ? KCMP_ADAMW_TRUNCATE
+                                                            : KCMP_ADAMW_NEAREST,
+                           h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->step};
+    return k;
 }
 
 static int check_shape(kcheck_ctx *ctx, kpath path, kadamw_storage storage, int variant, const aw_shape *s)
 {
     const prec_format f = kcheck_path_format(path);
-    const double u = prec_format_get(f)->unit_roundoff, u32 = prec_format_get(F32)->unit_roundoff;
     const int64_t n = s->n;
     const int has_master = storage == KADAMW_MASTER_FP32 && path != KPATH_FP32;
     aw_buffers b;
@@ -129,9 +126,8 @@ static int check_shape(kcheck_ctx *ctx, kpath path, kadamw_storage storage, int 
     size_t bytes = n * sizeof(double);
     b.p_in = malloc(bytes); b.master_in = malloc(bytes); b.g = malloc(bytes); b.m = malloc(bytes);
     b.v = malloc(bytes); b.p = malloc(bytes); b.master = malloc(bytes); b.mo = malloc(bytes); b.vo = malloc(bytes);
-    b.p_ref = malloc(bytes); b.m_ref = malloc(bytes); b.v_ref = malloc(bytes); b.low = malloc(n * sizeof(uint16_t));
-    if (!b.p_in || !b.master_in || !b.g || !b.m || !b.v || !b.p || !b.master || !b.mo || !b.vo || !b.p_ref ||
-        !b.m_ref || !b.v_ref || !b.low) {
+    b.low = malloc(n * sizeof(uint16_t));
+    if (!b.p_in || !b.master_in || !b.g || !b.m || !b.v || !b.p || !b.master || !b.mo || !b.vo || !b.low) {
         free_aw(&b);
         return kernels_fail("adamw check: out of host memory");
     }
@@ -166,71 +162,22 @@ static int check_shape(kcheck_ctx *ctx, kpath path, kadamw_storage storage, int 
         free_aw(&b);
         return -1;
     }
-    const ref_adamw_hparams rh = {h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, (long)h.step};
-    ref_ctx rc = REF_CTX_DEFAULT;
-    ref_adamw(&rc, n, w, b.g, b.m, b.v, &rh, b.p_ref, b.m_ref, b.v_ref);
-
+    const kcmp_adamw_kernel k = kcheck_adamw_kernel(path, storage, variant, &h);
+    /* the split master: rebuilt from the bf16 weights and the low halves */
+    if (storage == KADAMW_SPLIT_MASTER)
+        for (int64_t i = 0; i < n; i++) b.master[i] = join_master(b.p[i], b.low[i]);
     char shape_name[96];
     snprintf(shape_name, sizeof shape_name, "n=%lld step=%lld", (long long)n, (long long)s->step);
-    kcheck_acc ap, am, av, ams;
-    kcheck_acc_init(&ap, "p", shape_name, u);
-    kcheck_acc_init(&am, "m", shape_name, u32);
-    kcheck_acc_init(&av, "v", shape_name, u32);
-    kcheck_acc_init(&ams, "master", shape_name, u32);
-    const kval lr = kval_exact(h.lr), b1 = kval_exact(h.beta1), b2 = kval_exact(h.beta2), eps = kval_exact(h.eps),
-               wd = kval_exact(h.weight_decay);
-    const kval c1 = kval_exact(1.0 - h.beta1), c2 = kval_exact(1.0 - h.beta2); /* exact in fp32 */
-    const kval bc1 = bias_correction(h.beta1, h.step), bc2 = bias_correction(h.beta2, h.step);
-    for (int64_t i = 0; i < n; i++) {
-        const kval p = kval_exact(w[i]), g = kval_exact(b.g[i]), m = kval_exact(b.m[i]), v = kval_exact(b.v[i]);
-        kval m1, v1, base, t;
-        if (variant == KADAMW_LLMC) {
-            m1 = kval_fma(b1, m, kval_mul(c1, g, F32), F32);
-            v1 = kval_fma(b2, v, kval_mul(c2, kval_mul(g, g, F32), F32), F32);
-            kval mhat = kval_div(m1, bc1, F32), vhat = kval_div(v1, bc2, F32);
-            kval den = kval_add(kval_monotone(vhat, sqrt_d, 0.0, INFINITY, 0.5, 0.0, F32), eps, F32);
-            t = kval_mul(lr, kval_fma(wd, p, kval_div(mhat, den, F32), F32), F32);
-            base = p;
-        } else {
-            kval decay = kval_sub(kval_exact(1.0), kval_mul(lr, wd, F32), F32);
-            base = kval_mul(p, decay, F32);
-            m1 = kval_fma(c1, kval_sub(g, m, F32), m, F32);
-            v1 = kval_fma(c2, kval_sub(kval_mul(g, g, F32), v, F32), v, F32);
-            kval sbc2 = kval_monotone(bc2, sqrt_d, 0.0, INFINITY, 0.5, 0.0, F32);
-            kval step_size = kval_div(lr, bc1, F32);
-            kval den = kval_add(kval_div(kval_monotone(v1, sqrt_d, 0.0, INFINITY, 0.5, 0.0, F32), sbc2, F32), eps, F32);
-            t = kval_mul(step_size, kval_div(m1, den, F32), F32);
-        }
-        kval hi = kval_sub(base, t, F32); /* the fp32 new weight */
-        kval stored;                      /* the weight as stored in the path's format */
-        if (storage == KADAMW_STOCHASTIC) {
-            /* fp32: SR of the exact difference; narrower: SR of the fp32 hi */
-            kval x = path == KPATH_FP32 ? kval_sub(base, t, PREC_FP64) : hi;
-            stored = kval_round(kval_round(x, f), f); /* any point below one ulp: 2u */
-        } else if (storage == KADAMW_SPLIT_MASTER) {
-            stored = kval_round(kval_round(hi, f), f); /* truncation: below one ulp */
-        } else {
-            stored = path == KPATH_FP32 ? hi : kval_round(hi, f);
-        }
-        if (kcheck_acc_add(&ap, i, b.p[i], b.p_ref[i], stored.e, stored.p, fabs(b.p_ref[i])))
-            kcheck_acc_detail(&ap, "i %lld: got %.9g ref %.17g p %.9g g %.9g m %.9g v %.9g", (long long)i, b.p[i],
-                              b.p_ref[i], w[i], b.g[i], b.m[i], b.v[i]);
-        if (kcheck_acc_add(&am, i, b.mo[i], b.m_ref[i], m1.e, m1.p, fabs(b.m_ref[i])))
-            kcheck_acc_detail(&am, "i %lld: got %.9g ref %.17g m %.9g g %.9g", (long long)i, b.mo[i], b.m_ref[i],
-                              b.m[i], b.g[i]);
-        if (kcheck_acc_add(&av, i, b.vo[i], b.v_ref[i], v1.e, v1.p, fabs(b.v_ref[i])))
-            kcheck_acc_detail(&av, "i %lld: got %.9g ref %.17g v %.9g g %.9g", (long long)i, b.vo[i], b.v_ref[i],
-                              b.v[i], b.g[i]);
-        if (has_master || storage == KADAMW_SPLIT_MASTER) {
-            double got = storage == KADAMW_SPLIT_MASTER ? join_master(b.p[i], b.low[i]) : b.master[i];
-            if (kcheck_acc_add(&ams, i, got, b.p_ref[i], hi.e, hi.p, fabs(b.p_ref[i])))
-                kcheck_acc_detail(&ams, "i %lld: got %.9g ref %.17g master %.9g", (long long)i, got, b.p_ref[i], w[i]);
-        }
+    const kcmp_adamw_data d = {n, w, b.g, b.m, b.v, b.p, b.mo, b.vo,
+                               has_master || storage == KADAMW_SPLIT_MASTER ? b.master : NULL};
+    kcheck_acc rows[KCMP_ADAMW_MAX_ROWS];
+    int n_rows = kcmp_adamw(&k, &d, shape_name, rows);
+    if (n_rows < 0) {
+        free(w);
+        free_aw(&b);
+        return kernels_fail("adamw check: out of host memory");
     }
-    kcheck_acc_report(ctx, &ap);
-    kcheck_acc_report(ctx, &am);
-    kcheck_acc_report(ctx, &av);
-    if (has_master || storage == KADAMW_SPLIT_MASTER) kcheck_acc_report(ctx, &ams);
+    for (int i = 0; i < n_rows; i++) kcheck_report(ctx, &rows[i].row);
     free(w);
     free_aw(&b);
     return 0;

@@ -3,15 +3,15 @@
  * Inputs: logits x ~ N(offset, sigma) in the path's format, dlse ~ N(0, 1)
  * in fp32.  Outputs: lse (fp32; errors in fp32 units, scaled by |max| +
  * log(sum)) and dx = dlse exp(x - lse), which the kernel computes from its
- * own stored lse (so its bound starts from that value's actual error). */
-#include <math.h>
+ * own stored lse (so its bound starts from that value's actual error).  The
+ * comparison is kcmp_logsumexp (compare_logsumexp.h, shared with `ulpscope
+ * verify`). */
 #include <stdlib.h>
 
-#include "kernels/check/check_kexp.h"
 #include "kernels/check/checks.h"
+#include "kernels/check/compare_logsumexp.h"
 #include "kernels/common/ktensor_io.h"
 #include "kernels/logsumexp.h"
-#include "reference/logsumexp.h"
 
 typedef struct {
     int64_t N, C;
@@ -24,16 +24,22 @@ static const shape shapes[] = {
 
 static const prec_format F32 = PREC_FP32;
 
+kcmp_lse_kernel kcheck_logsumexp_kernel(prec_format f, int variant, int64_t C)
+{
+    kcmp_lse_kernel k = {f, F32, variant /* KLSE_* = KCHECK_* */, kcheck_row_depth(C, klogsumexp_row_threads(),
+                                                                                   klogsumexp_row_vec(C, f))};
+    return k;
+}
+
 static int check_shape(kcheck_ctx *ctx, const shape *s, kpath path, int variant)
 {
     const prec_format f = kcheck_path_format(path);
-    const double u = prec_format_get(f)->unit_roundoff, u32 = prec_format_get(F32)->unit_roundoff;
     const int64_t N = s->N, C = s->C, NC = N * C;
-    double *x = malloc(NC * sizeof(double)), *dx = malloc(NC * sizeof(double)), *dxr = malloc(NC * sizeof(double));
-    double *lse = malloc(N * sizeof(double)), *lser = malloc(N * sizeof(double)), *dlse = malloc(N * sizeof(double));
+    double *x = malloc(NC * sizeof(double)), *dx = malloc(NC * sizeof(double));
+    double *lse = malloc(N * sizeof(double)), *dlse = malloc(N * sizeof(double));
     ktensor tx = {0}, tdx = {0}, tlse = {0}, tdlse = {0};
     int rc = -1;
-    if (!x || !dx || !dxr || !lse || !lser || !dlse) {
+    if (!x || !dx || !lse || !dlse) {
         kernels_fail("logsumexp check: out of host memory");
         goto done;
     }
@@ -48,47 +54,21 @@ static int check_shape(kcheck_ctx *ctx, const shape *s, kpath path, int variant)
         klogsumexp_backward(&tdx, &tx, tlse.data, tdlse.data, variant) || kernels_sync("logsumexp") ||
         ktensor_download(&tlse, lse) || ktensor_download(&tdx, dx))
         goto done;
-    ref_ctx rctx = REF_CTX_DEFAULT;
-    ref_logsumexp_forward(&rctx, N, C, x, lser);
-    ref_logsumexp_backward(&rctx, N, C, x, dlse, dxr);
-
     char name[96];
     snprintf(name, sizeof name, "N=%lld C=%lld x~N(%g,%g)", (long long)N, (long long)C, s->offset, s->sigma);
-    const int64_t depth = kcheck_row_depth(C, klogsumexp_row_threads(), klogsumexp_row_vec(C, f));
-    kcheck_acc acc_l, acc_dx;
-    kcheck_acc_init(&acc_l, "lse", name, u32);
-    kcheck_acc_init(&acc_dx, "dx", name, u);
-    for (int64_t n = 0; n < N; n++) {
-        const double *xr = x + n * C;
-        double m = xr[0];
-        for (int64_t c = 1; c < C; c++) m = xr[c] > m ? xr[c] : m;
-        kval_sum ss;
-        kval_sum_init(&ss);
-        for (int64_t c = 0; c < C; c++) kval_sum_add(&ss, kcheck_exp_shifted(xr[c], kval_exact(m), variant));
-        kval s_row = kval_sum_finish(&ss, depth, F32);
-        kval l = kcheck_log_shifted(s_row, kval_exact(m), variant);
-        l.v = lser[n];
-        double lscale = fabs(m) + log(s_row.v);
-        /* the backward read the stored lse, whose error the check knows */
-        double lerr = fabs(lse[n] - lser[n]) * (1.0 + 0x1p-40);
-        kval lse_read = {lser[n], lerr, lerr};
-        if (kcheck_acc_add(&acc_l, n, lse[n], lser[n], l.e, l.p, lscale))
-            kcheck_acc_detail(&acc_l, "row %lld: got %.9g ref %.17g rowmax=%.9g", (long long)n, lse[n], lser[n], m);
-        for (int64_t c = 0; c < C; c++) {
-            int64_t i = n * C + c;
-            kval ex = kcheck_exp_shifted(xr[c], lse_read, variant);
-            kval d = kval_round(kval_mul(kval_exact(dlse[n]), ex, F32), f);
-            if (kcheck_acc_add(&acc_dx, i, dx[i], dxr[i], d.e, d.p, fabs(dxr[i])))
-                kcheck_acc_detail(&acc_dx, "row %lld col %lld: got %.9g ref %.17g x=%.9g dlse=%.9g lse=%.9g",
-                                  (long long)n, (long long)c, dx[i], dxr[i], xr[c], dlse[n], lse[n]);
-        }
+    const kcmp_lse_kernel k = kcheck_logsumexp_kernel(f, variant, C);
+    const kcmp_lse_data d = {N, C, x, lse, dlse, dx, 1};
+    kcheck_acc rows[KCMP_LSE_MAX_ROWS];
+    int n_rows = kcmp_logsumexp(&k, &d, name, rows);
+    if (n_rows < 0) {
+        kernels_fail("logsumexp check: out of host memory");
+        goto done;
     }
-    kcheck_acc_report(ctx, &acc_l);
-    kcheck_acc_report(ctx, &acc_dx);
+    for (int i = 0; i < n_rows; i++) kcheck_report(ctx, &rows[i].row);
     rc = 0;
 done:
     ktensor_free(&tx); ktensor_free(&tdx); ktensor_free(&tlse); ktensor_free(&tdlse);
-    free(x); free(dx); free(dxr); free(lse); free(lser); free(dlse);
+    free(x); free(dx); free(lse); free(dlse);
     return rc;
 }
 
