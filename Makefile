@@ -259,7 +259,8 @@ clean-sanitize-fuzz:
 # ==== the installed library ======================================================
 #
 #   make install    PREFIX (default /usr/local) and DESTDIR honoured: lib/libulpscope.a,
-#                   lib/libulpscope.so, include/ulpscope/verify.h and unit.h,
+#                   lib/libulpscope.so.ULP_ABI (and the libulpscope.so link),
+#                   include/ulpscope/verify.h and unit.h,
 #                   lib/pkgconfig/ulpscope.pc
 #   make verify-examples  (run by make test) installs into a fresh scratch prefix, builds
 #                   examples/verify/toy_rmsnorm_test.c with pkg-config against it and runs
@@ -287,13 +288,19 @@ $(BUILD)/lib/libulpscope.a: $(LIBULP_OBJS)
 	ar rcs $@ $^
 
 # --no-undefined: the library must not lean on anything but MPFR, GMP and libm.
+# ULP_ABI: the soname's number, raised whenever a public struct changes layout
+# (verify/verify.h: ulp_kernel grew the activation, AdamW and logsumexp fields
+# in ABI 1), so a program built against older headers is not loaded with it.
+ULP_ABI := 1
 $(BUILD)/lib/libulpscope.so: $(LIBULP_OBJS)
-	$(CC) $(LDFLAGS) -shared -Wl,--no-undefined -Wl,-soname,libulpscope.so -o $@ $^ -lmpfr -lgmp -lm
+	$(CC) $(LDFLAGS) -shared -Wl,--no-undefined -Wl,-soname,libulpscope.so.$(ULP_ABI) -o $@ $^ -lmpfr -lgmp -lm
+	ln -sf libulpscope.so $(BUILD)/lib/libulpscope.so.$(ULP_ABI)
 
 install: $(BUILD)/lib/libulpscope.a $(BUILD)/lib/libulpscope.so
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/ulpscope
 	install -m 644 $(BUILD)/lib/libulpscope.a $(DESTDIR)$(PREFIX)/lib/libulpscope.a
-	install -m 755 $(BUILD)/lib/libulpscope.so $(DESTDIR)$(PREFIX)/lib/libulpscope.so
+	install -m 755 $(BUILD)/lib/libulpscope.so $(DESTDIR)$(PREFIX)/lib/libulpscope.so.$(ULP_ABI)
+	ln -sf libulpscope.so.$(ULP_ABI) $(DESTDIR)$(PREFIX)/lib/libulpscope.so
 	install -m 644 $(LIBULP_HDRS) $(DESTDIR)$(PREFIX)/include/ulpscope/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(ULP_VERSION)|' verify/ulpscope.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ulpscope.pc
