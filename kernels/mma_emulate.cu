@@ -12,8 +12,14 @@
 // (the shift), two multiplies (magnitudes, signs), a shift and a
 // multiply-add: 7 integer instructions (bench/bench_mma_emulate.c reports the
 // fraction of the GPU's integer issue rate this reaches).
+//
+// Replicas (mma_emulate_linear_batched): every kernel takes the replica as
+// grid.z, its decoded arrays and its fp32 result at a fixed stride in one
+// workspace; a replica's blocks run exactly the code of a single call on its
+// own operands, and mma_emulate_linear is the call with one replica.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -27,8 +33,14 @@ namespace {
 constexpr int TILE = 64;   // output tile edge (rows of A, rows of B)
 constexpr int THREADS = 256; // 16 x 16 threads, 4 x 4 outputs each
 
-int planted_drop_last = 0;
+// The workspace replicas of one launch may take: more replicas run as further
+// launches of the same kernels (bits do not depend on the grouping).  A
+// replica whose problem fills the GPU on its own gains nothing from company.
+constexpr size_t GROUP_WORKSPACE = size_t(512) << 20;
+
+int planted_drop_last = 0, planted_replica0_b = 0;
 const char *last_kernel = "";
+int64_t batched_calls = 0;
 
 // ---- the model's own code: one thread per output ---------------------------------------
 
@@ -46,22 +58,29 @@ __global__ void model_gemm(mma_arith p, int M, int N, int K, const uint8_t *A, c
 
 // ---- fast kernel ---------------------------------------------------------------------------
 
-// Operand (row r, k) of a source at element r * s_row + k * s_k, decoded into
-// [Kp][Rp] arrays; flags [Kp / L][Rp].  One thread per (row, block of L).
-// Rows past `rows` and k past K decode as +0 (K padding is the unit's own
-// zero padding of a short block; padded rows are never written out).
-__global__ void decode_operand(prec_format in, int shift, int L, int rows, int K, int Rp, const uint8_t *src,
-                               int64_t s_row, int64_t s_k, uint32_t *mag, int32_t *sgn, int32_t *exp, uint8_t *flags)
+// Operand (row r, k) of replica z of a source at element
+// z * s_rep + r * s_row + k * s_k, decoded into replica z's [Kp][Rp] arrays
+// (at z * Kp * Rp); flags [Kp / L][Rp] (at z * Kp / L * Rp).  One thread per
+// (row, block of L, replica).  Rows past `rows` and k past K decode as +0 (K
+// padding is the unit's own zero padding of a short block; padded rows are
+// never written out).
+__global__ void decode_operand(prec_format in, int shift, int L, int rows, int K, int Kp, int Rp, const uint8_t *src,
+                               int64_t s_row, int64_t s_k, int64_t s_rep, uint32_t *mag, int32_t *sgn, int32_t *exp,
+                               uint8_t *flags)
 {
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     const int blk = blockIdx.y;
     if (r >= Rp) return;
+    const int64_t z = blockIdx.z, rep = (int64_t)Kp * Rp;
+    src += z * s_rep * mma_elem_bytes(in);
+    mag += z * rep, sgn += z * rep, exp += z * rep;
+    flags += z * (rep / L);
     uint32_t f = 0u;
     for (int kk = 0; kk < L; kk++) {
         const int k = blk * L + kk;
         mma_fast_operand o;
         if (r < rows && k < K) {
-            o = mma_fast_decode(in, mma_load_bits(in, src, (long)(r * s_row + k * s_k)), shift);
+            o = mma_fast_decode(in, mma_load_bits(in, src, (long)(r * s_row + (int64_t)k * s_k)), shift);
         } else {
             o.mag = 0u;
             o.sgn = 1;
@@ -77,6 +96,8 @@ __global__ void decode_operand(prec_format in, int shift, int L, int rows, int K
     flags[(int64_t)blk * Rp + r] = (uint8_t)f;
 }
 
+// Replica 0's decoded arrays (decode_operand's layout); replica z's at
+// z * Kp * Rp elements, its flags at z * Kp / L * Rp.
 struct decoded {
     const uint32_t *mag;
     const int32_t *sgn, *exp;
@@ -87,7 +108,22 @@ struct decoded {
 struct source {
     const uint8_t *p;
     int64_t s_row, s_k; // element (r, k) at r * s_row + k * s_k
+    int64_t s_rep;      // replica z's elements from z * s_rep (0: every replica reads the same)
 };
+
+__device__ decoded replica_of(decoded d, int Kp, int L, int64_t z)
+{
+    const int64_t rep = (int64_t)Kp * d.Rp;
+    d.mag += z * rep, d.sgn += z * rep, d.exp += z * rep;
+    d.flags += z * (rep / L);
+    return d;
+}
+
+__device__ source replica_of(source s, prec_format in, int64_t z)
+{
+    s.p += z * s.s_rep * mma_elem_bytes(in);
+    return s;
+}
 
 // The model's own block for output (m, n), operands gathered from the sources.
 __device__ __noinline__ uint32_t model_block(const mma_arith &p, int n_products, source a, int m, source b, int n,
@@ -116,6 +152,12 @@ __global__ void __launch_bounds__(THREADS) fast_gemm(mma_arith p, mma_fast_param
     __shared__ __align__(16) int32_t s_asgn[BK][TILE], s_bsgn[BK][TILE], s_aexp[BK][TILE], s_bexp[BK][TILE];
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     const int m0 = blockIdx.y * TILE + ty * 4, n0 = blockIdx.x * TILE + tx * 4;
+    // replica blockIdx.z: its operands, decoded arrays and C, D [M][N]
+    const int64_t z = blockIdx.z;
+    da = replica_of(da, Kp, L, z), db = replica_of(db, Kp, L, z);
+    sa = replica_of(sa, p.in, z), sb = replica_of(sb, p.in, z);
+    if (C) C += z * M * N;
+    D += z * M * N;
 
     mma_fast_acc acc[4][4];
 #pragma unroll
@@ -224,12 +266,14 @@ __global__ void __launch_bounds__(THREADS) fast_gemm(mma_arith p, mma_fast_param
         }
 }
 
-// y = round(D (+ y)) into y's format.
+// y = round(D (+ y)) into y's format; replica blockIdx.y: D at y * count, y at y * stride_y.
 template <typename T>
-__global__ void epilogue(int64_t count, const float *D, T *y, int accumulate)
+__global__ void epilogue(int64_t count, const float *D, T *y, int64_t stride_y, int accumulate)
 {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count) return;
+    D += blockIdx.y * count;
+    y += blockIdx.y * stride_y;
     float v = D[i];
     if (accumulate) v = __fadd_rn(v, kto_float(y[i]));
     y[i] = kfrom_float<T>(v, KBUG_NONE);
@@ -242,39 +286,14 @@ size_t ws_size = 0;
 
 size_t round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
-// Bytes of one operand's decoded arrays: [Kp][Rp] of three words + [Kp / L][Rp] flags.
-size_t decoded_bytes(int Kp, int Rp, int L) { return round_up((size_t)Kp * Rp * 12 + (size_t)(Kp / L) * Rp, 256); }
+// The fast kernel's sizes for M x N x K: nblk blocks of L products, K padded
+// to Kp (whole BK tiles), rows to Mp and Np (whole 64-row tiles).
+struct fast_dims {
+    int L, BK, nblk, Kp, Mp, Np;
+};
 
-int decode(const char *ctx, const mma_arith &p, int shift, int rows, int K, int Kp, const source &s, uint8_t *base,
-           decoded *d)
+int fast_dims_of(const char *ctx, const mma_arith &p, int M, int N, int K, fast_dims *d)
 {
-    const int L = p.block, Rp = (int)round_up((size_t)rows, TILE);
-    uint32_t *mag = reinterpret_cast<uint32_t *>(base);
-    int32_t *sgn = reinterpret_cast<int32_t *>(base + (size_t)Kp * Rp * 4);
-    int32_t *exp = reinterpret_cast<int32_t *>(base + (size_t)Kp * Rp * 8);
-    uint8_t *flags = base + (size_t)Kp * Rp * 12;
-    const dim3 grid((unsigned)(Rp / 128 + (Rp % 128 ? 1 : 0)), (unsigned)(Kp / L));
-    decode_operand<<<grid, 128, 0, kstream()>>>(p.in, shift, L, rows, K, Rp, s.p, s.s_row, s.s_k, mag, sgn, exp,
-                                                flags);
-    if (klaunched(ctx, "decode")) return -1;
-    *d = decoded{mag, sgn, exp, flags, Rp};
-    return 0;
-}
-
-template <int L, int BK>
-void launch_fast(const mma_arith &p, const mma_fast_params &q, int M, int N, int K, int nblk, int Kp,
-                 const decoded &da, const decoded &db, const source &sa, const source &sb, const float *C, float *D)
-{
-    const dim3 grid((unsigned)(db.Rp / TILE), (unsigned)(da.Rp / TILE));
-    fast_gemm<L, BK><<<grid, THREADS, 0, kstream()>>>(p, q, M, N, K, nblk, Kp, da, db, sa, sb, C, D,
-                                                      planted_drop_last);
-}
-
-// D[M][N] = A . B^T (+ C) through the fast kernel.
-int run_fast(const char *ctx, const mma_arith &p, int M, int N, int K, const source &sa, const source &sb,
-             const float *C, float *D)
-{
-    const mma_fast_params q = mma_fast_params_of(&p);
     const int L = p.block, BK = L > 16 ? 32 : 16;
     if (L != 4 && L != 8 && L != 16 && L != 32)
         return kernels_fail("%s: block of %d products (the fast kernel takes 4, 8, 16, 32)", ctx, L);
@@ -282,27 +301,81 @@ int run_fast(const char *ctx, const mma_arith &p, int M, int N, int K, const sou
     const int Mp = (int)round_up((size_t)M, TILE), Np = (int)round_up((size_t)N, TILE);
     if (Kp / L > 65535) return kernels_fail("%s: K=%d is more than %d blocks", ctx, K, 65535);
     if (Mp / TILE > 65535) return kernels_fail("%s: M=%d above the grid limit", ctx, M);
-    const size_t bytes_a = decoded_bytes(Kp, Mp, L), bytes_b = decoded_bytes(Kp, Np, L);
-    if (kworkspace_grow(ctx, &ws_ptr, &ws_size, bytes_a + bytes_b)) return -1;
+    *d = fast_dims{L, BK, nblk, Kp, Mp, Np};
+    return 0;
+}
+
+// Bytes of one operand's decoded arrays for `count` replicas: [count][Kp][Rp]
+// of three words + [count][Kp / L][Rp] flags.
+size_t operand_bytes(const fast_dims &d, int Rp, int count)
+{
+    return round_up((size_t)count * ((size_t)d.Kp * Rp * 12 + (size_t)(d.Kp / d.L) * Rp), 256);
+}
+
+// Both operands' (A's, then B's).
+size_t decoded_bytes(const fast_dims &d, int count) { return operand_bytes(d, d.Mp, count) + operand_bytes(d, d.Np, count); }
+
+int decode(const char *ctx, const mma_arith &p, int shift, int rows, int K, const fast_dims &d, int Rp, int count,
+           const source &s, uint8_t *base, decoded *out)
+{
+    const size_t words = (size_t)count * d.Kp * Rp; // of each of the three arrays
+    uint32_t *mag = reinterpret_cast<uint32_t *>(base);
+    int32_t *sgn = reinterpret_cast<int32_t *>(base + words * 4);
+    int32_t *exp = reinterpret_cast<int32_t *>(base + words * 8);
+    uint8_t *flags = base + words * 12;
+    const dim3 grid((unsigned)(Rp / 128 + (Rp % 128 ? 1 : 0)), (unsigned)(d.Kp / d.L), (unsigned)count);
+    decode_operand<<<grid, 128, 0, kstream()>>>(p.in, shift, d.L, rows, K, d.Kp, Rp, s.p, s.s_row, s.s_k, s.s_rep,
+                                                mag, sgn, exp, flags);
+    if (klaunched(ctx, "decode")) return -1;
+    *out = decoded{mag, sgn, exp, flags, Rp};
+    return 0;
+}
+
+template <int L, int BK>
+void launch_fast(const mma_arith &p, const mma_fast_params &q, int M, int N, int K, const fast_dims &d, int count,
+                 const decoded &da, const decoded &db, const source &sa, const source &sb, const float *C, float *D)
+{
+    const dim3 grid((unsigned)(d.Np / TILE), (unsigned)(d.Mp / TILE), (unsigned)count);
+    fast_gemm<L, BK><<<grid, THREADS, 0, kstream()>>>(p, q, M, N, K, d.nblk, d.Kp, da, db, sa, sb, C, D,
+                                                      planted_drop_last);
+}
+
+// For replicas z < count: D[z][M][N] = A_z . B_z^T (+ C[z]) through the fast
+// kernel, the decoded operands in ws (decoded_bytes(d, count) bytes).
+int run_fast(const char *ctx, const mma_arith &p, int M, int N, int K, const fast_dims &d, int count,
+             const source &sa, const source &sb, const float *C, float *D, uint8_t *ws)
+{
+    const mma_fast_params q = mma_fast_params_of(&p);
     decoded da, db;
-    uint8_t *base = static_cast<uint8_t *>(ws_ptr);
-    if (decode(ctx, p, q.a_shift, M, K, Kp, sa, base, &da) || decode(ctx, p, 0, N, K, Kp, sb, base + bytes_a, &db))
+    if (decode(ctx, p, q.a_shift, M, K, d, d.Mp, count, sa, ws, &da) ||
+        decode(ctx, p, 0, N, K, d, d.Np, count, sb, ws + operand_bytes(d, d.Mp, count), &db))
         return -1;
-    switch (L) {
-    case 4: launch_fast<4, 16>(p, q, M, N, K, nblk, Kp, da, db, sa, sb, C, D); break;
-    case 8: launch_fast<8, 16>(p, q, M, N, K, nblk, Kp, da, db, sa, sb, C, D); break;
-    case 16: launch_fast<16, 16>(p, q, M, N, K, nblk, Kp, da, db, sa, sb, C, D); break;
-    default: launch_fast<32, 32>(p, q, M, N, K, nblk, Kp, da, db, sa, sb, C, D); break;
+    switch (d.L) {
+    case 4: launch_fast<4, 16>(p, q, M, N, K, d, count, da, db, sa, sb, C, D); break;
+    case 8: launch_fast<8, 16>(p, q, M, N, K, d, count, da, db, sa, sb, C, D); break;
+    case 16: launch_fast<16, 16>(p, q, M, N, K, d, count, da, db, sa, sb, C, D); break;
+    default: launch_fast<32, 32>(p, q, M, N, K, d, count, da, db, sa, sb, C, D); break;
     }
     last_kernel = "fast";
     return klaunched(ctx, "fast gemm");
+}
+
+template <typename T>
+void launch_epilogue(int64_t count, int replicas, const float *D, void *y, int64_t stride_y, int accumulate)
+{
+    const dim3 grid((unsigned)((count + 255) / 256), (unsigned)replicas);
+    epilogue<T><<<grid, 256, 0, kstream()>>>(count, D, static_cast<T *>(y), stride_y, accumulate);
 }
 
 }  // namespace
 
 extern "C" void mma_emulate_plant_drop_last(int on) { planted_drop_last = on != 0; }
 
+extern "C" void mma_emulate_plant_replica0_b(int on) { planted_replica0_b = on != 0; }
+
 extern "C" const char *mma_emulate_last_kernel(void) { return last_kernel; }
+
+extern "C" int64_t mma_emulate_batched_calls(void) { return batched_calls; }
 
 extern "C" void mma_emulate_release(void)
 {
@@ -320,8 +393,11 @@ extern "C" int mma_emulate_gemm(const mma_arith *p, int M, int N, int K, const v
     char ctx[96];
     snprintf(ctx, sizeof ctx, "mma_emulate_gemm %s M=%d N=%d K=%d", prec_format_name(p->in), M, N, K);
     if (mma_fast_supported(p)) {
-        const source sa{static_cast<const uint8_t *>(A), K, 1}, sb{static_cast<const uint8_t *>(B), K, 1};
-        if (run_fast(ctx, *p, M, N, K, sa, sb, C, D)) return -1;
+        const source sa{static_cast<const uint8_t *>(A), K, 1, 0}, sb{static_cast<const uint8_t *>(B), K, 1, 0};
+        fast_dims d;
+        if (fast_dims_of(ctx, *p, M, N, K, &d) || kworkspace_grow(ctx, &ws_ptr, &ws_size, decoded_bytes(d, 1)) ||
+            run_fast(ctx, *p, M, N, K, d, 1, sa, sb, C, D, static_cast<uint8_t *>(ws_ptr)))
+            return -1;
     } else {
         if (M > 65535) return kernels_fail("%s: M above the grid limit 65535", ctx);
         const dim3 block(128), grid((N + 127) / 128, M);
@@ -333,36 +409,61 @@ extern "C" int mma_emulate_gemm(const mma_arith *p, int M, int N, int K, const v
     return klaunched_synced(ctx);
 }
 
-extern "C" int mma_emulate_linear(const mma_arith *p, int64_t M, int64_t N, int64_t K, const void *A, int a_trans,
-                                  const void *B, int b_trans, void *y, prec_format y_format, int accumulate)
+extern "C" int mma_emulate_linear_batched(const mma_arith *p, int64_t M, int64_t N, int64_t K, const void *A,
+                                          int a_trans, const void *B, int b_trans, void *y, prec_format y_format,
+                                          int accumulate, const mma_emulate_batch *batch)
 {
-    char ctx[128];
-    snprintf(ctx, sizeof ctx, "mma_emulate_linear %s M=%lld N=%lld K=%lld", prec_format_name(p->in), (long long)M,
-             (long long)N, (long long)K);
+    const int64_t R = batch ? batch->count : 1;
+    char ctx[160];
+    snprintf(ctx, sizeof ctx, "mma_emulate_linear%s %s M=%lld N=%lld K=%lld R=%lld", batch ? "_batched" : "",
+             prec_format_name(p->in), (long long)M, (long long)N, (long long)K, (long long)R);
     if (M <= 0 || N <= 0 || K <= 0 || M > (1 << 30) || N > (1 << 30) || K > (1 << 30))
         return kernels_fail("%s: sizes must be in 1..2^30", ctx);
+    if (R < 1 || R > 65535) return kernels_fail("%s: replicas must be in 1..65535", ctx);
+    const int64_t stride_a = batch ? batch->stride_a : 0, stride_b = batch ? batch->stride_b : 0;
+    const int64_t stride_y = batch ? batch->stride_y : 0;
+    if (stride_a < 0 || stride_b < 0 || (R > 1 && stride_y < M * N))
+        return kernels_fail("%s: replica strides a=%lld b=%lld y=%lld (a, b >= 0; y >= M*N keeps outputs apart)", ctx,
+                            (long long)stride_a, (long long)stride_b, (long long)stride_y);
     if (!mma_fast_supported(p)) return kernels_fail("%s: the fast kernel does not cover this model", ctx);
     if (y_format != PREC_FP32 && y_format != PREC_BF16 && y_format != PREC_FP16)
         return kernels_fail("%s: output %s (fp32, bf16 or fp16)", ctx, prec_format_name(y_format));
-    // A(m, k) and B(n, k) as kernels/matmul.h lays them out
-    const source sa{static_cast<const uint8_t *>(A), a_trans ? 1 : K, a_trans ? M : 1};
-    const source sb{static_cast<const uint8_t *>(B), b_trans ? K : 1, b_trans ? 1 : N};
-    // D after the decoded operands in the workspace: grown together
-    const int L = p->block, BK = L > 16 ? 32 : 16;
-    const int nblk = (int)((K + L - 1) / L), Kp = (int)round_up((size_t)nblk * L, BK);
-    const size_t dec = decoded_bytes(Kp, (int)round_up((size_t)M, TILE), L) +
-                       decoded_bytes(Kp, (int)round_up((size_t)N, TILE), L);
-    if (kworkspace_grow(ctx, &ws_ptr, &ws_size, dec + (size_t)M * N * sizeof(float))) return -1;
-    float *D = reinterpret_cast<float *>(static_cast<uint8_t *>(ws_ptr) + dec);
-    if (run_fast(ctx, *p, (int)M, (int)N, (int)K, sa, sb, nullptr, D)) return -1;
     const int64_t count = M * N;
-    const unsigned blocks = (unsigned)((count + 255) / 256);
-    switch (y_format) {
-    case PREC_FP32: epilogue<float><<<blocks, 256, 0, kstream()>>>(count, D, static_cast<float *>(y), accumulate); break;
-    case PREC_BF16:
-        epilogue<__nv_bfloat16><<<blocks, 256, 0, kstream()>>>(count, D, static_cast<__nv_bfloat16 *>(y), accumulate);
-        break;
-    default: epilogue<__half><<<blocks, 256, 0, kstream()>>>(count, D, static_cast<__half *>(y), accumulate); break;
+    if ((count + 255) / 256 > 0x7FFFFFFF) return kernels_fail("%s: M*N above the epilogue's grid limit", ctx);
+    fast_dims d;
+    if (fast_dims_of(ctx, *p, (int)M, (int)N, (int)K, &d)) return -1;
+    // A(m, k) and B(n, k) as kernels/matmul.h lays them out
+    source sa{static_cast<const uint8_t *>(A), a_trans ? 1 : K, a_trans ? M : 1, stride_a};
+    source sb{static_cast<const uint8_t *>(B), b_trans ? K : 1, b_trans ? 1 : N, planted_replica0_b ? 0 : stride_b};
+    // replicas in groups within GROUP_WORKSPACE (at least one), each group's
+    // decoded operands, then its D [group][M][N], in the workspace
+    const size_t d_bytes = (size_t)count * sizeof(float), per_replica = decoded_bytes(d, 1) + d_bytes;
+    const int group = (int)std::min<int64_t>(R, std::max<int64_t>((int64_t)(GROUP_WORKSPACE / per_replica), 1));
+    const size_t dec = decoded_bytes(d, group);
+    if (kworkspace_grow(ctx, &ws_ptr, &ws_size, dec + (size_t)group * d_bytes)) return -1;
+    uint8_t *ws = static_cast<uint8_t *>(ws_ptr);
+    float *D = reinterpret_cast<float *>(ws + dec);
+    const size_t esz = (size_t)mma_elem_bytes(p->in), ysz = y_format == PREC_FP32 ? 4 : 2;
+    for (int64_t r0 = 0; r0 < R; r0 += group) {
+        const int n = (int)(R - r0 < group ? R - r0 : group);
+        source ga = sa, gb = sb;
+        ga.p += (size_t)(r0 * ga.s_rep) * esz;
+        gb.p += (size_t)(r0 * gb.s_rep) * esz;
+        void *gy = static_cast<uint8_t *>(y) + (size_t)(r0 * stride_y) * ysz;
+        if (run_fast(ctx, *p, (int)M, (int)N, (int)K, d, n, ga, gb, nullptr, D, ws)) return -1;
+        switch (y_format) {
+        case PREC_FP32: launch_epilogue<float>(count, n, D, gy, stride_y, accumulate); break;
+        case PREC_BF16: launch_epilogue<__nv_bfloat16>(count, n, D, gy, stride_y, accumulate); break;
+        default: launch_epilogue<__half>(count, n, D, gy, stride_y, accumulate); break;
+        }
+        if (klaunched(ctx, "epilogue")) return -1;
     }
-    return klaunched(ctx, "epilogue");
+    if (R > 1) batched_calls++;
+    return 0;
+}
+
+extern "C" int mma_emulate_linear(const mma_arith *p, int64_t M, int64_t N, int64_t K, const void *A, int a_trans,
+                                  const void *B, int b_trans, void *y, prec_format y_format, int accumulate)
+{
+    return mma_emulate_linear_batched(p, M, N, K, A, a_trans, B, b_trans, y, y_format, accumulate, nullptr);
 }

@@ -53,9 +53,33 @@ int mma_emulate_gemm(const mma_arith *p, int M, int N, int K, const void *A, con
 int mma_emulate_linear(const mma_arith *p, int64_t M, int64_t N, int64_t K, const void *A, int a_trans, const void *B,
                        int b_trans, void *y, prec_format y_format, int accumulate);
 
+/* R replicas of one linear layer (the trainer's replica engine): replica r's
+ * A, B and y at r times the strides below from the pointers given (elements
+ * of each array's own type; 0 shares an operand; stride_y >= M*N keeps the
+ * outputs apart).  Each stage (decode, GEMM, epilogue) is one launch for all
+ * replicas, the replica as one more grid dimension, as long as their
+ * workspace stays within 512 MiB (more replicas: more launches of the same
+ * kernels); replica r gets, byte for byte, what mma_emulate_linear gives on
+ * its operands alone, which is this call with batch NULL (one replica). */
+typedef struct {
+    int64_t count; /* R, 1..65535 */
+    int64_t stride_a, stride_b, stride_y;
+} mma_emulate_batch;
+int mma_emulate_linear_batched(const mma_arith *p, int64_t M, int64_t N, int64_t K, const void *A, int a_trans,
+                               const void *B, int b_trans, void *y, prec_format y_format, int accumulate,
+                               const mma_emulate_batch *batch);
+
+/* Batched calls of more than one replica so far (tests check that the
+ * trainer's replicas take this road). */
+int64_t mma_emulate_batched_calls(void);
+
 /* The planted bug of the GPU tests' twins (on != 0): the fast kernel leaves
  * the last product of every block out.  Never set outside tests. */
 void mma_emulate_plant_drop_last(int on);
+
+/* The planted bug of the batched twin (on != 0): every replica reads replica
+ * 0's B (its replica stride forgotten).  Never set outside tests. */
+void mma_emulate_plant_replica0_b(int on);
 
 /* Which kernel the last call ran: "fast" or "model" ("" before the first). */
 const char *mma_emulate_last_kernel(void);

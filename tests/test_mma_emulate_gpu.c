@@ -12,7 +12,14 @@
  *  3. control (Hopper): the H100 model through the same fast kernel gives
  *     exactly what the H100's own mma.sync gives for the same K order (a
  *     chain of m16n8k16 / m16n8k8 in increasing k); twin: the A100 model
- *     through it must not. */
+ *     through it must not;
+ *  4. replicas (mma_emulate_linear_batched): R = 3 replicas with distinct
+ *     operands at padded strides (and one case sharing A) give byte for byte
+ *     what R single calls give, every layout and output format of the
+ *     trainer, the guards between replicas' outputs untouched; twin: with the
+ *     planted bug (every replica reads replica 0's B) some replica differs;
+ *  5. batches with overlapping outputs, no replicas or a negative stride are
+ *     refused, the message naming the problem. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -235,12 +242,137 @@ static void test_h100_model_emulated_is_h100_mma(void **state)
     }
 }
 
+enum { R_BATCH = 3 };
+
+/* One batched case: layout, formats, replica strides (padded past each
+ * array's size; stride_a 0 shares A). */
+typedef struct {
+    const char *gen;
+    prec_format in, y_format;
+    int M, N, K, a_trans, b_trans, accumulate, share_a;
+} batch_case;
+
+static size_t fmt_bytes(prec_format f) { return (size_t)mma_elem_bytes(f); }
+
+/* Bytes where the batched call's y differs from R single calls' (over every
+ * replica's output and the guards between them), operands of one kind (-1:
+ * each row its own); *written: the fewest outputs of one replica the single
+ * calls changed. */
+static long batched_mismatches(const batch_case *c, uint64_t seed, int kind, int planted, long *written)
+{
+    const mma_model *m = mma_model_find(c->gen, "mma.sync", c->in, PREC_FP32);
+    assert_non_null(m);
+    const mma_arith *p = &m->arith;
+    const size_t esz = fmt_bytes(p->in), ysz = c->y_format == PREC_FP32 ? 4 : 2;
+    const int64_t na = (int64_t)c->M * c->K, nb = (int64_t)c->N * c->K, ny = (int64_t)c->M * c->N;
+    /* odd paddings: replicas' arrays neither back to back nor aligned */
+    const mma_emulate_batch batch = {R_BATCH, c->share_a ? 0 : na + 37, nb + 5, ny + 11};
+    const int64_t la = c->share_a ? na : R_BATCH * batch.stride_a, lb = R_BATCH * batch.stride_b;
+    const int64_t ly = R_BATCH * batch.stride_y;
+    prec_rng rng;
+    prec_rng_seed(&rng, seed);
+    /* every replica's A and B, padding included, as rows of K operands of a kind each */
+    void *A = rows_of(&rng, p->in, (int)((la + c->K - 1) / c->K), c->K, kind);
+    void *B = rows_of(&rng, p->in, (int)((lb + c->K - 1) / c->K), c->K, kind);
+    uint8_t *y0 = malloc(ly * ysz), *yb = malloc(ly * ysz), *ys = malloc(ly * ysz);
+    assert_true(y0 && yb && ys);
+    for (int64_t i = 0; i < ly; i++) {
+        const int guard = i % batch.stride_y >= ny;
+        mma_test_store_bits(c->y_format, y0, (long)i,
+                            guard ? 0xA5A5A5A5u : (uint32_t)prec_encode(prec_rne(prec_rng_normal(&rng), c->y_format), c->y_format));
+    }
+    void *dA = upload(A, la * esz), *dB = upload(B, lb * esz), *dyb = upload(y0, ly * ysz), *dys = upload(y0, ly * ysz);
+    mma_emulate_plant_replica0_b(planted);
+    const int rc = mma_emulate_linear_batched(p, c->M, c->N, c->K, dA, c->a_trans, dB, c->b_trans, dyb, c->y_format,
+                                              c->accumulate, &batch);
+    mma_emulate_plant_replica0_b(0);
+    if (rc) fail_msg("%s", kernels_last_error());
+    for (int r = 0; r < R_BATCH; r++)
+        if (mma_emulate_linear(p, c->M, c->N, c->K, (uint8_t *)dA + r * batch.stride_a * esz, c->a_trans,
+                               (uint8_t *)dB + r * batch.stride_b * esz, c->b_trans,
+                               (uint8_t *)dys + r * batch.stride_y * ysz, c->y_format, c->accumulate))
+            fail_msg("%s", kernels_last_error());
+    assert_int_equal(kdevice_download(yb, dyb, ly * ysz, "batched y"), 0);
+    assert_int_equal(kdevice_download(ys, dys, ly * ysz, "single y"), 0);
+    long bad = 0;
+    for (int64_t i = 0; i < ly * (int64_t)ysz; i++) bad += yb[i] != ys[i];
+    *written = ny;
+    for (int r = 0; r < R_BATCH; r++) {
+        long changed = 0;
+        for (int64_t i = 0; i < ny; i++) {
+            const size_t at = (size_t)(r * batch.stride_y + i) * ysz;
+            changed += memcmp(ys + at, y0 + at, ysz) != 0;
+        }
+        if (changed < *written) *written = changed;
+    }
+    kdevice_free(dA), kdevice_free(dB), kdevice_free(dyb), kdevice_free(dys);
+    free(A), free(B), free(y0), free(yb), free(ys);
+    return bad;
+}
+
+static void test_batched_replicas_equal_single_calls(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    const uint64_t seed = test_seed("mma emulation replicas");
+    /* the trainer's three products: forward (x . W^T), dgrad (dy . W), wgrad (dy^T . x) */
+    static const batch_case cases[] = {
+        {"a100", PREC_BF16, PREC_BF16, 96, 80, 203, 0, 1, 0, 0},
+        {"a100", PREC_BF16, PREC_FP32, 96, 80, 203, 1, 0, 1, 0},
+        {"a100", PREC_TF32, PREC_FP32, 70, 130, 96, 0, 0, 1, 0},
+        {"h100", PREC_FP16, PREC_FP16, 64, 64, 200, 1, 0, 1, 1},
+        {"h100", PREC_BF16, PREC_BF16, 130, 64, 64, 0, 1, 0, 0},
+    };
+    const int64_t calls0 = mma_emulate_batched_calls();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const batch_case *c = &cases[i];
+        const uint64_t s = seed + i;
+        long written_all, written_normal, written_twin;
+        const long bad = batched_mismatches(c, s, -1, 0, &written_all) + batched_mismatches(c, s, 0, 0, &written_normal);
+        const long twin = batched_mismatches(c, s, 0, 1, &written_twin);
+        print_message("%s %s -> %s %dx%dx%d a_trans %d b_trans %d acc %d%s: R=%d batched vs singles %ld bytes differ "
+                      "(fewest outputs a call changed: %ld of %d); planted twin %ld\n",
+                      c->gen, prec_format_name(c->in), prec_format_name(c->y_format), c->M, c->N, c->K, c->a_trans,
+                      c->b_trans, c->accumulate, c->share_a ? " shared A" : "", R_BATCH, bad, written_normal,
+                      c->M * c->N, twin);
+        if (bad) fail_msg("case %zu: %ld bytes of the batched call differ from single calls", i, bad);
+        /* normal operands change nearly every output: a call that wrote nothing would pass the comparison */
+        if (written_normal < (long)c->M * c->N / 2)
+            fail_msg("case %zu: the single calls changed only %ld of %d outputs of a replica", i, written_normal,
+                     c->M * c->N);
+        if (!twin) fail_msg("case %zu: the planted twin (replica 0's B for all) matched: the check cannot fail", i);
+    }
+    assert_true(mma_emulate_batched_calls() - calls0 == 3 * (int64_t)(sizeof cases / sizeof cases[0]));
+}
+
+/* Bad batches are refused with a message naming the problem. */
+static void test_batched_refusals(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    const mma_model *m = mma_model_find("a100", "mma.sync", PREC_BF16, PREC_FP32);
+    assert_non_null(m);
+    void *d = NULL;
+    assert_int_equal(kdevice_alloc(&d, 1 << 16, "buffer"), 0);
+    const mma_emulate_batch overlapping = {2, 64 * 64, 64 * 64, 64 * 64 - 1}, none = {0, 0, 0, 4096},
+                            negative = {2, -1, 0, 4096};
+    assert_int_equal(mma_emulate_linear_batched(&m->arith, 64, 64, 64, d, 0, d, 1, d, PREC_BF16, 0, &overlapping), -1);
+    assert_non_null(strstr(kernels_last_error(), "y >= M*N"));
+    assert_int_equal(mma_emulate_linear_batched(&m->arith, 64, 64, 64, d, 0, d, 1, d, PREC_BF16, 0, &none), -1);
+    assert_non_null(strstr(kernels_last_error(), "replicas must be in 1..65535"));
+    assert_int_equal(mma_emulate_linear_batched(&m->arith, 64, 64, 64, d, 0, d, 1, d, PREC_BF16, 0, &negative), -1);
+    assert_non_null(strstr(kernels_last_error(), "a=-1"));
+    kdevice_free(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fast_kernel_matches_cpu_model),
         cmocka_unit_test(test_linear_layouts_and_epilogue),
         cmocka_unit_test(test_h100_model_emulated_is_h100_mma),
+        cmocka_unit_test(test_batched_replicas_equal_single_calls),
+        cmocka_unit_test(test_batched_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

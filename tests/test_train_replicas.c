@@ -13,8 +13,9 @@
  *     without the poisoned one;
  *   - what replicas refuse (R out of range, checkpoints, hooks);
  *   - on a GPU (make test-gpu; skipped visibly here): the same comparisons on
- *     the CUDA backend, whose batched forms (strided-batched GEMMs, folded
- *     row ops, replica kernels) must be in use.
+ *     the CUDA backend, whose batched forms (strided-batched GEMMs, the
+ *     emulated matrix units' batched calls, folded row ops, replica kernels)
+ *     must be in use.
  * Seeds are fresh per run (ULPSCOPE_SEED replays). */
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +28,7 @@
 #include <string.h>
 
 #include "kernels/matmul.h"
+#include "kernels/mma_emulate.h"
 #include "test_util.h"
 #include "test_train_util.h"
 
@@ -90,8 +92,9 @@ static void check_plans(const char *backend, int width, int seq)
     }
 }
 
-/* Variants each take their own road through the engine (the emulated matrix
- * units and fp8 run per replica, the others batched or folded): replica s
+/* Variants each take their own road through the engine (fp8 runs per
+ * replica, the emulated matrix units through their own batched calls, the
+ * others batched or folded): replica s
  * must equal the single run with seed s under each.  cpu_too: the CPU backend
  * models the variants too. */
 static const struct {
@@ -267,13 +270,18 @@ static void test_replicas_equal_singles_cuda(void **state)
     (void)state;
     TEST_REQUIRE_GPU();
     kmatmul_batch_stats_reset();
+    const int64_t mma_calls0 = mma_emulate_batched_calls();
     check_plans("cuda", 128, 64);
     check_variant_plans("cuda", 128, 64);
     kmatmul_batch_stats stats;
     kmatmul_batch_stats_get(&stats);
-    print_message("cuda batched GEMMs: %lld strided-batched, %lld loop fallbacks, %lld fp8 loops\n",
-                  (long long)stats.strided, (long long)stats.loop_fallback, (long long)stats.loop_fp8);
+    const int64_t mma_calls = mma_emulate_batched_calls() - mma_calls0;
+    print_message("cuda batched GEMMs: %lld strided-batched, %lld loop fallbacks, %lld fp8 loops; %lld batched "
+                  "matrix-unit emulations\n",
+                  (long long)stats.strided, (long long)stats.loop_fallback, (long long)stats.loop_fp8,
+                  (long long)mma_calls);
     assert_true(stats.strided > 0);
+    assert_true(mma_calls > 0);
 }
 
 static void test_nan_replica_cuda(void **state)

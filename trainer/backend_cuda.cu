@@ -278,19 +278,33 @@ static int cuda_mem_available(tbackend *be, size_t *bytes, char *what, size_t wh
 
 // ---- matmul -----------------------------------------------------------------------------------
 
-// matmul_mma: the generation's matrix-unit model on CUDA cores (kernels/mma_emulate.h),
-// operands in the model's input format (tf32: fp32 words), y = round(fp32(D + y_old)).
-static int cuda_matmul_mma(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
-                           int b_trans, int64_t M, int64_t N, int64_t K, int accumulate)
+// The matrix-unit model of a matmul_mma site, or NULL with the backend's error set.
+static const mma_model *mma_model_of(tbackend *be, const tsite *at)
 {
     const char *fallback;
     char why[256], name[64];
     const mma_model *model = tplan_mma_model(at->slot, at->path, at->variant, &fallback, why, sizeof why);
     if (!model) {
         tsite_name(at, name, sizeof name);
-        return tbackend_fail(be, "%s: %s", name, why);
+        tbackend_fail(be, "%s: %s", name, why);
     }
-    const prec_format load = model->arith.in == PREC_TF32 ? PREC_FP32 : model->arith.in;
+    return model;
+}
+
+// The stored format the model reads its operands in (tf32: fp32 words).
+static prec_format mma_load_format(const mma_model *model)
+{
+    return model->arith.in == PREC_TF32 ? PREC_FP32 : model->arith.in;
+}
+
+// matmul_mma: the generation's matrix-unit model on CUDA cores (kernels/mma_emulate.h),
+// operands in the model's input format (tf32: fp32 words), y = round(fp32(D + y_old)).
+static int cuda_matmul_mma(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
+                           int b_trans, int64_t M, int64_t N, int64_t K, int accumulate)
+{
+    const mma_model *model = mma_model_of(be, at);
+    if (!model) return -1;
+    const prec_format load = mma_load_format(model);
     ktensor A, B;
     if (as_format(be, 0, a, load, &A) || as_format(be, 1, b, load, &B)) return -1;
     if (mma_emulate_linear(&model->arith, M, N, K, A.data, a_trans, B.data, b_trans, y->data, y->format, accumulate))
@@ -810,12 +824,14 @@ static int cuda_allreduce(tbackend *be, tparam *const *params, int n)
 //
 // Each replaces the loop over replicas where one launch can do every replica
 // with the bits of single calls: the GEMMs through kmatmul_batched (the
-// single problem's algorithm, pinned), ops whose rows or elements are
-// independent on the replicas' rows folded into one bigger call, the norms,
-// gradient norm and polar express through their replica kernels.  Those
-// kernels take replicas back to back, so a tensor padded between replicas
-// (replica_stride > numel, only for tensors under 256 bytes) and stored
-// formats that need a conversion first go through the loop.
+// single problem's algorithm, pinned), the emulated matrix units through
+// mma_emulate_linear_batched (the replica as a grid dimension), ops whose
+// rows or elements are independent on the replicas' rows folded into one
+// bigger call, the norms, gradient norm and polar express through their
+// replica kernels.  Those kernels take replicas back to back, so a tensor
+// padded between replicas (replica_stride > numel, only for tensors under
+// 256 bytes) goes through the loop (the GEMMs take any stride); stored
+// formats that need a conversion first go through the loop too.
 
 static int contiguous(const ktensor *t) { return !t || !t->data || t->replica_stride == ktensor_numel(t); }
 
@@ -837,6 +853,31 @@ static ktensor *fold_or_null(const tbackend *be, const ktensor *t, ktensor *buf)
 
 static int in_format(const ktensor *t, prec_format f) { return !t || !t->data || (t->format == f && !t->scale); }
 
+// matmul_mma: every replica through one emulation call (mma_emulate_linear_batched,
+// each replica's bits those of cuda_matmul_mma on its slices) when the
+// operands are stored in the model's input format and y is an output
+// cuda_matmul accepts; otherwise the loop, which converts or names the problem.
+static int batched_matmul_mma(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans,
+                              const ktensor *b, int b_trans, int accumulate, int y_fp32)
+{
+    const mma_model *model = mma_model_of(be, at);
+    if (!model) return -1;
+    const prec_format load = mma_load_format(model);
+    int64_t M = a_trans ? a->shape[1] : a->shape[0], K = a_trans ? a->shape[0] : a->shape[1];
+    int64_t N = b_trans ? b->shape[0] : b->shape[1];
+    if (!in_format(a, load) || !in_format(b, load) || (y->format != tpath_storage(at->path) && !y_fp32) ||
+        y->shape[0] != M || y->shape[1] != N)
+        return impl_of(be)->loop->matmul(be, at, y, a, a_trans, b, b_trans, accumulate);
+    mma_emulate_batch batch;
+    batch.count = be->replicas;
+    batch.stride_a = a->replica_stride, batch.stride_b = b->replica_stride;
+    batch.stride_y = y->replica_stride;
+    if (mma_emulate_linear_batched(&model->arith, M, N, K, a->data, a_trans, b->data, b_trans, y->data, y->format,
+                                   accumulate, &batch))
+        return kfail(be, at, "matmul_mma (replicas)");
+    return 0;
+}
+
 static int batched_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
                           int b_trans, int accumulate)
 {
@@ -845,9 +886,9 @@ static int batched_matmul(tbackend *be, const tsite *at, ktensor *y, const ktens
     kpath path = at->path;
     prec_format f = tpath_storage(path);
     int y_fp32 = y->format == PREC_FP32 && (path == KPATH_BF16 || path == KPATH_FP16);
-    // fp8 quantises each replica's operands with its own scales, and the
-    // matrix-unit models (matmul_mma) run in their own emulation kernel: the
-    // loop.  Only the ops kmatmul_batched implements may reach it.
+    if (at->op == TOP_MATMUL_MMA) return batched_matmul_mma(be, at, y, a, a_trans, b, b_trans, accumulate, y_fp32);
+    // fp8 quantises each replica's operands with its own scales: the loop.
+    // Only the ops kmatmul_batched implements may reach it.
     if (!(at->op == TOP_MATMUL || at->op == TOP_MATMUL_FAST || at->op == TOP_MATMUL_BLOCK_FP8) || path == KPATH_FP8 || !in_format(a, f) || !in_format(b, f) || (y->format != f && !y_fp32) ||
         !a->replica_stride || !b->replica_stride)
         return loop->matmul(be, at, y, a, a_trans, b, b_trans, accumulate);
