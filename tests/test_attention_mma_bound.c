@@ -1,5 +1,5 @@
 /* tests/test_attention_mma_bound.c — the flash_mma check bound
- * (kernels/check/check_attention_mma.c) against a CPU emulation of the kernels'
+ * (kernels/check/compare_attention_mma.c) against a CPU emulation of the kernels'
  * arithmetic, without a GPU.  The emulation follows kernels/attention_mma.cu
  * operation by operation: score and product chains through the bit-accurate
  * matrix-unit model (precision/mma.h, one mma_dot per k16 instruction with
