@@ -22,14 +22,15 @@ static void usage(FILE *fp)
             "                       [--variance V] [--exp F] [--math-ulps N] [--eps E] [--layout L]\n"
             "                       [--alpha X] [--beta X]\n"
             "                       [--gelu] [--epilogue E] [--split-k S] [--dloss X] [--online]\n"
+            "                       [--softmax F] [--scale X] [--causal yes|no]\n"
             "                       [--json FILE] [--list]\n\n"
             "Reads the tensors a kernel saw (--inputs) and produced (--outputs), computes the\n"
             "MPFR reference of every output element and a bound on its error for the kernel\n"
             "as you declare it, and prints per output: max and RMS error in units of the\n"
             "storage format's u, the bound, the worst element with its inputs, PASS or FAIL\n"
             "(as `ulpscope check` judges its own kernels).\n\n"
-            "  OP               the op: cross_entropy, layernorm, matmul, rmsnorm, softmax (--list:\n"
-            "                   their tensors)\n"
+            "  OP               the op: attention, cross_entropy, layernorm, matmul, rmsnorm, softmax\n"
+            "                   (--list: their tensors)\n"
             "  --inputs FILES   comma-separated: FILE.npy (bound to the pass's tensors in order),\n"
             "                   NAME=FILE.npy, or FILE.safetensors (its tensors by name)\n"
             "  --outputs FILES  the same for the outputs\n"
@@ -42,7 +43,9 @@ static void usage(FILE *fp)
             "                   fp16, storage (the path's) or unknown (default); matmul also\n"
             "                   tensor-core (bf16/fp16), tf32 (fp32 inputs), fp8-promote:N (fp8,\n"
             "                   promoted to fp32 every N products; cuBLASLt's default: 128 assumed),\n"
-            "                   fp8-fast (never promoted), fp8-groups:N (per-group scaling)\n"
+            "                   fp8-fast (never promoted), fp8-groups:N (per-group scaling);\n"
+            "                   attention: fp32, tensor-core (bf16/fp16: flash_mma's arithmetic on\n"
+            "                   the H100's matrix units) or unknown (fp32 at both ends)\n"
             "  --reduce R       order of the row sums (matmul: over K): sequential, pairwise,\n"
             "                   blocked:B (consecutive blocks of B, then the block sums in order),\n"
             "                   blocks:T (T threads each summing a strided share, then a tree),\n"
@@ -55,8 +58,10 @@ static void usage(FILE *fp)
             "                   thread), welford:T or welford:TxV (T threads, V elements a step,\n"
             "                   then butterflies per warp and over the warps) or unknown (default)\n"
             "  --exp F          softmax: exp (expf, 2 ulps), exp2 (exp2f of the folded argument),\n"
-            "                   fast (__expf) or unknown (default)\n"
-            "  --math-ulps N    error of rsqrt and the like in fp32 ulps (default 2, CUDA's rsqrtf)\n"
+            "                   fast (__expf) or unknown (default); attention: exp or exp2 (log2 e\n"
+            "                   folded into the scale) or unknown\n"
+            "  --math-ulps N    error of rsqrt and the like in fp32 ulps (default 2, CUDA's rsqrtf;\n"
+            "                   attention: its exponential's; the logarithm's is 1)\n"
             "  --eps E          the op's epsilon (default 1e-5 as an fp32 value)\n"
             "  --layout L       matmul: AB (a is (M, K), b (K, N); default), AtB, ABt, AtBt\n"
             "  --alpha X, --beta X  matmul: y = epi(alpha A B + beta C) (default 1, 0; fp32\n"
@@ -69,12 +74,21 @@ static void usage(FILE *fp)
             "  --dloss X        cross_entropy: the loss gradient the dlogits are scaled by (1/N\n"
             "                   for a mean over N rows; an fp32 value)\n"
             "  --online         cross_entropy: one pass over the row, rescaling at each new maximum\n"
+            "  --softmax F      attention: materialised (S, P, and in the backward dP, dS, rounded\n"
+            "                   to the storage format), online (FlashAttention: tiles of 32 keys,\n"
+            "                   running max, fp32), two-pass (fp32, P normalised before P v) or\n"
+            "                   unknown (default); --reduce: its row sums and the backward's delta\n"
+            "  --scale X        attention: the fp32 value scores are multiplied by (default\n"
+            "                   fp32(1/sqrt(D)))\n"
+            "  --causal yes|no  attention: keys j <= i only (default yes; no is refused: the\n"
+            "                   reference is causal)\n"
             "  --json FILE      also write JSON Lines (- for stdout; the table then goes to stderr):\n"
             "                   a header, one record per output row, a verdict record\n"
             "  --list           the ops and their tensors, then exit\n\n"
             "Unknown parts of the declaration: two rows per output, the tightest bound (fp32,\n"
-            "pairwise, gemma, two-pass, exp, single) and the loosest (storage format,\n"
-            "sequential, none, one-pass, fast, cublaslt); the verdict is taken against the loosest.  A declared kernel that\n"
+            "pairwise, gemma, two-pass, exp, single; attention's softmax two-pass) and the loosest\n"
+            "(storage format, sequential, none, one-pass, fast, cublaslt; attention's softmax\n"
+            "materialised, exp2); the verdict is taken against the loosest.  A declared kernel that\n"
             "FAILs is tried against looser declarations, and the first one the outputs fit\n"
             "is named.\n\n"
             "Exit status: 0 PASS, 1 FAIL, 2 bad input (options, files, dtypes, shapes).\n");
@@ -276,10 +290,12 @@ int cmd_verify(int argc, char **argv)
     /* string options first (fields[]), then numbers, then flags */
     static const char *const options[] = {"--inputs", "--outputs", "--path",      "--pass",  "--accum",
                                           "--reduce", "--col-reduce", "--upcast", "--epilogue", "--layout",
-                                          "--variance", "--exp", "--json", "--math-ulps", "--eps", "--alpha", "--beta",
-                                          "--dloss", "--split-k", "--gelu", "--online", "--list"};
+                                          "--variance", "--exp", "--json", "--softmax", "--math-ulps", "--eps", "--alpha",
+                                          "--beta", "--dloss", "--scale", "--causal", "--split-k", "--gelu", "--online",
+                                          "--list"};
     const char **fields[] = {&inputs,   &outputs,      &k.path,     &k.pass,       &k.accum, &k.reduce,
-                             &k.col_reduce, &k.upcast, &k.epilogue, &k.layout, &k.variance, &k.exp_form, &json_path};
+                             &k.col_reduce, &k.upcast, &k.epilogue, &k.layout, &k.variance, &k.exp_form, &json_path,
+                             &k.softmax};
     const int n_options = (int)(sizeof options / sizeof options[0]);
     const int n_fields = (int)(sizeof fields / sizeof fields[0]);
     unsigned seen = 0;
@@ -297,7 +313,8 @@ int cmd_verify(int argc, char **argv)
             if (a[0] == '-' && a[1])
                 return base_error("verify", "unknown option '%s' (options: --inputs --outputs --path --pass --accum --reduce "
                                             "--col-reduce --upcast --variance --exp --math-ulps --eps --layout --alpha --beta "
-                                            "--gelu --epilogue --split-k --dloss --online --json --list --help)", a);
+                                            "--gelu --epilogue --split-k --dloss --online --softmax --scale --causal --json "
+                                            "--list --help)", a);
             if (op) return base_error("verify", "more than one op ('%s' and '%s')", op, a);
             op = a;
             continue;
@@ -323,6 +340,9 @@ int cmd_verify(int argc, char **argv)
             if (base_parse_long_in(v, 1, 1 << 20, &slices) != 0)
                 return base_error("verify", "--split-k: '%s' is not a slice count in 1..1048576", v);
             k.split_k = (int)slices;
+        } else if (strcmp(a, "--causal") == 0) {
+            if (strcmp(v, "yes") != 0 && strcmp(v, "no") != 0) return base_error("verify", "--causal: '%s' is not yes or no", v);
+            k.causal = v[0] == 'y';
         } else {
             double x;
             if (base_parse_double(v, &x) != 0) return base_error("verify", "%s: '%s' is not a number", a, v);
@@ -330,6 +350,7 @@ int cmd_verify(int argc, char **argv)
             else if (strcmp(a, "--eps") == 0) k.eps = x;
             else if (strcmp(a, "--alpha") == 0) k.alpha = x;
             else if (strcmp(a, "--dloss") == 0) k.dloss = x;
+            else if (strcmp(a, "--scale") == 0) k.scale = x;
             else k.beta = x;
         }
     }
