@@ -364,8 +364,10 @@ static int attention_kernel(const char *backend, const tsite *at, double scale, 
      * takes P = expf(s - lse) from the stored lse and delta as a sequential
      * fmaf chain.  naive rounds S, P, dP and dS into the path's format (sum_j
      * P dP for delta); every other variant keeps them fp32 (dout . o for
-     * delta) and computes with expf, exp2 variants included.  glibc's expf
-     * and logf are within the 2 and 1 ulps taken. */
+     * delta) and computes with expf, exp2 variants included (a CPU model of
+     * flash_mma, once backend_cpu.c has one, is to be described by
+     * kcheck_attention_kernel with its matrix-unit model).  expf and logf
+     * are taken at CUDA's 2 and 1 ulps. */
     memset(k, 0, sizeof *k);
     k->storage = f;
     k->scale = scale;

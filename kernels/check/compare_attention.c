@@ -1,8 +1,8 @@
 /* kernels/check/compare_attention.c — attention's outputs against MPFR with
  * the bound of a described kernel (compare_attention.h).
  * expf/exp2f 2 ulps, logf/log2f 1 ulp: CUDA C++ Programming Guide,
- * "Mathematical Functions" (check's kernels; glibc's, the CPU backend's,
- * are documented within these). */
+ * "Mathematical Functions" (check's kernels); trace takes the same figures
+ * for the CPU backend's glibc expf and logf. */
 #include "kernels/check/compare_attention.h"
 
 #include <math.h>
