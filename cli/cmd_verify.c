@@ -2,6 +2,7 @@
  * judged from the tensors it saw and produced (.npy or safetensors files)
  * against the MPFR reference and the bound of the kernel as declared
  * (verify/verify.h does the work; this file reads the files and options). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,14 +24,16 @@ static void usage(FILE *fp)
             "                       [--layout L] [--alpha X] [--beta X]\n"
             "                       [--gelu] [--epilogue E] [--split-k S] [--dloss X] [--online]\n"
             "                       [--lr X] [--beta1 X] [--beta2 X] [--weight-decay X] [--step T]\n"
-            "                       [--order O] [--store S] [--json FILE] [--list]\n\n"
+            "                       [--order O] [--store S] [--softmax F] [--scale X] [--causal yes|no]\n"
+            "                       [--json FILE] [--list]\n\n"
             "Reads the tensors a kernel saw (--inputs) and produced (--outputs), computes the\n"
             "MPFR reference of every output element and a bound on its error for the kernel\n"
             "as you declare it, and prints per output: max and RMS error in units of the\n"
             "storage format's u, the bound, the worst element with its inputs, PASS or FAIL\n"
             "(as `ulpscope check` judges its own kernels).\n\n"
-            "  OP               the op: adamw, cross_entropy, gelu_erf, gelu_tanh, layernorm,\n"
-            "                   leaky_relu2, logsumexp, matmul, relu2, residual, rmsnorm, softmax\n"
+            "  OP               the op: adamw, attention, cross_entropy, gelu_erf, gelu_tanh,\n"
+            "                   layernorm, leaky_relu2, logsumexp, matmul, relu2, residual, rmsnorm,\n"
+            "                   softmax\n"
             "                   (--list: their tensors)\n"
             "  --inputs FILES   comma-separated: FILE.npy (bound to the pass's tensors in order),\n"
             "                   NAME=FILE.npy, or FILE.safetensors (its tensors by name)\n"
@@ -42,11 +45,12 @@ static void usage(FILE *fp)
             "  --pass           fwd (default) or bwd\n"
             "  --accum A        format the kernel accumulates its sums in: fp64, fp32, bf16,\n"
             "                   fp16, storage (the path's) or unknown (default); the elementwise\n"
-            "                   ops (activations, residual): the format of their arithmetic;\n"
-            "                   matmul also\n"
-            "                   tensor-core (bf16/fp16), tf32 (fp32 inputs), fp8-promote:N (fp8,\n"
+            "                   ops (activations, residual): the format of their arithmetic; matmul\n"
+            "                   also tensor-core (bf16/fp16), tf32 (fp32 inputs), fp8-promote:N (fp8,\n"
             "                   promoted to fp32 every N products; cuBLASLt's default: 128 assumed),\n"
-            "                   fp8-fast (never promoted), fp8-groups:N (per-group scaling)\n"
+            "                   fp8-fast (never promoted), fp8-groups:N (per-group scaling);\n"
+            "                   attention: fp32, tensor-core (bf16/fp16: flash_mma's arithmetic on\n"
+            "                   the H100's matrix units) or unknown (fp32 at both ends)\n"
             "  --reduce R       order of the row sums (matmul: over K): sequential, pairwise,\n"
             "                   blocked:B (consecutive blocks of B, then the block sums in order),\n"
             "                   blocks:T (T threads each summing a strided share, then a tree),\n"
@@ -59,13 +63,15 @@ static void usage(FILE *fp)
             "                   thread), welford:T or welford:TxV (T threads, V elements a step,\n"
             "                   then butterflies per warp and over the warps) or unknown (default)\n"
             "  --exp F          softmax, logsumexp: exp (expf, 2 ulps), exp2 (exp2f of the folded\n"
-            "                   argument), fast (__expf) or unknown (default)\n"
+            "                   argument), fast (__expf) or unknown (default); attention: exp or exp2\n"
+            "                   (log2 e folded into the scale) or unknown\n"
             "  --function F     gelu_tanh: tanh (tanhf), tanh-approx (tanh.approx.f32, 2^-10.987\n"
             "                   absolute), sigmoid (x / (1 + expf(-2z))); gelu_erf: erf (erff),\n"
             "                   normcdf (normcdff, CUDA's 5 ulps); any (whichever form: the largest\n"
             "                   of their bounds) or unknown (default)\n"
             "  --math-ulps N    error of rsqrt, tanhf, erff, expf and the like in fp32 ulps (default\n"
-            "                   2, CUDA's figures; fast-math functions: theirs)\n"
+            "                   2, CUDA's figures; fast-math functions: theirs; attention: its\n"
+            "                   exponential's, the logarithm's is 1)\n"
             "  --eps E          the op's epsilon (default 1e-5 as an fp32 value; adamw: adam's eps,\n"
             "                   give it)\n"
             "  --layout L       matmul: AB (a is (M, K), b (K, N); default), AtB, ABt, AtBt\n"
@@ -85,14 +91,22 @@ static void usage(FILE *fp)
             "  --order O        adamw: llmc (llm.c's), torch (torch.optim.AdamW's), any or unknown\n"
             "  --store S        adamw: the new weights' rounding: nearest, stochastic, truncate\n"
             "                   (a split master's high half) or unknown\n"
+            "  --softmax F      attention: materialised (S, P, and in the backward dP, dS, rounded\n"
+            "                   to the storage format), online (FlashAttention: tiles of 32 keys,\n"
+            "                   running max, fp32), two-pass (fp32, P normalised before P v) or\n"
+            "                   unknown (default); --reduce: its row sums and the backward's delta\n"
+            "  --scale X        attention: the fp32 value scores are multiplied by (default\n"
+            "                   fp32(1/sqrt(D)))\n"
+            "  --causal yes|no  attention: keys j <= i only (default yes; no is refused: the\n"
+            "                   reference is causal)\n"
             "  --json FILE      also write JSON Lines (- for stdout; the table then goes to stderr):\n"
             "                   a header, one record per output row, a verdict record\n"
             "  --list           the ops and their tensors, then exit\n\n"
             "Unknown parts of the declaration: two rows per output, the tightest bound (fp32,\n"
-            "pairwise, gemma, two-pass, exp, single, tanh or erf, llmc, nearest) and the loosest\n"
-            "(storage format, sequential, none, one-pass, fast, cublaslt, any, stochastic); the\n"
-            "verdict is taken against the\n"
-            "loosest.  A declared kernel that\n"
+            "pairwise, gemma, two-pass, exp, single, tanh or erf, llmc, nearest; attention's softmax\n"
+            "two-pass) and the loosest (storage format, sequential, none, one-pass, fast, cublaslt,\n"
+            "any, stochastic; attention's softmax materialised, exp2); the verdict is taken against\n"
+            "the loosest.  A declared kernel that\n"
             "FAILs is tried against looser declarations, and the first one the outputs fit\n"
             "is named.\n\n"
             "Exit status: 0 PASS, 1 FAIL, 2 bad input (options, files, dtypes, shapes).\n");
@@ -294,14 +308,16 @@ int cmd_verify(int argc, char **argv)
     /* string options first (fields[]), then numbers, then flags */
     static const char *const options[] = {"--inputs", "--outputs", "--path",      "--pass",  "--accum",
                                           "--reduce", "--col-reduce", "--upcast", "--epilogue", "--layout",
-                                          "--variance", "--exp", "--function", "--order", "--store", "--json", "--math-ulps", "--eps", "--alpha", "--beta",
-                                          "--dloss", "--lr", "--beta1", "--beta2", "--weight-decay", "--split-k", "--step",
-                                          "--gelu", "--online", "--list"};
+                                          "--variance", "--exp", "--function", "--order", "--store", "--softmax", "--json",
+                                          "--math-ulps", "--eps", "--alpha", "--beta", "--dloss", "--lr", "--beta1", "--beta2",
+                                          "--weight-decay", "--scale", "--split-k", "--step", "--causal", "--gelu", "--online",
+                                          "--list"};
     const char **fields[] = {&inputs,   &outputs,      &k.path,     &k.pass,       &k.accum, &k.reduce,
-                             &k.col_reduce, &k.upcast, &k.epilogue, &k.layout, &k.variance, &k.exp_form, &k.function, &k.order, &k.store, &json_path};
+                             &k.col_reduce, &k.upcast, &k.epilogue, &k.layout, &k.variance, &k.exp_form, &k.function,
+                             &k.order, &k.store, &k.softmax, &json_path};
     const int n_options = (int)(sizeof options / sizeof options[0]);
     const int n_fields = (int)(sizeof fields / sizeof fields[0]);
-    unsigned seen = 0;
+    uint64_t seen = 0; /* one bit per option: more than 32 of them */
     int list = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -317,13 +333,13 @@ int cmd_verify(int argc, char **argv)
                 return base_error("verify", "unknown option '%s' (options: --inputs --outputs --path --pass --accum --reduce "
                                             "--col-reduce --upcast --variance --exp --function --math-ulps --eps --layout --alpha --beta "
                                             "--gelu --epilogue --split-k --dloss --online --lr --beta1 --beta2 --weight-decay --step "
-                                            "--order --store --json --list --help)", a);
+                                            "--order --store --softmax --scale --causal --json --list --help)", a);
             if (op) return base_error("verify", "more than one op ('%s' and '%s')", op, a);
             op = a;
             continue;
         }
-        if (seen & (1u << opt)) return base_error("verify", "%s given twice", a);
-        seen |= 1u << opt;
+        if (seen & ((uint64_t)1 << opt)) return base_error("verify", "%s given twice", a);
+        seen |= (uint64_t)1 << opt;
         if (strcmp(a, "--list") == 0) {
             list = 1;
             continue;
@@ -348,6 +364,9 @@ int cmd_verify(int argc, char **argv)
             if (base_parse_long_in(v, 1, 1l << 40, &step) != 0)
                 return base_error("verify", "--step: '%s' is not a step t in 1..2^40", v);
             k.step = step;
+        } else if (strcmp(a, "--causal") == 0) {
+            if (strcmp(v, "yes") != 0 && strcmp(v, "no") != 0) return base_error("verify", "--causal: '%s' is not yes or no", v);
+            k.causal = v[0] == 'y';
         } else {
             double x;
             if (base_parse_double(v, &x) != 0) return base_error("verify", "%s: '%s' is not a number", a, v);
@@ -359,6 +378,7 @@ int cmd_verify(int argc, char **argv)
             else if (strcmp(a, "--beta1") == 0) k.beta1 = x;
             else if (strcmp(a, "--beta2") == 0) k.beta2 = x;
             else if (strcmp(a, "--weight-decay") == 0) k.weight_decay = x;
+            else if (strcmp(a, "--scale") == 0) k.scale = x;
             else k.beta = x;
         }
     }

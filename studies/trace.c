@@ -802,10 +802,6 @@ static void describe_site(const tplan *p, const tsite *at, tslot slot, int layer
 static const char *no_verdict_reason(tap_kind kind)
 {
     switch (kind) {
-    case TAP_ATTENTION_FWD:
-    case TAP_ATTENTION_BWD:
-        return "attention's bounds are not yet factored out of its check into a comparison trace can share "
-               "(kernels/check/compare_attention.h), nor described for the CPU backend's arithmetic";
     case TAP_NORM_FWD:
     case TAP_NORM_BWD:
         return "kernels/check/compare_rmsnorm.h and compare_layernorm.h describe the CUDA kernels; trace does not yet "
@@ -870,6 +866,25 @@ static void judge(tap *t, const tap_call *c, const tap_call *ca, const tap_call 
             trace_judge_matmul(r, backend, site_a, site_b, c, a, b, yin, ya, yb, bug);
         else snprintf(r->verdict_note, sizeof r->verdict_note, "reading the replay's inputs failed");
         free(a), free(b), free(yin);
+        return;
+    }
+    case TAP_ATTENTION_FWD:
+    case TAP_ATTENTION_BWD: {
+        /* the inputs from A's clones (only the outputs are written), every output of each replay */
+        const int bwd = c->kind == TAP_ATTENTION_BWD, n_out = bwd ? 3 : 2, first_in = bwd ? 3 : 2;
+        double *in[6] = {NULL}, *oa[3] = {NULL}, *ob[3] = {NULL};
+        int ok = 1;
+        for (int i = 0; i < (bwd ? 6 : 3); i++) ok = (in[i] = values_of(t, ca->t[first_in + i])) && ok;
+        for (int i = 0; i < n_out; i++) ok = (oa[i] = values_of(t, ca->t[i])) && (ob[i] = values_of(t, cb->t[i])) && ok;
+        if (ok) {
+            const double *q = bwd ? in[1] : in[0], *k = bwd ? in[2] : in[1], *v = bwd ? in[3] : in[2];
+            const double *const out_a[3] = {oa[0], oa[1], oa[2]}, *const out_b[3] = {ob[0], ob[1], ob[2]};
+            trace_judge_attention(r, backend, site_a, site_b, c->B, c->T, c->H, ca->t[first_in]->shape[1] / c->H,
+                                  q, k, v, bwd ? in[0] : NULL, bwd ? in[4] : NULL, bwd ? in[5] : NULL, out_a, out_b,
+                                  bug);
+        } else snprintf(r->verdict_note, sizeof r->verdict_note, "reading the replay's inputs failed");
+        for (int i = 0; i < 6; i++) free(in[i]);
+        for (int i = 0; i < 3; i++) free(oa[i]), free(ob[i]);
         return;
     }
     case TAP_MUON: {

@@ -33,8 +33,16 @@
  * from the recorded gradient and momentum, then each site's polar express
  * replayed stage by stage on the backend and each stage judged with the
  * bound `ulpscope check` uses (kernels/check/compare_polar_express.h) for the
- * kernel the backend runs.  Other ops are located and replayed, with their
- * first differing elements, and the report says why they get no verdict.
+ * kernel the backend runs.  Attention (forward: o and lse; backward: dq,
+ * dk, dv) is judged on every output of both replays with the comparison
+ * `ulpscope check attention` uses (kernels/check/compare_attention.h), the
+ * layouts converted from the trainer's [B, T, H D] to the kernels' [B H, T,
+ * D], the bound described for the arithmetic of the backend in use (the CPU
+ * backend's two-pass fp32 softmax for naive and flash, its model of
+ * flash_mma on the H100's matrix units for the tensor-core variants, or the
+ * CUDA kernel of the site's variant); a backward reads the recorded o and
+ * lse with their actual errors.  Other ops are located and replayed, with their first differing
+ * elements, and the report says why they get no verdict.
  *
  * Amplification.  For the parting step and the following amplify_steps - 1
  * steps: per layer, the max and RMS relative difference between the two runs'
@@ -70,7 +78,8 @@ typedef enum {
     TRACE_BUG_NONE = 0,
     TRACE_BUG_NO_INPUT_CHECK, /* the locator blames the first differing output whatever its inputs */
     TRACE_BUG_IGNORE_BOUND,   /* the verdict blames the replay with the larger total error, bounds ignored */
-    TRACE_BUG_WRONG_REFERENCE, /* the non-matmul judges compute the reference from the first input negated */
+    TRACE_BUG_WRONG_REFERENCE, /* the non-matmul judges compute the reference from the first input negated
+                                  (attention: q) */
 } trace_bug;
 
 typedef enum {

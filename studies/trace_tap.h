@@ -90,6 +90,17 @@ void trace_judge_muon(trace_report *r, const char *backend, const tsite *site_a,
                       const double *grad, const double *m_before, const double *m_after, const tmuon_args *args,
                       trace_bug bug);
 
+/* Attention at the two sites, forward (dy NULL) or backward, on B batches
+ * of T tokens and H heads of D: q, k, v, dy and the backward's o (y_in) in
+ * the trainer's layout [B*T, H*D], lse_in [B*H*T] (the backward's);
+ * out_a, out_b: each replay's outputs (forward y [B*T, H*D] and lse
+ * [B*H*T]; backward dq, dk, dv).  Each judged against the MPFR reference
+ * with compare_attention.h's bound for the kernel its backend runs there. */
+void trace_judge_attention(trace_report *r, const char *backend, const tsite *site_a, const tsite *site_b, int B,
+                           int T, int H, int64_t D, const double *q, const double *k, const double *v,
+                           const double *dy, const double *y_in, const double *lse_in, const double *const out_a[3],
+                           const double *const out_b[3], trace_bug bug);
+
 /* One op record as a JSON Lines record (trace_file.c). */
 void trace_write_op_record(FILE *fp, const trace_op *o);
 /* Runs cfg with op hashes of steps < op_steps (all when <= 0) written to fp

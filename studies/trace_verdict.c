@@ -31,6 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attention.h"
+#include "kernels/check/check_attention_mma.h"
+#include "kernels/check/compare_attention.h"
 #include "kernels/check/compare_polar_express.h"
 #include "kernels/common/ktensor_io.h"
 #include "kernels/polar_express.h"
@@ -366,4 +369,157 @@ void trace_judge_muon(trace_report *r, const char *backend, const tsite *site_a,
     trace_judge_finish(r, bug);
 done:
     free(u), free(xa), free(xb), free(xin);
+}
+
+/* ---- attention: forward (o, lse) or backward (dq, dk, dv) ---- */
+
+/* The kernel the backend runs at `at`, as compare_attention.h describes it;
+ * NULL description (why says why) when there is none. */
+static int attention_kernel(const char *backend, const tsite *at, double scale, kcmp_attention_kernel *k, char *why,
+                            size_t why_len)
+{
+    const prec_format f = tpath_storage(at->path);
+    const int cpu = strcmp(backend, "cpu") == 0;
+    if (!cpu || katt_is_mma(at->variant)) {
+        /* CUDA: kernels/attention.cu's kernels, as check describes them, the
+         * tensor-core variants on the GPU's matrix units.  CPU flash_mma and
+         * flash_mma_exp2: backend_cpu.c runs the same kernels' arithmetic
+         * (kernels/attention_mma_arith.h) on tplan_attention_mma_model's
+         * units (the H100's), so check's description with that model. */
+        const mma_arith *mma = NULL;
+        if (katt_is_mma(at->variant)) {
+            const mma_model *m = cpu ? tplan_attention_mma_model(at->path, why, why_len) : NULL;
+            mma = cpu ? (m ? &m->arith : NULL) : katt_mma_model(f, why, why_len);
+            if (!mma) return -1;
+        }
+        *k = kcheck_attention_kernel(f, at->variant, scale, mma);
+        return 0;
+    }
+    /* backend_cpu.c's cpu_attention_fwd and _bwd: every dot product a
+     * sequential fmaf chain from zero, the softmax sum sum += e from zero
+     * (n - 1 roundings), lse = max + logf(sum), P = e / sum normalised before
+     * P v (two passes where the GPU's flash rescales online); the backward
+     * takes P = expf(s - lse) from the stored lse and delta as a sequential
+     * fmaf chain.  naive rounds S, P, dP and dS into the path's format (sum_j
+     * P dP for delta); flash keeps them fp32 (dout . o for delta) and
+     * computes with expf (the CPU backend runs no flash_exp2).  expf and logf
+     * are taken at CUDA's 2 and 1 ulps. */
+    memset(k, 0, sizeof *k);
+    k->storage = f;
+    k->scale = scale;
+    k->exp_ulps = 2.0;
+    k->log_ulps = 1.0;
+    k->sum_reduce = (kcmp_att_reduce){1, 0, -1};
+    k->delta_reduce = (kcmp_att_reduce){1, 1, -1};
+    k->bwd_probs = KCMP_ATT_P_FROM_LSE;
+    const int naive = at->variant == KATT_NAIVE;
+    k->store_scores = k->store_probs = k->store_dprobs = naive;
+    k->delta = naive ? KCMP_ATT_DELTA_PDP : KCMP_ATT_DELTA_DOUT_O;
+    return 0;
+}
+
+/* [B, T, H, D] (the trainer's layout) into [B, H, T, D] (the kernels'),
+ * rounded into f as the backends round operands. */
+static void to_heads(const double *x, double *y, int B, int T, int H, int64_t D, prec_format f)
+{
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++)
+                for (int64_t d = 0; d < D; d++)
+                    y[(((int64_t)b * H + h) * T + t) * D + d] = prec_rne(x[(((int64_t)b * T + t) * H + h) * D + d], f);
+}
+
+void trace_judge_attention(trace_report *r, const char *backend, const tsite *site_a, const tsite *site_b, int B,
+                           int T, int H, int64_t D, const double *q, const double *k, const double *v,
+                           const double *dy, const double *y_in, const double *lse_in, const double *const out_a[3],
+                           const double *const out_b[3], trace_bug bug)
+{
+    const int backward = dy != NULL;
+    const char *pass = backward ? "backward" : "forward";
+    if (site_a->path != site_b->path) {
+        snprintf(r->verdict_note, sizeof r->verdict_note,
+                 "no verdict for attention: A and B compute in different formats (%s, %s), so their kernels saw "
+                 "different inputs",
+                 kpath_name(site_a->path), kpath_name(site_b->path));
+        return;
+    }
+    const prec_format f = tpath_storage(site_a->path);
+    const double scale = (double)(1.0f / sqrtf((float)D)); /* as both backends form it */
+    const int64_t n = (int64_t)B * T * H * D, BH = (int64_t)B * H;
+    const int n_out = backward ? 3 : 2;
+    kcmp_attention_kernel kd[2];
+    char why[200];
+    const tsite *sites[2] = {site_a, site_b};
+    for (int side = 0; side < 2; side++)
+        if (attention_kernel(backend, sites[side], scale, &kd[side], why, sizeof why)) {
+            snprintf(r->verdict_note, sizeof r->verdict_note, "no verdict for attention: %s", why);
+            return;
+        }
+    /* the outputs must be values of the path's format (lse: fp32), which the comparison describes */
+    for (int side = 0; side < 2; side++)
+        for (int o = 0; o < n_out; o++) {
+            const double *y = (side ? out_b : out_a)[o];
+            const int is_lse = !backward && o == 1;
+            for (int64_t i = 0; i < (is_lse ? BH * T : n); i++)
+                if (isfinite(y[i]) && prec_rne(y[i], is_lse ? PREC_FP32 : f) != y[i]) {
+                    snprintf(r->verdict_note, sizeof r->verdict_note,
+                             "no verdict for attention: %s's output is stored in a narrower format than the path's %s",
+                             side ? "B" : "A", prec_format_get(f)->name);
+                    return;
+                }
+        }
+    double *buf = malloc((size_t)(13 * n) * sizeof *buf);
+    if (!buf) {
+        snprintf(r->verdict_note, sizeof r->verdict_note, "no verdict: out of memory");
+        return;
+    }
+    double *hq = buf, *hk = hq + n, *hv = hk + n, *hdy = hv + n, *hy = hdy + n, *outs = hy + n; /* outs: 2 sides x 3 */
+    to_heads(q, hq, B, T, H, D, f);
+    to_heads(k, hk, B, T, H, D, f);
+    to_heads(v, hv, B, T, H, D, f);
+    if (backward) {
+        to_heads(dy, hdy, B, T, H, D, f);
+        to_heads(y_in, hy, B, T, H, D, f);
+    }
+    for (int side = 0; side < 2; side++)
+        for (int o = 0; o < n_out; o++) {
+            double *dst = outs + (side * 3 + o) * n;
+            const double *src = (side ? out_b : out_a)[o];
+            if (!backward && o == 1) memcpy(dst, src, (size_t)(BH * T) * sizeof *dst); /* lse is [B, H, T] already */
+            else to_heads(src, dst, B, T, H, D, PREC_FP64);
+        }
+    /* twin: the reference (and bound) from the first input negated */
+    if (bug == TRACE_BUG_WRONG_REFERENCE)
+        for (int64_t i = 0; i < n; i++) hq[i] = -hq[i];
+    snprintf(r->verdict_note, sizeof r->verdict_note,
+             "attention %s judged with check's comparison (compare_attention.h): BH = %lld, T = %d, D = %lld; %s",
+             pass, (long long)BH, T, (long long)D,
+             strcmp(backend, "cpu") == 0 ? "the CPU backend's arithmetic" : "the CUDA kernels' arithmetic");
+    trace_judge_start(r);
+    char shape[96];
+    snprintf(shape, sizeof shape, "BH=%lld T=%d D=%lld", (long long)BH, T, (long long)D);
+    for (int side = 0; side < 2; side++) {
+        const double *o0 = outs + (side * 3) * n, *o1 = o0 + n, *o2 = o1 + n;
+        kcmp_attention_data d = {BH, T, D, hq, hk, hv, NULL, NULL, 0, NULL, NULL, NULL, NULL};
+        if (backward) {
+            d.o = hy;
+            d.lse = lse_in; /* the backward's o and lse: read with their actual errors */
+            d.dout = hdy;
+            d.dq = o0, d.dk = o1, d.dv = o2;
+        } else {
+            d.o = o0;
+            d.lse = o1;
+            d.forward_rows = 1;
+        }
+        kcheck_acc rows[KCMP_ATTENTION_MAX_ROWS];
+        int n_rows = kcmp_attention(&kd[side], &d, shape, rows);
+        if (n_rows < 0) {
+            snprintf(r->verdict_note, sizeof r->verdict_note, "no verdict: out of memory");
+            free(buf);
+            return;
+        }
+        for (int i = 0; i < n_rows; i++) trace_judge_row(r, side, &rows[i].row, "");
+    }
+    free(buf);
+    trace_judge_finish(r, bug);
 }

@@ -1,5 +1,5 @@
 /* tests/test_attention_mma_bound.c — the flash_mma check bound
- * (kernels/check/check_attention_mma.c) against the host emulation of the
+ * (kernels/check/compare_attention_mma.c) against the host emulation of the
  * kernels' arithmetic (kernels/attention_mma_arith.h, the library code the
  * trainer's CPU backend runs), without a GPU.  The emulation follows
  * kernels/attention_mma.cu operation by operation: score and product chains

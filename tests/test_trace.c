@@ -17,7 +17,14 @@
  *  - optimizer.muon (modern model): polar express tall vs wide is called
  *    chaos; a planted truncation in B's variant (tbackend_cpu_plant_site) a
  *    bug in B, in A when swapped; twins: a verdict that ignores the bound and
- *    one against the wrong reference (the input negated) do not say chaos. */
+ *    one against the wrong reference (the input negated) do not say chaos;
+ *  - attention (GPT-2 model): naive vs flash, and flash vs flash_mma (the
+ *    CPU backend's H100 matrix-unit model), part at the forward and are
+ *    called chaos; a planted truncation in B's kernel a bug in B, in A when
+ *    swapped; the same twins;
+ *  - attention's backward, judged directly on the CPU backend's kernels
+ *    (naive vs flash from one forward's o and lse): chaos; a planted
+ *    truncation in B's a bug in B, in A when swapped; the same twins. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,7 +37,11 @@
 
 #include "kernels/matmul.h"
 #include "kernels/polar_express.h"
+#include "kernels/attention.h"
+#include "precision/format.h"
+#include "precision/rng.h"
 #include "studies/trace.h"
+#include "studies/trace_tap.h"
 #include "tests/test_train_util.h"
 #include "tests/test_util.h"
 #include "trainer/backend.h"
@@ -260,6 +271,146 @@ static void test_muon_verdicts(void **state)
     tbackend_cpu_plant_site(-1, -1, -1);
 }
 
+
+/* Attention A vs B (B's variant planted_variant): chaos at the forward; a
+ * planted truncation in B's kernel is a bug in B (in A when swapped);
+ * twins: the bound ignored, the wrong reference. */
+static void attention_pair_verdicts(const char *name, const char *a_attention, const char *b_attention,
+                                    int planted_variant)
+{
+    trace_config c;
+    trace_report r;
+    tiny_pair(&c, name, b_attention);
+    tiny_set(&c.a, a_attention);
+    c.a.steps = c.b.steps = 2;
+    c.amplify_steps = 1;
+    run_trace(&c, &r);
+    assert_located_at(&r, "attention_fwd", TSLOT_ATTENTION);
+    assert_int_equal(r.op_b.step, 0);
+    assert_int_equal(r.op_b.layer, 0);
+    assert_int_equal(r.verdict, TRACE_VERDICT_CHAOS);
+    assert_true(r.judge[0].ratio <= 1 && r.judge[1].ratio <= 1);
+    trace_report_free(&r);
+    assert_twins_not_chaos(&c);
+    tbackend_cpu_plant_site(TSLOT_ATTENTION, -1, planted_variant);
+    c.planted = KBUG_TRUNCATE_OUTPUT;
+    run_trace(&c, &r);
+    assert_located_at(&r, "attention_fwd", TSLOT_ATTENTION);
+    assert_int_equal(r.verdict, TRACE_VERDICT_BUG_B);
+    assert_true(r.judge[0].ratio <= 1 && r.judge[1].ratio > 1);
+    trace_report_free(&r);
+    trace_config swapped = c;
+    swapped.a = c.b;
+    swapped.b = c.a;
+    run_trace(&swapped, &r);
+    assert_int_equal(r.verdict, TRACE_VERDICT_BUG_A);
+    trace_report_free(&r);
+    tbackend_cpu_plant_site(-1, -1, -1);
+}
+
+/* naive vs flash (the CPU backend's two-pass fp32 softmax) */
+static void test_attention_verdicts(void **state)
+{
+    (void)state;
+    attention_pair_verdicts("test_attention_verdicts", "attention=bf16:naive", "attention=bf16:flash", KATT_FLASH);
+}
+
+/* flash vs flash_mma (the CPU backend's model of the kernel on the H100's
+ * matrix units, judged with check's tensor-core description of it) */
+static void test_attention_mma_verdicts(void **state)
+{
+    (void)state;
+    attention_pair_verdicts("test_attention_mma_verdicts", "attention=bf16:flash", "attention=bf16:flash_mma",
+                            KATT_FLASH_MMA);
+}
+
+/* One backward of the CPU backend at `at` (B = 2, T = 13, H = 2, D = 8; the
+ * tensors [B*T, H*D], lse [B*H*T]); planted: KBUG_TRUNCATE_OUTPUT during it. */
+static void cpu_attention_bwd(tbackend *be, const tsite *at, kbug planted, const double *const in[6], double *out[3])
+{
+    const int B = 2, T = 13, H = 2;
+    int64_t shape[2] = {B * T, 16}, lshape[1] = {B * H * T};
+    ktensor t[9];
+    for (int i = 0; i < 9; i++) {
+        int lse = i == 5;
+        assert_int_equal(be->alloc(be, &t[i], lse ? PREC_FP32 : PREC_BF16, lse ? 1 : 2, lse ? lshape : shape), 0);
+        if (i < 6) assert_int_equal(be->upload(be, &t[i], in[i]), 0);
+    }
+    kernels_set_planted_bug(planted);
+    int rc = be->attention_bwd(be, at, &t[6], &t[7], &t[8], &t[0], &t[1], &t[2], &t[3], &t[4], &t[5], B, T, H);
+    kernels_set_planted_bug(KBUG_NONE);
+    assert_int_equal(rc, 0);
+    for (int i = 0; i < 3; i++) assert_int_equal(be->download(be, &t[6 + i], out[i]), 0);
+    for (int i = 0; i < 9; i++) be->release(be, &t[i]);
+}
+
+/* The backward's verdict, judged directly: naive vs flash from one
+ * forward's o and lse is chaos; a planted truncation in one side's
+ * backward a bug there; twins: the bound ignored, the wrong reference. */
+static void test_attention_backward_verdict(void **state)
+{
+    (void)state;
+    const int B = 2, T = 13, H = 2, D = 8;
+    const int64_t n = (int64_t)B * T * H * D;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("test_attention_backward_verdict"));
+    tbackend *be = tbackend_cpu_create();
+    assert_non_null(be);
+    double *buf = calloc((size_t)(12 * n), sizeof(double));
+    assert_non_null(buf);
+    double *dy = buf, *q = dy + n, *k = q + n, *v = k + n, *y = v + n, *lse = y + n, *outs = lse + n;
+    for (int64_t i = 0; i < 4 * n; i++) buf[i] = prec_rne(prec_rng_normal(&rng), PREC_BF16);
+    tsite naive = {TSLOT_ATTENTION, 0, TOP_ATTENTION, NULL, KPATH_BF16, KATT_NAIVE};
+    tsite flash = naive;
+    flash.variant = KATT_FLASH;
+    /* o and lse from one forward: both backwards read the same */
+    {
+        int64_t shape[2] = {B * T, H * D}, lshape[1] = {B * H * T};
+        ktensor t[5];
+        for (int i = 0; i < 5; i++) {
+            assert_int_equal(be->alloc(be, &t[i], i == 4 ? PREC_FP32 : PREC_BF16, i == 4 ? 1 : 2, i == 4 ? lshape : shape), 0);
+            if (i < 3) assert_int_equal(be->upload(be, &t[i], (const double *[]){q, k, v}[i]), 0);
+        }
+        assert_int_equal(be->attention_fwd(be, &naive, &t[3], &t[4], &t[0], &t[1], &t[2], B, T, H), 0);
+        assert_int_equal(be->download(be, &t[3], y), 0);
+        assert_int_equal(be->download(be, &t[4], lse), 0);
+        for (int i = 0; i < 5; i++) be->release(be, &t[i]);
+    }
+    const double *const in[6] = {dy, q, k, v, y, lse};
+    double *oa[3] = {outs, outs + n, outs + 2 * n}, *ob[3] = {outs + 3 * n, outs + 4 * n, outs + 5 * n};
+    const double *const ca[3] = {oa[0], oa[1], oa[2]}, *const cb[3] = {ob[0], ob[1], ob[2]};
+    cpu_attention_bwd(be, &naive, KBUG_NONE, in, oa);
+    tbackend_cpu_plant_site(TSLOT_ATTENTION, -1, KATT_FLASH);
+    static const struct {
+        kbug planted;
+        trace_bug bug;
+        int swapped;
+        trace_verdict want; /* TRACE_VERDICT_NONE: anything but chaos (and a verdict) */
+    } cases[] = {{KBUG_NONE, TRACE_BUG_NONE, 0, TRACE_VERDICT_CHAOS},
+                 {KBUG_NONE, TRACE_BUG_IGNORE_BOUND, 0, TRACE_VERDICT_NONE},
+                 {KBUG_NONE, TRACE_BUG_WRONG_REFERENCE, 0, TRACE_VERDICT_NONE},
+                 {KBUG_TRUNCATE_OUTPUT, TRACE_BUG_NONE, 0, TRACE_VERDICT_BUG_B},
+                 {KBUG_TRUNCATE_OUTPUT, TRACE_BUG_NONE, 1, TRACE_VERDICT_BUG_A}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cpu_attention_bwd(be, &flash, cases[i].planted, in, ob);
+        trace_report r;
+        memset(&r, 0, sizeof r);
+        const int sw = cases[i].swapped;
+        trace_judge_attention(&r, "cpu", sw ? &flash : &naive, sw ? &naive : &flash, B, T, H, D, q, k, v, dy, y, lse,
+                              sw ? cb : ca, sw ? ca : cb, cases[i].bug);
+        char line[512];
+        print_message("backward case %zu: %s (%s)\n", i, trace_verdict_line(&r, line, sizeof line), r.verdict_note);
+        if (cases[i].want == TRACE_VERDICT_NONE) {
+            assert_int_not_equal(r.verdict, TRACE_VERDICT_CHAOS);
+            assert_int_not_equal(r.verdict, TRACE_VERDICT_NONE);
+        } else assert_int_equal(r.verdict, cases[i].want);
+        if (cases[i].want == TRACE_VERDICT_CHAOS) assert_true(memcmp(oa[0], ob[0], (size_t)n * sizeof(double)) != 0);
+    }
+    tbackend_cpu_plant_site(-1, -1, -1);
+    be->destroy(be);
+    free(buf);
+}
+
 /* ---- trace files ---- */
 
 static char dir[64];
@@ -364,6 +515,9 @@ int main(void)
         cmocka_unit_test(test_different_start_blames_nothing),
         cmocka_unit_test(test_record_and_diff),
         cmocka_unit_test(test_muon_verdicts),
+        cmocka_unit_test(test_attention_verdicts),
+        cmocka_unit_test(test_attention_mma_verdicts),
+        cmocka_unit_test(test_attention_backward_verdict),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,8 +16,10 @@
 #include <cmocka.h>
 
 #include "base/tensor_file.h"
+#include "kernels/attention.h"
 #include "kernels/check/compare_activation.h"
 #include "kernels/check/compare_adamw.h"
+#include "kernels/check/compare_attention.h"
 #include "kernels/check/compare_cross_entropy.h"
 #include "kernels/check/compare_layernorm.h"
 #include "kernels/check/compare_logsumexp.h"
@@ -32,6 +34,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/softmax.h"
 #include "precision/format.h"
+#include "precision/mma.h"
 #include "precision/rng.h"
 #include "tests/test_util.h"
 #include "verify/verify.h"
@@ -1757,6 +1760,187 @@ static void logsumexp_agrees_with_check_and_twins_fail(void **state)
             }
 }
 
+/* ---- attention -------------------------------------------------------------------------------- */
+
+enum { AT_OK, AT_DROP_TERM, AT_TRUNCATE, AT_BF16_ACC };
+
+/* Attention as a two-pass fp32 kernel computes it (the CPU backend's
+ * flash), heads [BH, T, D]: scores by fmaf chains times the fp32 scale, e =
+ * expf(s - max), sum += e, lse = max + logf(sum), P = e / sum, o = an fmaf
+ * chain over P v stored in f; backward P = expf(s - lse), dP by fmaf
+ * chains, delta = an fmaf chain over dout . o, dS = P (dP - delta), dq, dk,
+ * dv fmaf chains, times the scale (dq, dk), stored in f.  The forward when
+ * o is given, the backward (from o_in, lse_in) when g is.  Bugs on request:
+ * every score loses its last term; the outputs truncated (fp32: to bf16
+ * precision); the o, dq, dk, dv chains accumulated in bf16. */
+static void emulate_attention(int64_t BH, int64_t T, int64_t D, const double *q, const double *k, const double *v,
+                              const double *g, const double *o_in, const double *lse_in, prec_format f, int bug,
+                              double *o, double *lse, double *dq, double *dk, double *dv)
+{
+    const prec_rounding rz = {PREC_RZ, PREC_OVF_IEEE, false};
+    const prec_format ft = f == PREC_FP32 ? PREC_BF16 : f;
+    const float scale = (float)(1.0 / sqrt((double)D));
+#define STORE(x) (bug == AT_TRUNCATE ? prec_round((x), ft, rz, 0) : prec_rne((x), f))
+#define ACC(x) (bug == AT_BF16_ACC ? (float)prec_rne((x), PREC_BF16) : (x))
+    float *p = malloc(T * sizeof(float)), *gq = malloc(3 * T * D * sizeof(float));
+    assert_true(p && gq);
+    float *gk = gq + T * D, *gv = gk + T * D;
+    for (int64_t h = 0; h < BH; h++) {
+        const int64_t off = h * T * D;
+        const double *Q = q + off, *K = k + off, *V = v + off, *G = g ? g + off : NULL;
+        for (int64_t i = 0; o && i < T; i++) {
+            float mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j <= i; j++) {
+                float s = 0;
+                for (int64_t d = 0; d < D - (bug == AT_DROP_TERM); d++) s = fmaf((float)Q[i * D + d], (float)K[j * D + d], s);
+                p[j] = scale * s;
+                mx = fmaxf(mx, p[j]);
+            }
+            for (int64_t j = 0; j <= i; j++) sum += p[j] = expf(p[j] - mx);
+            lse[h * T + i] = mx + logf(sum);
+            for (int64_t j = 0; j <= i; j++) p[j] /= sum;
+            for (int64_t d = 0; d < D; d++) {
+                float acc = 0;
+                for (int64_t j = 0; j <= i; j++) acc = ACC(fmaf(p[j], (float)V[j * D + d], acc));
+                o[off + i * D + d] = STORE(acc);
+            }
+        }
+        if (!g) continue;
+        for (int64_t i = 0; i < 3 * T * D; i++) gq[i] = 0;
+        for (int64_t i = 0; i < T; i++) {
+            float delta = 0;
+            for (int64_t d = 0; d < D; d++) delta = fmaf((float)G[i * D + d], (float)o_in[off + i * D + d], delta);
+            for (int64_t j = 0; j <= i; j++) {
+                float s = 0, dp = 0;
+                for (int64_t d = 0; d < D - (bug == AT_DROP_TERM); d++) s = fmaf((float)Q[i * D + d], (float)K[j * D + d], s);
+                for (int64_t d = 0; d < D; d++) dp = fmaf((float)G[i * D + d], (float)V[j * D + d], dp);
+                float P = expf(scale * s - (float)lse_in[h * T + i]), ds = P * (dp - delta);
+                for (int64_t d = 0; d < D; d++) {
+                    gq[i * D + d] = ACC(fmaf(ds, (float)K[j * D + d], gq[i * D + d]));
+                    gk[j * D + d] = ACC(fmaf(ds, (float)Q[i * D + d], gk[j * D + d]));
+                    gv[j * D + d] = ACC(fmaf(P, (float)G[i * D + d], gv[j * D + d]));
+                }
+            }
+        }
+        for (int64_t i = 0; i < T * D; i++) {
+            dq[off + i] = STORE(scale * gq[i]);
+            dk[off + i] = STORE(scale * gk[i]);
+            dv[off + i] = STORE(gv[i]);
+        }
+    }
+#undef STORE
+#undef ACC
+    free(p);
+    free(gq);
+}
+
+static ulp_report at_rep;
+
+/* verify attention on heads (2, T, D): the forward (o, lse) or the backward (dq, dk, dv from o, lse, do). */
+static int at_verify(int64_t T, int64_t D, const double *const x[10], const ulp_kernel *k)
+{
+    const int bwd = strcmp(k->pass, "bwd") == 0;
+    ulp_tensor in[6] = {ULP_TENSOR("q", ULP_F64, x[0], 2, T, D), ULP_TENSOR("k", ULP_F64, x[1], 2, T, D),
+                        ULP_TENSOR("v", ULP_F64, x[2], 2, T, D), ULP_TENSOR("o", ULP_F64, x[4], 2, T, D),
+                        ULP_TENSOR("lse", ULP_F64, x[5], 2, T), ULP_TENSOR("do", ULP_F64, x[3], 2, T, D)};
+    ulp_tensor out[3] = {ULP_TENSOR("dq", ULP_F64, x[6], 2, T, D), ULP_TENSOR("dk", ULP_F64, x[7], 2, T, D),
+                         ULP_TENSOR("dv", ULP_F64, x[8], 2, T, D)};
+    ulp_tensor fwd_out[2] = {ULP_TENSOR("o", ULP_F64, x[4], 2, T, D), ULP_TENSOR("lse", ULP_F64, x[5], 2, T)};
+    char err[512];
+    int rc = bwd ? ulp_verify("attention", k, in, 6, out, 3, &at_rep, err, sizeof err)
+                 : ulp_verify("attention", k, in, 3, fwd_out, 2, &at_rep, err, sizeof err);
+    if (rc == ULP_BAD_INPUT) fail_msg("bad input: %s", err);
+    return rc;
+}
+
+/* verify, declared as check describes flash, flash_exp2 and flash_mma
+ * (H100 model), reports check's comparison's rows bit for bit (the forward
+ * as check rows it; the backward from the given o and lse, as trace does);
+ * a correct two-pass kernel passes its declaration and the all-unknown
+ * one; each planted bug FAILs its declaration. */
+static void attention_agrees_with_check_and_twins_fail(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("attention_agrees_with_check_and_twins_fail"));
+    const prec_format formats[] = {PREC_FP32, PREC_BF16};
+    const char *paths[] = {"fp32", "bf16"};
+    const int64_t T = 23, D = 16, n = 2 * T * D;
+    for (int fi = 0; fi < 2; fi++) {
+        const prec_format f = formats[fi];
+        double *x = malloc(10 * n * sizeof(double));
+        assert_non_null(x);
+        double *q = x, *kk = q + n, *v = kk + n, *g = v + n, *o = g + n, *lse = o + n, *dq = lse + n, *dk = dq + n, *dv = dk + n;
+        const double *const all[10] = {q, kk, v, g, o, lse, dq, dk, dv, NULL};
+        for (int64_t i = 0; i < 4 * n; i++) x[i] = prec_rne(prec_rng_normal(&rng), f);
+        emulate_attention(2, T, D, q, kk, v, NULL, NULL, NULL, f, AT_OK, o, lse, NULL, NULL, NULL);
+        emulate_attention(2, T, D, q, kk, v, g, o, lse, f, AT_OK, NULL, NULL, dq, dk, dv);
+        const double scale = (float)(1.0 / sqrt((double)D));
+        char shape[96], reduce[32];
+        snprintf(shape, sizeof shape, "BH=2 T=%lld D=%lld", (long long)T, (long long)D);
+        snprintf(reduce, sizeof reduce, "depth:%lld", (long long)kcheck_tree_depth(D, 32));
+        const mma_model *h100 = mma_model_find("h100", "mma.sync", PREC_BF16, PREC_FP32);
+        assert_non_null(h100);
+        const int variants[] = {KATT_FLASH, KATT_FLASH_EXP2, KATT_FLASH_MMA};
+        for (int vi = 0; vi < 3; vi++) {
+            const int variant = variants[vi];
+            if (katt_is_mma(variant) && f != PREC_BF16) continue;
+            const kcmp_attention_kernel ck = kcheck_attention_kernel(f, variant, scale, &h100->arith);
+            ulp_kernel k = ULP_KERNEL_DEFAULT;
+            k.path = paths[fi];
+            k.accum = katt_is_mma(variant) ? "tensor-core" : "fp32";
+            k.softmax = "online";
+            k.reduce = reduce;
+            k.exp_form = katt_is_exp2(variant) ? "exp2" : "exp";
+            for (int pass = 0; pass < 2; pass++) {
+                kcmp_attention_data cd = {2, T, D, q, kk, v, o, lse, !pass, pass ? g : NULL, pass ? dq : NULL,
+                                          pass ? dk : NULL, pass ? dv : NULL};
+                kcheck_acc rows[KCMP_ATTENTION_MAX_ROWS];
+                const int n_rows = kcmp_attention(&ck, &cd, shape, rows);
+                assert_int_equal(n_rows, pass ? 3 : 2);
+                k.pass = pass ? "bwd" : "fwd";
+                at_verify(T, D, all, &k);
+                assert_int_equal(at_rep.n_rows, n_rows);
+                for (int r = 0; r < n_rows; r++) assert_rows_equal(&rows[r].row, &at_rep.rows[r], katt_variants[variant].name);
+            }
+        }
+        /* the emulated kernel: PASS as declared and all unknown; each bug FAILs */
+        for (int bug = AT_OK; bug <= AT_BF16_ACC; bug++) {
+            if (bug == AT_BF16_ACC && f != PREC_FP32) continue; /* under bf16 outputs the bf16 chains can hide */
+            double *y = malloc(5 * n * sizeof(double));
+            assert_non_null(y);
+            /* y: the bugged kernel's forward o, lse, and its backward from the correct o, lse */
+            emulate_attention(2, T, D, q, kk, v, NULL, NULL, NULL, f, bug, y, y + n, NULL, NULL, NULL);
+            emulate_attention(2, T, D, q, kk, v, g, o, lse, f, bug, NULL, NULL, y + 2 * n, y + 3 * n, y + 4 * n);
+            const double *const fwd[10] = {q, kk, v, g, y, y + n, NULL, NULL, NULL, NULL};
+            const double *const bwd[10] = {q, kk, v, g, o, lse, y + 2 * n, y + 3 * n, y + 4 * n, NULL};
+            for (int declared = 0; declared < 2; declared++) {
+                ulp_kernel k = ULP_KERNEL_DEFAULT;
+                k.path = paths[fi];
+                if (declared) {
+                    k.accum = "fp32";
+                    k.softmax = "two-pass";
+                    k.reduce = "sequential";
+                    k.exp_form = "exp";
+                }
+                for (int pass = 0; pass < 2; pass++) {
+                    k.pass = pass ? "bwd" : "fwd";
+                    int rc = at_verify(T, D, pass ? bwd : fwd, &k);
+                    assert_int_equal(at_rep.unknown, !declared);
+                    if (bug != AT_OK && !declared) continue; /* the loosest bound can be wide enough for a bug */
+                    if ((bug == AT_OK) != (rc == ULP_PASS)) {
+                        ulp_report_print(stdout, &at_rep);
+                        fail_msg("%s bug %d %s (%s): %s", paths[fi], bug, k.pass, declared ? "declared" : "unknown",
+                                 rc == ULP_PASS ? "passed" : "failed");
+                    }
+                }
+            }
+            free(y);
+        }
+        free(x);
+    }
+}
+
 /* ---- the command line ------------------------------------------------------------------------ */
 
 static void write_case(const char *name, tfile_dtype t, int ndim, const int64_t *shape, const double *v)
@@ -1928,8 +2112,9 @@ static void cli_refuses_bad_input(void **state)
         {"rmsnorm --path e4m3 --inputs D/a.npy --outputs D/a.npy", "unknown path 'e4m3'"},
         {"rmsnorm --inputs D/a.npy --outputs D/a.npy", "--path is required"},
         {"rmsnorm --path bf16 --inputs D/a.npy", "--outputs is required"},
-        {"conv2d --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'conv2d' (ops: adamw, cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, logsumexp, matmul, relu2, residual, rmsnorm, softmax"},
+        {"conv2d --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'conv2d' (ops: adamw, attention, cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, logsumexp, matmul, relu2, residual, rmsnorm, softmax)"},
         {"rmsnorm --path bf16 --path bf16 --inputs D/a.npy --outputs D/a.npy", "given twice"},
+        {"rmsnorm --path bf16 --inputs D/a.npy --outputs D/a.npy --list --list", "--list given twice"}, /* bit 32 */
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy --outputs dx=D/a.npy", "missing input tensor 'dy'"},
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy,D/a3.npy,D/a.npy --outputs D/a.npy,D/a4.npy", "dgain has 4"},
         /* matmul: a is (2, 3), m32 (3, 2), m22 (2, 2) */
@@ -2020,7 +2205,26 @@ static void cli_refuses_bad_input(void **state)
         {"logsumexp --path fp32 --pass bwd --inputs D/a.npy,D/t1.npy,D/t1.npy --outputs D/a3.npy", "dx's shape differs from x's"},
         {"logsumexp --path fp32 --math-ulps 3 --inputs D/a.npy --outputs D/t1.npy", "--math-ulps does not apply"},
         {"logsumexp --path fp32 --exp exp10 --inputs D/a.npy --outputs D/t1.npy", "unknown exp"},
-        {"layernorm --path fp32 --exp fast --inputs D/a.npy --outputs D/a.npy", "exp is softmax's and logsumexp's"},
+        {"layernorm --path fp32 --exp fast --inputs D/a.npy --outputs D/a.npy", "exp is softmax's, logsumexp's and attention's"},
+        /* attention: q = a (T = 2, D = 3), m32 (3, 2), a3 (3) */
+        {"attention --path fp32 --inputs D/a.npy,D/m32.npy,D/a.npy --outputs D/a.npy", "k's shape differs"},
+        {"attention --path fp32 --inputs D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy,D/a3.npy", "lse's shape differs"},
+        {"attention --path fp32 --inputs D/a3.npy,D/a3.npy,D/a3.npy --outputs D/a3.npy", "q must have at least two"},
+        {"attention --path fp32 --inputs D/a.npy,D/a.npy --outputs D/a.npy", "missing input tensor 'v'"},
+        {"attention --path fp32 --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "more files than"},
+        {"attention --path fp32 --pass bwd --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy,D/t1.npy --outputs D/a.npy",
+         "missing input tensor 'do'"},
+        {"attention --path fp32 --causal no --inputs D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "non-causal attention"},
+        {"attention --path fp32 --accum storage --inputs D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "'storage' is not offered"},
+        {"attention --path fp32 --accum tensor-core --inputs D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "needs --path bf16"},
+        {"attention --path fp32 --scale 0.1 --inputs D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "is not an fp32 value"},
+        {"attention --path fp32 --softmax fused --inputs D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "unknown softmax form"},
+        {"attention --path fp32 --upcast gemma --inputs D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "attention has none"},
+        {"rmsnorm --path bf16 --softmax online --inputs D/a.npy --outputs D/a.npy", "softmax, scale and causal are attention's"},
+        {"attention --path fp32 --lr 0.5 --inputs D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "attention has none of them"},
+        {"attention --path fp32 --function tanh --inputs D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy", "attention has none of them"},
+        {"adamw --path fp32 --lr 0.5 --step 3 --scale 0.5 --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy",
+         "softmax, scale and causal are attention's"},
     };
     DIR *before = opendir(dir);
     int entries_before = 0;
@@ -2071,6 +2275,7 @@ int main(void)
         cmocka_unit_test(residual_agrees_with_check_and_twins_fail),
         cmocka_unit_test(adamw_agrees_with_check_and_twins_fail),
         cmocka_unit_test(logsumexp_agrees_with_check_and_twins_fail),
+        cmocka_unit_test(attention_agrees_with_check_and_twins_fail),
         cmocka_unit_test(cli_verifies_files),
         cmocka_unit_test(cli_verifies_matmul_files),
         cmocka_unit_test(cli_verifies_activation_files),

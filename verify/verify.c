@@ -13,8 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attention.h"
 #include "kernels/check/compare_activation.h"
 #include "kernels/check/compare_adamw.h"
+#include "kernels/check/compare_attention.h"
 #include "kernels/check/compare_cross_entropy.h"
 #include "kernels/check/compare_layernorm.h"
 #include "kernels/check/compare_logsumexp.h"
@@ -61,7 +63,7 @@ typedef struct {
 typedef enum {
     OP_MATMUL, OP_LAYERNORM, OP_RMSNORM, OP_SOFTMAX, OP_CROSS_ENTROPY,
     OP_GELU_TANH, OP_GELU_ERF, OP_RELU2, OP_LEAKY_RELU2, /* the activations, in kcmp_act_op's order */
-    OP_RESIDUAL, OP_ADAMW, OP_LOGSUMEXP
+    OP_RESIDUAL, OP_ADAMW, OP_LOGSUMEXP, OP_ATTENTION
 } op_id;
 
 static int has_exp_form(op_id op) { return op == OP_SOFTMAX || op == OP_LOGSUMEXP; }
@@ -162,6 +164,17 @@ static const vop ops[] = {
       {"x, lse (the stored fp32 lse the backward read), dlse (N.., fp32)", "dx (as x)",
        {{"x", 0, T_STORAGE}, {"lse", 0, T_FP32}, {"dlse", 0, T_FP32}}, {{"dx", 0, T_STORAGE}}}},
      NULL},
+    {"attention", OP_ATTENTION,
+     "causal self-attention o = softmax(scale q k^T) v per head (keys j <= i), lse = log sum exp(scale q k^T); "
+     "backward dq, dk, dv (--softmax materialised, online or two-pass; --accum fp32 or tensor-core; --exp; --scale)",
+     {{"q, k, v (N.., T, D)", "o (as q), lse (N.., T, fp32, optional)",
+       {{"q", 0, T_STORAGE}, {"k", 0, T_STORAGE}, {"v", 0, T_STORAGE}}, {{"o", 0, T_STORAGE}, {"lse", 1, T_FP32}}},
+      {"q, k, v, o (the forward output the backward read), lse (the stored fp32 lse it read), do (as q)",
+       "dq, dk, dv (as q, each optional)",
+       {{"q", 0, T_STORAGE}, {"k", 0, T_STORAGE}, {"v", 0, T_STORAGE}, {"o", 0, T_STORAGE}, {"lse", 0, T_FP32},
+        {"do", 0, T_STORAGE}},
+       {{"dq", 1, T_STORAGE}, {"dk", 1, T_STORAGE}, {"dv", 1, T_STORAGE}}}},
+     NULL},
 #undef ACT_FWD
 #undef ACT_BWD
 #undef RELU2_FWD
@@ -171,8 +184,8 @@ static const int n_ops = (int)(sizeof ops / sizeof ops[0]);
 
 const char *ulp_op_names(void)
 {
-    return "adamw, cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, logsumexp, matmul, relu2, residual, "
-           "rmsnorm, softmax";
+    return "adamw, attention, cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, logsumexp, matmul, relu2, "
+           "residual, rmsnorm, softmax";
 }
 
 void ulp_op_help(FILE *fp)
@@ -281,7 +294,9 @@ typedef struct {
     const char *order, *store; /* adamw */
     double lr, beta1, beta2, weight_decay;
     int64_t step;
+    const char *softmax; /* attention's softmax form */
     double math_ulps, eps, alpha, beta;
+    double scale;        /* attention: 0 for fp32(1/sqrt(D)) */
     int gelu, split_k, online;
     double dloss;
 } decl;
@@ -318,6 +333,57 @@ static int is_one_of(const char *s, const char *const *list)
     return 0;
 }
 
+/* attention's declaration (the path and accum already read into d): the
+ * other ops' options refused, its own checked. */
+static int attention_decl(const ulp_kernel *k, decl *d, char *err, size_t errlen)
+{
+    static const char *const accums[] = {"fp32", "tensor-core", "unknown", NULL};
+    if (!is_one_of(d->accum, accums))
+        return bad(err, errlen, "attention's accumulation '%s' is not offered (fp32, tensor-core, unknown)", d->accum);
+    if (strcmp(d->accum, "tensor-core") == 0 && d->storage != PREC_BF16 && d->storage != PREC_FP16)
+        return bad(err, errlen, "accumulation 'tensor-core' needs --path bf16 or fp16, not %s", d->path);
+    d->reduce = k->reduce ? k->reduce : "unknown";
+    if (strncmp(d->reduce, "blocked:", 8) == 0 || parse_reduce(d->reduce, 8, 0) < 0)
+        return bad(err, errlen, "unknown reduction '%s' for attention (sequential, pairwise, blocks:T, depth:D or unknown)",
+                   d->reduce);
+    d->softmax = k->softmax ? k->softmax : "unknown";
+    static const char *const forms[] = {"materialised", "online", "two-pass", "unknown", NULL};
+    if (!is_one_of(d->softmax, forms))
+        return bad(err, errlen, "unknown softmax form '%s' (materialised, online, two-pass, unknown)", d->softmax);
+    if (strcmp(d->accum, "tensor-core") == 0 && strcmp(d->softmax, "online") != 0 && strcmp(d->softmax, "unknown") != 0)
+        return bad(err, errlen, "accumulation 'tensor-core' is the online (flash) form on the tensor cores: --softmax online or "
+                                "unknown, not %s", d->softmax);
+    d->exp_form = k->exp_form ? k->exp_form : "unknown";
+    static const char *const exps[] = {"exp", "exp2", "unknown", NULL};
+    if (!is_one_of(d->exp_form, exps)) return bad(err, errlen, "unknown exp '%s' for attention (exp, exp2, unknown)", d->exp_form);
+    if (!(k->math_ulps >= 0 && k->math_ulps <= 1e6))
+        return bad(err, errlen, "math function error %g ulps is outside 0..1e6", k->math_ulps);
+    d->math_ulps = k->math_ulps;
+    if (k->causal != 1)
+        return bad(err, errlen, "non-causal attention is not offered: the MPFR reference (reference/attention.h) attends to "
+                                "keys j <= i only");
+    if (k->scale != 0 && (!isfinite(k->scale) || prec_rne(k->scale, PREC_FP32) != k->scale))
+        return bad(err, errlen, "scale %.17g is not an fp32 value (kernels take it as a float: give that float's value)", k->scale);
+    d->scale = k->scale;
+    d->col_reduce = k->col_reduce ? k->col_reduce : "unknown";
+    d->upcast = k->upcast ? k->upcast : "unknown";
+    d->epilogue = k->epilogue ? k->epilogue : "unknown";
+    d->layout = k->layout ? k->layout : "AB";
+    d->variance = k->variance ? k->variance : "unknown";
+    d->function = k->function ? k->function : "unknown";
+    d->order = k->order ? k->order : "unknown";
+    d->store = k->store ? k->store : "unknown";
+    if (strcmp(d->col_reduce, "unknown") || strcmp(d->upcast, "unknown") || strcmp(d->epilogue, "unknown") ||
+        strcmp(d->layout, "AB") || strcmp(d->variance, "unknown") || k->alpha != 1.0 || k->beta != 0.0 || k->gelu ||
+        k->split_k != 1 || k->dloss != 0 || k->online || strcmp(d->function, "unknown") || strcmp(d->order, "unknown") ||
+        strcmp(d->store, "unknown") || k->lr != 0 || k->beta1 != 0 || k->beta2 != 0 || k->weight_decay != 0 || k->step != 0)
+        return bad(err, errlen, "col-reduce, upcast, epilogue, layout, alpha, beta, gelu, split-k, variance, dloss, online, "
+                                "function, lr, beta1, beta2, weight-decay, step, order and store are other ops'; attention "
+                                "has none of them");
+    if (k->eps != (double)1e-5f) return bad(err, errlen, "eps is the norms'; attention has none");
+    return 0;
+}
+
 static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t errlen)
 {
     memset(d, 0, sizeof *d);
@@ -333,6 +399,7 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
     prec_format f;
     prec_dot_model model;
     int is_model = parse_dot_model(d->accum, &model);
+    if (op == OP_ATTENTION) return attention_decl(k, d, err, errlen);
     if (is_model && op != OP_MATMUL)
         return bad(err, errlen, "accumulation '%s' is a matrix-unit model of matmul (fp64, fp32, bf16, fp16, storage, unknown)",
                    d->accum);
@@ -390,13 +457,16 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
     if (!is_one_of(d->exp_form, exp_forms)) return bad(err, errlen, "unknown exp '%s' (exp, exp2, fast, unknown)", d->exp_form);
     d->dloss = k->dloss;
     d->online = k->online;
+    d->softmax = "unknown";
+    if ((k->softmax && strcmp(k->softmax, "unknown") != 0) || k->scale != 0 || k->causal != 1)
+        return bad(err, errlen, "softmax, scale and causal are attention's; this op has none of them");
     if (!isfinite(k->dloss) || prec_rne(k->dloss, PREC_FP32) != k->dloss)
         return bad(err, errlen, "dloss %.17g is not an fp32 value (kernels take it as a float: give that float's value)", k->dloss);
     if (k->online != 0 && k->online != 1) return bad(err, errlen, "online is %d (0 or 1)", k->online);
     /* the other ops' options: refused rather than silently ignored */
     static const char *const op_names[] = {"matmul", "layernorm", "rmsnorm", "softmax", "cross_entropy",
                                            "gelu_tanh", "gelu_erf", "relu2", "leaky_relu2", "residual", "adamw",
-                                           "logsumexp"};
+                                           "logsumexp", "attention"};
     d->order = k->order ? k->order : "unknown";
     d->store = k->store ? k->store : "unknown";
     static const char *const orders[] = {"llmc", "torch", "any", "unknown", NULL};
@@ -446,7 +516,7 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
     if (op == OP_CROSS_ENTROPY && d->math_ulps != 2.0)
         return bad(err, errlen, "cross_entropy's expf and logf have CUDA's figures (2 and 1 ulps); --math-ulps does not apply");
     if (!has_exp_form(op) && strcmp(d->exp_form, "unknown") != 0)
-        return bad(err, errlen, "exp is softmax's and logsumexp's; %s has none", op_names[op]);
+        return bad(err, errlen, "exp is softmax's, logsumexp's and attention's; %s has none", op_names[op]);
     if (has_exp_form(op) && d->math_ulps != 2.0)
         return bad(err, errlen, "%s's exponential and logarithm have the errors of its --exp form (CUDA's figures); "
                                 "--math-ulps does not apply", op_names[op]);
@@ -479,6 +549,10 @@ static int accum_is_model(const decl *d)
  * the reduction to a rounded accumulator. */
 static int is_unknown(const decl *d, op_id op, int bwd, int has_bias, int has_stats)
 {
+    if (op == OP_ATTENTION) /* the tensor cores' bound takes neither the softmax form nor the reduction */
+        return strcmp(d->accum, "unknown") == 0 || strcmp(d->exp_form, "unknown") == 0 ||
+               (strcmp(d->accum, "tensor-core") != 0 &&
+                (strcmp(d->softmax, "unknown") == 0 || strcmp(d->reduce, "unknown") == 0));
     if (op == OP_LOGSUMEXP && bwd) return strcmp(d->exp_form, "unknown") == 0; /* no sum: the exponential alone */
     if (strcmp(d->accum, "unknown") == 0) return 1;
     if (is_elementwise(op)) return is_gelu(op) && strcmp(d->function, "unknown") == 0;
@@ -499,6 +573,16 @@ static int is_unknown(const decl *d, op_id op, int bwd, int has_bias, int has_st
 static decl resolve(const decl *d, op_id op, int tightest)
 {
     decl r = *d;
+    if (op == OP_ATTENTION) {
+        /* an unknown accumulation is fp32 at both ends: the tensor cores' bound is declared, never assumed */
+        if (strcmp(r.accum, "unknown") == 0) r.accum = "fp32";
+        if (strcmp(r.softmax, "unknown") == 0)
+            r.softmax = strcmp(r.accum, "tensor-core") == 0 || tightest ? "two-pass" : "materialised";
+        if (strcmp(r.accum, "tensor-core") == 0) r.softmax = "online";
+        if (strcmp(r.reduce, "unknown") == 0) r.reduce = tightest ? "pairwise" : "sequential";
+        if (strcmp(r.exp_form, "unknown") == 0) r.exp_form = tightest ? "exp" : "exp2";
+        return r;
+    }
     if (strcmp(r.accum, "unknown") == 0) r.accum = tightest ? "fp32" : "storage";
     if (strcmp(r.reduce, "unknown") == 0) r.reduce = tightest ? "pairwise" : "sequential";
     if ((op == OP_LAYERNORM || op == OP_RMSNORM) && strcmp(r.col_reduce, "unknown") == 0)
@@ -527,7 +611,10 @@ static void describe(const decl *d, op_id op, int bwd, int has_bias, char *out, 
     } while (0)
     out[0] = '\0';
     APPEND("--accum %s", d->accum);
-    if (is_gelu(op)) {
+    if (op == OP_ATTENTION) {
+        if (strcmp(d->accum, "tensor-core") != 0) APPEND(" --softmax %s --reduce %s", d->softmax, d->reduce);
+        APPEND(" --exp %s", d->exp_form);
+    } else if (is_gelu(op)) {
         APPEND(" --function %s", d->function);
         if (d->math_ulps != 2.0) APPEND(" --math-ulps %g", d->math_ulps);
     } else if (op == OP_ADAMW) {
@@ -694,6 +781,37 @@ static kcmp_matmul_kernel matmul_kernel(const decl *d, int64_t K)
     k.gelu = d->gelu;
     k.round_product = strcmp(d->epilogue, "single") != 0;
     k.tanh_rel_err = strcmp(d->epilogue, "cublaslt") == 0 ? pow(2.0, -10.987) : 0.0;
+    return k;
+}
+
+/* attention as declared (compare_attention.h), for head dimension D.
+ * tensor-core: flash_mma's arithmetic on the H100's matrix units
+ * (mma.sync, fp32 accumulators).  The softmax sum and the backward's delta
+ * take the declared reduction over their terms. */
+static kcmp_attention_kernel attention_kernel(const decl *d, int64_t D)
+{
+    kcmp_attention_kernel k = {0};
+    k.storage = d->storage;
+    k.scale = d->scale != 0 ? d->scale : (double)(float)(1.0 / sqrt((double)D));
+    k.exp2 = strcmp(d->exp_form, "exp2") == 0;
+    k.exp_ulps = d->math_ulps;
+    k.log_ulps = 1.0;
+    if (strcmp(d->accum, "tensor-core") == 0) {
+        const mma_model *m = mma_model_find("h100", "mma.sync", d->storage, PREC_FP32);
+        k.mma = m ? &m->arith : NULL;
+        return k;
+    }
+    kcmp_att_reduce r = {1, 1, -1};
+    int64_t v;
+    if (strcmp(d->reduce, "pairwise") == 0) r.threads = KCMP_ATT_PAIRWISE;
+    else if ((v = parse_count(d->reduce, "blocks:", 1 << 20)) > 0) r.threads = (int)v;
+    else if (strncmp(d->reduce, "depth:", 6) == 0) r.fixed = parse_reduce(d->reduce, 1, 0);
+    k.sum_reduce = k.delta_reduce = r;
+    k.bwd_probs = KCMP_ATT_P_FROM_LSE;
+    const int materialised = strcmp(d->softmax, "materialised") == 0;
+    k.store_scores = k.store_probs = k.store_dprobs = materialised;
+    k.delta = materialised ? KCMP_ATT_DELTA_PDP : KCMP_ATT_DELTA_DOUT_O;
+    if (strcmp(d->softmax, "online") == 0) k.online_tile = KATT_TILE;
     return k;
 }
 
@@ -916,6 +1034,7 @@ typedef struct {
     int has_bias;
     int has_stats;             /* layernorm bwd: the stored mean and rstd are given */
     int32_t *targets;          /* cross_entropy: the targets as integers (owned) */
+    int64_t BH, T, D;          /* attention: heads (the leading dimensions), tokens, head dimension */
     char shape[96];
 } problem;
 
@@ -993,18 +1112,52 @@ static int cross_entropy_shapes(const decl *d, problem *pb, char *err, size_t er
     return 0;
 }
 
+/* Shape rules of attention: q (..., T, D); k, v, o, do, dq, dk, dv as q;
+ * lse q's shape without D. */
+static int attention_shapes(problem *pb, char *err, size_t errlen)
+{
+    const ulp_tensor *q = pb->in[0].t;
+    if (q->ndim < 2) return bad(err, errlen, "q must have at least two dimensions (..., T, D)");
+    const int64_t T = q->shape[q->ndim - 2], D = q->shape[q->ndim - 1];
+    if (T < 1 || D < 1 || pb->in[0].n < 1) return bad(err, errlen, "q has no elements (shape needs T, D >= 1)");
+    for (int role = 0; role < 2; role++)
+        for (int i = 0; i < VMAX_TENSORS; i++) {
+            const ulp_tensor *t = (role ? pb->out : pb->in)[i].t;
+            if (!t || t == q) continue;
+            const int lse = strcmp(t->name, "lse") == 0, nd = lse ? q->ndim - 1 : q->ndim;
+            int ok = t->ndim == nd;
+            for (int d = 0; ok && d < nd; d++) ok = t->shape[d] == q->shape[d];
+            if (!ok)
+                return bad(err, errlen, "%s's shape differs from %s (q's%s)", t->name, lse ? "(..., T)" : "(..., T, D)",
+                           lse ? " without D" : "");
+        }
+    pb->D = D;
+    pb->T = T;
+    pb->BH = pb->in[0].n / (T * D);
+    snprintf(pb->shape, sizeof pb->shape, "BH=%lld T=%lld D=%lld", (long long)pb->BH, (long long)T, (long long)D);
+    return 0;
+}
+
 /* Runs the op's comparison under declaration d; appends its rows (only the
  * pass's outputs) to rep; returns 1 when all of them pass, 0 when one
  * fails, -1 when out of memory. */
 static int op_rows(const decl *d, const problem *pb, ulp_report *rep, int *vacuous)
 {
     kcheck_acc rows[KCMP_LAYERNORM_MAX_ROWS]; /* the most of any op */
-    _Static_assert(KCMP_ADAMW_MAX_ROWS <= KCMP_LAYERNORM_MAX_ROWS && KCMP_ACT_MAX_ROWS <= KCMP_LAYERNORM_MAX_ROWS,
+    _Static_assert(KCMP_ADAMW_MAX_ROWS <= KCMP_LAYERNORM_MAX_ROWS && KCMP_ACT_MAX_ROWS <= KCMP_LAYERNORM_MAX_ROWS &&
+                       KCMP_ATTENTION_MAX_ROWS <= KCMP_LAYERNORM_MAX_ROWS,
                    "rows[] holds every op's rows");
     int n;
     const bound_tensor *in = pb->in, *out = pb->out;
     const int bwd = pb->bwd;
-    if (pb->op == OP_MATMUL) {
+    if (pb->op == OP_ATTENTION) {
+        kcmp_attention_kernel k = attention_kernel(d, pb->D);
+        kcmp_attention_data data = {pb->BH, pb->T, pb->D, in[0].v, in[1].v, in[2].v,
+                                    bwd ? in[3].v : out[0].v, bwd ? in[4].v : out[1].v, !bwd,
+                                    bwd ? in[5].v : NULL, bwd ? out[0].v : NULL, bwd ? out[1].v : NULL,
+                                    bwd ? out[2].v : NULL};
+        n = kcmp_attention(&k, &data, pb->shape, rows);
+    } else if (pb->op == OP_MATMUL) {
         kcmp_matmul_kernel k = matmul_kernel(d, pb->K);
         kcmp_matmul_data data = {pb->M, pb->cols, pb->K, in[0].v, pb->a_rs, pb->a_cs, in[1].v, pb->b_rs, pb->b_cs,
                                  in[2].v, in[3].v, out[0].v, NULL};
@@ -1077,8 +1230,32 @@ typedef struct {
 } attempt;
 
 #define MAX_ATTEMPTS 8
+/* attention's: the storage-format softmax, a sequential reduction, exp2
+ * (its folded constant), then all three (the tensor cores' bound has none
+ * to loosen: nothing). */
+static int attention_looser(const decl *d, attempt *a)
+{
+    int n = 0;
+    if (strcmp(d->accum, "tensor-core") == 0) return 0;
+    if (strcmp(d->softmax, "materialised") != 0) {
+        a[n].d = *d;
+        a[n].d.softmax = "materialised";
+        a[n++].meaning = "the kernel likely rounds the scores and probabilities to the storage format (materialised)";
+    }
+    a[n].d = *d;
+    a[n].d.reduce = "sequential";
+    a[n++].meaning = "the kernel likely sums its softmax rows and deltas sequentially";
+    a[n].d = *d;
+    a[n].d.softmax = "materialised";
+    a[n].d.reduce = "sequential";
+    a[n].d.exp_form = "exp2";
+    a[n++].meaning = "the kernel likely materialises S and P, sums sequentially and folds log2(e) into the scale";
+    return n;
+}
+
 static int looser_declarations(const decl *d, const problem *pb, attempt *a)
 {
+    if (pb->op == OP_ATTENTION) return attention_looser(d, a);
     int n = 0;
     const int rounded = !accum_is_model(d);
     if (pb->op == OP_MATMUL) {
@@ -1181,7 +1358,7 @@ static int same_decl(const decl *a, const decl *b)
            strcmp(a->col_reduce, b->col_reduce) == 0 && strcmp(a->upcast, b->upcast) == 0 &&
            strcmp(a->epilogue, b->epilogue) == 0 && strcmp(a->variance, b->variance) == 0 &&
            strcmp(a->exp_form, b->exp_form) == 0 && strcmp(a->function, b->function) == 0 &&
-           strcmp(a->order, b->order) == 0 && strcmp(a->store, b->store) == 0;
+           strcmp(a->order, b->order) == 0 && strcmp(a->store, b->store) == 0 && strcmp(a->softmax, b->softmax) == 0;
 }
 
 int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *inputs, int n_inputs,
@@ -1244,6 +1421,7 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
                          (long long)per_row[i]->n, (long long)pb.N);
         snprintf(pb.shape, sizeof pb.shape, "N=%lld C=%lld", (long long)pb.N, (long long)pb.C);
     }
+    if (!rc && op->id == OP_ATTENTION) rc = attention_shapes(&pb, err, errlen);
     if (!rc && op->id == OP_SOFTMAX) {
         rc = same_shapes(in, out, &pb.N, &pb.C, err, errlen);
         snprintf(pb.shape, sizeof pb.shape, "N=%lld C=%lld", (long long)pb.N, (long long)pb.C);
@@ -1305,6 +1483,7 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
                      : op->id == OP_LAYERNORM ? "storage accumulation, sequential reduction, one-pass variance"
                      : has_exp_form(op->id)   ? "storage accumulation, sequential reduction, a fast exponential"
                      : op->id == OP_CROSS_ENTROPY ? "storage accumulation, sequential reduction"
+                     : op->id == OP_ATTENTION ? "materialised softmax, sequential reduction, exp2"
                                               : "storage accumulation, sequential reduction, no upcast");
             for (int i = 0; i < n_tries; i++) {
                 const decl *t = &tries[i].d;

@@ -123,12 +123,23 @@ typedef struct {
     const char *store;    /* adamw: how the new weights are stored: "nearest", "stochastic" (any
                              point below one ulp), "truncate" (a split master's high half) or
                              "unknown" */
+    /* attention (causal; q, k, v (..., T, D)): accum "fp32" or "tensor-core" (flash_mma's
+       arithmetic on the H100's matrix units: bf16/fp16); reduce: the softmax row sum's and
+       the backward delta's; exp_form "exp" or "exp2" (log2 e folded into the scale); math_ulps:
+       the exponential's error (the logarithm's: 1 ulp) */
+    const char *softmax;  /* "materialised" (S, P, and in the backward dP, dS, rounded to the storage
+                             format; delta = sum P dP), "online" (FlashAttention: tiles of 32 keys,
+                             running max, fp32; delta = dout . o), "two-pass" (fp32, P normalised
+                             before P v; delta = dout . o) or "unknown"; the backward takes P from
+                             the stored lse */
+    double scale;         /* the fp32 value the scores are multiplied by; 0: fp32(1/sqrt(D)) */
+    int causal;           /* 1 (the default); 0 is refused: the reference is causal */
 } ulp_kernel;
 
 #define ULP_KERNEL_DEFAULT                                                                            \
     ((ulp_kernel){"fp32", "fwd", "unknown", "unknown", "unknown", "unknown", 2.0, (double)1e-5f, "unknown", \
                   "AB", 1.0, 0.0, 0, 1, "unknown", "unknown", 0.0, 0, "unknown", 0.0, 0.0, 0.0, 0.0, 0,   \
-                  "unknown", "unknown"})
+                  "unknown", "unknown", "unknown", 0.0, 1})
 
 typedef struct {
     char output[16];        /* "y", "dx", ... */

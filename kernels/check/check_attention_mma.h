@@ -1,7 +1,9 @@
 /* kernels/check/check_attention_mma.h — the bounds of the tensor-core attention
  * variants (flash_mma, flash_mma_exp2), replayed on kval numbers for
- * kernels/check/check_attention.c; the arithmetic they replay is described in
- * kernels/attention_mma.cu, the derivation in check_attention_mma.c. */
+ * kernels/check/compare_attention.c; the arithmetic they replay is described
+ * in kernels/attention_mma.cu, the derivation in compare_attention_mma.c (no
+ * GPU needed: the model is given), the model of the GPU the check runs on in
+ * check_attention_mma.c. */
 #ifndef ULPSCOPE_KERNELS_CHECK_CHECK_ATTENTION_MMA_H
 #define ULPSCOPE_KERNELS_CHECK_CHECK_ATTENTION_MMA_H
 
