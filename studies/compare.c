@@ -728,64 +728,81 @@ static void progress(const cmp_config *c, int done, int total, int cached, doubl
     fflush(c->progress);
 }
 
-/* Runs the missing (arm, seed) cells of seeds [from, to) of the table. */
+/* Runs jobs[0..n) (cells cell_arm/cell_seed of the table) and caches each
+ * run as soon as the call that made it returns. */
+static int run_batch(const cmp_config *c, cmp_runner *runner, cache *k, const uint64_t *ids, run_table *t,
+                     cmp_job *jobs, cmp_run *out, const int *cell_arm, const int *cell_seed, int n, cmp_report *rep,
+                     int total_hint, double t0, char *err, size_t errlen)
+{
+    if (!n) return 0;
+    memset(out, 0, (size_t)n * sizeof *out);
+    if (runner->run(runner, c->arms, jobs, n, out))
+        return set_err(err, errlen, "the runner failed: %s", out[0].error[0] ? out[0].error : "no reason given"), 1;
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        *table_run(t, cell_arm[i], cell_seed[i]) = out[i];
+        *table_have(t, cell_arm[i], cell_seed[i]) = 1;
+        rep->runs_executed++;
+        if (k->on && cache_append(k, &c->arms[cell_arm[i]], ids[cell_arm[i]], &jobs[i], &out[i], err, errlen)) rc = 1;
+    }
+    progress(c, rep->runs_executed + rep->runs_cached, total_hint, rep->runs_cached, t0);
+    return rc;
+}
+
+/* Runs the missing (arm, seed) cells of seeds [from, to) of the table, in
+ * chunks of the runner's capacity of seeds.  A per-arm runner (the replica
+ * engine: one plan at a time) gets one arm's cells of a chunk per call, so
+ * that every arm's runs are cached as soon as that arm is done: a compare
+ * killed in its fifth arm keeps the first four (one call for all arms kept
+ * nothing until the last had finished). */
 static int fill(const cmp_config *c, cmp_runner *runner, cache *k, const uint64_t *ids, run_table *t, int from, int to,
                 cmp_report *rep, int total_hint, double t0, char *err, size_t errlen)
 {
-    int cap = (runner->capacity > 0 ? runner->capacity : 1) * (runner->per_arm ? c->n_arms : 1);
-    cmp_job *jobs = malloc((size_t)cap * sizeof *jobs);
-    cmp_run *out = malloc((size_t)cap * sizeof *out);
-    int *cell_arm = malloc((size_t)cap * sizeof *cell_arm), *cell_seed = malloc((size_t)cap * sizeof *cell_seed);
+    int capacity = runner->capacity > 0 ? runner->capacity : 1;
+    cmp_job *jobs = malloc((size_t)capacity * sizeof *jobs);
+    cmp_run *out = malloc((size_t)capacity * sizeof *out);
+    int *cell_arm = malloc((size_t)capacity * sizeof *cell_arm), *cell_seed = malloc((size_t)capacity * sizeof *cell_seed);
     int rc = 0, n = 0;
     if (!jobs || !out || !cell_arm || !cell_seed) {
         rc = (set_err(err, errlen, "out of memory"), 1);
         goto done;
     }
-    for (int s = from; s < to && !rc; s++)
-        for (int a = 0; a < c->n_arms && !rc; a++) {
-            if (*table_have(t, a, s)) continue;
-            cmp_job j;
-            job_seeds(c, t->seeds[s], &j);
-            j.arm = a;
-            if (k->on && cache_find(k, ids[a], &j, table_run(t, a, s))) {
-                *table_have(t, a, s) = 1;
-                rep->runs_cached++;
-                continue;
-            }
-            jobs[n] = j;
-            cell_arm[n] = a;
-            cell_seed[n++] = s;
-            int last = s == to - 1 && a == c->n_arms - 1;
-            if (n == cap || last) {
-                memset(out, 0, (size_t)n * sizeof *out);
-                if (runner->run(runner, c->arms, jobs, n, out)) {
-                    rc = (set_err(err, errlen, "the runner failed: %s", out[0].error[0] ? out[0].error : "no reason given"), 1);
-                    break;
+    /* per-arm runners: a chunk of `capacity` seeds, arm by arm; others: cells
+     * in (seed, arm) order, `capacity` at a time */
+    int chunk = runner->per_arm ? capacity : to - from;
+    for (int s0 = from; s0 < to && !rc; s0 += chunk) {
+        int s1 = s0 + chunk < to ? s0 + chunk : to;
+        int passes = runner->per_arm ? c->n_arms : 1;
+        for (int pass = 0; pass < passes && !rc; pass++) {
+            for (int s = s0; s < s1 && !rc; s++)
+                for (int a = runner->per_arm ? pass : 0; a < (runner->per_arm ? pass + 1 : c->n_arms) && !rc; a++) {
+                    if (*table_have(t, a, s)) continue;
+                    cmp_job j;
+                    job_seeds(c, t->seeds[s], &j);
+                    j.arm = a;
+                    if (k->on && cache_find(k, ids[a], &j, table_run(t, a, s))) {
+                        *table_have(t, a, s) = 1;
+                        rep->runs_cached++;
+                        continue;
+                    }
+                    jobs[n] = j;
+                    cell_arm[n] = a;
+                    cell_seed[n++] = s;
+                    if (n == capacity) {
+                        rc = run_batch(c, runner, k, ids, t, jobs, out, cell_arm, cell_seed, n, rep, total_hint, t0,
+                                       err, errlen);
+                        n = 0;
+                    }
                 }
-                for (int i = 0; i < n && !rc; i++) {
-                    *table_run(t, cell_arm[i], cell_seed[i]) = out[i];
-                    *table_have(t, cell_arm[i], cell_seed[i]) = 1;
-                    rep->runs_executed++;
-                    if (k->on && cache_append(k, &c->arms[cell_arm[i]], ids[cell_arm[i]], &jobs[i], &out[i], err, errlen))
-                        rc = 1;
-                }
+            /* a per-arm runner's batch ends with its arm */
+            if (!rc && runner->per_arm && n) {
+                rc = run_batch(c, runner, k, ids, t, jobs, out, cell_arm, cell_seed, n, rep, total_hint, t0, err,
+                               errlen);
                 n = 0;
-                progress(c, rep->runs_executed + rep->runs_cached, total_hint, rep->runs_cached, t0);
             }
         }
-    /* jobs left over when the last cells were cached */
-    if (!rc && n) {
-        memset(out, 0, (size_t)n * sizeof *out);
-        if (runner->run(runner, c->arms, jobs, n, out))
-            rc = (set_err(err, errlen, "the runner failed: %s", out[0].error[0] ? out[0].error : "no reason given"), 1);
-        for (int i = 0; i < n && !rc; i++) {
-            *table_run(t, cell_arm[i], cell_seed[i]) = out[i];
-            *table_have(t, cell_arm[i], cell_seed[i]) = 1;
-            rep->runs_executed++;
-            if (k->on && cache_append(k, &c->arms[cell_arm[i]], ids[cell_arm[i]], &jobs[i], &out[i], err, errlen)) rc = 1;
-        }
-        progress(c, rep->runs_executed + rep->runs_cached, total_hint, rep->runs_cached, t0);
     }
+    if (!rc && n) rc = run_batch(c, runner, k, ids, t, jobs, out, cell_arm, cell_seed, n, rep, total_hint, t0, err, errlen);
 done:
     free(jobs);
     free(out);

@@ -344,6 +344,41 @@ static int count_lines(const char *path)
     return n;
 }
 
+/* The replica engine's runner takes one arm's runs per call: a compare
+ * killed in its second arm keeps the first arm's runs (all arms in one call,
+ * as fill once batched them, kept none). */
+static void test_killed_per_arm_keeps_finished_arms(void **state)
+{
+    (void)state;
+    char dir[64], rd[128], file[192];
+    make_tmpdir(dir, sizeof dir);
+    snprintf(rd, sizeof rd, "%s/res", dir);
+    uint64_t seeds[6] = {1, 2, 3, 4, 5, 6};
+    cmp_config c = config_with(3, 1);
+    c.seeds = seeds;
+    c.n_seeds = 6;
+    c.results_dir = rd;
+    c.recipe_json = "{\"model\":\"modern\",\"steps\":100,\"plan\":{\"preset\":\"bf16\"}}";
+    sim m = null_sim(7);
+    m.fail_after = 8; /* in the second arm */
+    cmp_runner r = {sim_run, 6, &m, 1};
+    cmp_report rep;
+    char err[256];
+    assert_int_equal(cmp_run_study(&c, &r, &rep, err, sizeof err), 1);
+    cmp_report_free(&rep);
+    snprintf(file, sizeof file, "%s/runs.jsonl", rd);
+    assert_int_equal(count_lines(file), 6);
+    m.fail_after = 0;
+    m.jobs_run = 0;
+    assert_int_equal(cmp_run_study(&c, &r, &rep, err, sizeof err), 0);
+    cmp_report_free(&rep);
+    assert_int_equal(rep.runs_cached, 6);
+    assert_int_equal(m.jobs_run, 12);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_cache_and_resume(void **state)
 {
     (void)state;
@@ -530,6 +565,7 @@ int main(void)
         cmocka_unit_test(test_sequential),
         cmocka_unit_test(test_identical),
         cmocka_unit_test(test_cache_and_resume),
+        cmocka_unit_test(test_killed_per_arm_keeps_finished_arms),
         cmocka_unit_test(test_bad_settings),
         cmocka_unit_test(test_noise),
         cmocka_unit_test(test_shards),

@@ -121,13 +121,13 @@ static void check_batched_equals_single(const char *backend)
     cmp_report one, batched;
     spy sp;
     run_study(&s, 1, &one, &sp);
-    /* one seed's runs of every arm per call: the runner then runs each alone */
-    assert_int_equal(sp.calls, N_SEEDS);
-    assert_int_equal(sp.max_jobs, N_ARMS);
+    /* one run per call */
+    assert_int_equal(sp.calls, N_SEEDS * N_ARMS);
+    assert_int_equal(sp.max_jobs, 1);
     run_study(&s, 8, &batched, &sp);
-    /* every arm's runs of all seeds in one call: groups of N_SEEDS replicas */
-    assert_int_equal(sp.calls, 1);
-    assert_int_equal(sp.max_jobs, N_ARMS * N_SEEDS);
+    /* one arm's runs of all seeds per call (cached as each arm ends): groups of N_SEEDS replicas */
+    assert_int_equal(sp.calls, N_ARMS);
+    assert_int_equal(sp.max_jobs, N_SEEDS);
     for (int i = 0; i < N_ARMS * N_SEEDS; i++) {
         const cmp_run *a = &one.runs[i], *b = &batched.runs[i];
         if (a->status) fail_msg("run %d failed: %s", i, a->error);
