@@ -77,7 +77,7 @@ BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 DEPS_OK    := $(BUILD)/.deps-ok
 
 .SECONDARY:
-.PHONY: all test test-gpu link-check demo bench notebooks deps clean
+.PHONY: all test test-gpu print-test-bins link-check demo bench notebooks deps clean
 all: $(BUILD)/ulpscope
 
 # ---- dependencies -----------------------------------------------------------
@@ -152,6 +152,10 @@ link-check: $(BUILD)/obj/tests/link_trainer.o $(TRAINER_ONLY_LIBS) $(call floor_
 # Tests that drive the command line find it through ULPSCOPE_BIN.
 test: link-check verify-examples $(TEST_BINS) $(BUILD)/ulpscope
 	@ULPSCOPE_BIN=$(abspath $(BUILD)/ulpscope) sh tests/run_tests.sh $(TEST_BINS)
+
+# the test binaries' paths (tests/device_session.sh builds and runs them in halves)
+print-test-bins:
+	@echo $(TEST_BINS)
 
 test-gpu: $(TEST_BINS) $(BUILD)/ulpscope
 	@ULPSCOPE_BIN=$(abspath $(BUILD)/ulpscope) ULPSCOPE_REQUIRE_GPU=1 sh tests/run_tests.sh $(TEST_BINS)
