@@ -344,6 +344,19 @@ static int count_lines(const char *path)
     return n;
 }
 
+/* Three arms at `seeds` with a results directory rd (under a fresh dir) and a fixed recipe. */
+static cmp_config cached_config(char *dir, size_t dir_len, char *rd, size_t rd_len, const uint64_t *seeds, int n)
+{
+    make_tmpdir(dir, dir_len);
+    snprintf(rd, rd_len, "%s/res", dir);
+    cmp_config c = config_with(3, 1);
+    c.seeds = seeds;
+    c.n_seeds = n;
+    c.results_dir = rd;
+    c.recipe_json = "{\"model\":\"modern\",\"steps\":100,\"plan\":{\"preset\":\"bf16\"}}";
+    return c;
+}
+
 /* The replica engine's runner takes one arm's runs per call: a compare
  * killed in its second arm keeps the first arm's runs (all arms in one call,
  * as fill once batched them, kept none). */
@@ -351,14 +364,8 @@ static void test_killed_per_arm_keeps_finished_arms(void **state)
 {
     (void)state;
     char dir[64], rd[128], file[192];
-    make_tmpdir(dir, sizeof dir);
-    snprintf(rd, sizeof rd, "%s/res", dir);
-    uint64_t seeds[6] = {1, 2, 3, 4, 5, 6};
-    cmp_config c = config_with(3, 1);
-    c.seeds = seeds;
-    c.n_seeds = 6;
-    c.results_dir = rd;
-    c.recipe_json = "{\"model\":\"modern\",\"steps\":100,\"plan\":{\"preset\":\"bf16\"}}";
+    static const uint64_t seeds[6] = {1, 2, 3, 4, 5, 6};
+    cmp_config c = cached_config(dir, sizeof dir, rd, sizeof rd, seeds, 6);
     sim m = null_sim(7);
     m.fail_after = 8; /* in the second arm */
     cmp_runner r = {sim_run, 6, &m, 1};
@@ -383,14 +390,8 @@ static void test_cache_and_resume(void **state)
 {
     (void)state;
     char dir[64], rd[128], file[192];
-    make_tmpdir(dir, sizeof dir);
-    snprintf(rd, sizeof rd, "%s/res", dir);
-    uint64_t seeds[6] = {1, 2, 3, 4, 5, 6};
-    cmp_config c = config_with(3, 1);
-    c.seeds = seeds;
-    c.n_seeds = 6;
-    c.results_dir = rd;
-    c.recipe_json = "{\"model\":\"modern\",\"steps\":100,\"plan\":{\"preset\":\"bf16\"}}";
+    static const uint64_t seeds[6] = {1, 2, 3, 4, 5, 6};
+    cmp_config c = cached_config(dir, sizeof dir, rd, sizeof rd, seeds, 6);
     sim m = null_sim(42);
     m.shift[2] = 0.01;
     char err[256];

@@ -240,6 +240,27 @@ static void assert_twins_not_chaos(trace_config *c)
     c->bug = TRACE_BUG_NONE;
 }
 
+/* B's kernel (variant `variant` of `slot`) planted to truncate its outputs:
+ * located at kind/slot and called a bug in B, and in A when swapped. */
+static void assert_planted_bug_in_b(trace_config *c, const char *kind, tslot slot, int variant)
+{
+    trace_report r;
+    tbackend_cpu_plant_site(slot, -1, variant);
+    c->planted = KBUG_TRUNCATE_OUTPUT;
+    run_trace(c, &r);
+    assert_located_at(&r, kind, slot);
+    assert_int_equal(r.verdict, TRACE_VERDICT_BUG_B);
+    assert_true(r.judge[0].ratio <= 1 && r.judge[1].ratio > 1);
+    trace_report_free(&r);
+    trace_config swapped = *c;
+    swapped.a = c->b;
+    swapped.b = c->a;
+    run_trace(&swapped, &r);
+    assert_int_equal(r.verdict, TRACE_VERDICT_BUG_A);
+    trace_report_free(&r);
+    tbackend_cpu_plant_site(-1, -1, -1);
+}
+
 /* Polar express tall vs wide: chaos; a planted truncation in B's variant is
  * a bug in B (in A when swapped); twins: the bound ignored, the wrong
  * reference. */
@@ -255,22 +276,8 @@ static void test_muon_verdicts(void **state)
     assert_true(r.judge[0].ratio <= 1 && r.judge[1].ratio <= 1);
     trace_report_free(&r);
     assert_twins_not_chaos(&c);
-    tbackend_cpu_plant_site(TSLOT_MUON, -1, KPE_TALL_FUSED);
-    c.planted = KBUG_TRUNCATE_OUTPUT;
-    run_trace(&c, &r);
-    assert_located_at(&r, "muon", TSLOT_MUON);
-    assert_int_equal(r.verdict, TRACE_VERDICT_BUG_B);
-    assert_true(r.judge[0].ratio <= 1 && r.judge[1].ratio > 1);
-    trace_report_free(&r);
-    trace_config swapped = c;
-    swapped.a = c.b;
-    swapped.b = c.a;
-    run_trace(&swapped, &r);
-    assert_int_equal(r.verdict, TRACE_VERDICT_BUG_A);
-    trace_report_free(&r);
-    tbackend_cpu_plant_site(-1, -1, -1);
+    assert_planted_bug_in_b(&c, "muon", TSLOT_MUON, KPE_TALL_FUSED);
 }
-
 
 /* Attention A vs B (B's variant planted_variant): chaos at the forward; a
  * planted truncation in B's kernel is a bug in B (in A when swapped);
@@ -292,20 +299,7 @@ static void attention_pair_verdicts(const char *name, const char *a_attention, c
     assert_true(r.judge[0].ratio <= 1 && r.judge[1].ratio <= 1);
     trace_report_free(&r);
     assert_twins_not_chaos(&c);
-    tbackend_cpu_plant_site(TSLOT_ATTENTION, -1, planted_variant);
-    c.planted = KBUG_TRUNCATE_OUTPUT;
-    run_trace(&c, &r);
-    assert_located_at(&r, "attention_fwd", TSLOT_ATTENTION);
-    assert_int_equal(r.verdict, TRACE_VERDICT_BUG_B);
-    assert_true(r.judge[0].ratio <= 1 && r.judge[1].ratio > 1);
-    trace_report_free(&r);
-    trace_config swapped = c;
-    swapped.a = c.b;
-    swapped.b = c.a;
-    run_trace(&swapped, &r);
-    assert_int_equal(r.verdict, TRACE_VERDICT_BUG_A);
-    trace_report_free(&r);
-    tbackend_cpu_plant_site(-1, -1, -1);
+    assert_planted_bug_in_b(&c, "attention_fwd", TSLOT_ATTENTION, planted_variant);
 }
 
 /* naive vs flash (the CPU backend's two-pass fp32 softmax) */

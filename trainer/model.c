@@ -190,6 +190,7 @@ typedef struct {
     prec_rng *rng;
     prec_format w_fmt, master_fmt; /* master_fmt PREC_NFORMATS: no master */
     int lowbits;
+    int threaded; /* drawn on a thread of its own (joined before the store) */
     double *vals;
     unsigned char *w_img, *master_img;
     uint16_t *lo;
@@ -269,22 +270,18 @@ static int init_param(tmodel *m, tparam *p, init_kind kind, double scale, prec_r
         if (!d[t].vals || !d[t].w_img || !d[t].master_img || !d[t].lo) rc = tbackend_fail(m->be, "out of memory");
     }
     for (int r0 = 0; !rc && r0 < R; r0 += T) {
-        int k = R - r0 < T ? R - r0 : T, started = 0;
+        int k = R - r0 < T ? R - r0 : T;
         for (int t = 0; t < k; t++) {
             d[t].n = n, d[t].kind = kind, d[t].scale = scale, d[t].rng = &rng[r0 + t];
             d[t].w_fmt = p->w.format;
             d[t].master_fmt = p->master.data ? p->master.format : PREC_NFORMATS;
             d[t].lowbits = p->lowbits != NULL;
-            if (k == 1) draw_replica(&d[t]);
-            else if (pthread_create(&th[t], NULL, draw_replica, &d[t]) == 0) started++;
-            else {
-                draw_replica(&d[t]); /* no thread to be had: here, in order (the same values) */
-                th[t] = pthread_self();
-            }
+            /* one replica, or no thread to be had: drawn here (the same values) */
+            d[t].threaded = k > 1 && pthread_create(&th[t], NULL, draw_replica, &d[t]) == 0;
+            if (!d[t].threaded) draw_replica(&d[t]);
         }
-        for (int t = 0; t < k && k > 1; t++)
-            if (!pthread_equal(th[t], pthread_self())) pthread_join(th[t], NULL);
-        (void)started;
+        for (int t = 0; t < k; t++)
+            if (d[t].threaded) pthread_join(th[t], NULL);
         for (int t = 0; !rc && t < k; t++) {
             tparam s = tbackend_param_slice(m->be, p, r0 + t);
             rc = store_replica(m, &s, &d[t]);
