@@ -18,8 +18,11 @@
  *     fused epilogue (CUDA, plain and fast matmuls into a 16-bit y) may also
  *     round the product into y's format before adding y's old value: u_out
  *     (|S| + G P), the allowance check_matmul makes after measuring it (its
- *     "Epilogue models"; on the H100 the trainer's accumulating dgrad GEMMs
- *     round every element so, traced against the H100's own model);
+ *     "Epilogue models"; on the H100 the trainer's former accumulating qkv
+ *     dgrad GEMMs rounded every element so, traced against the H100's own
+ *     model).  The trainer's accumulating GEMMs are now its weight gradients
+ *     (dW += ...): attn.qkv.dgrad is one GEMM over K = 3C, judged as any
+ *     other non-accumulating GEMM;
  *   output: rounding to nearest into y's format, u_out (|ref| + e), plus half
  *     its smallest subnormal.
  * fp8 paths (scaled operands) get no verdict.  A large GEMM is judged on at

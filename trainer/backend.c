@@ -20,6 +20,33 @@ int tbackend_fail(tbackend *be, const char *fmt, ...)
     return -1;
 }
 
+/* A value of format `part` is one of format `whole` too. */
+static int holds_exactly(prec_format whole, prec_format part)
+{
+    return whole == part || (whole == PREC_FP32 && (part == PREC_BF16 || part == PREC_FP16));
+}
+
+int tbackend_check_concat(tbackend *be, const ktensor *y, const ktensor *const *x, int n)
+{
+    if (n < 1 || n > 4) return tbackend_fail(be, "concat_columns: %d parts (1 to 4)", n);
+    if (y->ndim != 2 || y->scale) return tbackend_fail(be, "concat_columns: the output must be 2-D and unscaled");
+    int64_t width = 0;
+    for (int i = 0; i < n; i++) {
+        const ktensor *p = x[i];
+        if (p->ndim != 2 || p->scale || p->shape[0] != y->shape[0])
+            return tbackend_fail(be, "concat_columns: part %d is not an unscaled 2-D tensor of %lld rows", i,
+                                 (long long)y->shape[0]);
+        if (!holds_exactly(y->format, p->format))
+            return tbackend_fail(be, "concat_columns: part %d is %s, which a %s output cannot hold exactly", i,
+                                 prec_format_name(p->format), prec_format_name(y->format));
+        width += p->shape[1];
+    }
+    if (width != y->shape[1])
+        return tbackend_fail(be, "concat_columns: the parts are %lld columns wide together, the output %lld",
+                             (long long)width, (long long)y->shape[1]);
+    return 0;
+}
+
 int tbackend_bind_plan(tbackend *be, const tplan *plan, int depth)
 {
     char err[512];

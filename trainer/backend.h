@@ -154,6 +154,12 @@ struct tbackend {
     int (*transpose)(tbackend *be, const tsite *at, ktensor *out, const ktensor *in, int accumulate);
     /* dst += src (gradient accumulation when a GEMM's output format differs) */
     int (*accumulate)(tbackend *be, const tsite *at, ktensor *dst, const ktensor *src);
+    /* y [M, w_0 + ... + w_{n-1}] = [x_0 | ... | x_{n-1}], x_i [M, w_i] (n <= 4):
+     * a copy that rounds nothing, so it is no plan site.  y's format must
+     * hold every value exactly: each part's own format, or fp32 for bf16 and
+     * fp16 parts (else -1 naming the formats).  The GEMM over the joined K
+     * that a fused layer's input gradient needs (attn.qkv.dgrad). */
+    int (*concat_columns)(tbackend *be, ktensor *y, const ktensor *const *x, int n);
     /* the global gradient norm sqrt(sum of g^2) over every parameter's
      * gradient (fp32 result), norm[r] for replica r */
     int (*grad_norm)(tbackend *be, const tsite *at, tparam *const *params, int n, double *norm);
@@ -225,6 +231,12 @@ static inline const tsite *tbackend_site(const tbackend *be, tslot s, int layer)
  * its usage, and RLIMIT_AS / RLIMIT_DATA less what the process maps; what
  * names the one that binds.  0, or -1 when none can be read. */
 int tbackend_host_available(size_t *bytes, char *what, size_t what_len);
+
+/* concat_columns' arguments checked (both backends call it first): 2-D
+ * shapes that join (y's width the parts' sum, every row count equal), n in
+ * 1..4, no fp8 scale, and y's format holding each part's values exactly.
+ * 0, or -1 with a message naming the shapes or formats. */
+int tbackend_check_concat(tbackend *be, const ktensor *y, const ktensor *const *x, int n);
 
 const char *tbackend_error(const tbackend *be);
 /* Records an error (printf-style) and returns -1. */

@@ -936,6 +936,21 @@ static int cpu_accumulate(tbackend *be, const tsite *at, ktensor *dst, const kte
     return 0;
 }
 
+/* A copy: every value fits y's format (tbackend_check_concat), so nothing rounds. */
+static int cpu_concat_columns(tbackend *be, ktensor *y, const ktensor *const *x, int n)
+{
+    if (tbackend_check_concat(be, y, x, n)) return -1;
+    const int64_t rows = y->shape[0], width = y->shape[1];
+    int64_t col0 = 0;
+    for (int i = 0; i < n; i++) {
+        const int64_t w = x[i]->shape[1];
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(fdata(y) + r * width + col0, fdata(x[i]) + r * w, (size_t)w * sizeof(float));
+        col0 += w;
+    }
+    return 0;
+}
+
 /* ---- cross-entropy ------------------------------------------------------------------------ */
 
 static int cpu_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, ktensor *dlogits, const ktensor *logits,
@@ -1245,6 +1260,7 @@ tbackend *tbackend_cpu_create(void)
     be->cross_entropy = cpu_cross_entropy;
     be->transpose = cpu_transpose;
     be->accumulate = cpu_accumulate;
+    be->concat_columns = cpu_concat_columns;
     be->grad_norm = cpu_grad_norm;
     be->adamw = cpu_adamw;
     be->muon = cpu_muon;

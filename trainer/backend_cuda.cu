@@ -745,6 +745,22 @@ static int cuda_accumulate(tbackend *be, const tsite *at, ktensor *dst, const kt
     return 0;
 }
 
+// ---- joining column blocks ----------------------------------------------------------------------
+
+// One copy kernel per part; every value fits y's format (tbackend_check_concat), so nothing rounds.
+static int cuda_concat_columns(tbackend *be, ktensor *y, const ktensor *const *x, int n)
+{
+    if (tbackend_check_concat(be, y, x, n)) return -1;
+    int64_t col0 = 0;
+    for (int i = 0; i < n; i++) {
+        if (tglue_copy_columns(y->data, y->format, y->shape[1], col0, x[i]->data, x[i]->format, y->shape[0],
+                               x[i]->shape[1]))
+            return tbackend_fail(be, "concat_columns: %s", kernels_last_error());
+        col0 += x[i]->shape[1];
+    }
+    return 0;
+}
+
 // ---- data parallel (NCCL through dlopen) ----------------------------------------------------------
 
 static int nccl_load(tbackend *be, nccl_api *n)
@@ -934,6 +950,22 @@ static int batched_accumulate(tbackend *be, const tsite *at, ktensor *dst, const
     if (!FOLD2(dst, src)) return impl_of(be)->loop->accumulate(be, at, dst, src);
     ktensor D = folded(be, dst), S = folded(be, src);
     return be->one->accumulate(be, at, &D, &S);
+}
+
+// Rows are independent: every replica's rows joined in one call per part.
+static int batched_concat_columns(tbackend *be, ktensor *y, const ktensor *const *x, int n)
+{
+    int folds = y->replica_stride && contiguous(y) && n >= 1 && n <= 4;
+    for (int i = 0; folds && i < n; i++) folds = x[i]->replica_stride && contiguous(x[i]);
+    if (!y->replica_stride) return be->one->concat_columns(be, y, x, n);
+    if (!folds) return impl_of(be)->loop->concat_columns(be, y, x, n);
+    ktensor Y = folded(be, y), parts[4];
+    const ktensor *ptrs[4];
+    for (int i = 0; i < n; i++) {
+        parts[i] = folded(be, x[i]);
+        ptrs[i] = &parts[i];
+    }
+    return be->one->concat_columns(be, &Y, ptrs, n);
 }
 
 static int batched_activation_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *g, const ktensor *x)
@@ -1202,6 +1234,7 @@ static int cuda_batch_replicas(tbackend *be)
     be->matmul = batched_matmul;
     be->residual = batched_residual;
     be->accumulate = batched_accumulate;
+    be->concat_columns = batched_concat_columns;
     be->activation_fwd = batched_activation_fwd;
     be->activation_bwd = batched_activation_bwd;
     be->rope_fwd = batched_rope_fwd;
@@ -1284,6 +1317,7 @@ extern "C" tbackend *tbackend_cuda_create(char *why, size_t why_len)
     be->cross_entropy = cuda_cross_entropy;
     be->transpose = cuda_transpose;
     be->accumulate = cuda_accumulate;
+    be->concat_columns = cuda_concat_columns;
     be->grad_norm = cuda_grad_norm;
     be->adamw = cuda_adamw;
     be->muon = cuda_muon;

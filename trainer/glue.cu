@@ -35,6 +35,14 @@ __global__ void add_kernel(D *dst, const S *src, int64_t n)
         dst[i] = kfrom_float<D>(__fadd_rn(kto_float(dst[i]), kto_float(src[i])), KBUG_NONE);
 }
 
+template <typename D, typename S>
+__global__ void copy_columns_kernel(D *dst, int64_t dst_cols, int64_t col0, const S *src, int64_t rows, int64_t cols)
+{
+    const int64_t n = rows * cols;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dst[(i / cols) * dst_cols + col0 + i % cols] = kfrom_float<D>(kto_float(src[i]), KBUG_NONE);
+}
+
 template <typename T>
 __global__ void nonfinite_kernel(const T *x, int64_t n, unsigned long long *count)
 {
@@ -76,6 +84,22 @@ extern "C" int tglue_add(void *dst, prec_format dst_format, const void *src, pre
         add_kernel<D, S><<<blocks_for(n), GLUE_THREADS>>>((D *)dst, (const S *)src, n);
     }));
     return launch_check("tglue_add", n);
+}
+
+extern "C" int tglue_copy_columns(void *dst, prec_format dst_format, int64_t dst_cols, int64_t col0, const void *src,
+                                  prec_format src_format, int64_t rows, int64_t cols)
+{
+    if (!plain(dst_format) || !plain(src_format))
+        return kernels_fail("tglue_copy_columns: formats %s <- %s (fp32, bf16, fp16)", prec_format_name(dst_format),
+                            prec_format_name(src_format));
+    if (cols <= 0 || col0 < 0 || col0 + cols > dst_cols)
+        return kernels_fail("tglue_copy_columns: columns %lld..%lld of a %lld-wide matrix", (long long)col0,
+                            (long long)(col0 + cols), (long long)dst_cols);
+    const int64_t n = rows * cols;
+    FORMAT_DISPATCH(dst_format, D, FORMAT_DISPATCH(src_format, S, {
+        copy_columns_kernel<D, S><<<blocks_for(n), GLUE_THREADS>>>((D *)dst, dst_cols, col0, (const S *)src, rows, cols);
+    }));
+    return launch_check("tglue_copy_columns", n);
 }
 
 template <typename D, typename S>

@@ -22,6 +22,10 @@ int tglue_cast(void *dst, prec_format dst_format, const void *src, prec_format s
                int64_t n);
 /* dst[i] = RNE(dst[i] + src[i]) in dst's format, the sum formed in fp32. */
 int tglue_add(void *dst, prec_format dst_format, const void *src, prec_format src_format, int64_t n);
+/* A column block of a row-major matrix: dst[r * dst_cols + col0 + c] =
+ * RNE(src[r * cols + c]) in dst's format, for r < rows and c < cols. */
+int tglue_copy_columns(void *dst, prec_format dst_format, int64_t dst_cols, int64_t col0, const void *src,
+                       prec_format src_format, int64_t rows, int64_t cols);
 /* [B,T,H,D] <-> [B,H,T,D] (to_bhtd = 1: the first into the second), with a
  * format conversion (RNE) when the formats differ. */
 int tglue_permute_heads(void *dst, prec_format dst_format, const void *src, prec_format src_format, int64_t B,

@@ -58,6 +58,7 @@ struct tmodel {
     ktensor dlnf;                      /* [BT,C] */
     fpool attn_proj, mlp_out;          /* forward scratch [BT,C] */
     fpool dres, da, dh, dln2, dtmp_mlp, dy_att, dq, dk, dv, dq_r, dk_r, dq_n, dk_n, dln1, dtmp_attn;
+    fpool dqkv;                        /* [BT,3C]: the qkv dgrad's joined [dq | dk | dv] */
     ktensor wgrad_tmp[N_WGRAD_TMP];
     int64_t wgrad_tmp_numel;
     void *tokens_dev, *targets_dev;
@@ -172,6 +173,16 @@ static ktensor *pool_at(fpool *p, prec_format f)
 
 /* The pool's buffer for what slot s writes in layer `layer`. */
 static ktensor *pool_for(tmodel *m, fpool *p, tslot s, int layer) { return pool_at(p, fmt_of(m, s, layer)); }
+
+/* The format of layer l's joined [dq | dk | dv]: theirs when they share one,
+ * else fp32, which holds bf16 and fp16 values exactly (the joining rounds
+ * nothing; the GEMM rounds its operands as it would have rounded each).
+ * gpt2: dq, dk, dv are the attention's; modern: dq, dk the QK-norm's. */
+static prec_format dqkv_format(const tmodel *m, int layer)
+{
+    prec_format qk = fmt_of(m, m->cfg.kind == TMODEL_GPT2 ? TSLOT_ATTENTION : TSLOT_NORM_QK, layer);
+    return qk == fmt_of(m, TSLOT_ATTENTION, layer) ? qk : PREC_FP32;
+}
 
 /* ---- parameters -------------------------------------------------------------------------- */
 
@@ -445,7 +456,7 @@ static void free_acts(tmodel *m)
     ktensor *ts[] = {&m->emb, &m->lnf, &m->lnf_mean, &m->lnf_rstd, &m->logits, &m->dlogits, &m->losses, &m->dlnf};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) rel(m, ts[i]);
     fpool *ps[] = {&m->attn_proj, &m->mlp_out, &m->dres, &m->da, &m->dh, &m->dln2, &m->dtmp_mlp, &m->dy_att, &m->dq,
-                   &m->dk, &m->dv, &m->dq_r, &m->dk_r, &m->dq_n, &m->dk_n, &m->dln1, &m->dtmp_attn};
+                   &m->dk, &m->dv, &m->dq_r, &m->dk_r, &m->dq_n, &m->dk_n, &m->dln1, &m->dtmp_attn, &m->dqkv};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         for (int f = 0; f < N_STORAGE; f++) rel(m, &ps[i]->by_format[f]);
     for (int i = 0; i < N_WGRAD_TMP; i++) rel(m, &m->wgrad_tmp[i]);
@@ -530,6 +541,10 @@ static int alloc_acts(tmodel *m)
     }
     P2(&m->dln1, TSLOT_ATTN_QKV_DGRAD, BT, C);
     P2(&m->dtmp_attn, TSLOT_NORM_ATTN, BT, C);
+    for (int l = 0; l < c->n_layer && !rc; l++) {
+        prec_format f = dqkv_format(m, l);
+        if (!pool_at(&m->dqkv, f)->data) rc = alloc2(m, pool_at(&m->dqkv, f), f, BT, 3 * C);
+    }
 #undef A2
 #undef S1
 #undef P2
@@ -779,6 +794,15 @@ static int wgrad(tmodel *m, const tsite *at, ktensor *grad, const ktensor *a, in
     return 0;
 }
 
+int tmodel_qkv_dgrad(tbackend *be, const tsite *at, ktensor *dx, ktensor *joined, const ktensor *dq,
+                     const ktensor *dk, const ktensor *dv, const ktensor *w_qkv)
+{
+    const ktensor *parts[3] = {dq, dk, dv};
+    TRY(be->concat_columns(be, joined, parts, 3));       /* [BT,3C] */
+    TRY(be->matmul(be, at, dx, joined, 0, w_qkv, 0, 0)); /* [BT,3C][3C,C] */
+    return 0;
+}
+
 static int forward(tmodel *m, const double *dloss)
 {
     tbackend *be = m->be;
@@ -937,13 +961,11 @@ static int backward(tmodel *m)
             dqa = dq_n;
             dka = dk_n;
         }
-        ktensor wq = view(m, &qkv->w, 0, C, C), wk = view(m, &qkv->w, C * C, C, C), wv = view(m, &qkv->w, 2 * C * C, C, C);
         ktensor gq = view(m, &qkv->grad, 0, C, C), gk = view(m, &qkv->grad, C * C, C, C),
                 gv = view(m, &qkv->grad, 2 * C * C, C, C);
-        const tsite *qkv_dgrad = site(m, TSLOT_ATTN_QKV_DGRAD, l), *qkv_wgrad = site(m, TSLOT_ATTN_QKV_WGRAD, l);
-        TRY(be->matmul(be, qkv_dgrad, dln1, dqa, 0, &wq, 0, 0));
-        TRY(be->matmul(be, qkv_dgrad, dln1, dka, 0, &wk, 0, 1));
-        TRY(be->matmul(be, qkv_dgrad, dln1, dv, 0, &wv, 0, 1));
+        const tsite *qkv_wgrad = site(m, TSLOT_ATTN_QKV_WGRAD, l);
+        TRY(tmodel_qkv_dgrad(be, site(m, TSLOT_ATTN_QKV_DGRAD, l), dln1, pool_at(&m->dqkv, dqkv_format(m, l)), dqa,
+                             dka, dv, &qkv->w));
         OBS(TSLOT_ATTN_QKV_DGRAD, l, "dx", dln1);
         TRY(wgrad(m, qkv_wgrad, &gq, dqa, 1, &A->ln1, 0));
         TRY(wgrad(m, qkv_wgrad, &gk, dka, 1, &A->ln1, 0));

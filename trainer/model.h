@@ -111,6 +111,17 @@ int tmodel_finish_grads(tmodel *m);
 /* After an optimizer update (modern: lm_head = embedding^T). */
 int tmodel_sync_weights(tmodel *m);
 
+/* attn.qkv.dgrad, the input gradient of the q, k, v projections, as the
+ * trainer runs it: dx [BT,C] = dq Wq + dk Wk + dv Wv is one dot product of
+ * length 3C, so it runs as one GEMM at site `at`, [dq | dk | dv] [BT,3C]
+ * times w_qkv [3C,C] (Wq, Wk, Wv stacked as the parameter stores them),
+ * and dx is rounded into its format once.  (Three GEMMs accumulating into
+ * dx would round it after each; cuBLASLt's 16-bit output with beta = 1
+ * also rounds the product before the add.)  joined: [BT,3C] scratch whose
+ * format holds dq, dk and dv exactly (concat_columns).  Public for its test. */
+int tmodel_qkv_dgrad(tbackend *be, const tsite *at, ktensor *dx, ktensor *joined, const ktensor *dq,
+                     const ktensor *dk, const ktensor *dv, const ktensor *w_qkv);
+
 int tmodel_n_params(const tmodel *m);
 tbackend *tmodel_backend(tmodel *m);
 tparam *tmodel_param(tmodel *m, int i);

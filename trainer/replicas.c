@@ -267,6 +267,21 @@ static int rep_accumulate(tbackend *be, const tsite *at, ktensor *dst, const kte
 #undef S
 #undef EACH_REPLICA
 
+static int rep_concat_columns(tbackend *be, ktensor *y, const ktensor *const *x, int n)
+{
+    if (!replicated(y) || n < 1 || n > 4) return be->one->concat_columns(be, y, x, n);
+    for (int r = 0; r < be->replicas; r++) {
+        ktensor ys = tbackend_slice(be, y, r), parts[4];
+        const ktensor *ptrs[4];
+        for (int i = 0; i < n; i++) {
+            parts[i] = tbackend_slice(be, x[i], r);
+            ptrs[i] = &parts[i];
+        }
+        if (be->one->concat_columns(be, &ys, ptrs, n)) return -1;
+    }
+    return 0;
+}
+
 static int rep_grad_norm(tbackend *be, const tsite *at, tparam *const *params, int n, double *norm)
 {
     if (n == 0 || !replicated(&params[0]->grad)) return be->one->grad_norm(be, at, params, n, norm);
@@ -354,6 +369,7 @@ int tbackend_set_replicas(tbackend *be, int R)
     be->cross_entropy = rep_cross_entropy;
     be->transpose = rep_transpose;
     be->accumulate = rep_accumulate;
+    be->concat_columns = rep_concat_columns;
     be->grad_norm = rep_grad_norm;
     be->adamw = rep_adamw;
     be->muon = rep_muon;
