@@ -6,9 +6,9 @@
  *     agree);
  *  2. (GPU) the CUDA backend's matmul_mma and the CPU backend's give the
  *     same bits for every GEMM role the tiny model runs (forward, dgrad,
- *     wgrad accumulating into fp32, the layouts of kernels/matmul.h), on
- *     bf16, fp16, fp32 (tf32 units) and fp8 (bf16 on an A100) paths; twin:
- *     the emulation's planted bug must show. */
+ *     the qkv dgrad over K = 3C, wgrad accumulating into fp32, the layouts
+ *     of kernels/matmul.h), on bf16, fp16, fp32 (tf32 units) and fp8 (bf16
+ *     on an A100) paths; twin: the emulation's planted bug must show. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -113,6 +113,7 @@ static void test_cuda_and_cpu_backends_agree(void **state)
     static const gemm_case cases[] = {
         {64, 128, 32, 0, 1, 0, TSLOT_MLP_UP},        /* forward y = x W^T */
         {64, 32, 128, 0, 0, 0, TSLOT_MLP_UP_DGRAD},  /* dx = dy W */
+        {64, 32, 96, 0, 0, 0, TSLOT_ATTN_QKV_DGRAD}, /* dx = [dq dk dv] W_qkv, one K = 3C chain */
         {128, 32, 64, 1, 0, 1, TSLOT_MLP_UP_WGRAD},  /* dW += dy^T x */
         {64, 256, 32, 0, 1, 0, TSLOT_LM_HEAD},
     };
