@@ -266,6 +266,36 @@ static void assert_planted_bug_in_b(trace_config *c, const char *kind, tslot slo
     tbackend_cpu_plant_site(-1, -1, -1);
 }
 
+/* attn.qkv.dgrad is one GEMM over K = 3C per layer, not three accumulating
+ * ones: a reordering there (fp32, split_k) is located at that site's only
+ * call, replayed bit for bit and judged chaos against the bound of K = 3C
+ * with no accumulation; a planted truncation of B's dgrad (bf16) is a bug
+ * in B (in A when swapped). */
+static void test_qkv_dgrad_site(void **state)
+{
+    (void)state;
+    trace_config c;
+    trace_report r;
+    tiny_pair(&c, "test_qkv_dgrad_site", NULL);
+    char err[512];
+    if (tplan_init(&c.a.plan, "fp32", TMODEL_GPT2, err, sizeof err)) fail_msg("%s", err);
+    c.b = c.a;
+    tiny_set(&c.b, "attn.qkv.dgrad=fp32:split_k");
+    c.a.steps = c.b.steps = 10;
+    run_trace(&c, &r);
+    assert_located_at(&r, "matmul", TSLOT_ATTN_QKV_DGRAD);
+    assert_int_equal(r.op_b.call, 0);
+    print_message("verdict note: %s\n", r.verdict_note);
+    char want[32];
+    snprintf(want, sizeof want, "K = %d", 3 * c.a.model.n_embd);
+    assert_non_null(strstr(r.verdict_note, want));
+    assert_null(strstr(r.verdict_note, "epilogue"));
+    assert_int_equal(r.verdict, TRACE_VERDICT_CHAOS);
+    trace_report_free(&r);
+    tiny_pair(&c, "test_qkv_dgrad_site planted", "attn.qkv.dgrad=bf16:split_k");
+    assert_planted_bug_in_b(&c, "matmul", TSLOT_ATTN_QKV_DGRAD, KMATMUL_SPLIT_K);
+}
+
 /* Polar express tall vs wide: chaos; a planted truncation in B's variant is
  * a bug in B (in A when swapped); twins: the bound ignored, the wrong
  * reference. */
@@ -511,6 +541,7 @@ int main(void)
         cmocka_unit_test(test_planted_bug_located),
         cmocka_unit_test(test_planted_bug_late),
         cmocka_unit_test(test_reordering_is_chaos),
+        cmocka_unit_test(test_qkv_dgrad_site),
         cmocka_unit_test(test_different_start_blames_nothing),
         cmocka_unit_test(test_record_and_diff),
         cmocka_unit_test(test_muon_verdicts),
