@@ -955,9 +955,9 @@ static int batched_accumulate(tbackend *be, const tsite *at, ktensor *dst, const
 // Rows are independent: every replica's rows joined in one call per part.
 static int batched_concat_columns(tbackend *be, ktensor *y, const ktensor *const *x, int n)
 {
-    int folds = y->replica_stride && contiguous(y) && n >= 1 && n <= 4;
-    for (int i = 0; folds && i < n; i++) folds = x[i]->replica_stride && contiguous(x[i]);
     if (!y->replica_stride) return be->one->concat_columns(be, y, x, n);
+    int folds = contiguous(y) && n >= 1 && n <= 4;
+    for (int i = 0; folds && i < n; i++) folds = x[i]->replica_stride && contiguous(x[i]);
     if (!folds) return impl_of(be)->loop->concat_columns(be, y, x, n);
     ktensor Y = folded(be, y), parts[4];
     const ktensor *ptrs[4];
