@@ -33,6 +33,8 @@ void base_json_double(FILE *fp, double x)
     else fprintf(fp, "%.17g", x);
 }
 
+const char *base_build_rev(void) { return ULPSCOPE_VERSION " " ULPSCOPE_GIT_REV; }
+
 void base_json_header(FILE *fp, const char *tool, const char *extra_json)
 {
     char host[256] = "unknown";

@@ -14,6 +14,9 @@ extern "C" {
  *  "time":...,EXTRA}  where EXTRA is a ready JSON fragment (keys and values,
  * no braces) or NULL. */
 void base_json_header(FILE *fp, const char *tool, const char *extra_json);
+/* "VERSION GIT-REV" of this build (git describe --dirty; "unknown" outside a
+ * checkout): what made a cached run, so that another build's runs are refused. */
+const char *base_build_rev(void);
 /* Writes a JSON string literal with escapes. */
 void base_json_string(FILE *fp, const char *s);
 /* Writes a double as JSON: %.17g, with NaN/inf as the strings "nan", "inf",

@@ -212,7 +212,14 @@ static int check_recipe(const char *file, const char *recipe, char *err, size_t 
             }
         }
     }
-    if (ndiff)
+    /* kernels change between builds: a cached run is that build's result */
+    const json_value *was = json_get(a, "build"), *now = json_get(b, "build");
+    if (ndiff && was && now && !json_equal(was, now) && was->type == JSON_STRING && now->type == JSON_STRING)
+        rc = set_err(err, errlen,
+                     "results directory holds runs made by another build of ulpscope (%s; this is %s); use another "
+                     "--results directory",
+                     was->text, now->text);
+    else if (ndiff)
         rc = set_err(err, errlen,
                      "results directory holds runs of another recipe (differs in: %s); use another --results directory",
                      diff);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/jsonl.h"
 #include "kernels/common/ktensor_io.h"
 #include "trainer/backend.h"
 #include "trainer/data.h"
@@ -258,14 +259,14 @@ char *cmp_train_recipe(const ttrain_config *c, cmp_vary vary, uint64_t fixed_see
         return NULL;
     }
     snprintf(json, len,
-             "{\"tool\":\"compare\",\"backend\":\"%s\",\"device\":\"%s\",\"model\":\"%s\",\"layers\":%d,\"width\":%d,"
+             "{\"tool\":\"compare\",\"build\":\"%s\",\"backend\":\"%s\",\"device\":\"%s\",\"model\":\"%s\",\"layers\":%d,\"width\":%d,"
              "\"heads\":%d,\"vocab\":%d,\"context\":%d,\"norm_gain\":%d,\"softcap\":%.17g,\"rope_theta\":%.17g,"
              "\"norm_eps\":%.17g,\"data\":\"%s\",\"train_tokens\":%lld,\"val_tokens\":%lld,\"data_hash\":\"0x%016llx\","
              "\"val_frac\":%.17g,\"batch\":%d,\"seq\":%d,\"accum\":%d,\"steps\":%ld,\"lr\":%.17g,\"min_lr_frac\":%.17g,"
              "\"cooldown_frac\":%.17g,\"warmup\":%ld,\"schedule\":%d,\"weight_decay\":%.17g,\"beta1\":%.17g,"
              "\"beta2\":%.17g,\"adam_eps\":%.17g,\"grad_clip\":%.17g,\"muon_lr\":%.17g,\"muon_momentum\":%.17g,"
              "\"loss_scale_init\":%.17g,\"val_every\":%ld,\"val_batches\":%d,\"vary\":\"%s\",\"fixed_seed\":%llu}",
-             c->backend, device, tmodel_kind_name(m->kind), m->n_layer, m->n_embd, m->n_head, m->vocab, m->seq_len,
+             base_build_rev(), c->backend, device, tmodel_kind_name(m->kind), m->n_layer, m->n_embd, m->n_head, m->vocab, m->seq_len,
              m->norm_gain, m->softcap, m->rope_theta, m->norm_eps, source, (long long)d.train_tokens,
              (long long)d.val_tokens, (unsigned long long)data_fingerprint(&d), c->val_frac, c->batch, c->seq, c->accum,
              c->steps, c->lr, c->min_lr_frac, c->cooldown_frac, c->warmup, (int)c->schedule, c->weight_decay, c->beta1,

@@ -101,6 +101,27 @@ static int row_says(const char *out, const char *arm, const char *what)
     return hit && (!end || hit < end);
 }
 
+/* A whole file (NUL-ended; the caller frees), or a failed test. */
+static char *slurp(const char *name)
+{
+    FILE *f = fopen(name, "rb");
+    if (!f) fail_msg("cannot open %s", name);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *copy = strdup(buf);
+    assert_non_null(copy);
+    return copy;
+}
+
+static long file_size(const char *name)
+{
+    struct stat st;
+    if (stat(name, &st)) fail_msg("cannot stat %s", name);
+    return (long)st.st_size;
+}
+
 static void test_planted_bias_is_a_shift(void **state)
 {
     (void)state;
@@ -162,6 +183,26 @@ static void test_planted_bias_is_a_shift(void **state)
     assert_int_equal(rc, 2);
     assert_non_null(strstr(err, "another recipe"));
     assert_non_null(strstr(err, "steps"));
+
+    /* runs another build made are refused too (its kernels may differ), naming both builds */
+    char recipe_file[128], runs_file[128];
+    snprintf(recipe_file, sizeof recipe_file, "%s/res/recipe.json", tmp);
+    snprintf(runs_file, sizeof runs_file, "%s/res/runs.jsonl", tmp);
+    char *recipe = slurp(recipe_file);
+    char *at = strstr(recipe, "\"build\":\"");
+    assert_non_null(at);
+    FILE *f2 = fopen(recipe_file, "w");
+    assert_non_null(f2);
+    fprintf(f2, "%.*s\"build\":\"ulpscope 0.0 0123456789ab\",%s", (int)(at - recipe), recipe,
+            strchr(at + strlen("\"build\":\""), '"') + 2);
+    fclose(f2);
+    long before = file_size(runs_file);
+    rc = run("compare " TINY " --seeds 6 --alpha 0.01 --arm trunc=residual=bf16 --plant-truncation trunc --results res",
+             out, sizeof out, err, sizeof err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "another build of ulpscope (ulpscope 0.0 0123456789ab; this is "));
+    assert_int_equal(file_size(runs_file), before);
+    free(recipe);
 }
 
 static int exists(const char *name);
