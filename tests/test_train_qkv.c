@@ -198,9 +198,14 @@ static judged cancelling_run(tbackend *be, const char *preset, unsigned long lon
     const prec_format f = tpath_storage(at->path);
     prec_rng rng;
     prec_rng_seed(&rng, seed);
-    /* joined a [CM, 3C] = [dq | -dq | dv / 256], b [3C, C] = [Wq; Wq; Wv]: the q
-     * and k terms cancel exactly, leaving dv Wv, about 2^-8 of each; dq and Wq
-     * positive, so that each third is as large as its terms allow */
+    /* joined a [CM, 3C] = [dq | -dq' | dv / 256], b [3C, C] = [Wq; Wq; Wv], dq'
+     * dq moved by 1 to 3 of its ulps: the q and k terms nearly cancel, leaving
+     * (dq - dq') Wq + dv Wv, about 2^-8 of each; dq and Wq positive, so that each
+     * third is as large as its terms allow.  Not an exact cancellation: with
+     * dq' = dq, the rounding of the q term would cancel against the same
+     * rounding of the k term in an accumulation that rounds the product before
+     * adding (cuBLASLt's), hiding the twin's extra roundings. */
+    const double u = prec_format_get(f)->unit_roundoff;
     double *a = xmalloc(CM * CK * sizeof *a), *b = xmalloc(CK * CC * sizeof *b);
     double *part[3];
     for (int i = 0; i < 3; i++) part[i] = xmalloc(CM * CC * sizeof(double));
@@ -208,7 +213,9 @@ static judged cancelling_run(tbackend *be, const char *preset, unsigned long lon
         for (long c = 0; c < CC; c++) {
             double q = prec_rne(0.5 + fabs(prec_rng_normal(&rng)), f), v = prec_rne(ldexp(prec_rng_normal(&rng), -8), f);
             part[0][m * CC + c] = a[m * CK + c] = q;
-            part[1][m * CC + c] = a[m * CK + CC + c] = -q;
+            const int j = 1 + (int)(prec_rng_next(&rng) % 3);
+            const double q_moved = prec_rne(q * (1 + (prec_rng_next(&rng) & 1 ? 2 : -2) * u * j), f);
+            part[1][m * CC + c] = a[m * CK + CC + c] = -q_moved;
             part[2][m * CC + c] = a[m * CK + 2 * CC + c] = v;
         }
     for (long r = 0; r < CC; r++)
