@@ -961,15 +961,13 @@ static int backward(tmodel *m)
             dqa = dq_n;
             dka = dk_n;
         }
-        ktensor gq = view(m, &qkv->grad, 0, C, C), gk = view(m, &qkv->grad, C * C, C, C),
-                gv = view(m, &qkv->grad, 2 * C * C, C, C);
-        const tsite *qkv_wgrad = site(m, TSLOT_ATTN_QKV_WGRAD, l);
-        TRY(tmodel_qkv_dgrad(be, site(m, TSLOT_ATTN_QKV_DGRAD, l), dln1, pool_at(&m->dqkv, dqkv_format(m, l)), dqa,
-                             dka, dv, &qkv->w));
+        ktensor *dqkv = pool_at(&m->dqkv, dqkv_format(m, l));
+        TRY(tmodel_qkv_dgrad(be, site(m, TSLOT_ATTN_QKV_DGRAD, l), dln1, dqkv, dqa, dka, dv, &qkv->w));
         OBS(TSLOT_ATTN_QKV_DGRAD, l, "dx", dln1);
-        TRY(wgrad(m, qkv_wgrad, &gq, dqa, 1, &A->ln1, 0));
-        TRY(wgrad(m, qkv_wgrad, &gk, dka, 1, &A->ln1, 0));
-        TRY(wgrad(m, qkv_wgrad, &gv, dv, 1, &A->ln1, 0));
+        /* dW_qkv [3C,C] += [dq | dk | dv]^T ln1: one GEMM of M = 3C (each
+         * element the same dot product over BT as three of M = C; one launch,
+         * and the shape cuBLASLt tiles well at large BT) */
+        TRY(wgrad(m, site(m, TSLOT_ATTN_QKV_WGRAD, l), &qkv->grad, dqkv, 1, &A->ln1, 0));
         TRY(be->norm_bwd(be, site(m, TSLOT_NORM_ATTN, l), dtmp_attn, pg(m, A->ln1_g), pg(m, A->ln1_b), dln1, x,
                          pw(m, A->ln1_g), gpt2 ? &A->ln1_mean : NULL, &A->ln1_rstd));
         OBS(TSLOT_NORM_ATTN, l, "dx", dtmp_attn);

@@ -118,7 +118,8 @@ int tmodel_sync_weights(tmodel *m);
  * and dx is rounded into its format once.  (Three GEMMs accumulating into
  * dx would round it after each; cuBLASLt's 16-bit output with beta = 1
  * also rounds the product before the add.)  joined: [BT,3C] scratch whose
- * format holds dq, dk and dv exactly (concat_columns).  Public for its test. */
+ * format holds dq, dk and dv exactly (concat_columns); it still holds
+ * them afterwards, for the weight gradient.  Public for its test. */
 int tmodel_qkv_dgrad(tbackend *be, const tsite *at, ktensor *dx, ktensor *joined, const ktensor *dq,
                      const ktensor *dk, const ktensor *dv, const ktensor *w_qkv);
 

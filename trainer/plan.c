@@ -249,7 +249,7 @@ static const tslot_info slot_table[TSLOT_COUNT] = {
     [TSLOT_ATTN_QKV_DGRAD] = {"attn.qkv.dgrad", "dx = [dq dk dv] [Wq; Wk; Wv], one GEMM over K = 3C",
                               GEMM(TGEMM_DGRAD, TSLOT_ATTN_QKV),
                               .per_layer = 1, .tensors = {{"d(norm.attn out)", "B*T x C", GRAD, BOTH_MODELS, 28}}},
-    [TSLOT_ATTN_QKV_WGRAD] = {"attn.qkv.wgrad", "dWq,k,v += dq,k,v^T x", GEMM(TGEMM_WGRAD, TSLOT_ATTN_QKV),
+    [TSLOT_ATTN_QKV_WGRAD] = {"attn.qkv.wgrad", "dW_qkv += [dq dk dv]^T x, one GEMM of M = 3C", GEMM(TGEMM_WGRAD, TSLOT_ATTN_QKV),
                               .per_layer = 1},
     [TSLOT_TRANSPOSE] = {"transpose", "transposed lm_head kept in sync: W_lm = E^T (copy), dE += dW_lm^T (add)",
                          .family = BY_MODEL(TOP_NONE, TOP_TRANSPOSE)},
