@@ -272,13 +272,15 @@ clean-sanitize-fuzz:
 #
 # The library is what `ulpscope verify` needs and nothing of the GPU: the tensor
 # readers, the formats and bounds, the MPFR references, the comparisons the checks
-# share (kernels/check/rows.c, check_kexp.c, compare_*.c) and verify/.  Its objects are built
+# share (kernels/check/rows.c, check_kexp.c, compare_*.c), the coefficients of Muon's
+# polar express (kernels/polar_express_coeffs.c) and verify/.  Its objects are built
 # position-independent in $(BUILD)/pic/.
 PREFIX     ?= /usr/local
 DESTDIR    ?=
 ULP_VERSION := $(shell sed -n 's/^#define ULPSCOPE_VERSION "\(.*\)"/\1/p' base/version.h)
 LIBULP_SRCS := base/error.c base/json_read.c base/tensor_file.c $(precision_SRCS) $(reference_SRCS) \
-               kernels/check/rows.c kernels/check/check_kexp.c $(wildcard kernels/check/compare_*.c) $(verify_SRCS)
+               kernels/check/rows.c kernels/check/check_kexp.c $(wildcard kernels/check/compare_*.c) \
+               kernels/polar_express_coeffs.c $(verify_SRCS)
 LIBULP_OBJS := $(patsubst %.c,$(BUILD)/pic/%.o,$(LIBULP_SRCS))
 LIBULP_HDRS := verify/verify.h verify/unit.h
 .PHONY: install verify-examples
