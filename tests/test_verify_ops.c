@@ -110,10 +110,21 @@ enum { RB = 2, RT = 37, RH = 3, RD = 18, RHALF = RD / 2, RN = RB * RT * RH * RD 
 /* RoPE as a kernel of storage f computes it in fp32 (x (B, T, H, D)): cos
  * and sin from the fp32 table, or (fp32_angle) of the angle fl(pos
  * inv_freq); two products and a sum in fp32 (bf16 for the twin), the store.
- * The dropped-term twin leaves x_{i+D/2} sin out of one element. */
+ * The dropped-term twin leaves x_{i+D/2} sin out of the element where it is
+ * largest. */
 static void emulate_rope(const double *in, int bwd, int variant, const float *ct, const float *st, const float *inv,
                          prec_format f, int bug, double *y)
 {
+    int64_t drop = -1; /* the first element of the pair with the largest |x_{i+D/2} sin| (table sin) */
+    double largest = -1;
+    for (int64_t nh = 0; nh < RB * RT * RH; nh++)
+        for (int64_t i = 0; i < RHALF; i++) {
+            const double t = fabs(in[nh * RD + i + RHALF] * st[((nh / RH) % RT) * RHALF + i]);
+            if (bug == DROP_TERM && t > largest) {
+                largest = t;
+                drop = nh * RD + i;
+            }
+        }
     for (int64_t nh = 0; nh < RB * RT * RH; nh++)
         for (int64_t i = 0; i < RHALF; i++) {
             const int64_t pos = (nh / RH) % RT, a = nh * RD + i, b = a + RHALF;
@@ -128,7 +139,7 @@ static void emulate_rope(const double *in, int bwd, int variant, const float *ct
             }
             if (bwd) s = -s;
             const float x1 = (float)in[a], x2 = (float)in[b];
-            const float x2s = bug == DROP_TERM && nh == 5 && i == 1 ? 0.0f : op32((double)x2 * s, bug);
+            const float x2s = a == drop ? 0.0f : op32((double)x2 * s, bug);
             y[a] = store(op32((double)op32((double)x1 * c, bug) - x2s, bug), f, bug);
             y[b] = store(op32((double)op32((double)x1 * s, bug) + op32((double)x2 * c, bug), bug), f, bug);
         }
@@ -270,7 +281,19 @@ static void grad_norm_agrees_with_check_and_twins_fail(void **state)
         expect(grad_norm_verify(g, n, norm, &k), ULP_PASS, paths[fi]);
         for (int bug = DROP_TERM; bug <= BF16_ACC; bug++) {
             snprintf(what, sizeof what, "grad_norm %s bug %d", paths[fi], bug);
-            expect(grad_norm_verify(g, n, emulate_grad_norm(g, n, bug), &k), ULP_FAIL, what);
+            if (bug != TRUNCATE) {
+                expect(grad_norm_verify(g, n, emulate_grad_norm(g, n, bug), &k), ULP_FAIL, what);
+                continue;
+            }
+            /* One number truncated to bf16 precision escapes a bound of relative size depth u32 when
+             * it lies that close above a bf16 value: on 7 elements about one draw in 10^4, so three draws. */
+            int caught = 0;
+            for (int draw = 0; draw < 3; draw++) {
+                double few[7];
+                for (int i = 0; i < 7; i++) few[i] = prec_rne(prec_rng_normal(&rng), f);
+                caught += grad_norm_verify(few, 7, emulate_grad_norm(few, 7, bug), &k) == ULP_FAIL;
+            }
+            if (!caught) fail_msg("%s passed three draws", what);
         }
         k.accum = k.reduce = "unknown";
         expect(grad_norm_verify(g, n, norm, &k), ULP_PASS, paths[fi]);
@@ -689,14 +712,14 @@ static void cli_verifies_files(void **state)
     run_expect(args, 1, "a gather is exact");
     emb_free(&good);
     emb_free(&bad);
-    /* grad_norm: fp32 gradients, the norm truncated */
+    /* grad_norm: fp32 gradients, the largest square left out */
     double g[1000], norm;
     for (int i = 0; i < 1000; i++) g[i] = prec_rne(prec_rng_normal(&rng), PREC_FP32);
     const int64_t s1000[1] = {1000}, s1[1] = {1};
     write_case("g.npy", TFILE_F32, 1, s1000, g);
     norm = emulate_grad_norm(g, 1000, OK);
     write_case("norm.npy", TFILE_F32, 1, s1, &norm);
-    norm = emulate_grad_norm(g, 1000, TRUNCATE);
+    norm = emulate_grad_norm(g, 1000, DROP_TERM);
     write_case("badnorm.npy", TFILE_F32, 1, s1, &norm);
     snprintf(args, sizeof args, "grad_norm --path fp32 --accum fp32 --reduce sequential --inputs %s/g.npy --outputs %s/norm.npy",
              dir, dir);
