@@ -296,8 +296,9 @@ $(BUILD)/lib/libulpscope.a: $(LIBULP_OBJS)
 # --no-undefined: the library must not lean on anything but MPFR, GMP and libm.
 # ULP_ABI: the soname's number, raised whenever a public struct changes layout
 # (verify/verify.h: ulp_kernel grew the activation, AdamW and logsumexp fields
-# in ABI 1), so a program built against older headers is not loaded with it.
-ULP_ABI := 1
+# in ABI 1, polar_express's coeffs and form and rope's angle and base in ABI 2),
+# so a program built against older headers is not loaded with it.
+ULP_ABI := 2
 $(BUILD)/lib/libulpscope.so: $(LIBULP_OBJS)
 	$(CC) $(LDFLAGS) -shared -Wl,--no-undefined -Wl,-soname,libulpscope.so.$(ULP_ABI) -o $@ $^ -lmpfr -lgmp -lm
 	ln -sf libulpscope.so $(BUILD)/lib/libulpscope.so.$(ULP_ABI)

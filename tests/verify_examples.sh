@@ -20,7 +20,7 @@ die() { echo "!! verify-examples: $1"; [ -f "$work/log" ] && cat "$work/log"; ex
 
 prefix=$work/prefix
 $make --no-print-directory -C "$here" BUILD="$build" PREFIX="$prefix" install >"$work/log" 2>&1 || die "make install failed"
-for f in lib/libulpscope.a lib/libulpscope.so lib/libulpscope.so.1 include/ulpscope/verify.h include/ulpscope/unit.h lib/pkgconfig/ulpscope.pc; do
+for f in lib/libulpscope.a lib/libulpscope.so lib/libulpscope.so.2 include/ulpscope/verify.h include/ulpscope/unit.h lib/pkgconfig/ulpscope.pc; do
     [ -f "$prefix/$f" ] || die "make install did not put $f under PREFIX"
 done
 $make --no-print-directory -C "$here" BUILD="$build" PREFIX=/opt/ulpscope DESTDIR="$work/stage" install >"$work/log" 2>&1 ||
