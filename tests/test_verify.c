@@ -2137,7 +2137,7 @@ static void cli_refuses_bad_input(void **state)
         {"matmul --path fp32 --split-k 0 --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "--split-k: '0'"},
         {"matmul --path fp32 --layout BA --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "unknown layout 'BA'"},
         {"matmul --path fp32 --epilogue fused --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "unknown epilogue"},
-        {"matmul --path fp32 --upcast gemma --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "upcast is rmsnorm's; matmul has none"},
+        {"matmul --path fp32 --upcast gemma --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "upcast is rmsnorm's and polar_express's; matmul has none"},
         {"matmul --path fp32 --pass bwd --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "matmul has no bwd pass"},
         {"matmul --path fp32 --json D/none/x.jsonl --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "cannot write"},
         {"rmsnorm --path bf16 --gelu --inputs D/a.npy --outputs D/a.npy", "rmsnorm has none of them"},

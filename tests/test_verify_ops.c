@@ -588,6 +588,7 @@ static void polar_express_agrees_with_check_and_twins_fail(void **state)
                 k.form = forms[variant];
                 k.epilogue = fused ? "single" : "rounded";
                 k.coeffs = "polar-express";
+                k.upcast = "fp32";
                 pe_verify(G, R, C, xs, &k);
                 assert_int_equal(rep.n_rows, 6);
                 float abc[KPE_STEPS][3];
@@ -607,7 +608,7 @@ static void polar_express_agrees_with_check_and_twins_fail(void **state)
                          variant);
                 expect(pe_verify(G, R, C, xs, &k), ULP_PASS, what);
                 if (variant == KPE_WIDE_FUSED) {
-                    k.form = k.epilogue = k.accum = k.reduce = "unknown";
+                    k.form = k.epilogue = k.accum = k.reduce = k.upcast = "unknown";
                     expect(pe_verify(G, R, C, xs, &k), ULP_PASS, what);
                     assert_int_equal(rep.n_rows, 12);
                     assert_non_null(strstr(rep.rows[6].assumption, "--form any --epilogue rounded"));
@@ -623,12 +624,51 @@ static void polar_express_agrees_with_check_and_twins_fail(void **state)
                 k.form = "wide";
                 k.epilogue = "single";
                 k.coeffs = "polar-express";
+                k.upcast = "fp32";
                 snprintf(what, sizeof what, "polar_express %s %lldx%lld bug %d", paths[pi], (long long)R, (long long)C, bug);
                 expect(pe_verify(G, R, C, xs, &k), ULP_FAIL, what);
             }
             free(G);
             for (int st = 0; st < 6; st++) free(xs[st]);
         }
+}
+
+/* PyTorch's normalisation of a bf16 X, X / (X.norm() * 1.02 + 1e-6): the
+ * norm (an fp32 sum of squares), its scaling and the division each rounded
+ * to bf16.  Declared --upcast none it passes; declared fp32 it fails (when
+ * the norm lies far enough from a bf16 value: in one of eight draws) and the
+ * storage-format normalisation is named. */
+static void polar_express_torch_normalisation(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("polar_express_torch_normalisation"));
+    double G[8 * 13], x0[8 * 13];
+    ulp_tensor in[1] = {ULP_TENSOR("G", ULP_F64, G, 8, 13)};
+    ulp_tensor out[1] = {ULP_TENSOR("x0", ULP_F64, x0, 8, 13)};
+    ulp_kernel k = ULP_KERNEL_DEFAULT;
+    k.path = "bf16";
+    k.accum = "fp32";
+    k.reduce = "sequential";
+    int caught = 0;
+    for (int draw = 0; draw < 8; draw++) {
+        float ss = 0.0f;
+        for (int i = 0; i < 8 * 13; i++) {
+            G[i] = prec_rne(prec_rng_normal(&rng), PREC_BF16);
+            ss = fmaf((float)G[i], (float)G[i], ss);
+        }
+        const double norm = prec_rne(sqrtf(ss), PREC_BF16);
+        const double den = prec_rne((float)prec_rne((float)norm * KPE_NORM_SAFETY, PREC_BF16) + KPE_NORM_EPS, PREC_BF16);
+        for (int i = 0; i < 8 * 13; i++) x0[i] = prec_rne((float)G[i] / (float)den, PREC_BF16);
+        k.upcast = "none";
+        expect(run_verify("polar_express", &k, in, 1, out, 1), ULP_PASS, "the bf16 normalisation declared as such");
+        k.upcast = "fp32";
+        if (run_verify("polar_express", &k, in, 1, out, 1) == ULP_FAIL) {
+            caught++;
+            if (!strstr(rep.diagnosis, "normalises in the storage format")) fail_msg("diagnosis: %s", rep.diagnosis);
+        }
+    }
+    if (!caught) fail_msg("the bf16 normalisation passed as fp32 in eight draws");
 }
 
 /* The coefficients verify declares by name are the kernels' own. */
@@ -776,13 +816,13 @@ static void cli_verifies_files(void **state)
     write_case("x2.npy", TFILE_BF16, 2, gs, px[2]);
     emulate_pe(G, 8, 13, 0, 0, PREC_BF16, TRUNCATE, px);
     write_case("x0bad.npy", TFILE_BF16, 2, gs, px[0]);
-    snprintf(args, sizeof args, "polar_express --path bf16 --accum fp32 --reduce sequential --form wide --epilogue rounded "
+    snprintf(args, sizeof args, "polar_express --path bf16 --accum fp32 --reduce sequential --form wide --epilogue rounded --upcast fp32 "
              "--coeffs polar-express --inputs %s/G.npy --outputs x0=%s/x0.npy,x1=%s/x1.npy,x2=%s/x2.npy", dir, dir, dir, dir);
     run_expect(args, 0, "verify: PASS");
-    snprintf(args, sizeof args, "polar_express --path bf16 --accum fp32 --reduce sequential --form wide --epilogue rounded "
+    snprintf(args, sizeof args, "polar_express --path bf16 --accum fp32 --reduce sequential --form wide --epilogue rounded --upcast fp32 "
              "--coeffs polar-express --inputs %s/G.npy --outputs x1=%s/x1.npy,x2=%s/x2.npy", dir, dir, dir);
     run_expect(args, 2, "x1 needs x0");
-    snprintf(args, sizeof args, "polar_express --path bf16 --accum fp32 --reduce sequential --form wide --epilogue rounded "
+    snprintf(args, sizeof args, "polar_express --path bf16 --accum fp32 --reduce sequential --form wide --epilogue rounded --upcast fp32 "
              "--coeffs polar-express --inputs %s/G.npy --outputs x0=%s/x0bad.npy", dir, dir);
     run_expect(args, 1, "FAIL");
     for (int st_ = 0; st_ < 6; st_++) free(px[st_]);
@@ -881,6 +921,8 @@ static void cli_refuses_bad_input(void **state)
         {"polar_express --path fp32 --pass bwd --inputs D/m23.npy --outputs x0=D/m23.npy", "polar_express has no bwd pass"},
         {"rmsnorm --path fp32 --coeffs polar-express --inputs D/m23.npy --outputs D/m23.npy", "coeffs and form are polar_express's"},
         {"polar_express --path fp32 --inputs D/int.npy --outputs x0=D/m23.npy", "dtype i4 is not a floating-point"},
+        {"polar_express --path fp32 --upcast gemma --inputs D/m23.npy --outputs x0=D/m23.npy", "polar_express's upcast"},
+        {"rope --path fp32 --upcast none --inputs D/r4.npy --outputs D/r4.npy", "upcast is rmsnorm's and polar_express's"},
     };
     DIR *before = opendir(dir);
     int entries_before = 0;
@@ -917,6 +959,7 @@ int main(void)
         cmocka_unit_test(embedding_agrees_with_check_and_twins_fail),
         cmocka_unit_test(transpose_agrees_with_check_and_twins_fail),
         cmocka_unit_test(polar_express_agrees_with_check_and_twins_fail),
+        cmocka_unit_test(polar_express_torch_normalisation),
         cmocka_unit_test(polar_express_coefficients),
         cmocka_unit_test(cli_verifies_files),
         cmocka_unit_test(cli_refuses_bad_input),

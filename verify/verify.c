@@ -216,7 +216,8 @@ static const vop ops[] = {
     {"polar_express", OP_POLAR_EXPRESS,
      "Muon's orthogonalisation: x0 = G / (1.02 |G|_F + 1e-6), then five steps x' = a x + (b A + c A^2) x, A = x x^T "
      "(--form wide) or x^T x (tall), each judged from the kernel's own previous iterate (--coeffs; --epilogue single: "
-     "x' in one GEMM, rounded: B x rounded, then + a x; --accum: the GEMMs'; --reduce: the norm's sum of squares)",
+     "x' in one GEMM, rounded: B x rounded, then + a x; --accum: the GEMMs'; --reduce: the norm's sum of squares; "
+     "--upcast fp32 or none: the rest of the normalisation)",
      {{"G (rows, cols)", "x0 (the normalised G), x1, ..., x5 (the iterates), each optional (x<k> needs x<k-1>)",
        {{"G", 0, T_STORAGE}},
        {{"x0", 1, T_STORAGE}, {"x1", 1, T_STORAGE}, {"x2", 1, T_STORAGE}, {"x3", 1, T_STORAGE}, {"x4", 1, T_STORAGE},
@@ -541,7 +542,11 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
         return bad(err, errlen, "unknown column reduction '%s' (" REDUCE_SYNTAX ")", d->col_reduce);
     d->upcast = k->upcast ? k->upcast : "unknown";
     static const char *const upcasts[] = {"gemma", "llama", "none", "unknown", NULL};
-    if (!is_one_of(d->upcast, upcasts))
+    static const char *const pe_upcasts[] = {"fp32", "none", "unknown", NULL};
+    if (op == OP_POLAR_EXPRESS && !is_one_of(d->upcast, pe_upcasts))
+        return bad(err, errlen, "polar_express's upcast is fp32 (the normalisation in fp32), none (in the storage format) "
+                                "or unknown, not %s", d->upcast);
+    if (op != OP_POLAR_EXPRESS && !is_one_of(d->upcast, upcasts))
         return bad(err, errlen, "unknown upcast '%s' (gemma, llama, none, unknown)", d->upcast);
     if (!(k->math_ulps >= 0 && k->math_ulps <= 1e6))
         return bad(err, errlen, "math function error %g ulps is outside 0..1e6", k->math_ulps);
@@ -648,8 +653,8 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
         (op != OP_MATMUL && (strcmp(d->layout, "AB") != 0 || d->alpha != 1.0 || d->beta != 0.0 || d->gelu || d->split_k != 1)))
         return bad(err, errlen, "epilogue, layout, alpha, beta, gelu and split-k are matmul's; %s has none of them",
                    op_names[op]);
-    if (op != OP_RMSNORM && strcmp(d->upcast, "unknown") != 0)
-        return bad(err, errlen, "upcast is rmsnorm's; %s has none", op_names[op]);
+    if (op != OP_RMSNORM && op != OP_POLAR_EXPRESS && strcmp(d->upcast, "unknown") != 0)
+        return bad(err, errlen, "upcast is rmsnorm's and polar_express's; %s has none", op_names[op]);
     if ((op == OP_MATMUL || op == OP_CROSS_ENTROPY || op >= OP_ROPE) && strcmp(d->col_reduce, "unknown") != 0)
         return bad(err, errlen, "col-reduce is for the sums over rows of a normalisation's backward; %s has none",
                    op_names[op]);
@@ -705,8 +710,9 @@ static int is_unknown(const decl *d, const problem *pb)
     if (op == OP_TRANSPOSE || op == OP_ROPE)
         return strcmp(d->accum, "unknown") == 0 || (op == OP_ROPE && strcmp(d->angle, "unknown") == 0);
     if (op == OP_GRAD_NORM || op == OP_EMBEDDING) return strcmp(d->accum, "unknown") == 0 || strcmp(d->reduce, "unknown") == 0;
-    if (op == OP_POLAR_EXPRESS) /* the GEMMs' accumulation also sets the normalisation's arithmetic */
-        return strcmp(d->accum, "unknown") == 0 || (pb->has_x0 && strcmp(d->reduce, "unknown") == 0) ||
+    if (op == OP_POLAR_EXPRESS)
+        return strcmp(d->accum, "unknown") == 0 ||
+               (pb->has_x0 && (strcmp(d->reduce, "unknown") == 0 || strcmp(d->upcast, "unknown") == 0)) ||
                (pb->has_steps && (strcmp(d->epilogue, "unknown") == 0 || strcmp(d->form, "unknown") == 0));
     if (op == OP_ATTENTION) /* the tensor cores' bound takes neither the softmax form nor the reduction */
         return strcmp(d->accum, "unknown") == 0 || strcmp(d->exp_form, "unknown") == 0 ||
@@ -758,6 +764,7 @@ static decl resolve(const decl *d, const problem *pb, int tightest)
     if (is_gelu(op) && strcmp(r.function, "unknown") == 0) r.function = !tightest ? "any" : op == OP_GELU_TANH ? "tanh" : "erf";
     if (op == OP_ROPE && strcmp(r.angle, "unknown") == 0) r.angle = tightest ? "table" : "fp32";
     if (op == OP_POLAR_EXPRESS && strcmp(r.epilogue, "unknown") == 0) r.epilogue = tightest ? "single" : "rounded";
+    if (op == OP_POLAR_EXPRESS && strcmp(r.upcast, "unknown") == 0) r.upcast = tightest ? "fp32" : "none";
     /* the tightest form: the smaller Gram matrix, as modded-nanogpt's transpose of a tall G makes it */
     if (op == OP_POLAR_EXPRESS && strcmp(r.form, "unknown") == 0) r.form = !tightest ? "any" : pb->N <= pb->C ? "wide" : "tall";
     return r;
@@ -813,7 +820,7 @@ static void describe(const decl *d, const problem *pb, char *out, size_t len)
         APPEND(" --reduce %s", d->reduce);
     } else if (op == OP_POLAR_EXPRESS) {
         if (pb->has_steps) APPEND(" --form %s --epilogue %s", d->form, d->epilogue);
-        if (pb->has_x0) APPEND(" --reduce %s", d->reduce);
+        if (pb->has_x0) APPEND(" --reduce %s --upcast %s", d->reduce, d->upcast);
     } else if (op != OP_MATMUL) {
         APPEND(" --reduce %s", d->reduce);
         if (bwd) APPEND(" --col-reduce %s", d->col_reduce);
@@ -1027,9 +1034,9 @@ static kcmp_embedding_kernel embedding_kernel(const decl *d)
 }
 
 /* polar_express as declared, for G of n elements: the GEMMs' accumulation
- * over their whole K (any order); a 16-bit accumulation also rounds the
- * normalisation's arithmetic after its fp32 sum of squares to that format
- * (PyTorch's X / (X.norm() * 1.02 + 1e-6) on a bf16 X). */
+ * over their whole K (any order); the normalisation after its fp32 sum of
+ * squares in fp32 (--upcast fp32) or in the storage format (none: PyTorch's
+ * X / (X.norm() * 1.02 + 1e-6) on a bf16 X). */
 static kcmp_pe_kernel pe_kernel(const decl *d, int64_t n)
 {
     kcmp_pe_kernel k = {0};
@@ -1042,8 +1049,7 @@ static kcmp_pe_kernel pe_kernel(const decl *d, int64_t n)
         k.gemm.kind = PREC_DOT_ROUNDED;
         k.gemm.acc = accum_format(d);
     }
-    const prec_format acc = k.gemm.kind == PREC_DOT_ROUNDED ? k.gemm.acc : PREC_FP32;
-    k.norm_arith = acc == PREC_BF16 || acc == PREC_FP16 ? acc : PREC_FP32;
+    k.norm_arith = strcmp(d->upcast, "none") == 0 ? d->storage : PREC_FP32;
     k.norm_depth = parse_reduce(d->reduce, n, 0);
     return k;
 }
@@ -1649,6 +1655,12 @@ static int looser_declarations(const decl *d, const problem *pb, attempt *a)
             a[n].d.form = "any";
             a[n++].meaning = "the kernel likely forms the other Gram matrix than declared";
         }
+        if (pb->has_x0 && strcmp(d->upcast, "none") != 0) {
+            a[n].d = *d;
+            a[n].d.upcast = "none";
+            a[n++].meaning = "the kernel likely normalises in the storage format (as X / (X.norm() * 1.02 + 1e-6) on a "
+                             "bf16 X in PyTorch)";
+        }
         a[n].d = *d;
         a[n].d.accum = "storage";
         a[n++].meaning = NULL;
@@ -1656,6 +1668,7 @@ static int looser_declarations(const decl *d, const problem *pb, attempt *a)
         a[n].d.epilogue = "rounded";
         a[n].d.form = "any";
         a[n].d.reduce = "sequential";
+        a[n].d.upcast = "none";
         a[n++].meaning = NULL;
         return n;
     }
@@ -1901,7 +1914,7 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
                 : op->id == OP_ROPE          ? "arithmetic in the storage format, an fp32 angle"
                 : op->id == OP_TRANSPOSE     ? "arithmetic in the storage format"
                 : op->id == OP_POLAR_EXPRESS ? "tensor cores, storage accumulation, a rounded epilogue, either form, "
-                                               "sequential reduction"
+                                               "sequential reduction, no upcast"
                 : op->id == OP_GRAD_NORM || op->id == OP_EMBEDDING ? "storage accumulation, sequential reduction"
                                              : "storage accumulation, sequential reduction, no upcast";
             if ((op->id == OP_EMBEDDING && !bwd) || (op->id == OP_TRANSPOSE && !pb.has_y0))

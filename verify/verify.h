@@ -77,7 +77,7 @@ typedef struct {
     const char *col_reduce; /* shape of sums over rows (dgain, dbias); same syntax */
     const char *upcast;   /* rmsnorm: "gemma" (every step in fp32, one rounding of y), "llama"
                              (x rstd rounded to storage before the gain), "none" (statistics in
-                             the storage format too) or "unknown" */
+                             the storage format too) or "unknown"; polar_express: below */
     double math_ulps;     /* error of the math functions (rsqrt) in ulps of fp32 */
     double eps;           /* rmsnorm's and layernorm's epsilon */
     /* matmul: y = epi(alpha A B + beta C), epi: + bias, then GELU when gelu */
@@ -136,9 +136,10 @@ typedef struct {
     int causal;           /* 1 (the default); 0 is refused: the reference is causal */
     /* polar_express (G (rows, cols); outputs the stages x0 = G / (1.02 |G|_F + 1e-6), x1 ... x5, each
        judged from the kernel's own previous iterate): accum is the GEMMs' (fp32, fp64, storage, bf16,
-       fp16, tensor-core, tf32, unknown; a 16-bit one also rounds the normalisation after its fp32 sum
-       of squares), reduce the norm's sum of squares, epilogue "single" (x' = B x + a x in one GEMM) or
-       "rounded" (B x rounded to storage, then + a x) or "unknown" */
+       fp16, tensor-core, tf32, unknown), reduce the norm's fp32 sum of squares, upcast the rest of the
+       normalisation: "fp32" or "none" (in the storage format: PyTorch's X / (X.norm() * 1.02 + 1e-6)
+       on a bf16 X) or "unknown", epilogue "single" (x' = B x + a x in one GEMM) or "rounded" (B x
+       rounded to storage, then + a x) or "unknown" */
     const char *coeffs;   /* "polar-express" (Amsel et al.'s five triples, as modded-nanogpt), "muon-quintic"
                              (3.4445, -4.7750, 2.0315 each step) or "a,b,c" (one triple for every step);
                              rounded to fp32 as kernels take them */
