@@ -272,13 +272,15 @@ clean-sanitize-fuzz:
 #
 # The library is what `ulpscope verify` needs and nothing of the GPU: the tensor
 # readers, the formats and bounds, the MPFR references, the comparisons the checks
-# share (kernels/check/rows.c, check_kexp.c, compare_*.c) and verify/.  Its objects are built
+# share (kernels/check/rows.c, check_kexp.c, compare_*.c), the coefficients of Muon's
+# polar express (kernels/polar_express_coeffs.c) and verify/.  Its objects are built
 # position-independent in $(BUILD)/pic/.
 PREFIX     ?= /usr/local
 DESTDIR    ?=
 ULP_VERSION := $(shell sed -n 's/^#define ULPSCOPE_VERSION "\(.*\)"/\1/p' base/version.h)
 LIBULP_SRCS := base/error.c base/json_read.c base/tensor_file.c $(precision_SRCS) $(reference_SRCS) \
-               kernels/check/rows.c kernels/check/check_kexp.c $(wildcard kernels/check/compare_*.c) $(verify_SRCS)
+               kernels/check/rows.c kernels/check/check_kexp.c $(wildcard kernels/check/compare_*.c) \
+               kernels/polar_express_coeffs.c $(verify_SRCS)
 LIBULP_OBJS := $(patsubst %.c,$(BUILD)/pic/%.o,$(LIBULP_SRCS))
 LIBULP_HDRS := verify/verify.h verify/unit.h
 .PHONY: install verify-examples
@@ -294,8 +296,9 @@ $(BUILD)/lib/libulpscope.a: $(LIBULP_OBJS)
 # --no-undefined: the library must not lean on anything but MPFR, GMP and libm.
 # ULP_ABI: the soname's number, raised whenever a public struct changes layout
 # (verify/verify.h: ulp_kernel grew the activation, AdamW and logsumexp fields
-# in ABI 1), so a program built against older headers is not loaded with it.
-ULP_ABI := 1
+# in ABI 1, polar_express's coeffs and form and rope's angle and base in ABI 2),
+# so a program built against older headers is not loaded with it.
+ULP_ABI := 2
 $(BUILD)/lib/libulpscope.so: $(LIBULP_OBJS)
 	$(CC) $(LDFLAGS) -shared -Wl,--no-undefined -Wl,-soname,libulpscope.so.$(ULP_ABI) -o $@ $^ -lmpfr -lgmp -lm
 	ln -sf libulpscope.so $(BUILD)/lib/libulpscope.so.$(ULP_ABI)

@@ -25,15 +25,16 @@ static void usage(FILE *fp)
             "                       [--gelu] [--epilogue E] [--split-k S] [--dloss X] [--online]\n"
             "                       [--lr X] [--beta1 X] [--beta2 X] [--weight-decay X] [--step T]\n"
             "                       [--order O] [--store S] [--softmax F] [--scale X] [--causal yes|no]\n"
+            "                       [--coeffs C] [--form F] [--angle A] [--base X]\n"
             "                       [--json FILE] [--list]\n\n"
             "Reads the tensors a kernel saw (--inputs) and produced (--outputs), computes the\n"
             "MPFR reference of every output element and a bound on its error for the kernel\n"
             "as you declare it, and prints per output: max and RMS error in units of the\n"
             "storage format's u, the bound, the worst element with its inputs, PASS or FAIL\n"
             "(as `ulpscope check` judges its own kernels).\n\n"
-            "  OP               the op: adamw, attention, cross_entropy, gelu_erf, gelu_tanh,\n"
-            "                   layernorm, leaky_relu2, logsumexp, matmul, relu2, residual, rmsnorm,\n"
-            "                   softmax\n"
+            "  OP               the op: adamw, attention, cross_entropy, embedding, gelu_erf,\n"
+            "                   gelu_tanh, grad_norm, layernorm, leaky_relu2, logsumexp, matmul,\n"
+            "                   polar_express, relu2, residual, rmsnorm, rope, softmax, transpose\n"
             "                   (--list: their tensors)\n"
             "  --inputs FILES   comma-separated: FILE.npy (bound to the pass's tensors in order),\n"
             "                   NAME=FILE.npy, or FILE.safetensors (its tensors by name)\n"
@@ -45,20 +46,24 @@ static void usage(FILE *fp)
             "  --pass           fwd (default) or bwd\n"
             "  --accum A        format the kernel accumulates its sums in: fp64, fp32, bf16,\n"
             "                   fp16, storage (the path's) or unknown (default); the elementwise\n"
-            "                   ops (activations, residual): the format of their arithmetic; matmul\n"
+            "                   ops (activations, residual, rope, transpose's add): the format of\n"
+            "                   their arithmetic; polar_express: its GEMMs' (also tensor-core, tf32); matmul\n"
             "                   also tensor-core (bf16/fp16), tf32 (fp32 inputs), fp8-promote:N (fp8,\n"
             "                   promoted to fp32 every N products; cuBLASLt's default: 128 assumed),\n"
             "                   fp8-fast (never promoted), fp8-groups:N (per-group scaling);\n"
             "                   attention: fp32, tensor-core (bf16/fp16: flash_mma's arithmetic on\n"
             "                   the H100's matrix units) or unknown (fp32 at both ends)\n"
-            "  --reduce R       order of the row sums (matmul: over K): sequential, pairwise,\n"
+            "  --reduce R       order of the row sums (matmul: over K; grad_norm, polar_express: the\n"
+            "                   sum of squares; embedding bwd: each table row's sum): sequential, pairwise,\n"
             "                   blocked:B (consecutive blocks of B, then the block sums in order),\n"
             "                   blocks:T (T threads each summing a strided share, then a tree),\n"
             "                   depth:D (the longest chain of roundings) or unknown (default)\n"
             "  --col-reduce R   the same for sums over rows (dgain, dbias)\n"
             "  --upcast U       rmsnorm: gemma (every step in fp32, y rounded once), llama (x rstd\n"
             "                   rounded to storage before the gain), none (statistics in storage\n"
-            "                   too) or unknown (default)\n"
+            "                   too) or unknown (default); polar_express: fp32 (the normalisation\n"
+            "                   after its fp32 sum of squares in fp32), none (in the storage format)\n"
+            "                   or unknown\n"
             "  --variance V     layernorm: two-pass, one-pass (E[x^2] - mean^2), welford (one\n"
             "                   thread), welford:T or welford:TxV (T threads, V elements a step,\n"
             "                   then butterflies per warp and over the warps) or unknown (default)\n"
@@ -80,7 +85,8 @@ static void usage(FILE *fp)
             "  --gelu           matmul: GELU (tanh form) after the bias\n"
             "  --epilogue E     matmul with a bias or GELU: single (one rounding of y), rounded\n"
             "                   (alpha A B + beta C rounded to y's format first), cublaslt (rounded,\n"
-            "                   tanh.approx GELU) or unknown (default)\n"
+            "                   tanh.approx GELU) or unknown (default); polar_express: single (x' =\n"
+            "                   B x + a x in one GEMM), rounded (B x rounded, then + a x) or unknown\n"
             "  --split-k S      matmul: K cut into S slices, each accumulated as declared, then added\n"
             "  --dloss X        cross_entropy: the loss gradient the dlogits are scaled by (1/N\n"
             "                   for a mean over N rows; an fp32 value)\n"
@@ -99,13 +105,23 @@ static void usage(FILE *fp)
             "                   fp32(1/sqrt(D)))\n"
             "  --causal yes|no  attention: keys j <= i only (default yes; no is refused: the\n"
             "                   reference is causal)\n"
+            "  --coeffs C       polar_express: polar-express (Amsel et al.'s five (a, b, c), as\n"
+            "                   modded-nanogpt), muon-quintic (3.4445,-4.7750,2.0315 each step) or\n"
+            "                   a,b,c (one triple for every step); rounded to fp32\n"
+            "  --form F         polar_express: wide (A = x x^T), tall (A = x^T x), any or unknown\n"
+            "  --angle A        rope: table (fp32 cos, sin: the inputs cos, sin, or correctly\n"
+            "                   rounded), fp32 (fl(pos inv_freq) in fp32, then sincosf: --math-ulps;\n"
+            "                   inv_freq the input, or within --math-ulps) or unknown (default)\n"
+            "  --base X         rope: theta = pos base^(-2i/D) (default 10000)\n"
             "  --json FILE      also write JSON Lines (- for stdout; the table then goes to stderr):\n"
             "                   a header, one record per output row, a verdict record\n"
             "  --list           the ops and their tensors, then exit\n\n"
             "Unknown parts of the declaration: two rows per output, the tightest bound (fp32,\n"
-            "pairwise, gemma, two-pass, exp, single, tanh or erf, llmc, nearest; attention's softmax\n"
-            "two-pass) and the loosest (storage format, sequential, none, one-pass, fast, cublaslt,\n"
-            "any, stochastic; attention's softmax materialised, exp2); the verdict is taken against\n"
+            "pairwise, gemma, two-pass, exp, single, tanh or erf, llmc, nearest, table; attention's\n"
+            "softmax two-pass; polar_express's form the smaller Gram matrix) and the loosest (storage\n"
+            "format, sequential, none, one-pass, fast, cublaslt, any, stochastic, fp32 angle;\n"
+            "attention's softmax materialised, exp2; polar_express rounded, either form); the\n"
+            "verdict is taken against\n"
             "the loosest.  A declared kernel that\n"
             "FAILs is tried against looser declarations, and the first one the outputs fit\n"
             "is named.\n\n"
@@ -141,7 +157,8 @@ static int ends_with(const char *s, const char *tail)
  * tensors (cross_entropy's targets), which keep their integers. */
 static int to_values(tfile_tensor *t, const char *what, const char *name, const char *path)
 {
-    if (strcmp(name, "targets") == 0) return 0; /* any dtype: ulp_verify checks that each value is an index */
+    if (strcmp(name, "targets") == 0 || strcmp(name, "tokens") == 0)
+        return 0; /* any dtype: ulp_verify checks that each value is an index */
     if (t->dtype == TFILE_U16) {
         int bf16 = strcmp(path, "bf16") == 0 || strcmp(path, "fp8") == 0; /* fp8 GEMMs write bf16 */
         if (!bf16 && strcmp(path, "fp16") != 0)
@@ -308,13 +325,14 @@ int cmd_verify(int argc, char **argv)
     /* string options first (fields[]), then numbers, then flags */
     static const char *const options[] = {"--inputs", "--outputs", "--path",      "--pass",  "--accum",
                                           "--reduce", "--col-reduce", "--upcast", "--epilogue", "--layout",
-                                          "--variance", "--exp", "--function", "--order", "--store", "--softmax", "--json",
+                                          "--variance", "--exp", "--function", "--order", "--store", "--softmax",
+                                          "--coeffs", "--form", "--angle", "--json", "--base",
                                           "--math-ulps", "--eps", "--alpha", "--beta", "--dloss", "--lr", "--beta1", "--beta2",
                                           "--weight-decay", "--scale", "--split-k", "--step", "--causal", "--gelu", "--online",
                                           "--list"};
     const char **fields[] = {&inputs,   &outputs,      &k.path,     &k.pass,       &k.accum, &k.reduce,
                              &k.col_reduce, &k.upcast, &k.epilogue, &k.layout, &k.variance, &k.exp_form, &k.function,
-                             &k.order, &k.store, &k.softmax, &json_path};
+                             &k.order, &k.store, &k.softmax, &k.coeffs, &k.form, &k.angle, &json_path};
     const int n_options = (int)(sizeof options / sizeof options[0]);
     const int n_fields = (int)(sizeof fields / sizeof fields[0]);
     uint64_t seen = 0; /* one bit per option: more than 32 of them */
@@ -333,7 +351,7 @@ int cmd_verify(int argc, char **argv)
                 return base_error("verify", "unknown option '%s' (options: --inputs --outputs --path --pass --accum --reduce "
                                             "--col-reduce --upcast --variance --exp --function --math-ulps --eps --layout --alpha --beta "
                                             "--gelu --epilogue --split-k --dloss --online --lr --beta1 --beta2 --weight-decay --step "
-                                            "--order --store --softmax --scale --causal --json --list --help)", a);
+                                            "--order --store --softmax --scale --causal --coeffs --form --angle --base --json --list --help)", a);
             if (op) return base_error("verify", "more than one op ('%s' and '%s')", op, a);
             op = a;
             continue;
@@ -379,6 +397,7 @@ int cmd_verify(int argc, char **argv)
             else if (strcmp(a, "--beta2") == 0) k.beta2 = x;
             else if (strcmp(a, "--weight-decay") == 0) k.weight_decay = x;
             else if (strcmp(a, "--scale") == 0) k.scale = x;
+            else if (strcmp(a, "--base") == 0) k.base = x;
             else k.beta = x;
         }
     }

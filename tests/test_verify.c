@@ -2112,7 +2112,7 @@ static void cli_refuses_bad_input(void **state)
         {"rmsnorm --path e4m3 --inputs D/a.npy --outputs D/a.npy", "unknown path 'e4m3'"},
         {"rmsnorm --inputs D/a.npy --outputs D/a.npy", "--path is required"},
         {"rmsnorm --path bf16 --inputs D/a.npy", "--outputs is required"},
-        {"conv2d --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'conv2d' (ops: adamw, attention, cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, logsumexp, matmul, relu2, residual, rmsnorm, softmax)"},
+        {"conv2d --path bf16 --inputs D/a.npy --outputs D/a.npy", "unknown op 'conv2d' (ops: adamw, attention, cross_entropy, embedding, gelu_erf, gelu_tanh, grad_norm, layernorm, leaky_relu2, logsumexp, matmul, polar_express, relu2, residual, rmsnorm, rope, softmax, transpose)"},
         {"rmsnorm --path bf16 --path bf16 --inputs D/a.npy --outputs D/a.npy", "given twice"},
         {"rmsnorm --path bf16 --inputs D/a.npy --outputs D/a.npy --list --list", "--list given twice"}, /* bit 32 */
         {"rmsnorm --path bf16 --pass bwd --inputs D/a.npy --outputs dx=D/a.npy", "missing input tensor 'dy'"},
@@ -2137,7 +2137,7 @@ static void cli_refuses_bad_input(void **state)
         {"matmul --path fp32 --split-k 0 --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "--split-k: '0'"},
         {"matmul --path fp32 --layout BA --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "unknown layout 'BA'"},
         {"matmul --path fp32 --epilogue fused --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "unknown epilogue"},
-        {"matmul --path fp32 --upcast gemma --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "upcast is rmsnorm's; matmul has none"},
+        {"matmul --path fp32 --upcast gemma --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "upcast is rmsnorm's and polar_express's; matmul has none"},
         {"matmul --path fp32 --pass bwd --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "matmul has no bwd pass"},
         {"matmul --path fp32 --json D/none/x.jsonl --inputs D/a.npy,D/m32.npy --outputs D/m22.npy", "cannot write"},
         {"rmsnorm --path bf16 --gelu --inputs D/a.npy --outputs D/a.npy", "rmsnorm has none of them"},

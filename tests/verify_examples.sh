@@ -6,7 +6,11 @@
 #     built with `pkg-config --cflags --libs ulpscope` against that prefix, run:
 #     the correct kernel passes, its bf16-accumulating twin must fail;
 #  3. the NumPy example (examples/verify/rmsnorm_numpy.py): a correct bf16 RMSNorm
-#     PASSes `ulpscope verify`, one accumulating in bf16 FAILs with that named.
+#     PASSes `ulpscope verify`, one accumulating in bf16 FAILs with that named;
+#  4. the PyTorch example (examples/verify/rmsnorm_torch.py): the same with the
+#     kernels written in PyTorch on the CPU, dumped as safetensors.  It runs with
+#     PYTHON when that imports torch, else with the system /usr/bin/python3
+#     (Debian's python3-torch, which make deps installs, is built for it).
 # Prints one line per stage; any failure prints its log and exits 1.
 make=$1; build=$2; cc=$3; python=$4
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,7 +20,7 @@ die() { echo "!! verify-examples: $1"; [ -f "$work/log" ] && cat "$work/log"; ex
 
 prefix=$work/prefix
 $make --no-print-directory -C "$here" BUILD="$build" PREFIX="$prefix" install >"$work/log" 2>&1 || die "make install failed"
-for f in lib/libulpscope.a lib/libulpscope.so lib/libulpscope.so.1 include/ulpscope/verify.h include/ulpscope/unit.h lib/pkgconfig/ulpscope.pc; do
+for f in lib/libulpscope.a lib/libulpscope.so lib/libulpscope.so.2 include/ulpscope/verify.h include/ulpscope/unit.h lib/pkgconfig/ulpscope.pc; do
     [ -f "$prefix/$f" ] || die "make install did not put $f under PREFIX"
 done
 $make --no-print-directory -C "$here" BUILD="$build" PREFIX=/opt/ulpscope DESTDIR="$work/stage" install >"$work/log" 2>&1 ||
@@ -49,4 +53,16 @@ if "$python" -c "import numpy" >/dev/null 2>&1; then
     echo "verify-examples: rmsnorm_numpy.py: correct bf16 RMSNorm PASS, bf16 accumulator FAIL (named) ($(head -n 1 "$work/log" | sed 's/.*, //'))"
 else
     echo "verify-examples: skipping rmsnorm_numpy.py: no numpy for $python (make deps installs it)"
+fi
+
+torch_python=""
+for p in "$python" /usr/bin/python3; do
+    if "$p" -c "import torch" >/dev/null 2>&1; then torch_python=$p; break; fi
+done
+if [ -n "$torch_python" ]; then
+    "$torch_python" "$here/examples/verify/rmsnorm_torch.py" "$build/ulpscope" "$work/torch" >"$work/log" 2>&1 ||
+        die "examples/verify/rmsnorm_torch.py ($torch_python): unexpected verdict"
+    echo "verify-examples: rmsnorm_torch.py: correct bf16 RMSNorm PASS, bf16 accumulator FAIL (named) ($(head -n 1 "$work/log" | sed 's/.*, //'), $torch_python)"
+else
+    echo "verify-examples: skipping rmsnorm_torch.py: no torch for $python or /usr/bin/python3 (make deps installs python3-torch)"
 fi

@@ -18,13 +18,19 @@
 #include "kernels/check/compare_adamw.h"
 #include "kernels/check/compare_attention.h"
 #include "kernels/check/compare_cross_entropy.h"
+#include "kernels/check/compare_embedding.h"
+#include "kernels/check/compare_grad_norm.h"
 #include "kernels/check/compare_layernorm.h"
 #include "kernels/check/compare_logsumexp.h"
 #include "kernels/check/compare_matmul.h"
+#include "kernels/check/compare_polar_express.h"
 #include "kernels/check/compare_residual.h"
 #include "kernels/check/check_kexp.h"
 #include "kernels/check/compare_rmsnorm.h"
+#include "kernels/check/compare_rope.h"
 #include "kernels/check/compare_softmax.h"
+#include "kernels/check/compare_transpose.h"
+#include "kernels/polar_express.h"
 #include "precision/format.h"
 
 static int bad(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -45,7 +51,7 @@ typedef enum {
     T_STORAGE, /* the path's format (fp8 path: bf16) */
     T_FP32,
     T_OPERAND, /* a GEMM operand: the path's format; on the fp8 path the dequantised values, any finite */
-    T_INDEX    /* integers (cross_entropy's targets; -1: an ignored row) */
+    T_INDEX    /* integers (cross_entropy's targets, -1: an ignored row; embedding's tokens) */
 } tformat;
 
 typedef struct {
@@ -63,7 +69,8 @@ typedef struct {
 typedef enum {
     OP_MATMUL, OP_LAYERNORM, OP_RMSNORM, OP_SOFTMAX, OP_CROSS_ENTROPY,
     OP_GELU_TANH, OP_GELU_ERF, OP_RELU2, OP_LEAKY_RELU2, /* the activations, in kcmp_act_op's order */
-    OP_RESIDUAL, OP_ADAMW, OP_LOGSUMEXP, OP_ATTENTION
+    OP_RESIDUAL, OP_ADAMW, OP_LOGSUMEXP, OP_ATTENTION, OP_ROPE, OP_GRAD_NORM, OP_EMBEDDING, OP_TRANSPOSE,
+    OP_POLAR_EXPRESS
 } op_id;
 
 static int has_exp_form(op_id op) { return op == OP_SOFTMAX || op == OP_LOGSUMEXP; }
@@ -175,6 +182,50 @@ static const vop ops[] = {
         {"do", 0, T_STORAGE}},
        {{"dq", 1, T_STORAGE}, {"dk", 1, T_STORAGE}, {"dv", 1, T_STORAGE}}}},
      NULL},
+#define ROPE_TABLES {"cos", 1, T_FP32}, {"sin", 1, T_FP32}, {"inv_freq", 1, T_FP32}
+    {"rope", OP_ROPE,
+     "rotary position embedding, half-split pairs (i, i + D/2): y_i = x_i cos - x_{i+D/2} sin, y_{i+D/2} = x_i sin + "
+     "x_{i+D/2} cos, theta = pos base^(-2i/D), pos the index along T; backward rotates by -theta (--angle table or "
+     "fp32; --base; --accum: the rotation's arithmetic)",
+     {{"x (..., T, H, D), cos, sin (T', D/2 with T' >= T, fp32: the table the kernel read, optional), inv_freq (D/2, "
+       "fp32: the frequencies it multiplied positions by, optional)", "y (as x)",
+       {{"x", 0, T_STORAGE}, ROPE_TABLES}, {{"y", 0, T_STORAGE}}},
+      {"dy (..., T, H, D), cos, sin, inv_freq (as the forward's, optional)", "dx (as dy)",
+       {{"dy", 0, T_STORAGE}, ROPE_TABLES}, {{"dx", 0, T_STORAGE}}}},
+     NULL},
+    {"grad_norm", OP_GRAD_NORM,
+     "the global gradient norm sqrt(sum g^2) over every element of g (a model's gradients concatenated), in fp32, "
+     "sqrt correctly rounded (--accum, --reduce: the sum of squares)",
+     {{"g (any shape: every gradient element)", "norm (1 element, fp32)", {{"g", 0, T_STORAGE}}, {{"norm", 0, T_FP32}}},
+      {NULL, NULL, {{0}}, {{0}}}},
+     "the norm is a forward computation (clipping scales by it): verify the norm (--pass fwd)"},
+    {"embedding", OP_EMBEDDING,
+     "lookup out[t] = table[tokens[t]] (exact: any difference is a bug); backward dtable[v] = dtable0[v] + the sum of "
+     "dout[t] over the tokens t with id v (a scatter-add: --accum, --reduce the order of each row's sum)",
+     {{"table (V, C), tokens (N.., integers in [0, V))", "out (N.., C)", {{"table", 0, T_STORAGE}, {"tokens", 0, T_INDEX}},
+       {{"out", 0, T_STORAGE}}},
+      {"tokens (N..), dout (N.., C), dtable0 (V, C: the gradient the kernel added into, optional: zeros)", "dtable (V, C)",
+       {{"tokens", 0, T_INDEX}, {"dout", 0, T_STORAGE}, {"dtable0", 1, T_STORAGE}}, {{"dtable", 0, T_STORAGE}}}},
+     NULL},
+    {"transpose", OP_TRANSPOSE,
+     "y = x^T (a copy: exact, any difference is a bug), or y = y0 + x^T (an add: --accum its addition's format)",
+     {{"x (M, N), y0 (N, M: the add's old values, optional)", "y (N, M)", {{"x", 0, T_STORAGE}, {"y0", 1, T_STORAGE}},
+       {{"y", 0, T_STORAGE}}},
+      {NULL, NULL, {{0}}, {{0}}}},
+     "the backward of a transpose is a transpose: verify it as --pass fwd with x = dy"},
+    {"polar_express", OP_POLAR_EXPRESS,
+     "Muon's orthogonalisation: x0 = G / (1.02 |G|_F + 1e-6), then five steps x' = a x + (b A + c A^2) x, A = x x^T "
+     "(--form wide) or x^T x (tall), each judged from the kernel's own previous iterate (--coeffs; --epilogue single: "
+     "x' in one GEMM, rounded: B x rounded, then + a x; --accum: the GEMMs'; --reduce: the norm's sum of squares; "
+     "--upcast fp32 or none: the rest of the normalisation)",
+     {{"G (rows, cols)", "x0 (the normalised G), x1, ..., x5 (the iterates), each optional (x<k> needs x<k-1>)",
+       {{"G", 0, T_STORAGE}},
+       {{"x0", 1, T_STORAGE}, {"x1", 1, T_STORAGE}, {"x2", 1, T_STORAGE}, {"x3", 1, T_STORAGE}, {"x4", 1, T_STORAGE},
+        {"x5", 1, T_STORAGE}}},
+      {NULL, NULL, {{0}}, {{0}}}},
+     "Muon applies the orthogonalised momentum as its update; nothing differentiates through it: verify the stages "
+     "(--pass fwd)"},
+#undef ROPE_TABLES
 #undef ACT_FWD
 #undef ACT_BWD
 #undef RELU2_FWD
@@ -184,8 +235,8 @@ static const int n_ops = (int)(sizeof ops / sizeof ops[0]);
 
 const char *ulp_op_names(void)
 {
-    return "adamw, attention, cross_entropy, gelu_erf, gelu_tanh, layernorm, leaky_relu2, logsumexp, matmul, relu2, "
-           "residual, rmsnorm, softmax";
+    return "adamw, attention, cross_entropy, embedding, gelu_erf, gelu_tanh, grad_norm, layernorm, leaky_relu2, "
+           "logsumexp, matmul, polar_express, relu2, residual, rmsnorm, rope, softmax, transpose";
 }
 
 void ulp_op_help(FILE *fp)
@@ -299,6 +350,11 @@ typedef struct {
     double scale;        /* attention: 0 for fp32(1/sqrt(D)) */
     int gelu, split_k, online;
     double dloss;
+    const char *coeffs, *form; /* polar_express */
+    double abc[KPE_STEPS][3];  /* its coefficients per step, as fp32 values (coeffs declared) */
+    int has_coeffs;
+    const char *angle;         /* rope */
+    double base;
 } decl;
 
 /* layernorm's variance algorithm: 0 and *k's fields filled, -1 malformed. */
@@ -332,6 +388,8 @@ static int is_one_of(const char *s, const char *const *list)
         if (strcmp(s, *list) == 0) return 1;
     return 0;
 }
+
+static int ops_decl(const ulp_kernel *k, op_id op, const char *name, decl *d, char *err, size_t errlen);
 
 /* attention's declaration (the path and accum already read into d): the
  * other ops' options refused, its own checked. */
@@ -381,6 +439,65 @@ static int attention_decl(const ulp_kernel *k, decl *d, char *err, size_t errlen
                                 "function, lr, beta1, beta2, weight-decay, step, order and store are other ops'; attention "
                                 "has none of them");
     if (k->eps != (double)1e-5f) return bad(err, errlen, "eps is the norms'; attention has none");
+    return ops_decl(k, OP_ATTENTION, "attention", d, err, errlen);
+}
+
+/* polar_express's --coeffs: a named table or one triple "a,b,c" for every
+ * step, each rounded to fp32 (kernels take them as floats). */
+static int parse_coeffs(const char *s, decl *d)
+{
+    float abc[KPE_STEPS][3];
+    if (strcmp(s, "polar-express") == 0 || strcmp(s, "muon-quintic") == 0) {
+        kpe_coefficients(s[0] == 'p' ? KPE_POLAR_EXPRESS : KPE_MUON_QUINTIC, abc);
+    } else {
+        double v[3];
+        const char *p = s;
+        for (int i = 0; i < 3; i++) {
+            char *end;
+            v[i] = strtod(p, &end);
+            if (end == p || !isfinite(v[i]) || fabs(v[i]) > 1e30 || *end != (i < 2 ? ',' : '\0')) return -1;
+            p = end + 1;
+        }
+        for (int st = 0; st < KPE_STEPS; st++)
+            for (int i = 0; i < 3; i++) abc[st][i] = (float)v[i];
+    }
+    for (int st = 0; st < KPE_STEPS; st++)
+        for (int i = 0; i < 3; i++) d->abc[st][i] = abc[st][i];
+    d->has_coeffs = 1;
+    return 0;
+}
+
+/* The options of rope, grad_norm, embedding, transpose and polar_express
+ * (the older ops' already checked by check_decl), and theirs refused
+ * elsewhere. */
+static int ops_decl(const ulp_kernel *k, op_id op, const char *name, decl *d, char *err, size_t errlen)
+{
+    d->coeffs = k->coeffs ? k->coeffs : "unknown";
+    d->form = k->form ? k->form : "unknown";
+    d->angle = k->angle ? k->angle : "unknown";
+    d->base = k->base;
+    if (op != OP_POLAR_EXPRESS && (strcmp(d->coeffs, "unknown") != 0 || strcmp(d->form, "unknown") != 0))
+        return bad(err, errlen, "coeffs and form are polar_express's; %s has neither", name);
+    if (op != OP_ROPE && (strcmp(d->angle, "unknown") != 0 || (k->base != 10000.0 && k->base != 0)))
+        return bad(err, errlen, "angle and base are rope's; %s has neither", name);
+    if ((op == OP_GRAD_NORM || op == OP_POLAR_EXPRESS) && d->math_ulps != 2.0)
+        return bad(err, errlen, "%s's square root is correctly rounded (sqrtf); --math-ulps does not apply", name);
+    if (op == OP_ROPE) {
+        static const char *const angles[] = {"table", "fp32", "unknown", NULL};
+        if (!is_one_of(d->angle, angles)) return bad(err, errlen, "unknown angle '%s' (table, fp32, unknown)", d->angle);
+        if (!(k->base > 1 && k->base < 1e30)) return bad(err, errlen, "base %g is outside (1, 1e30)", k->base);
+    }
+    if (op == OP_POLAR_EXPRESS) {
+        static const char *const forms[] = {"wide", "tall", "any", "unknown", NULL};
+        static const char *const epilogues[] = {"single", "rounded", "unknown", NULL};
+        if (!is_one_of(d->form, forms)) return bad(err, errlen, "unknown form '%s' (wide, tall, any, unknown)", d->form);
+        if (!is_one_of(d->epilogue, epilogues))
+            return bad(err, errlen, "polar_express's epilogue is single (x' = B x + a x in one GEMM), rounded (B x rounded, "
+                                    "then + a x) or unknown, not %s", d->epilogue);
+        if (strcmp(d->coeffs, "unknown") != 0 && parse_coeffs(d->coeffs, d) != 0)
+            return bad(err, errlen, "unknown coeffs '%s' (polar-express, muon-quintic, or a,b,c: one triple for every step)",
+                       d->coeffs);
+    }
     return 0;
 }
 
@@ -400,13 +517,16 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
     prec_dot_model model;
     int is_model = parse_dot_model(d->accum, &model);
     if (op == OP_ATTENTION) return attention_decl(k, d, err, errlen);
-    if (is_model && op != OP_MATMUL)
-        return bad(err, errlen, "accumulation '%s' is a matrix-unit model of matmul (fp64, fp32, bf16, fp16, storage, unknown)",
-                   d->accum);
+    /* polar_express's GEMMs: the 16-bit and tf32 tensor cores (its paths have no fp8) */
+    const int gemm_model_ok = op == OP_MATMUL || (op == OP_POLAR_EXPRESS && model.kind == PREC_DOT_TENSOR_CORE);
+    if (is_model > 0 && !gemm_model_ok)
+        return bad(err, errlen, "accumulation '%s' is a matrix-unit model of matmul (fp64, fp32, bf16, fp16, storage, %sunknown)",
+                   d->accum, op == OP_POLAR_EXPRESS ? "tensor-core, tf32, " : "");
     if (is_model < 0 || (!is_model && strcmp(d->accum, "unknown") != 0 && strcmp(d->accum, "storage") != 0 &&
                          parse_format(d->accum, &f) != 0))
         return bad(err, errlen, "unknown accumulation '%s' (fp64, fp32, bf16, fp16, storage, unknown%s)", d->accum,
-                   op == OP_MATMUL ? ", tensor-core, tf32, fp8-promote:N, fp8-fast, fp8-groups:N" : "");
+                   op == OP_MATMUL ? ", tensor-core, tf32, fp8-promote:N, fp8-fast, fp8-groups:N"
+                   : op == OP_POLAR_EXPRESS ? ", tensor-core, tf32" : "");
     if (is_model) {
         const char *needs = model.kind == PREC_DOT_TENSOR_CORE ? (model.u_in > 0 ? "fp32" : "bf16 or fp16") : "fp8";
         int ok = model.kind == PREC_DOT_TENSOR_CORE
@@ -422,7 +542,11 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
         return bad(err, errlen, "unknown column reduction '%s' (" REDUCE_SYNTAX ")", d->col_reduce);
     d->upcast = k->upcast ? k->upcast : "unknown";
     static const char *const upcasts[] = {"gemma", "llama", "none", "unknown", NULL};
-    if (!is_one_of(d->upcast, upcasts))
+    static const char *const pe_upcasts[] = {"fp32", "none", "unknown", NULL};
+    if (op == OP_POLAR_EXPRESS && !is_one_of(d->upcast, pe_upcasts))
+        return bad(err, errlen, "polar_express's upcast is fp32 (the normalisation in fp32), none (in the storage format) "
+                                "or unknown, not %s", d->upcast);
+    if (op != OP_POLAR_EXPRESS && !is_one_of(d->upcast, upcasts))
         return bad(err, errlen, "unknown upcast '%s' (gemma, llama, none, unknown)", d->upcast);
     if (!(k->math_ulps >= 0 && k->math_ulps <= 1e6))
         return bad(err, errlen, "math function error %g ulps is outside 0..1e6", k->math_ulps);
@@ -466,7 +590,8 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
     /* the other ops' options: refused rather than silently ignored */
     static const char *const op_names[] = {"matmul", "layernorm", "rmsnorm", "softmax", "cross_entropy",
                                            "gelu_tanh", "gelu_erf", "relu2", "leaky_relu2", "residual", "adamw",
-                                           "logsumexp", "attention"};
+                                           "logsumexp", "attention", "rope", "grad_norm", "embedding", "transpose",
+                                           "polar_express"};
     d->order = k->order ? k->order : "unknown";
     d->store = k->store ? k->store : "unknown";
     static const char *const orders[] = {"llmc", "torch", "any", "unknown", NULL};
@@ -506,10 +631,12 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
         return bad(err, errlen, "unknown function '%s' for gelu_erf (erf, normcdf, any, unknown)", d->function);
     if (!is_gelu(op) && strcmp(d->function, "unknown") != 0)
         return bad(err, errlen, "function is the GELUs' (gelu_tanh, gelu_erf); %s has none", op_names[op]);
-    if ((is_elementwise(op) || op == OP_ADAMW) && (strcmp(d->reduce, "unknown") != 0 || strcmp(d->col_reduce, "unknown") != 0))
+    const int no_sums = is_elementwise(op) || op == OP_ADAMW || op == OP_ROPE || op == OP_TRANSPOSE;
+    if (no_sums && (strcmp(d->reduce, "unknown") != 0 || strcmp(d->col_reduce, "unknown") != 0))
         return bad(err, errlen, "reduce and col-reduce are the orders of sums; %s is elementwise and has none (--accum is "
                                 "the format of its arithmetic)", op_names[op]);
-    if ((is_elementwise(op) || op == OP_ADAMW) && !is_gelu(op) && d->math_ulps != 2.0)
+    if ((is_elementwise(op) || op == OP_ADAMW || op == OP_TRANSPOSE || op == OP_EMBEDDING) && !is_gelu(op) &&
+        d->math_ulps != 2.0)
         return bad(err, errlen, "%s calls no math function; --math-ulps does not apply", op_names[op]);
     if (op != OP_CROSS_ENTROPY && (d->dloss != 0 || d->online))
         return bad(err, errlen, "dloss and online are cross_entropy's; %s has neither", op_names[op]);
@@ -522,19 +649,47 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
                                 "--math-ulps does not apply", op_names[op]);
     if (has_exp_form(op) && strcmp(d->col_reduce, "unknown") != 0)
         return bad(err, errlen, "col-reduce is for the sums over rows of a normalisation's backward; %s has none", op_names[op]);
-    if (op != OP_MATMUL && (strcmp(d->epilogue, "unknown") != 0 || strcmp(d->layout, "AB") != 0 || d->alpha != 1.0 ||
-                            d->beta != 0.0 || d->gelu || d->split_k != 1))
+    if ((op != OP_MATMUL && op != OP_POLAR_EXPRESS && strcmp(d->epilogue, "unknown") != 0) ||
+        (op != OP_MATMUL && (strcmp(d->layout, "AB") != 0 || d->alpha != 1.0 || d->beta != 0.0 || d->gelu || d->split_k != 1)))
         return bad(err, errlen, "epilogue, layout, alpha, beta, gelu and split-k are matmul's; %s has none of them",
                    op_names[op]);
-    if (op != OP_RMSNORM && strcmp(d->upcast, "unknown") != 0)
-        return bad(err, errlen, "upcast is rmsnorm's; %s has none", op_names[op]);
-    if ((op == OP_MATMUL || op == OP_CROSS_ENTROPY) && strcmp(d->col_reduce, "unknown") != 0)
+    if (op != OP_RMSNORM && op != OP_POLAR_EXPRESS && strcmp(d->upcast, "unknown") != 0)
+        return bad(err, errlen, "upcast is rmsnorm's and polar_express's; %s has none", op_names[op]);
+    if ((op == OP_MATMUL || op == OP_CROSS_ENTROPY || op >= OP_ROPE) && strcmp(d->col_reduce, "unknown") != 0)
         return bad(err, errlen, "col-reduce is for the sums over rows of a normalisation's backward; %s has none",
                    op_names[op]);
     if (op != OP_LAYERNORM && strcmp(d->variance, "unknown") != 0)
         return bad(err, errlen, "variance is layernorm's; %s has none", op_names[op]);
-    return 0;
+    return ops_decl(k, op, op_names[op], d, err, errlen);
 }
+
+/* ---- what one call compares ------------------------------------------------------- */
+
+typedef struct {
+    const ulp_tensor *t; /* NULL: not given */
+    double *v;           /* its values as doubles */
+    int64_t n;
+} bound_tensor;
+
+/* What one verify call compares: the op, the pass, the bound tensors and
+ * the dimensions their shapes gave. */
+typedef struct {
+    op_id op;
+    int bwd;
+    const vtensor *outputs; /* the pass's output names */
+    const bound_tensor *in, *out;
+    int64_t N, C;              /* rmsnorm: rows, row length */
+    int64_t M, cols, K;        /* matmul: y is (M, cols) */
+    long a_rs, a_cs, b_rs, b_cs; /* matmul: A[m,k] = a[m a_rs + k a_cs], B[k,n] = b[k b_rs + n b_cs] */
+    int has_bias;
+    int has_stats;             /* layernorm bwd: the stored mean and rstd are given */
+    int32_t *targets;          /* cross_entropy: the targets, embedding: the tokens as integers (owned) */
+    int64_t BH, T, D;          /* attention: heads (the leading dimensions), tokens, head dimension; rope: T, D */
+    int64_t H, V;              /* rope: heads; embedding: table rows (N, C: tokens, row length) */
+    int has_y0;                /* transpose: an add (else a copy; M, cols: x is (M, cols)) */
+    int has_x0, has_steps;     /* polar_express: x0, some x<k> given (N, C: G is (N, C)) */
+    char shape[96];
+} problem;
 
 static int accum_is_model(const decl *d)
 {
@@ -546,9 +701,19 @@ static int accum_is_model(const decl *d)
  * to a backward only (dgain, dbias), upcast to rmsnorm, the variance to
  * layernorm (in the backward only when it replays statistics not given:
  * has_stats says both were), the epilogue to a matmul with a bias or GELU,
- * the reduction to a rounded accumulator. */
-static int is_unknown(const decl *d, op_id op, int bwd, int has_bias, int has_stats)
+ * the reduction to a rounded accumulator; nothing to a gather or a copy. */
+static int is_unknown(const decl *d, const problem *pb)
 {
+    const op_id op = pb->op;
+    const int bwd = pb->bwd, has_bias = pb->has_bias, has_stats = pb->has_stats;
+    if ((op == OP_EMBEDDING && !bwd) || (op == OP_TRANSPOSE && !pb->has_y0)) return 0; /* a gather, a copy: exact */
+    if (op == OP_TRANSPOSE || op == OP_ROPE)
+        return strcmp(d->accum, "unknown") == 0 || (op == OP_ROPE && strcmp(d->angle, "unknown") == 0);
+    if (op == OP_GRAD_NORM || op == OP_EMBEDDING) return strcmp(d->accum, "unknown") == 0 || strcmp(d->reduce, "unknown") == 0;
+    if (op == OP_POLAR_EXPRESS)
+        return strcmp(d->accum, "unknown") == 0 ||
+               (pb->has_x0 && (strcmp(d->reduce, "unknown") == 0 || strcmp(d->upcast, "unknown") == 0)) ||
+               (pb->has_steps && (strcmp(d->epilogue, "unknown") == 0 || strcmp(d->form, "unknown") == 0));
     if (op == OP_ATTENTION) /* the tensor cores' bound takes neither the softmax form nor the reduction */
         return strcmp(d->accum, "unknown") == 0 || strcmp(d->exp_form, "unknown") == 0 ||
                (strcmp(d->accum, "tensor-core") != 0 &&
@@ -570,8 +735,9 @@ static int is_unknown(const decl *d, op_id op, int bwd, int has_bias, int has_st
 }
 
 /* The declaration with its unknown parts resolved to the tightest or the loosest. */
-static decl resolve(const decl *d, op_id op, int tightest)
+static decl resolve(const decl *d, const problem *pb, int tightest)
 {
+    const op_id op = pb->op;
     decl r = *d;
     if (op == OP_ATTENTION) {
         /* an unknown accumulation is fp32 at both ends: the tensor cores' bound is declared, never assumed */
@@ -596,11 +762,22 @@ static decl resolve(const decl *d, op_id op, int tightest)
     if (op == OP_ADAMW && strcmp(r.order, "unknown") == 0) r.order = tightest ? "llmc" : "any";
     if (op == OP_ADAMW && strcmp(r.store, "unknown") == 0) r.store = tightest ? "nearest" : "stochastic";
     if (is_gelu(op) && strcmp(r.function, "unknown") == 0) r.function = !tightest ? "any" : op == OP_GELU_TANH ? "tanh" : "erf";
+    if (op == OP_ROPE && strcmp(r.angle, "unknown") == 0) r.angle = tightest ? "table" : "fp32";
+    if (op == OP_POLAR_EXPRESS && strcmp(r.epilogue, "unknown") == 0) r.epilogue = tightest ? "single" : "rounded";
+    if (op == OP_POLAR_EXPRESS && strcmp(r.upcast, "unknown") == 0) r.upcast = tightest ? "fp32" : "none";
+    /* the tightest form: the smaller Gram matrix, as modded-nanogpt's transpose of a tall G makes it */
+    if (op == OP_POLAR_EXPRESS && strcmp(r.form, "unknown") == 0) r.form = !tightest ? "any" : pb->N <= pb->C ? "wide" : "tall";
     return r;
 }
 
-static void describe(const decl *d, op_id op, int bwd, int has_bias, char *out, size_t len)
+static void describe(const decl *d, const problem *pb, char *out, size_t len)
 {
+    const op_id op = pb->op;
+    const int bwd = pb->bwd, has_bias = pb->has_bias;
+    if ((op == OP_EMBEDDING && !bwd) || (op == OP_TRANSPOSE && !pb->has_y0)) {
+        snprintf(out, len, "exact (%s)", op == OP_EMBEDDING ? "a gather" : "a copy");
+        return;
+    }
     size_t k = 0;
 #define APPEND(...)                                                                 \
     do {                                                                            \
@@ -634,6 +811,16 @@ static void describe(const decl *d, op_id op, int bwd, int has_bias, char *out, 
         APPEND("%s--exp %s", k ? " " : "", d->exp_form);
     } else if (op == OP_CROSS_ENTROPY) {
         APPEND(" --reduce %s%s", d->reduce, d->online ? " --online" : "");
+    } else if (op == OP_ROPE) {
+        APPEND(" --angle %s", d->angle);
+        if (strcmp(d->angle, "fp32") == 0 && d->math_ulps != 2.0) APPEND(" --math-ulps %g", d->math_ulps);
+    } else if (op == OP_TRANSPOSE) {
+        /* the add's format alone */
+    } else if (op == OP_GRAD_NORM || op == OP_EMBEDDING) {
+        APPEND(" --reduce %s", d->reduce);
+    } else if (op == OP_POLAR_EXPRESS) {
+        if (pb->has_steps) APPEND(" --form %s --epilogue %s", d->form, d->epilogue);
+        if (pb->has_x0) APPEND(" --reduce %s --upcast %s", d->reduce, d->upcast);
     } else if (op != OP_MATMUL) {
         APPEND(" --reduce %s", d->reduce);
         if (bwd) APPEND(" --col-reduce %s", d->col_reduce);
@@ -815,13 +1002,59 @@ static kcmp_attention_kernel attention_kernel(const decl *d, int64_t D)
     return k;
 }
 
-/* ---- tensors ----------------------------------------------------------------------- */
+/* The format of an op's sums or arithmetic as declared ("storage": the path's). */
+static prec_format accum_format(const decl *d)
+{
+    prec_format f = d->storage;
+    if (strcmp(d->accum, "storage") != 0) parse_format(d->accum, &f);
+    return f;
+}
 
-typedef struct {
-    const ulp_tensor *t; /* NULL: not given */
-    double *v;           /* its values as doubles */
-    int64_t n;
-} bound_tensor;
+static kcmp_rope_kernel rope_kernel(const decl *d)
+{
+    kcmp_rope_kernel k = {d->storage, accum_format(d), strcmp(d->angle, "table") == 0 ? KCMP_ROPE_TABLE : KCMP_ROPE_FP32_ANGLE,
+                          d->base, d->math_ulps};
+    return k;
+}
+
+/* The rows a scatter-add sums are added, not multiplied: each sum starts
+ * from its first row exactly, one rounding fewer than parse_reduce counts
+ * (a declared depth:D is taken as given). */
+static int64_t embedding_depth(int64_t k, const void *user)
+{
+    const decl *d = user;
+    const int64_t depth = parse_reduce(d->reduce, k, 0);
+    return strncmp(d->reduce, "depth:", 6) == 0 || depth < 1 ? depth : depth - 1;
+}
+
+static kcmp_embedding_kernel embedding_kernel(const decl *d)
+{
+    kcmp_embedding_kernel k = {d->storage, accum_format(d), embedding_depth, d};
+    return k;
+}
+
+/* polar_express as declared, for G of n elements: the GEMMs' accumulation
+ * over their whole K (any order); the normalisation after its fp32 sum of
+ * squares in fp32 (--upcast fp32) or in the storage format (none: PyTorch's
+ * X / (X.norm() * 1.02 + 1e-6) on a bf16 X). */
+static kcmp_pe_kernel pe_kernel(const decl *d, int64_t n)
+{
+    kcmp_pe_kernel k = {0};
+    k.storage = d->storage;
+    k.tall = strcmp(d->form, "tall") == 0;
+    k.either_form = strcmp(d->form, "any") == 0;
+    k.fused = strcmp(d->epilogue, "single") == 0;
+    if (parse_dot_model(d->accum, &k.gemm) <= 0) {
+        memset(&k.gemm, 0, sizeof k.gemm);
+        k.gemm.kind = PREC_DOT_ROUNDED;
+        k.gemm.acc = accum_format(d);
+    }
+    k.norm_arith = strcmp(d->upcast, "none") == 0 ? d->storage : PREC_FP32;
+    k.norm_depth = parse_reduce(d->reduce, n, 0);
+    return k;
+}
+
+/* ---- tensors ----------------------------------------------------------------------- */
 
 static double element(const ulp_tensor *t, int64_t i)
 {
@@ -1021,23 +1254,6 @@ static int layernorm_shapes(const bound_tensor *in, const bound_tensor *out, int
     return 0;
 }
 
-/* What one verify call compares: the op, the pass, the bound tensors and
- * the dimensions their shapes gave. */
-typedef struct {
-    op_id op;
-    int bwd;
-    const vtensor *outputs; /* the pass's output names */
-    const bound_tensor *in, *out;
-    int64_t N, C;              /* rmsnorm: rows, row length */
-    int64_t M, cols, K;        /* matmul: y is (M, cols) */
-    long a_rs, a_cs, b_rs, b_cs; /* matmul: A[m,k] = a[m a_rs + k a_cs], B[k,n] = b[k b_rs + n b_cs] */
-    int has_bias;
-    int has_stats;             /* layernorm bwd: the stored mean and rstd are given */
-    int32_t *targets;          /* cross_entropy: the targets as integers (owned) */
-    int64_t BH, T, D;          /* attention: heads (the leading dimensions), tokens, head dimension */
-    char shape[96];
-} problem;
-
 /* Shape rules of matmul (--layout): a (M, K) or (K, M), b (K, N) or (N, K),
  * c and y (M, N), bias (N); c exactly when beta != 0. */
 static int matmul_shapes(const decl *d, problem *pb, char *err, size_t errlen)
@@ -1138,6 +1354,122 @@ static int attention_shapes(problem *pb, char *err, size_t errlen)
     return 0;
 }
 
+static int same_dims(const ulp_tensor *t, int ndim, const int64_t *dims)
+{
+    if (t->ndim != ndim) return 0;
+    for (int k = 0; k < ndim; k++)
+        if (t->shape[k] != dims[k]) return 0;
+    return 1;
+}
+
+/* Shape rules of rope: x (dy) (..., T, H, D) with D even, y (dx) as x; cos,
+ * sin (T', D/2) with T' >= T, both or neither; inv_freq (D/2).  Tables
+ * given with an unknown angle: the kernel read them (a table, or the fp32
+ * angle from those frequencies). */
+static int rope_shapes(decl *d, problem *pb, char *err, size_t errlen)
+{
+    const bound_tensor *in = pb->in;
+    const ulp_tensor *x = in[0].t;
+    if (x->ndim < 3) return bad(err, errlen, "%s must have at least three dimensions (..., T, H, D)", x->name);
+    const int64_t T = x->shape[x->ndim - 3], H = x->shape[x->ndim - 2], D = x->shape[x->ndim - 1];
+    if (in[0].n < 1) return bad(err, errlen, "%s has no elements", x->name);
+    if (D % 2) return bad(err, errlen, "%s's head dimension D = %lld is odd: pairs (i, i + D/2) need it even", x->name, (long long)D);
+    if (!same_dims(pb->out[0].t, x->ndim, x->shape)) return bad(err, errlen, "%s's shape differs from %s's", pb->out[0].t->name, x->name);
+    if (!in[1].t != !in[2].t) return bad(err, errlen, "cos and sin come together (the table the kernel read)");
+    for (int i = 1; i < 3; i++)
+        if (in[i].t && (in[i].t->ndim != 2 || in[i].t->shape[1] != D / 2 || in[i].t->shape[0] < T))
+            return bad(err, errlen, "%s must be (T', D/2) with T' >= T = %lld and D/2 = %lld", in[i].t->name, (long long)T,
+                       (long long)(D / 2));
+    if (in[3].t && in[3].n != D / 2)
+        return bad(err, errlen, "inv_freq has %lld elements, D/2 = %lld", (long long)in[3].n, (long long)(D / 2));
+    if (in[1].t && in[3].t) return bad(err, errlen, "cos, sin and inv_freq: a kernel reads a table or forms the angle, give one");
+    if (in[1].t && strcmp(d->angle, "fp32") == 0) return bad(err, errlen, "cos and sin are a table: --angle table (or unknown)");
+    if (in[3].t && strcmp(d->angle, "table") == 0) return bad(err, errlen, "inv_freq is the fp32 angle's: --angle fp32 (or unknown)");
+    if (strcmp(d->angle, "unknown") == 0 && (in[1].t || in[3].t)) d->angle = in[1].t ? "table" : "fp32";
+    pb->T = T;
+    pb->H = H;
+    pb->D = D;
+    pb->N = in[0].n / (H * D);
+    snprintf(pb->shape, sizeof pb->shape, "B=%lld T=%lld H=%lld D=%lld", (long long)(pb->N / T), (long long)T, (long long)H,
+             (long long)D);
+    return 0;
+}
+
+/* Shape rules of embedding: table (V, C), tokens (N..) in [0, V), out
+ * (N.., C); backward dout (N.., C), dtable0 and dtable (V, C). */
+static int embedding_shapes(problem *pb, char *err, size_t errlen)
+{
+    const bound_tensor *in = pb->in, *out = pb->out;
+    const bound_tensor *tok = pb->bwd ? &in[0] : &in[1], *rows = pb->bwd ? &in[1] : &out[0];
+    const ulp_tensor *tab = pb->bwd ? out[0].t : in[0].t;
+    if (tab->ndim != 2) return bad(err, errlen, "%s must be (V, C), it has %d dimensions", tab->name, tab->ndim);
+    const int64_t V = tab->shape[0], C = tab->shape[1], N = tok->n;
+    if (V < 1 || C < 1 || N < 1) return bad(err, errlen, "empty lookup: V = %lld, C = %lld, %lld tokens", (long long)V,
+                                            (long long)C, (long long)N);
+    int64_t dims[ULP_MAX_DIMS + 1];
+    const ulp_tensor *t = tok->t;
+    if (t->ndim >= ULP_MAX_DIMS) return bad(err, errlen, "tokens have %d dimensions (at most %d)", t->ndim, ULP_MAX_DIMS - 1);
+    for (int k = 0; k < t->ndim; k++) dims[k] = t->shape[k];
+    dims[t->ndim] = C;
+    if (!same_dims(rows->t, t->ndim + 1, dims)) return bad(err, errlen, "%s's shape differs from (tokens..., C = %lld)",
+                                                           rows->t->name, (long long)C);
+    if (pb->bwd && in[2].t && !same_dims(in[2].t, 2, tab->shape)) return bad(err, errlen, "dtable0's shape differs from dtable's");
+    pb->targets = malloc((size_t)N * sizeof(int32_t));
+    if (!pb->targets) return bad(err, errlen, "out of memory");
+    for (int64_t i = 0; i < N; i++) {
+        if (tok->v[i] < 0 || tok->v[i] >= (double)V)
+            return bad(err, errlen, "token %lld is %.17g: tokens are in [0, V = %lld)", (long long)i, tok->v[i], (long long)V);
+        pb->targets[i] = (int32_t)tok->v[i];
+    }
+    pb->V = V;
+    pb->N = N;
+    pb->C = C;
+    snprintf(pb->shape, sizeof pb->shape, "V=%lld N=%lld C=%lld", (long long)V, (long long)N, (long long)C);
+    return 0;
+}
+
+/* Shape rules of transpose: x (M, N); y0 and y (N, M). */
+static int transpose_shapes(problem *pb, char *err, size_t errlen)
+{
+    const ulp_tensor *x = pb->in[0].t;
+    if (x->ndim != 2) return bad(err, errlen, "x must be a matrix (2 dimensions), it has %d", x->ndim);
+    const int64_t M = x->shape[0], N = x->shape[1], yt[2] = {N, M};
+    if (M < 1 || N < 1) return bad(err, errlen, "x has no elements (M, N >= 1)");
+    const ulp_tensor *ys[2] = {pb->in[1].t, pb->out[0].t};
+    for (int i = 0; i < 2; i++)
+        if (ys[i] && !same_dims(ys[i], 2, yt))
+            return bad(err, errlen, "%s's shape differs from x^T's (N, M) = (%lld, %lld)", ys[i]->name, (long long)N, (long long)M);
+    pb->M = M;
+    pb->cols = N;
+    pb->has_y0 = pb->in[1].t != NULL;
+    snprintf(pb->shape, sizeof pb->shape, "M=%lld N=%lld", (long long)M, (long long)N);
+    return 0;
+}
+
+/* Shape rules of polar_express: G (rows, cols), every stage as G; x<k>
+ * needs x<k-1> (its input); the steps need the coefficients. */
+static int pe_shapes(const decl *d, problem *pb, char *err, size_t errlen)
+{
+    const ulp_tensor *g = pb->in[0].t;
+    if (g->ndim != 2) return bad(err, errlen, "G must be a matrix (rows, cols), it has %d dimensions", g->ndim);
+    if (g->shape[0] < 1 || g->shape[1] < 1) return bad(err, errlen, "G has no elements (rows, cols >= 1)");
+    for (int st = 0; st <= KPE_STEPS; st++) {
+        const ulp_tensor *x = pb->out[st].t;
+        if (!x) continue;
+        if (!same_dims(x, 2, g->shape)) return bad(err, errlen, "%s's shape differs from G's", x->name);
+        if (st > 0 && !pb->out[st - 1].t)
+            return bad(err, errlen, "x%d needs x%d: each step is judged from the kernel's own previous iterate", st, st - 1);
+        if (st > 0) pb->has_steps = 1;
+    }
+    if (pb->has_steps && !d->has_coeffs)
+        return bad(err, errlen, "the steps need --coeffs (polar-express, muon-quintic, or a,b,c): the coefficients the kernel used");
+    pb->has_x0 = pb->out[0].t != NULL;
+    pb->N = g->shape[0];
+    pb->C = g->shape[1];
+    snprintf(pb->shape, sizeof pb->shape, "rows=%lld cols=%lld", (long long)pb->N, (long long)pb->C);
+    return 0;
+}
+
 /* Runs the op's comparison under declaration d; appends its rows (only the
  * pass's outputs) to rep; returns 1 when all of them pass, 0 when one
  * fails, -1 when out of memory. */
@@ -1145,12 +1477,42 @@ static int op_rows(const decl *d, const problem *pb, ulp_report *rep, int *vacuo
 {
     kcheck_acc rows[KCMP_LAYERNORM_MAX_ROWS]; /* the most of any op */
     _Static_assert(KCMP_ADAMW_MAX_ROWS <= KCMP_LAYERNORM_MAX_ROWS && KCMP_ACT_MAX_ROWS <= KCMP_LAYERNORM_MAX_ROWS &&
-                       KCMP_ATTENTION_MAX_ROWS <= KCMP_LAYERNORM_MAX_ROWS,
+                       KCMP_ATTENTION_MAX_ROWS <= KCMP_LAYERNORM_MAX_ROWS && KPE_STEPS + 1 <= KCMP_LAYERNORM_MAX_ROWS &&
+                       KCMP_EMBEDDING_MAX_ROWS <= KCMP_LAYERNORM_MAX_ROWS,
                    "rows[] holds every op's rows");
     int n;
     const bound_tensor *in = pb->in, *out = pb->out;
     const int bwd = pb->bwd;
-    if (pb->op == OP_ATTENTION) {
+    if (pb->op == OP_POLAR_EXPRESS) {
+        const kcmp_pe_kernel k = pe_kernel(d, pb->N * pb->C);
+        n = 0;
+        for (int st = 0; st <= KPE_STEPS && n >= 0; st++) {
+            if (!out[st].t) continue;
+            const double *a = st ? d->abc[st - 1] : NULL;
+            kcmp_pe_data data = {pb->N, pb->C, st, st ? out[st - 1].v : in[0].v, a ? a[0] : 0, a ? a[1] : 0, a ? a[2] : 0,
+                                 out[st].v};
+            if (kcmp_polar_express(&k, &data, pb->shape, &rows[n++]) < 0) n = -1;
+        }
+    } else if (pb->op == OP_ROPE) {
+        const kcmp_rope_kernel k = rope_kernel(d);
+        kcmp_rope_data data = {pb->N, pb->H, pb->D, pb->T, in[0].v, in[1].v, in[2].v, in[3].v, out[0].v, bwd};
+        n = kcmp_rope(&k, &data, pb->shape, rows);
+    } else if (pb->op == OP_GRAD_NORM) {
+        const int64_t size = in[0].n;
+        const double *g[1] = {in[0].v};
+        kcmp_grad_norm_kernel k = {accum_format(d), parse_reduce(d->reduce, size, 0)};
+        kcmp_grad_norm_data data = {1, &size, g, out[0].v[0]};
+        n = kcmp_grad_norm(&k, &data, pb->shape, rows);
+    } else if (pb->op == OP_EMBEDDING) {
+        const kcmp_embedding_kernel k = embedding_kernel(d);
+        kcmp_embedding_data data = {pb->V, pb->N, pb->C, pb->targets, bwd ? NULL : in[0].v, bwd ? NULL : out[0].v,
+                                    bwd ? in[1].v : NULL, bwd ? in[2].v : NULL, bwd ? out[0].v : NULL};
+        n = kcmp_embedding(&k, &data, pb->shape, rows);
+    } else if (pb->op == OP_TRANSPOSE) {
+        const kcmp_transpose_kernel k = {d->storage, accum_format(d)};
+        kcmp_transpose_data data = {pb->M, pb->cols, in[0].v, in[1].v, out[0].v, "y"};
+        n = kcmp_transpose(&k, &data, pb->shape, rows);
+    } else if (pb->op == OP_ATTENTION) {
         kcmp_attention_kernel k = attention_kernel(d, pb->D);
         kcmp_attention_data data = {pb->BH, pb->T, pb->D, in[0].v, in[1].v, in[2].v,
                                     bwd ? in[3].v : out[0].v, bwd ? in[4].v : out[1].v, !bwd,
@@ -1207,7 +1569,7 @@ static int op_rows(const decl *d, const problem *pb, ulp_report *rep, int *vacuo
     }
     if (n < 0) return -1;
     char assumption[200];
-    describe(d, pb->op, bwd, pb->has_bias, assumption, sizeof assumption);
+    describe(d, pb, assumption, sizeof assumption);
     int all = 1;
     for (int i = 0; i < n; i++) {
         const char *o = rows[i].row.output;
@@ -1256,8 +1618,66 @@ static int attention_looser(const decl *d, attempt *a)
 static int looser_declarations(const decl *d, const problem *pb, attempt *a)
 {
     if (pb->op == OP_ATTENTION) return attention_looser(d, a);
+    if ((pb->op == OP_EMBEDDING && !pb->bwd) || (pb->op == OP_TRANSPOSE && !pb->has_y0)) return 0; /* exact */
     int n = 0;
     const int rounded = !accum_is_model(d);
+    if (pb->op == OP_ROPE) {
+        if (strcmp(d->angle, "fp32") != 0) {
+            a[n].d = *d;
+            a[n].d.angle = "fp32";
+            a[n++].meaning = "the kernel likely forms the angle pos inv_freq in fp32 and calls sincosf (or reads a table "
+                             "no better than that)";
+        }
+        a[n].d = *d;
+        a[n].d.accum = "storage";
+        a[n++].meaning = NULL;
+        a[n].d = a[n - 1].d;
+        a[n].d.angle = "fp32";
+        a[n++].meaning = NULL;
+        return n;
+    }
+    if (pb->op == OP_POLAR_EXPRESS) {
+        const int wide = rounded && (strcmp(d->accum, "fp32") == 0 || strcmp(d->accum, "fp64") == 0);
+        if (wide) {
+            a[n].d = *d;
+            a[n].d.accum = strcmp(d->path, "fp32") == 0 ? "tf32" : "tensor-core";
+            a[n++].meaning = strcmp(d->path, "fp32") == 0 ? "the kernel's GEMMs likely round their fp32 inputs to tf32"
+                                                          : "the kernel's GEMMs likely run on tensor cores (block FMAs that "
+                                                            "truncate)";
+        }
+        if (pb->has_steps && strcmp(d->epilogue, "rounded") != 0) {
+            a[n].d = *d;
+            a[n].d.epilogue = "rounded";
+            a[n++].meaning = "the kernel likely rounds B x to the storage format before adding a x";
+        }
+        if (pb->has_steps && strcmp(d->form, "any") != 0) {
+            a[n].d = *d;
+            a[n].d.form = "any";
+            a[n++].meaning = "the kernel likely forms the other Gram matrix than declared";
+        }
+        if (pb->has_x0 && strcmp(d->upcast, "none") != 0) {
+            a[n].d = *d;
+            a[n].d.upcast = "none";
+            a[n++].meaning = "the kernel likely normalises in the storage format (as X / (X.norm() * 1.02 + 1e-6) on a "
+                             "bf16 X in PyTorch)";
+        }
+        a[n].d = *d;
+        a[n].d.accum = "storage";
+        a[n++].meaning = NULL;
+        a[n].d = a[n - 1].d;
+        a[n].d.epilogue = "rounded";
+        a[n].d.form = "any";
+        a[n].d.reduce = "sequential";
+        a[n].d.upcast = "none";
+        a[n++].meaning = NULL;
+        return n;
+    }
+    if (pb->op == OP_TRANSPOSE) {
+        a[n].d = *d;
+        a[n].d.accum = "storage";
+        a[n++].meaning = NULL;
+        return n;
+    }
     if (pb->op == OP_MATMUL) {
         const int wide = rounded && (strcmp(d->accum, "fp32") == 0 || strcmp(d->accum, "fp64") == 0);
         if (wide && strcmp(d->path, "fp32") == 0) {
@@ -1358,7 +1778,8 @@ static int same_decl(const decl *a, const decl *b)
            strcmp(a->col_reduce, b->col_reduce) == 0 && strcmp(a->upcast, b->upcast) == 0 &&
            strcmp(a->epilogue, b->epilogue) == 0 && strcmp(a->variance, b->variance) == 0 &&
            strcmp(a->exp_form, b->exp_form) == 0 && strcmp(a->function, b->function) == 0 &&
-           strcmp(a->order, b->order) == 0 && strcmp(a->store, b->store) == 0 && strcmp(a->softmax, b->softmax) == 0;
+           strcmp(a->order, b->order) == 0 && strcmp(a->store, b->store) == 0 && strcmp(a->softmax, b->softmax) == 0 &&
+           strcmp(a->form, b->form) == 0 && strcmp(a->angle, b->angle) == 0;
 }
 
 int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *inputs, int n_inputs,
@@ -1422,6 +1843,15 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
         snprintf(pb.shape, sizeof pb.shape, "N=%lld C=%lld", (long long)pb.N, (long long)pb.C);
     }
     if (!rc && op->id == OP_ATTENTION) rc = attention_shapes(&pb, err, errlen);
+    if (!rc && op->id == OP_ROPE) rc = rope_shapes(&d, &pb, err, errlen);
+    if (!rc && op->id == OP_EMBEDDING) rc = embedding_shapes(&pb, err, errlen);
+    if (!rc && op->id == OP_TRANSPOSE) rc = transpose_shapes(&pb, err, errlen);
+    if (!rc && op->id == OP_POLAR_EXPRESS) rc = pe_shapes(&d, &pb, err, errlen);
+    if (!rc && op->id == OP_GRAD_NORM) {
+        if (in[0].n < 1) rc = bad(err, errlen, "g has no elements");
+        else if (out[0].n != 1) rc = bad(err, errlen, "norm has %lld elements, the norm is one number", (long long)out[0].n);
+        snprintf(pb.shape, sizeof pb.shape, "n=%lld", (long long)in[0].n);
+    }
     if (!rc && op->id == OP_SOFTMAX) {
         rc = same_shapes(in, out, &pb.N, &pb.C, err, errlen);
         snprintf(pb.shape, sizeof pb.shape, "N=%lld C=%lld", (long long)pb.N, (long long)pb.C);
@@ -1443,18 +1873,18 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
         memset(rep, 0, sizeof *rep);
         return rc;
     }
-    rep->unknown = is_unknown(&d, op->id, bwd, pb.has_bias, pb.has_stats);
+    rep->unknown = is_unknown(&d, &pb);
     int verdict;
     if (rep->unknown) {
-        decl tight = resolve(&d, op->id, 1), loose = resolve(&d, op->id, 0);
+        decl tight = resolve(&d, &pb, 1), loose = resolve(&d, &pb, 0);
         int vt = 0, vl = 0;
         int t = op_rows(&tight, &pb, rep, &vt);
         int l = t < 0 ? -1 : op_rows(&loose, &pb, rep, &vl);
         if (t < 0 || l < 0) goto oom;
         verdict = l;
         char dt[200], dl[200];
-        describe(&tight, op->id, bwd, pb.has_bias, dt, sizeof dt);
-        describe(&loose, op->id, bwd, pb.has_bias, dl, sizeof dl);
+        describe(&tight, &pb, dt, sizeof dt);
+        describe(&loose, &pb, dl, sizeof dl);
         snprintf(rep->verdict, sizeof rep->verdict, "%s against the loosest bound (%s)%s; the tightest (%s) %s",
                  l ? "PASS" : "FAIL", dl, vl ? ", which is infinite for some outputs (no claim there)" : "", dt,
                  t ? "holds too" : "does not hold");
@@ -1464,7 +1894,7 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
         if (r < 0) goto oom;
         verdict = r;
         char dd[200];
-        describe(&d, op->id, bwd, pb.has_bias, dd, sizeof dd);
+        describe(&d, &pb, dd, sizeof dd);
         snprintf(rep->verdict, sizeof rep->verdict, "%s against the bound of the declared kernel (%s)%s",
                  r ? "PASS" : "FAIL", dd, vd ? ", which is infinite for some outputs (no claim there)" : "");
         if (!r) {
@@ -1472,19 +1902,31 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
              * smallest loosening to the largest. */
             attempt tries[MAX_ATTEMPTS];
             int n_tries = looser_declarations(&d, &pb, tries);
-            snprintf(rep->diagnosis, sizeof rep->diagnosis,
-                     "no looser declaration with a finite bound (%s) explains the errors: a bug beyond accumulation "
-                     "(a dropped term, a truncated output, a wrong formula), or an accumulation too long for its "
-                     "format to bound",
-                     op->id == OP_MATMUL      ? "matrix-unit models, storage accumulation, sequential reduction, cuBLASLt's epilogue"
-                     : is_gelu(op->id)        ? "arithmetic in the storage format, tanh.approx, any GELU formula"
-                     : is_elementwise(op->id) ? "arithmetic in the storage format"
-                     : op->id == OP_ADAMW     ? "either update order, stochastic or truncating stores, arithmetic in the storage format"
-                     : op->id == OP_LAYERNORM ? "storage accumulation, sequential reduction, one-pass variance"
-                     : has_exp_form(op->id)   ? "storage accumulation, sequential reduction, a fast exponential"
-                     : op->id == OP_CROSS_ENTROPY ? "storage accumulation, sequential reduction"
-                     : op->id == OP_ATTENTION ? "materialised softmax, sequential reduction, exp2"
-                                              : "storage accumulation, sequential reduction, no upcast");
+            const char *tried =
+                op->id == OP_MATMUL          ? "matrix-unit models, storage accumulation, sequential reduction, cuBLASLt's epilogue"
+                : is_gelu(op->id)            ? "arithmetic in the storage format, tanh.approx, any GELU formula"
+                : is_elementwise(op->id)     ? "arithmetic in the storage format"
+                : op->id == OP_ADAMW         ? "either update order, stochastic or truncating stores, arithmetic in the storage format"
+                : op->id == OP_LAYERNORM     ? "storage accumulation, sequential reduction, one-pass variance"
+                : has_exp_form(op->id)       ? "storage accumulation, sequential reduction, a fast exponential"
+                : op->id == OP_CROSS_ENTROPY ? "storage accumulation, sequential reduction"
+                : op->id == OP_ATTENTION     ? "materialised softmax, sequential reduction, exp2"
+                : op->id == OP_ROPE          ? "arithmetic in the storage format, an fp32 angle"
+                : op->id == OP_TRANSPOSE     ? "arithmetic in the storage format"
+                : op->id == OP_POLAR_EXPRESS ? "tensor cores, storage accumulation, a rounded epilogue, either form, "
+                                               "sequential reduction, no upcast"
+                : op->id == OP_GRAD_NORM || op->id == OP_EMBEDDING ? "storage accumulation, sequential reduction"
+                                             : "storage accumulation, sequential reduction, no upcast";
+            if ((op->id == OP_EMBEDDING && !bwd) || (op->id == OP_TRANSPOSE && !pb.has_y0))
+                snprintf(rep->diagnosis, sizeof rep->diagnosis,
+                         "%s is exact: any difference is a bug (a wrong index, a dropped or altered element)",
+                         op->id == OP_EMBEDDING ? "a gather" : "a copy");
+            else
+                snprintf(rep->diagnosis, sizeof rep->diagnosis,
+                         "no looser declaration with a finite bound (%s) explains the errors: a bug beyond accumulation "
+                         "(a dropped term, a truncated output, a wrong formula), or an accumulation too long for its "
+                         "format to bound",
+                         tried);
             for (int i = 0; i < n_tries; i++) {
                 const decl *t = &tries[i].d;
                 if (same_decl(t, &d)) continue; /* the declaration itself */
@@ -1495,13 +1937,14 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
                 if (r2 < 0) goto oom;
                 if (!r2 || vacuous) continue; /* an infinite bound fits anything: no evidence */
                 char dt[200];
-                describe(t, op->id, bwd, pb.has_bias, dt, sizeof dt);
+                describe(t, &pb, dt, sizeof dt);
                 if (tries[i].meaning) {
                     snprintf(rep->diagnosis, sizeof rep->diagnosis, "the outputs fit %s: %s", dt, tries[i].meaning);
                 } else {
                     const char *acc_name = strcmp(t->accum, "storage") == 0 ? prec_format_get(d.storage)->name : t->accum;
                     snprintf(rep->diagnosis, sizeof rep->diagnosis, "the outputs fit %s: the kernel likely %s in %s%s%s%s",
-                             dt, is_elementwise(op->id) || op->id == OP_ADAMW ? "computes" : "accumulates", acc_name,
+                             dt, is_elementwise(op->id) || op->id == OP_ADAMW || op->id == OP_ROPE || op->id == OP_TRANSPOSE
+                                     ? "computes" : "accumulates", acc_name,
                              strcmp(t->reduce, d.reduce) ? ", sequentially" : "",
                              strcmp(t->upcast, d.upcast) ? ", without upcast" : "",
                              strcmp(t->function, d.function) ? ", by another GELU formula than declared" : "");

@@ -77,7 +77,7 @@ typedef struct {
     const char *col_reduce; /* shape of sums over rows (dgain, dbias); same syntax */
     const char *upcast;   /* rmsnorm: "gemma" (every step in fp32, one rounding of y), "llama"
                              (x rstd rounded to storage before the gain), "none" (statistics in
-                             the storage format too) or "unknown" */
+                             the storage format too) or "unknown"; polar_express: below */
     double math_ulps;     /* error of the math functions (rsqrt) in ulps of fp32 */
     double eps;           /* rmsnorm's and layernorm's epsilon */
     /* matmul: y = epi(alpha A B + beta C), epi: + bias, then GELU when gelu */
@@ -134,12 +134,27 @@ typedef struct {
                              the stored lse */
     double scale;         /* the fp32 value the scores are multiplied by; 0: fp32(1/sqrt(D)) */
     int causal;           /* 1 (the default); 0 is refused: the reference is causal */
+    /* polar_express (G (rows, cols); outputs the stages x0 = G / (1.02 |G|_F + 1e-6), x1 ... x5, each
+       judged from the kernel's own previous iterate): accum is the GEMMs' (fp32, fp64, storage, bf16,
+       fp16, tensor-core, tf32, unknown), reduce the norm's fp32 sum of squares, upcast the rest of the
+       normalisation: "fp32" or "none" (in the storage format: PyTorch's X / (X.norm() * 1.02 + 1e-6)
+       on a bf16 X) or "unknown", epilogue "single" (x' = B x + a x in one GEMM) or "rounded" (B x
+       rounded to storage, then + a x) or "unknown" */
+    const char *coeffs;   /* "polar-express" (Amsel et al.'s five triples, as modded-nanogpt), "muon-quintic"
+                             (3.4445, -4.7750, 2.0315 each step) or "a,b,c" (one triple for every step);
+                             rounded to fp32 as kernels take them */
+    const char *form;     /* "wide" (A = x x^T), "tall" (A = x^T x), "any" (the larger bound) or "unknown" */
+    /* rope (x (..., T, H, D), half-split pairs, theta = pos base^(-2i/D)); accum: the rotation's arithmetic */
+    const char *angle;    /* "table" (fp32 cos, sin: the inputs cos, sin, or correctly rounded), "fp32" (the angle
+                             fl(pos inv_freq) in fp32, then sincosf: math_ulps, inv_freq the input or within
+                             math_ulps) or "unknown" */
+    double base;          /* theta's base (10000) */
 } ulp_kernel;
 
 #define ULP_KERNEL_DEFAULT                                                                            \
     ((ulp_kernel){"fp32", "fwd", "unknown", "unknown", "unknown", "unknown", 2.0, (double)1e-5f, "unknown", \
                   "AB", 1.0, 0.0, 0, 1, "unknown", "unknown", 0.0, 0, "unknown", 0.0, 0.0, 0.0, 0.0, 0,   \
-                  "unknown", "unknown", "unknown", 0.0, 1})
+                  "unknown", "unknown", "unknown", 0.0, 1, "unknown", "unknown", "unknown", 10000.0})
 
 typedef struct {
     char output[16];        /* "y", "dx", ... */

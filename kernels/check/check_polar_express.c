@@ -37,6 +37,7 @@ kcmp_pe_kernel kcheck_polar_express_kernel(kpath path, int variant, int64_t rows
     /* kmatmul_error_factor's model of the default accumulation: SIMT FFMA on fp32, tensor cores otherwise */
     k.gemm = (prec_dot_model){path == KPATH_FP32 ? PREC_DOT_ROUNDED : PREC_DOT_TENSOR_CORE, F32, 0, 0.0, 0};
     k.norm_depth = kpe_norm_depth(rows * cols);
+    k.norm_arith = F32;
     return k;
 }
 

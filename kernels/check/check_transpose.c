@@ -1,13 +1,13 @@
 /* kernels/check/check_transpose.c — transpose's check: x ~
  * N(0, 1), y0 ~ N(0, 1) in the path's format.  copy must be exact (bound 0);
- * add is one fp32 addition and one storage rounding. */
-#include <math.h>
+ * add is one fp32 addition and one storage rounding.  The comparison is
+ * kcmp_transpose (compare_transpose.h, shared with `ulpscope verify`). */
 #include <stdlib.h>
 
 #include "kernels/check/checks.h"
+#include "kernels/check/compare_transpose.h"
 #include "kernels/common/ktensor_io.h"
 #include "kernels/transpose.h"
-#include "reference/transpose.h"
 
 typedef struct {
     int64_t M, N;
@@ -15,14 +15,19 @@ typedef struct {
 
 static const shape shapes[] = {{3, 5}, {72, 136}, {37, 768}, {1001, 65}, {257, 4099}};
 
+kcmp_transpose_kernel kcheck_transpose_kernel(prec_format f, int variant)
+{
+    (void)variant; /* the variants differ in memory access only */
+    return (kcmp_transpose_kernel){f, PREC_FP32};
+}
+
 static int check_shape(kcheck_ctx *ctx, const shape *s, prec_format f, int variant)
 {
     const int64_t M = s->M, N = s->N, n = M * N;
-    double *x = malloc(n * sizeof(double)), *y0 = malloc(n * sizeof(double)), *y = malloc(n * sizeof(double)),
-           *yr = malloc(n * sizeof(double));
+    double *x = malloc(n * sizeof(double)), *y0 = malloc(n * sizeof(double)), *y = malloc(n * sizeof(double));
     ktensor tx = {0}, ty = {0}, tz = {0};
     int rc = -1;
-    if (!x || !y0 || !y || !yr) {
+    if (!x || !y0 || !y) {
         kernels_fail("transpose check: out of host memory");
         goto done;
     }
@@ -37,34 +42,21 @@ static int check_shape(kcheck_ctx *ctx, const shape *s, prec_format f, int varia
         goto done;
     char name[64];
     snprintf(name, sizeof name, "M=%lld N=%lld", (long long)M, (long long)N);
-    ref_ctx rctx = REF_CTX_DEFAULT;
-    kcheck_acc acc;
-    const double u = prec_format_get(f)->unit_roundoff;
-    /* copy */
-    if (ktensor_download(&ty, y)) goto done;
-    ref_transpose_copy(&rctx, M, N, x, yr);
-    kcheck_acc_init(&acc, "copy", name, u);
-    for (int64_t i = 0; i < n; i++)
-        if (kcheck_acc_add(&acc, i, y[i], yr[i], 0.0, 0.0, fabs(yr[i])))
-            kcheck_acc_detail(&acc, "y[%lld][%lld]: got %.9g ref %.17g", (long long)(i / M), (long long)(i % M), y[i], yr[i]);
-    kcheck_acc_report(ctx, &acc);
-    /* add */
-    if (ktensor_download(&tz, y)) goto done;
-    ref_transpose_add(&rctx, M, N, x, y0, yr);
-    kcheck_acc_init(&acc, "add", name, u);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t r = i / M, c = i % M; /* y[r][c] = y0[r][c] + x[c][r] */
-        double xv = x[c * N + r];
-        kval k = kval_round(kval_add(kval_exact(y0[i]), kval_exact(xv), PREC_FP32), f);
-        if (kcheck_acc_add(&acc, i, y[i], yr[i], k.e, k.p, fabs(y0[i]) + fabs(xv)))
-            kcheck_acc_detail(&acc, "y[%lld][%lld]: got %.9g ref %.17g y0=%.9g x=%.9g", (long long)r, (long long)c, y[i],
-                              yr[i], y0[i], xv);
+    const kcmp_transpose_kernel k = kcheck_transpose_kernel(f, variant);
+    for (int add = 0; add < 2; add++) {
+        if (ktensor_download(add ? &tz : &ty, y)) goto done;
+        const kcmp_transpose_data d = {M, N, x, add ? y0 : NULL, y, add ? "add" : "copy"};
+        kcheck_acc acc;
+        if (kcmp_transpose(&k, &d, name, &acc) < 0) {
+            kernels_fail("transpose check: out of host memory");
+            goto done;
+        }
+        kcheck_report(ctx, &acc.row);
     }
-    kcheck_acc_report(ctx, &acc);
     rc = 0;
 done:
     ktensor_free(&tx); ktensor_free(&ty); ktensor_free(&tz);
-    free(x); free(y0); free(y); free(yr);
+    free(x); free(y0); free(y);
     return rc;
 }
 

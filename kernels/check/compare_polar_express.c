@@ -94,10 +94,12 @@ static int normalize_row(const kcmp_pe_kernel *k, const kcmp_pe_data *d, const c
     for (int64_t i = 0; i < n; i++) kval_sum_add(&ss, kval_exact(g[i] * g[i]));
     kval sum = kval_sum_finish(&ss, k->norm_depth, F32);
     kval norm = kval_monotone(sum, sqrt_d, 0.0, INFINITY, 0.5, 0.0, F32);
-    kval den = kval_add(kval_mul(norm, kval_exact(KPE_NORM_SAFETY), F32), kval_exact(KPE_NORM_EPS), F32);
+    const prec_format na = k->norm_arith;
+    if (na != F32) norm = kval_round(norm, na);
+    kval den = kval_add(kval_mul(norm, kval_exact(KPE_NORM_SAFETY), na), kval_exact(KPE_NORM_EPS), na);
     kcheck_acc_init(row, "x0", shape, prec_format_get(f)->unit_roundoff);
     for (int64_t i = 0; i < n; i++) {
-        kval y = kval_round(kval_div(kval_exact(g[i]), den, F32), f);
+        kval y = kval_round(kval_div(kval_exact(g[i]), den, na), f);
         if (kcheck_acc_add(row, i, d->y[i], ref[i], y.e, y.p, fabs(ref[i])))
             kcheck_acc_detail(row, "element %lld: got %.9g ref %.17g g %.9g", (long long)i, d->y[i], ref[i], g[i]);
     }
@@ -112,22 +114,26 @@ int kcmp_polar_express(const kcmp_pe_kernel *k, const kcmp_pe_data *d, const cha
     if (d->step == 0) return normalize_row(k, d, shape, row);
     const int64_t R = d->rows, C = d->cols, n = R * C;
     double *ref = malloc(n * sizeof(double)), *e = malloc(n * sizeof(double)), *sc = malloc(n * sizeof(double));
-    double *xt = k->tall ? malloc(n * sizeof(double)) : NULL, *et = k->tall ? malloc(n * sizeof(double)) : NULL;
-    double *sct = k->tall ? malloc(n * sizeof(double)) : NULL;
+    const int tall = k->tall || k->either_form;
+    double *xt = tall ? malloc(n * sizeof(double)) : NULL, *et = tall ? malloc(n * sizeof(double)) : NULL;
+    double *sct = tall ? malloc(n * sizeof(double)) : NULL;
     int rc = -1;
-    if (!ref || !e || !sc || (k->tall && (!xt || !et || !sct))) goto done;
+    if (!ref || !e || !sc || (tall && (!xt || !et || !sct))) goto done;
     ref_ctx rctx = REF_CTX_DEFAULT;
     ref_polar_express_step(&rctx, R, C, d->x, d->a, d->b, d->c, ref);
-    if (!k->tall) {
+    if (!k->tall || k->either_form) {
         if (step_bound(k, R, C, d->x, d->a, d->b, d->c, e, sc)) goto done;
-    } else { /* the tall form is the wide analysis of X^T */
+    }
+    if (k->tall || k->either_form) { /* the tall form is the wide analysis of X^T */
         for (int64_t i = 0; i < R; i++)
             for (int64_t j = 0; j < C; j++) xt[j * R + i] = d->x[i * C + j];
         if (step_bound(k, C, R, xt, d->a, d->b, d->c, et, sct)) goto done;
         for (int64_t i = 0; i < R; i++)
             for (int64_t j = 0; j < C; j++) {
-                e[i * C + j] = et[j * R + i];
-                sc[i * C + j] = sct[j * R + i];
+                const int64_t w = i * C + j, t = j * R + i;
+                if (k->either_form && e[w] >= et[t]) continue; /* the wide bound is the larger */
+                e[w] = et[t];
+                sc[w] = sct[t];
             }
     }
     static const char *const names[KPE_STEPS + 1] = {"x0", "x1", "x2", "x3", "x4", "x5"};

@@ -12,11 +12,14 @@
  * in the first step).
  *
  * Bound of the normalisation: the sum of squares in fp32 (longest rounding
- * chain norm_depth), sqrt (0.5 ulp), times 1.02 and + 1e-6 in fp32, the
- * division in fp32, the rounding into the storage format.
+ * chain norm_depth), sqrt (0.5 ulp), the norm rounded to norm_arith, times
+ * 1.02 and + 1e-6 and the division in norm_arith (ours: fp32; PyTorch's
+ * X / (X.norm() * 1.02 + 1e-6) on a bf16 X: bf16, its norm accumulated in
+ * fp32), the rounding into the storage format.
  *
  * Bound of one step (wide form; the tall form is the same analysis on X^T,
- * whose Gram edge is cols): with G(K) the GEMM's accumulation factor
+ * whose Gram edge is cols; either_form: the larger of the two bounds,
+ * element by element, for a kernel whose form is not known): with G(K) the GEMM's accumulation factor
  * (prec_dot_factor of `gemm` over K terms) and u the storage format's unit
  * roundoff,
  *   A = fl(X X^T):      E_A = G(n) P_A + u (|A| + G(n) P_A),  P_A = |X||X|^T
@@ -46,6 +49,8 @@ typedef struct {
     int fused;             /* X' = B X + a X in one GEMM (else T = fl(B X), then a X + T) */
     prec_dot_model gemm;   /* each GEMM's dot product; its depth is taken as the GEMM's K */
     int64_t norm_depth;    /* longest fp32 rounding chain of the normalisation's sum of squares */
+    prec_format norm_arith; /* the normalisation's arithmetic after the sum (ours: fp32) */
+    int either_form;       /* the form is not known: the larger of the wide and the tall bound (tall ignored) */
 } kcmp_pe_kernel;
 
 /* One stage: step 0 is the normalisation (x = G, a b c unused), steps 1 to
