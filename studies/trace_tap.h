@@ -101,6 +101,34 @@ void trace_judge_attention(trace_report *r, const char *backend, const tsite *si
                            const double *dy, const double *y_in, const double *lse_in, const double *const out_a[3],
                            const double *const out_b[3], trace_bug bug);
 
+/* A norm call (layernorm or rmsnorm: site_a->op) on N rows of C, values
+ * as recorded (stored units): forward (dy NULL) of x with gain and bias
+ * (NULL when absent); backward of dy, x, gain with the forward's stored mean
+ * (layernorm) and rstd.  out[side]: forward y [N, C], mean [N] (NULL for
+ * rmsnorm), rstd [N]; backward dx [N, C], dgain, dbias [C] (NULL when
+ * absent or not judged: accumulated_grads says they were written into
+ * earlier gradients). */
+typedef struct {
+    int64_t N, C;
+    double eps;                      /* the model's, as passed to the forward */
+    const double *x, *gain, *bias, *dy, *mean, *rstd;
+    const double *out[2][3];
+    int accumulated_grads;
+} trace_norm_data;
+
+/* The norms' and cross-entropy's verdicts (trace_verdict_rows.c), with the
+ * comparisons of kernels/check/compare_{layernorm,rmsnorm,cross_entropy}.h
+ * and each side's kernel described for the backend in use. */
+void trace_judge_norm(trace_report *r, const char *backend, const tsite *site_a, const tsite *site_b,
+                      const trace_norm_data *d, trace_bug bug);
+/* Cross-entropy on logits [N, V] (as recorded) with targets [N] and the
+ * call's soft-cap and dloss (NULL: no backward); out_a, out_b: each replay's
+ * losses [N] and dlogits [N, V] (unused without dloss). */
+void trace_judge_cross_entropy(trace_report *r, const char *backend, const tsite *site_a, const tsite *site_b,
+                               int64_t N, int64_t V, const double *logits, const int32_t *targets, double softcap,
+                               const double *dloss, const double *const out_a[2], const double *const out_b[2],
+                               trace_bug bug);
+
 /* One op record as a JSON Lines record (trace_file.c). */
 void trace_write_op_record(FILE *fp, const trace_op *o);
 /* Runs cfg with op hashes of steps < op_steps (all when <= 0) written to fp
