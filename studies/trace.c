@@ -243,7 +243,11 @@ static int tap_exec(tbackend *be, tap_call *c)
         if (c->out[i]) {
             if (tensor_image(t, c->out[i], &t->obuf, &t->obuf_cap, &len)) return -1;
             o.out_hash[i] = ttrain_fnv1a(TTRAIN_FNV_OFFSET, t->obuf, len);
-        } else o.out_hash[i] = ttrain_fnv1a(TTRAIN_FNV_OFFSET, c->out_scalar, sizeof *c->out_scalar);
+            o.out_format[i] = (signed char)c->out[i]->format;
+        } else {
+            o.out_hash[i] = ttrain_fnv1a(TTRAIN_FNV_OFFSET, c->out_scalar, sizeof *c->out_scalar);
+            o.out_format[i] = -1;
+        }
     }
     amplify(t, c);
     if (t->rec) {
@@ -691,9 +695,23 @@ static void clones_free(tap *t, clone_set *s)
     memset(s, 0, sizeof *s);
 }
 
+/* The format of c's tensor x in the run that recorded `rec`: an output that
+ * is not also an input takes the recorded run's format (A's slot may store
+ * it in another than B's); everything else B's. */
+static prec_format run_format(const tap_call *c, const trace_op *rec, const ktensor *x)
+{
+    if (!rec) return x->format;
+    for (int i = 0; i < c->n_in; i++)
+        if (c->in[i] == x) return x->format;
+    for (int i = 0; i < c->n_out && i < rec->n_out; i++)
+        if (c->out[i] == x && rec->out_format[i] >= 0) return (prec_format)rec->out_format[i];
+    return x->format;
+}
+
 /* Fresh tensors for every tensor of c (inputs filled with their recorded
- * images, outputs poisoned) and the call on them in *out. */
-static int clone_call(tap *t, const tap_call *c, clone_set *s, tap_call *out)
+ * images, outputs poisoned, of the formats of the run that recorded `rec`:
+ * NULL for B's own) and the call on them in *out. */
+static int clone_call(tap *t, const tap_call *c, const trace_op *rec, clone_set *s, tap_call *out)
 {
     memset(s, 0, sizeof *s);
     *out = *c;
@@ -701,7 +719,7 @@ static int clone_call(tap *t, const tap_call *c, clone_set *s, tap_call *out)
         const ktensor *x = c->t[i];
         if (!x || !x->data || clone_of(s, x)) continue;
         s->orig[s->n] = x;
-        if (t->orig.alloc(t->be, &s->copy[s->n], x->format, x->ndim, x->shape)) return -1;
+        if (t->orig.alloc(t->be, &s->copy[s->n], run_format(c, rec, x), x->ndim, x->shape)) return -1;
         s->n++;
     }
     if (c->param) {
@@ -751,11 +769,11 @@ static int clone_call(tap *t, const tap_call *c, clone_set *s, tap_call *out)
 /* Runs the op at A's site (with A's binding in force, for the ops that read
  * theirs from the backend) or B's; the output `which` as doubles (malloc'd)
  * and the hash of its image. */
-static int replay_one(tap *t, const tap_call *c, int as_a, int which, double **values, uint64_t *hash, clone_set *s,
-                      tap_call *cc)
+static int replay_one(tap *t, const tap_call *c, const trace_op *ra, int as_a, int which, double **values,
+                      uint64_t *hash, clone_set *s, tap_call *cc)
 {
     *values = NULL;
-    if (clone_call(t, c, s, cc)) return -1;
+    if (clone_call(t, c, as_a ? ra : NULL, s, cc)) return -1;
     tbinding saved = t->be->bound;
     const tsite *at = c->at;
     if (as_a) {
@@ -858,7 +876,8 @@ static void judge(tap *t, const tap_call *c, const tap_call *ca, const tap_call 
         double *a = values_of(t, ca->t[1]), *b = values_of(t, ca->t[2]);
         double *yin = c->accumulate ? recorded_input(t, c, "y") : NULL;
         if (a && b && (yin || !c->accumulate))
-            trace_judge_matmul(r, backend, site_a, site_b, c, a, b, yin, ya, yb, bug);
+            trace_judge_matmul(r, backend, site_a, site_b, c, (prec_format[2]){ca->t[0]->format, cb->t[0]->format}, a,
+                               b, yin, ya, yb, bug);
         else snprintf(r->verdict_note, sizeof r->verdict_note, "reading the replay's inputs failed");
         free(a), free(b), free(yin);
         return;
@@ -975,8 +994,8 @@ static void replay(tap *t, const tap_call *c, const trace_op *ra, const trace_op
     tap_call ca, cb;
     double *ya = NULL, *yb = NULL;
     uint64_t ha = 0, hb = 0;
-    int rc = replay_one(t, c, 1, which, &ya, &ha, &sa, &ca);
-    if (!rc) rc = replay_one(t, c, 0, which, &yb, &hb, &sb, &cb);
+    int rc = replay_one(t, c, ra, 1, which, &ya, &ha, &sa, &ca);
+    if (!rc) rc = replay_one(t, c, ra, 0, which, &yb, &hb, &sb, &cb);
     if (rc) {
         snprintf(r->verdict_note, sizeof r->verdict_note, "replay failed: %s", tbackend_error(t->be));
         free(ya), free(yb);
@@ -987,11 +1006,14 @@ static void replay(tap *t, const tap_call *c, const trace_op *ra, const trace_op
     r->replay_a_exact = ha == ra->out_hash[which];
     r->replay_b_exact = hb == rb->out_hash[which];
     const ktensor *y = c->out[which];
+    /* ulps of the coarser of the two outputs' formats */
+    const prec_format fa = ca.out[which]->format, fb = cb.out[which]->format;
+    const prec_format f_ulp = prec_format_get(fa)->precision < prec_format_get(fb)->precision ? fa : fb;
     r->n_elems = (long)ktensor_numel(y);
     r->max_ulps = 0;
     for (long i = 0; i < r->n_elems; i++) {
         if (memcmp(&ya[i], &yb[i], sizeof ya[i]) == 0) continue;
-        double d = ulp_distance(ya[i], yb[i], y->format);
+        double d = ulp_distance(ya[i], yb[i], f_ulp);
         r->max_ulps = fmax(r->max_ulps, d);
         if (r->n_diffs < TRACE_MAX_DIFFS) {
             r->diff_index[r->n_diffs] = i;

@@ -24,8 +24,9 @@
  *
  * Replay.  At the culprit, while B runs, its recorded inputs are copied into
  * fresh tensors on the same backend and the op is run again at A's site and
- * at B's (backend in use: CPU in CI, CUDA on a GPU); each replay must give
- * its run's output bit for bit (reported).  For matmul the replayed outputs
+ * at B's (backend in use: CPU in CI, CUDA on a GPU), each writing outputs
+ * of its own run's formats (a slot's path decides its outputs' storage); each
+ * replay must give its run's output bit for bit (reported).  For matmul the replayed outputs
  * are compared with the MPFR reference (reference/matmul.h, exact) against a
  * bound computed from the inputs (see trace_verdict.c): both within their
  * bounds is a legitimate reordering (chaos); one over is a precision bug in
@@ -101,6 +102,7 @@ typedef struct {
     int n_in, n_out;
     uint64_t in_hash[TRACE_MAX_IN], out_hash[TRACE_MAX_OUT];
     char out_name[TRACE_MAX_OUT][12];
+    signed char out_format[TRACE_MAX_OUT]; /* each output tensor's prec_format (-1: a scalar); not in trace files */
 } trace_op;
 
 typedef struct {

@@ -68,12 +68,12 @@ typedef struct {
 int tap_invoke(tbackend *be, const tbackend *orig, const tap_call *c, const tsite *at);
 
 /* The MPFR verdict on a replayed matmul: inputs (as doubles in stored units)
- * and each replay's output; fills r->judge[] and r->verdict, or leaves the
- * verdict NONE with r->verdict_note saying why.  backend: "cpu" or "cuda"
- * (the accumulation model of the bound). */
+ * and each replay's output (y_format: A's and B's output formats); fills
+ * r->judge[] and r->verdict, or leaves the verdict NONE with r->verdict_note
+ * saying why.  backend: "cpu" or "cuda" (the accumulation model of the bound). */
 void trace_judge_matmul(trace_report *r, const char *backend, const tsite *site_a, const tsite *site_b,
-                        const tap_call *c, const double *a, const double *b, const double *y_in, const double *ya,
-                        const double *yb, trace_bug bug);
+                        const tap_call *c, const prec_format y_format[2], const double *a, const double *b,
+                        const double *y_in, const double *ya, const double *yb, trace_bug bug);
 
 /* The other ops' verdicts fold rows of the comparisons `ulpscope check`
  * uses (kernels/check/compare_*.h) into r->judge[side]: start, one row per
