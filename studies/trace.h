@@ -42,8 +42,13 @@
  * backend's two-pass fp32 softmax for naive and flash, its model of
  * flash_mma on the H100's matrix units for the tensor-core variants, or the
  * CUDA kernel of the site's variant); a backward reads the recorded o and
- * lse with their actual errors.  Other ops are located and replayed, with their first differing
- * elements, and the report says why they get no verdict.
+ * lse with their actual errors.  layernorm and rmsnorm (forward: y, mean,
+ * rstd; backward: dx, and dgain, dbias where written into zeroed gradients)
+ * and cross-entropy (loss, dlogits) are judged with check's comparisons
+ * (kernels/check/compare_{layernorm,rmsnorm,cross_entropy}.h), each side's
+ * kernel described for the backend in use (trace_verdict_rows.c).  Other
+ * ops are located and replayed, with their first differing elements, and
+ * the report says "no verdict for OP: why".
  *
  * Amplification.  For the parting step and the following amplify_steps - 1
  * steps: per layer, the max and RMS relative difference between the two runs'
@@ -80,7 +85,7 @@ typedef enum {
     TRACE_BUG_NO_INPUT_CHECK, /* the locator blames the first differing output whatever its inputs */
     TRACE_BUG_IGNORE_BOUND,   /* the verdict blames the replay with the larger total error, bounds ignored */
     TRACE_BUG_WRONG_REFERENCE, /* the non-matmul judges compute the reference from the first input negated
-                                  (attention: q) */
+                                  (attention: q; norms: x, backward dy; cross-entropy: the logits) */
 } trace_bug;
 
 typedef enum {

@@ -15,16 +15,22 @@
  *  - trace files: --record of A and B, --diff finds the same site; broken and
  *    hostile files are refused with the file and line named;
  *  - optimizer.muon (modern model): polar express tall vs wide is called
- *    chaos; a planted truncation in B's variant (tbackend_cpu_plant_site) a
- *    bug in B, in A when swapped; twins: a verdict that ignores the bound and
- *    one against the wrong reference (the input negated) do not say chaos;
+ *    chaos; twins: a verdict that ignores the bound and one against the
+ *    wrong reference (the input negated) do not say chaos; judged directly
+ *    on a gradient where a planted truncation in the tall variant
+ *    (tbackend_cpu_plant_site) provably exceeds its bound: a bug in B, in A
+ *    when swapped;
  *  - attention (GPT-2 model): naive vs flash, and flash vs flash_mma (the
  *    CPU backend's H100 matrix-unit model), part at the forward and are
  *    called chaos; a planted truncation in B's kernel a bug in B, in A when
  *    swapped; the same twins;
  *  - attention's backward, judged directly on the CPU backend's kernels
  *    (naive vs flash from one forward's o and lse): chaos; a planted
- *    truncation in B's a bug in B, in A when swapped; the same twins. */
+ *    truncation in B's a bug in B, in A when swapped; the same twins;
+ *  - rmsnorm (QK-norm warp_tree vs sequential), layernorm (two_pass vs
+ *    one_pass) and cross-entropy (fp32 vs bf16) part there and are called
+ *    chaos; the same twins; a planted truncation in B's kernel a bug in B,
+ *    in A when swapped; the norms' backward judged directly likewise. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
