@@ -9,6 +9,10 @@
 #include "trainer/backend.h"
 #include "trainer/model.h"
 
+/* A large op is judged on at most this many rows (matmul: of its output;
+ * norms and cross-entropy: of their inputs), those holding differences first. */
+#define TRACE_JUDGE_ROWS 256
+
 /* The backend entry points the tap wraps. */
 typedef enum {
     TAP_EMBEDDING_FWD = 0,

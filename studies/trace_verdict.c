@@ -42,8 +42,6 @@
 #include "reference/matmul.h"
 #include "studies/trace_tap.h"
 
-#define TRACE_JUDGE_ROWS 256
-
 static double operand_unit(prec_format stored, prec_format operand)
 {
     if (operand == PREC_TF32) return stored == PREC_TF32 ? 0 : 0x1p-10;

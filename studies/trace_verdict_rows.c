@@ -41,8 +41,7 @@
 #include "precision/format.h"
 #include "studies/trace_tap.h"
 
-#define TRACE_JUDGE_ROWS 256
-#define TRACE_JUDGE_ELEMS (1L << 21)
+#define TRACE_JUDGE_ELEMS (1L << 21) /* and on at most this many elements */
 
 /* ---- rows to judge ---- */
 
@@ -76,6 +75,13 @@ static int pick_rows(const unsigned char *differs, int64_t n_rows, int64_t width
         if (taken[i]) p->index[k++] = i;
     free(taken);
     return 0;
+}
+
+/* "64 rows", or "256 of 4096 rows (those differing first)". */
+static void rows_judged(const row_pick *p, int64_t n_rows, char *buf, size_t len)
+{
+    if (p->all) snprintf(buf, len, "%lld rows", (long long)p->n);
+    else snprintf(buf, len, "%lld of %lld rows (those differing first)", (long long)p->n, (long long)n_rows);
 }
 
 /* The picked rows of x [n_rows, width] (NULL stays NULL), each element
@@ -194,9 +200,12 @@ void trace_judge_norm(trace_report *r, const char *backend, const tsite *site_a,
         snprintf(r->verdict_note, sizeof r->verdict_note, "no verdict: out of memory");
         return;
     }
-    for (int64_t n = 0; n < N; n++)
+    for (int64_t n = 0; n < N; n++) {
         for (int64_t c = 0; c < C && !differs[n]; c++)
             differs[n] = memcmp(&d->out[0][0][n * C + c], &d->out[1][0][n * C + c], sizeof(double)) != 0;
+        for (int o = 1; o < 3 && !backward; o++) /* the forward's statistics */
+            differs[n] |= d->out[0][o] && memcmp(&d->out[0][o][n], &d->out[1][o][n], sizeof(double)) != 0;
+    }
     row_pick p;
     int fail = pick_rows(differs, N, C, &p);
     free(differs);
@@ -205,9 +214,10 @@ void trace_judge_norm(trace_report *r, const char *backend, const tsite *site_a,
         snprintf(r->verdict_note, sizeof r->verdict_note, "no verdict: out of memory");
         return;
     }
-    snprintf(r->verdict_note, sizeof r->verdict_note,
-             "%s %s judged with check's comparison (compare_%s.h): %lld%s rows of C = %lld; %s", op, pass, op,
-             (long long)p.n, p.all ? "" : " (of the differing first)", (long long)C,
+    char rows_text[64];
+    rows_judged(&p, N, rows_text, sizeof rows_text);
+    snprintf(r->verdict_note, sizeof r->verdict_note, "%s %s judged with check's comparison (compare_%s.h): %s of C = %lld; %s",
+             op, pass, op, rows_text, (long long)C,
              strcmp(backend, "cpu") == 0 ? "the CPU backend's arithmetic" : "the CUDA kernels' arithmetic");
     if (backward && (d->out[0][1] || d->out[0][2]) && !p.all)
         note_append(r, "; dgain, dbias not judged (their sums run over every row)");
@@ -331,13 +341,13 @@ void trace_judge_cross_entropy(trace_report *r, const char *backend, const tsite
     int32_t *t = fail ? NULL : malloc((size_t)(p.n > 0 ? p.n : 1) * sizeof *t);
     fail = fail || !t;
     for (int64_t i = 0; !fail && i < p.n; i++) t[i] = targets[p.index[i]];
-    if (!fail)
-        snprintf(r->verdict_note, sizeof r->verdict_note,
-                 "cross_entropy judged with check's comparison (compare_cross_entropy.h): %lld%s rows of V = %lld, "
-                 "logits A %s, B %s; %s",
-                 (long long)p.n, p.all ? "" : " (of the differing first)", (long long)V, prec_format_get(lf[0])->name,
-                 prec_format_get(lf[1])->name,
-                 strcmp(backend, "cpu") == 0 ? "the CPU backend's arithmetic" : "the CUDA kernels' arithmetic");
+    char rows_text[64] = "";
+    if (!fail) rows_judged(&p, N, rows_text, sizeof rows_text);
+    snprintf(r->verdict_note, sizeof r->verdict_note,
+             "cross_entropy judged with check's comparison (compare_cross_entropy.h): %s of V = %lld, logits A %s, "
+             "B %s; %s",
+             rows_text, (long long)V, prec_format_get(lf[0])->name, prec_format_get(lf[1])->name,
+             strcmp(backend, "cpu") == 0 ? "the CPU backend's arithmetic" : "the CUDA kernels' arithmetic");
     trace_judge_start(r);
     char shape[96];
     snprintf(shape, sizeof shape, "N=%lld V=%lld", (long long)p.n, (long long)V);
