@@ -820,8 +820,6 @@ static void describe_site(const tplan *p, const tsite *at, tslot slot, int layer
 static const char *no_verdict_reason(tap_kind kind)
 {
     switch (kind) {
-    case TAP_ROPE_FWD:
-    case TAP_ROPE_BWD: return "rope's bound lives in its check alone (no shared kernels/check/compare_rope.h yet)";
     case TAP_ACTIVATION_FWD:
     case TAP_ACTIVATION_BWD:
         return "trace does not yet describe the backends' activations to kernels/check/compare_activation.h";
@@ -959,6 +957,17 @@ static void judge(tap *t, const tap_call *c, const tap_call *ca, const tap_call 
         } else snprintf(r->verdict_note, sizeof r->verdict_note, "reading the replay's inputs failed");
         free(logits);
         for (int o = 0; o < 2; o++) free(oa[o]), free(ob[o]);
+        return;
+    }
+    case TAP_ROPE_FWD:
+    case TAP_ROPE_BWD: {
+        /* the input from A's clone (only the output is written) */
+        double *x = values_of(t, ca->t[1]), *oa = values_of(t, ca->t[0]), *ob = values_of(t, cb->t[0]);
+        if (x && oa && ob)
+            trace_judge_rope(r, backend, site_a, site_b, c->B, c->T, c->H, ca->t[1]->shape[1], c->theta,
+                             c->kind == TAP_ROPE_BWD, x, oa, ob, bug);
+        else snprintf(r->verdict_note, sizeof r->verdict_note, "reading the replay's inputs failed");
+        free(x), free(oa), free(ob);
         return;
     }
     case TAP_MUON: {

@@ -44,9 +44,10 @@
  * CUDA kernel of the site's variant); a backward reads the recorded o and
  * lse with their actual errors.  layernorm and rmsnorm (forward: y, mean,
  * rstd; backward: dx, and dgain, dbias where written into zeroed gradients)
- * and cross-entropy (loss, dlogits) are judged with check's comparisons
- * (kernels/check/compare_{layernorm,rmsnorm,cross_entropy}.h), each side's
- * kernel described for the backend in use (trace_verdict_rows.c).  Other
+ * cross-entropy (loss, dlogits) and rope are judged with check's
+ * comparisons (kernels/check/compare_{layernorm,rmsnorm,cross_entropy,
+ * rope}.h), each side's kernel described for the backend in use
+ * (trace_verdict_rows.c).  Other
  * ops are located and replayed, with their first differing elements, and
  * the report says "no verdict for OP: why".
  *

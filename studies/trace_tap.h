@@ -120,9 +120,10 @@ typedef struct {
     int accumulated_grads;
 } trace_norm_data;
 
-/* The norms' and cross-entropy's verdicts (trace_verdict_rows.c), with the
- * comparisons of kernels/check/compare_{layernorm,rmsnorm,cross_entropy}.h
- * and each side's kernel described for the backend in use. */
+/* The norms', cross-entropy's and rope's verdicts (trace_verdict_rows.c),
+ * with the comparisons of kernels/check/compare_{layernorm,rmsnorm,
+ * cross_entropy,rope}.h and each side's kernel described for the backend
+ * in use. */
 void trace_judge_norm(trace_report *r, const char *backend, const tsite *site_a, const tsite *site_b,
                       const trace_norm_data *d, trace_bug bug);
 /* Cross-entropy on logits [N, V] (as recorded) with targets [N] and the
@@ -132,6 +133,13 @@ void trace_judge_cross_entropy(trace_report *r, const char *backend, const tsite
                                int64_t N, int64_t V, const double *logits, const int32_t *targets, double softcap,
                                const double *dloss, const double *const out_a[2], const double *const out_b[2],
                                trace_bug bug);
+
+/* rope forward (or backward) of x [B T, C] (dy), H heads of C / H, at
+ * positions t = token % T with base theta; out_a, out_b: each replay's y
+ * [B T, C] (dx). */
+void trace_judge_rope(trace_report *r, const char *backend, const tsite *site_a, const tsite *site_b, int B, int T,
+                      int H, int64_t C, double theta, int backward, const double *x, const double *out_a,
+                      const double *out_b, trace_bug bug);
 
 /* One op record as a JSON Lines record (trace_file.c). */
 void trace_write_op_record(FILE *fp, const trace_op *o);

@@ -1,7 +1,7 @@
 /* studies/trace_verdict_rows.c — the verdicts on the row-wise ops of a
- * replay: layernorm and rmsnorm (forward and backward) and cross-entropy,
- * judged with the comparisons `ulpscope check` and `ulpscope verify` share
- * (kernels/check/compare_{layernorm,rmsnorm,cross_entropy}.h).
+ * replay: layernorm and rmsnorm (forward and backward), cross-entropy and
+ * rope, judged with the comparisons `ulpscope check` and `ulpscope verify`
+ * share (kernels/check/compare_{layernorm,rmsnorm,cross_entropy,rope}.h).
  *
  * Each side's kernel is described as the backend in use runs it:
  *   CUDA: the kernel of the site's variant, as check describes it
@@ -17,7 +17,9 @@
  *     chains are taken one longer, which covers it; rmsnorm: compare_rmsnorm's
  *     bwd_xhat), except warp_tree, whose backward follows its kernel;
  *     cross-entropy in two passes, expf and logf of glibc (within the 2 and 1
- *     ulps check allows CUDA), the sum over V in one chain.
+ *     ulps check allows CUDA), the sum over V in one chain;
+ *   rope (both backends): krope_tables_host's fp32 table, or cosf and sinf
+ *     of the fp32 angle within 2 ulps (CUDA's sincosf; glibc's are closer).
  * Inputs are the recorded ones rounded into each side's format (as both
  * backends read them); outputs must be values of the path's format, which
  * the comparisons describe.  A backward's mean and rstd are the forward's
@@ -27,7 +29,8 @@
  *
  * Large ops are judged on at most TRACE_JUDGE_ROWS rows (TRACE_JUDGE_ELEMS
  * elements): those where the two replays differ first; dgain and dbias then
- * are not (their sums run over every row). */
+ * are not (their sums run over every row); rope on whole sequences (their
+ * positions stay). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,9 +38,11 @@
 #include "kernels/check/compare_cross_entropy.h"
 #include "kernels/check/compare_layernorm.h"
 #include "kernels/check/compare_rmsnorm.h"
+#include "kernels/check/compare_rope.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/layernorm.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
 #include "precision/format.h"
 #include "studies/trace_tap.h"
 
@@ -77,11 +82,11 @@ static int pick_rows(const unsigned char *differs, int64_t n_rows, int64_t width
     return 0;
 }
 
-/* "64 rows", or "256 of 4096 rows (those differing first)". */
-static void rows_judged(const row_pick *p, int64_t n_rows, char *buf, size_t len)
+/* "64 rows", or "256 of 4096 rows (those differing first)" (what: "rows"). */
+static void rows_judged(const row_pick *p, int64_t n_rows, const char *what, char *buf, size_t len)
 {
-    if (p->all) snprintf(buf, len, "%lld rows", (long long)p->n);
-    else snprintf(buf, len, "%lld of %lld rows (those differing first)", (long long)p->n, (long long)n_rows);
+    if (p->all) snprintf(buf, len, "%lld %s", (long long)p->n, what);
+    else snprintf(buf, len, "%lld of %lld %s (those differing first)", (long long)p->n, (long long)n_rows, what);
 }
 
 /* The picked rows of x [n_rows, width] (NULL stays NULL), each element
@@ -215,7 +220,7 @@ void trace_judge_norm(trace_report *r, const char *backend, const tsite *site_a,
         return;
     }
     char rows_text[64];
-    rows_judged(&p, N, rows_text, sizeof rows_text);
+    rows_judged(&p, N, "rows", rows_text, sizeof rows_text);
     snprintf(r->verdict_note, sizeof r->verdict_note, "%s %s judged with check's comparison (compare_%s.h): %s of C = %lld; %s",
              op, pass, op, rows_text, (long long)C,
              strcmp(backend, "cpu") == 0 ? "the CPU backend's arithmetic" : "the CUDA kernels' arithmetic");
@@ -342,7 +347,7 @@ void trace_judge_cross_entropy(trace_report *r, const char *backend, const tsite
     fail = fail || !t;
     for (int64_t i = 0; !fail && i < p.n; i++) t[i] = targets[p.index[i]];
     char rows_text[64] = "";
-    if (!fail) rows_judged(&p, N, rows_text, sizeof rows_text);
+    if (!fail) rows_judged(&p, N, "rows", rows_text, sizeof rows_text);
     snprintf(r->verdict_note, sizeof r->verdict_note,
              "cross_entropy judged with check's comparison (compare_cross_entropy.h): %s of V = %lld, logits A %s, "
              "B %s; %s",
@@ -368,6 +373,65 @@ void trace_judge_cross_entropy(trace_report *r, const char *backend, const tsite
     }
     free(t);
     free(p.index);
+    if (fail) {
+        memset(r->judge, 0, sizeof r->judge);
+        snprintf(r->verdict_note, sizeof r->verdict_note, "no verdict: out of memory");
+        return;
+    }
+    trace_judge_finish(r, bug);
+}
+
+/* ---- rope ---- */
+
+void trace_judge_rope(trace_report *r, const char *backend, const tsite *site_a, const tsite *site_b, int B, int T,
+                      int H, int64_t C, double theta, int backward, const double *x, const double *out_a,
+                      const double *out_b, trace_bug bug)
+{
+    const tsite *sites[2] = {site_a, site_b};
+    const double *outs[2] = {out_a, out_b};
+    const int64_t D = C / H, half = D / 2, seq = (int64_t)T * C;
+    for (int side = 0; side < 2; side++)
+        if (!values_of_format(outs[side], (int64_t)B * seq, tpath_storage(sites[side]->path))) {
+            snprintf(r->verdict_note, sizeof r->verdict_note,
+                     "no verdict for rope: %s's output is stored in a narrower format than its path's %s",
+                     side ? "B" : "A", prec_format_get(tpath_storage(sites[side]->path))->name);
+            return;
+        }
+    /* whole sequences, those where the replays differ first */
+    unsigned char *differs = calloc((size_t)(B > 0 ? B : 1), 1);
+    float *cos_t = malloc((size_t)(T * half > 0 ? T * half : 1) * sizeof *cos_t);
+    float *sin_t = malloc((size_t)(T * half > 0 ? T * half : 1) * sizeof *sin_t);
+    float *inv = malloc((size_t)(half > 0 ? half : 1) * sizeof *inv);
+    row_pick p = {0};
+    int fail = !differs || !cos_t || !sin_t || !inv;
+    for (int64_t b = 0; !fail && b < B; b++)
+        differs[b] = memcmp(out_a + b * seq, out_b + b * seq, (size_t)seq * sizeof(double)) != 0;
+    fail = fail || pick_rows(differs, B, seq, &p);
+    free(differs);
+    if (!fail) krope_tables_host(cos_t, sin_t, inv, T, D, theta); /* both backends' tables */
+    char rows_text[64] = "";
+    if (!fail) rows_judged(&p, B, "sequences", rows_text, sizeof rows_text);
+    snprintf(r->verdict_note, sizeof r->verdict_note,
+             "rope %s judged with compare_rope.h (check_rope.c's bound): %s of T = %d tokens, H = %d heads of D = %lld; "
+             "%s",
+             backward ? "backward" : "forward", rows_text, T, H, (long long)D,
+             strcmp(backend, "cpu") == 0 ? "the CPU backend's arithmetic" : "the CUDA kernels' arithmetic");
+    trace_judge_start(r);
+    char shape[96];
+    snprintf(shape, sizeof shape, "B=%lld T=%d H=%d D=%lld", (long long)p.n, T, H, (long long)D);
+    for (int side = 0; side < 2 && !fail; side++) {
+        const prec_format f = tpath_storage(sites[side]->path);
+        /* twin: the reference (and bound) from the input negated */
+        double *xs = gather(x, &p, seq, f, bug == TRACE_BUG_WRONG_REFERENCE, &fail);
+        double *y = gather(outs[side], &p, seq, PREC_FP64, 0, &fail);
+        const kcmp_rope_kernel k = {f, sites[side]->variant == KROPE_FP32_ANGLE, 2.0, theta, cos_t, sin_t, inv};
+        kcheck_acc row;
+        int n_rows = fail ? -1 : kcmp_rope(&k, &(kcmp_rope_data){p.n * T, H, D, T, backward, xs, y}, shape, &row);
+        fail = fail || n_rows < 0;
+        if (n_rows > 0) judge_row(r, side, &row.row, &p, seq);
+        free(xs), free(y);
+    }
+    free(cos_t), free(sin_t), free(inv), free(p.index);
     if (fail) {
         memset(r->judge, 0, sizeof r->judge);
         snprintf(r->verdict_note, sizeof r->verdict_note, "no verdict: out of memory");

@@ -28,9 +28,10 @@
  *    (naive vs flash from one forward's o and lse): chaos; a planted
  *    truncation in B's a bug in B, in A when swapped; the same twins;
  *  - rmsnorm (QK-norm warp_tree vs sequential), layernorm (two_pass vs
- *    one_pass) and cross-entropy (fp32 vs bf16) part there and are called
- *    chaos; the same twins; a planted truncation in B's kernel a bug in B,
- *    in A when swapped; the norms' backward judged directly likewise. */
+ *    one_pass), cross-entropy (fp32 vs bf16) and rope (table vs fp32_angle)
+ *    part there and are called chaos; the same twins; a planted truncation
+ *    in B's kernel a bug in B, in A when swapped; the norms' backward judged
+ *    directly likewise; a large op is judged on its differing rows first. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -48,6 +49,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/layernorm.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
 #include "precision/format.h"
 #include "precision/rng.h"
 #include "studies/trace.h"
@@ -498,6 +500,19 @@ static void test_cross_entropy_verdicts(void **state)
     assert_planted_bug_in_b(&c, "cross_entropy", TSLOT_CROSS_ENTROPY, KCE_TWO_PASS);
 }
 
+/* rope (modern model): table (A, the preset's) vs fp32_angle (B) in fp32:
+ * chaos; in bf16 with B's stores truncated: a bug in B (A when swapped). */
+static void test_rope_verdicts(void **state)
+{
+    (void)state;
+    trace_config c;
+    const unsigned long long seed = test_seed("test_rope_verdicts");
+    rows_pair(&c, seed, TMODEL_MODERN, "fp32", NULL, "rope=fp32:fp32_angle");
+    assert_chaos_at(&c, "rope_fwd", TSLOT_ROPE);
+    rows_pair(&c, seed, TMODEL_MODERN, "bf16", NULL, "rope=bf16:fp32_angle");
+    assert_planted_bug_in_b(&c, "rope_fwd", TSLOT_ROPE, KROPE_FP32_ANGLE);
+}
+
 /* A large op is judged on TRACE_JUDGE_ROWS of its rows, those where the
  * replays differ first: cross-entropy on 300 rows of 16 from the CPU
  * backend, B's copy with one dlogit of row 290 scaled by 1.5 (far over any
@@ -892,6 +907,7 @@ int main(void)
         cmocka_unit_test(test_layernorm_verdicts),
         cmocka_unit_test(test_cross_entropy_verdicts),
         cmocka_unit_test(test_norm_backward_verdict),
+        cmocka_unit_test(test_rope_verdicts),
         cmocka_unit_test(test_large_op_judged_on_differing_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
