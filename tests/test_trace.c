@@ -337,6 +337,12 @@ static void test_muon_planted_verdict(void **state)
     tsite wide = {TSLOT_MUON, -1, TOP_POLAR_EXPRESS, NULL, KPATH_BF16, KPE_WIDE_FUSED}, tall = wide;
     tall.variant = KPE_TALL_FUSED;
     static double grad[N], m_before[N], m_after[N], u[N];
+    /* the premise's twin: a constant update, whose quotients all sit 0.98 ulps above a bf16 value of
+     * significand 1.96, so truncation errs by u_bf16 |x0|: within 1.25 u_bf16 |x0|, refused */
+    for (int i = 0; i < N; i++) u[i] = 0.5;
+    tbackend_cpu_plant_site(TSLOT_MUON, -1, KPE_TALL_FUSED);
+    assert_false(truncation_exceeds_bound(&tall, u, R, C));
+    tbackend_cpu_plant_site(-1, -1, -1);
     for (int i = 0; i < N; i++) grad[i] = prec_rne(prec_rng_normal(&rng), PREC_BF16), m_before[i] = 0;
     int redraws = 0;
     for (;; redraws++) {
