@@ -48,9 +48,9 @@ static const char usage_text[] =
     "Runs A and B from the same seed with a hash of every op's inputs and outputs and reports the first\n"
     "(step, micro-batch, layer, slot, tensor) whose inputs are bit-identical and whose outputs differ, with\n"
     "the first differing elements.  The op is replayed on its recorded inputs at both sites and judged\n"
-    "against the MPFR reference and its error bound (matmul; attention; Muon on its polar express):\n"
-    "both within: a legitimate reordering (chaos); one over: a precision bug in it.  Then how the\n"
-    "difference grows over the following steps.\n"
+    "against the MPFR reference and its error bound (matmul; attention; layernorm, rmsnorm; cross-entropy;\n"
+    "rope; Muon on its polar express): both within: a legitimate reordering (chaos); one over: a precision\n"
+    "bug in it.  Then how the difference grows over the following steps.\n"
     "--diff exits 0 when the traces agree, 1 when they part, 2 for a file that is not a trace.\n\n";
 
 /* The header fields of a trace file: backend, device, driver, runtime, seed, plan, recipe. */

@@ -243,7 +243,11 @@ static int tap_exec(tbackend *be, tap_call *c)
         if (c->out[i]) {
             if (tensor_image(t, c->out[i], &t->obuf, &t->obuf_cap, &len)) return -1;
             o.out_hash[i] = ttrain_fnv1a(TTRAIN_FNV_OFFSET, t->obuf, len);
-        } else o.out_hash[i] = ttrain_fnv1a(TTRAIN_FNV_OFFSET, c->out_scalar, sizeof *c->out_scalar);
+            o.out_format[i] = (signed char)c->out[i]->format;
+        } else {
+            o.out_hash[i] = ttrain_fnv1a(TTRAIN_FNV_OFFSET, c->out_scalar, sizeof *c->out_scalar);
+            o.out_format[i] = -1;
+        }
     }
     amplify(t, c);
     if (t->rec) {
@@ -691,9 +695,23 @@ static void clones_free(tap *t, clone_set *s)
     memset(s, 0, sizeof *s);
 }
 
+/* The format of c's tensor x in the run that recorded `rec`: an output that
+ * is not also an input takes the recorded run's format (A's slot may store
+ * it in another than B's); everything else B's. */
+static prec_format run_format(const tap_call *c, const trace_op *rec, const ktensor *x)
+{
+    if (!rec) return x->format;
+    for (int i = 0; i < c->n_in; i++)
+        if (c->in[i] == x) return x->format;
+    for (int i = 0; i < c->n_out && i < rec->n_out; i++)
+        if (c->out[i] == x && rec->out_format[i] >= 0) return (prec_format)rec->out_format[i];
+    return x->format;
+}
+
 /* Fresh tensors for every tensor of c (inputs filled with their recorded
- * images, outputs poisoned) and the call on them in *out. */
-static int clone_call(tap *t, const tap_call *c, clone_set *s, tap_call *out)
+ * images, outputs poisoned, of the formats of the run that recorded `rec`:
+ * NULL for B's own) and the call on them in *out. */
+static int clone_call(tap *t, const tap_call *c, const trace_op *rec, clone_set *s, tap_call *out)
 {
     memset(s, 0, sizeof *s);
     *out = *c;
@@ -701,7 +719,7 @@ static int clone_call(tap *t, const tap_call *c, clone_set *s, tap_call *out)
         const ktensor *x = c->t[i];
         if (!x || !x->data || clone_of(s, x)) continue;
         s->orig[s->n] = x;
-        if (t->orig.alloc(t->be, &s->copy[s->n], x->format, x->ndim, x->shape)) return -1;
+        if (t->orig.alloc(t->be, &s->copy[s->n], run_format(c, rec, x), x->ndim, x->shape)) return -1;
         s->n++;
     }
     if (c->param) {
@@ -751,11 +769,11 @@ static int clone_call(tap *t, const tap_call *c, clone_set *s, tap_call *out)
 /* Runs the op at A's site (with A's binding in force, for the ops that read
  * theirs from the backend) or B's; the output `which` as doubles (malloc'd)
  * and the hash of its image. */
-static int replay_one(tap *t, const tap_call *c, int as_a, int which, double **values, uint64_t *hash, clone_set *s,
-                      tap_call *cc)
+static int replay_one(tap *t, const tap_call *c, const trace_op *ra, int as_a, int which, double **values,
+                      uint64_t *hash, clone_set *s, tap_call *cc)
 {
     *values = NULL;
-    if (clone_call(t, c, s, cc)) return -1;
+    if (clone_call(t, c, as_a ? ra : NULL, s, cc)) return -1;
     tbinding saved = t->be->bound;
     const tsite *at = c->at;
     if (as_a) {
@@ -802,20 +820,13 @@ static void describe_site(const tplan *p, const tsite *at, tslot slot, int layer
 static const char *no_verdict_reason(tap_kind kind)
 {
     switch (kind) {
-    case TAP_NORM_FWD:
-    case TAP_NORM_BWD:
-        return "kernels/check/compare_rmsnorm.h and compare_layernorm.h describe the CUDA kernels; trace does not yet "
-               "describe the backends' norms to them (the CPU backend's backward follows another operation order)";
-    case TAP_CROSS_ENTROPY:
-        return "kernels/check/compare_cross_entropy.h is not yet given a description of the backends' cross-entropy";
-    case TAP_ROPE_FWD:
-    case TAP_ROPE_BWD: return "rope's bound lives in its check alone (no shared kernels/check/compare_rope.h yet)";
     case TAP_ACTIVATION_FWD:
-    case TAP_ACTIVATION_BWD: return "no shared comparison for activations (kernels/check/compare_activation.h) yet";
-    case TAP_RESIDUAL: return "no shared comparison for residual (kernels/check/compare_residual.h) yet";
+    case TAP_ACTIVATION_BWD:
+        return "trace does not yet describe the backends' activations to kernels/check/compare_activation.h";
+    case TAP_RESIDUAL: return "trace does not yet describe the backends' residual to kernels/check/compare_residual.h";
     case TAP_ACCUMULATE: return "gradient accumulation is one rounded addition per element, with no shared comparison yet";
     case TAP_TRANSPOSE: return "a transpose copies (accumulating: adds) elementwise, with no shared comparison yet";
-    case TAP_ADAMW: return "no shared comparison for adamw (kernels/check/compare_adamw.h) yet";
+    case TAP_ADAMW: return "trace does not yet describe the backends' adamw to kernels/check/compare_adamw.h";
     default: return "no shared comparison for it yet";
     }
 }
@@ -863,7 +874,8 @@ static void judge(tap *t, const tap_call *c, const tap_call *ca, const tap_call 
         double *a = values_of(t, ca->t[1]), *b = values_of(t, ca->t[2]);
         double *yin = c->accumulate ? recorded_input(t, c, "y") : NULL;
         if (a && b && (yin || !c->accumulate))
-            trace_judge_matmul(r, backend, site_a, site_b, c, a, b, yin, ya, yb, bug);
+            trace_judge_matmul(r, backend, site_a, site_b, c, (prec_format[2]){ca->t[0]->format, cb->t[0]->format}, a,
+                               b, yin, ya, yb, bug);
         else snprintf(r->verdict_note, sizeof r->verdict_note, "reading the replay's inputs failed");
         free(a), free(b), free(yin);
         return;
@@ -887,6 +899,77 @@ static void judge(tap *t, const tap_call *c, const tap_call *ca, const tap_call 
         for (int i = 0; i < 3; i++) free(oa[i]), free(ob[i]);
         return;
     }
+    case TAP_NORM_FWD:
+    case TAP_NORM_BWD: {
+        /* the inputs from A's clones (only the outputs are written), every output of each replay; dgain and
+         * dbias add into the gradients: judged only where those were zero (their recorded values) */
+        const int bwd = c->kind == TAP_NORM_BWD;
+        const ktensor *X = ca->t[bwd ? 4 : 3];
+        trace_norm_data d = {X->shape[0], X->shape[1], bwd ? t->cfg->model.norm_eps : c->eps, NULL, NULL, NULL,
+                             NULL, NULL, NULL, {{NULL}}, 0};
+        double *in[5] = {NULL}, *out[2][3] = {{NULL}};
+        int ok = 1;
+        for (int i = 0; i < (bwd ? 5 : 3); i++) {
+            const ktensor *x = ca->t[3 + i];
+            if (x && x->data) ok = (in[i] = values_of(t, x)) && ok;
+        }
+        for (int o = 0; o < 3; o++) {
+            const ktensor *ya_t = ca->t[o], *yb_t = cb->t[o];
+            if (!ya_t || !ya_t->data) continue;
+            if (bwd && o > 0) {
+                double *before = recorded_input(t, c, o == 1 ? "dgain" : "dbias");
+                int zero = before != NULL;
+                for (int64_t i = 0; zero && i < ktensor_numel(ya_t); i++) zero = before[i] == 0;
+                ok = before && ok;
+                free(before);
+                if (!zero) {
+                    d.accumulated_grads = 1;
+                    continue;
+                }
+            }
+            ok = (out[0][o] = values_of(t, ya_t)) && (out[1][o] = values_of(t, yb_t)) && ok;
+        }
+        if (ok) {
+            if (bwd) d.dy = in[0], d.x = in[1], d.gain = in[2], d.mean = in[3], d.rstd = in[4];
+            else d.x = in[0], d.gain = in[1], d.bias = in[2];
+            for (int side = 0; side < 2; side++)
+                for (int o = 0; o < 3; o++) d.out[side][o] = out[side][o];
+            trace_judge_norm(r, backend, site_a, site_b, &d, bug);
+        } else snprintf(r->verdict_note, sizeof r->verdict_note, "reading the replay's inputs failed");
+        for (int i = 0; i < 5; i++) free(in[i]);
+        for (int o = 0; o < 3; o++) free(out[0][o]), free(out[1][o]);
+        return;
+    }
+    case TAP_CROSS_ENTROPY: {
+        /* the logits from A's clone; the targets as recorded (host copy) */
+        const ktensor *L = ca->t[2];
+        const int32_t *targets = NULL;
+        for (int i = 0; i < c->n_in; i++)
+            if (!c->in[i] && strcmp(c->in_name[i], "targets") == 0) targets = c->in_raw[i];
+        double *logits = values_of(t, L), *oa[2] = {NULL}, *ob[2] = {NULL};
+        int ok = logits && targets;
+        for (int o = 0; o < (c->has_dloss ? 2 : 1); o++)
+            ok = (oa[o] = values_of(t, ca->t[o])) && (ob[o] = values_of(t, cb->t[o])) && ok;
+        if (ok) {
+            const double *const out_a[2] = {oa[0], oa[1]}, *const out_b[2] = {ob[0], ob[1]};
+            trace_judge_cross_entropy(r, backend, site_a, site_b, L->shape[0], L->shape[1], logits, targets,
+                                      c->softcap, c->has_dloss ? &c->dloss : NULL, out_a, out_b, bug);
+        } else snprintf(r->verdict_note, sizeof r->verdict_note, "reading the replay's inputs failed");
+        free(logits);
+        for (int o = 0; o < 2; o++) free(oa[o]), free(ob[o]);
+        return;
+    }
+    case TAP_ROPE_FWD:
+    case TAP_ROPE_BWD: {
+        /* the input from A's clone (only the output is written) */
+        double *x = values_of(t, ca->t[1]), *oa = values_of(t, ca->t[0]), *ob = values_of(t, cb->t[0]);
+        if (x && oa && ob)
+            trace_judge_rope(r, backend, site_a, site_b, c->B, c->T, c->H, ca->t[1]->shape[1], c->theta,
+                             c->kind == TAP_ROPE_BWD, x, oa, ob, bug);
+        else snprintf(r->verdict_note, sizeof r->verdict_note, "reading the replay's inputs failed");
+        free(x), free(oa), free(ob);
+        return;
+    }
     case TAP_MUON: {
         /* the gradient is only read; the momentum before the op is the recorded one */
         double *grad = values_of(t, &ca->param->grad), *m_before = recorded_input(t, c, "m");
@@ -900,7 +983,7 @@ static void judge(tap *t, const tap_call *c, const tap_call *ca, const tap_call 
     default: break;
     }
     (void)cb;
-    snprintf(r->verdict_note, sizeof r->verdict_note, "no MPFR verdict for %s: %s", kind_names[c->kind],
+    snprintf(r->verdict_note, sizeof r->verdict_note, "no verdict for %s: %s", kind_names[c->kind],
              no_verdict_reason(c->kind));
 }
 
@@ -920,8 +1003,8 @@ static void replay(tap *t, const tap_call *c, const trace_op *ra, const trace_op
     tap_call ca, cb;
     double *ya = NULL, *yb = NULL;
     uint64_t ha = 0, hb = 0;
-    int rc = replay_one(t, c, 1, which, &ya, &ha, &sa, &ca);
-    if (!rc) rc = replay_one(t, c, 0, which, &yb, &hb, &sb, &cb);
+    int rc = replay_one(t, c, ra, 1, which, &ya, &ha, &sa, &ca);
+    if (!rc) rc = replay_one(t, c, ra, 0, which, &yb, &hb, &sb, &cb);
     if (rc) {
         snprintf(r->verdict_note, sizeof r->verdict_note, "replay failed: %s", tbackend_error(t->be));
         free(ya), free(yb);
@@ -932,11 +1015,14 @@ static void replay(tap *t, const tap_call *c, const trace_op *ra, const trace_op
     r->replay_a_exact = ha == ra->out_hash[which];
     r->replay_b_exact = hb == rb->out_hash[which];
     const ktensor *y = c->out[which];
+    /* ulps of the coarser of the two outputs' formats */
+    const prec_format fa = ca.out[which]->format, fb = cb.out[which]->format;
+    const prec_format f_ulp = prec_format_get(fa)->precision < prec_format_get(fb)->precision ? fa : fb;
     r->n_elems = (long)ktensor_numel(y);
     r->max_ulps = 0;
     for (long i = 0; i < r->n_elems; i++) {
         if (memcmp(&ya[i], &yb[i], sizeof ya[i]) == 0) continue;
-        double d = ulp_distance(ya[i], yb[i], y->format);
+        double d = ulp_distance(ya[i], yb[i], f_ulp);
         r->max_ulps = fmax(r->max_ulps, d);
         if (r->n_diffs < TRACE_MAX_DIFFS) {
             r->diff_index[r->n_diffs] = i;
@@ -1166,7 +1252,11 @@ const char *trace_verdict_line(const trace_report *r, char *buf, size_t len)
         snprintf(buf, len, "both exceed their bounds (A %.3gx, B %.3gx): precision bugs in A and in B",
                  r->judge[0].ratio, r->judge[1].ratio);
         break;
-    case TRACE_VERDICT_NONE: snprintf(buf, len, "no verdict: %s", r->verdict_note[0] ? r->verdict_note : "-"); break;
+    case TRACE_VERDICT_NONE:
+        /* the notes of the ops without a verdict say so themselves ("no verdict for rope_fwd: ...") */
+        if (strncmp(r->verdict_note, "no verdict", 10) == 0) snprintf(buf, len, "%s", r->verdict_note);
+        else snprintf(buf, len, "no verdict: %s", r->verdict_note[0] ? r->verdict_note : "-");
+        break;
     }
     return buf;
 }

@@ -24,8 +24,9 @@
  *
  * Replay.  At the culprit, while B runs, its recorded inputs are copied into
  * fresh tensors on the same backend and the op is run again at A's site and
- * at B's (backend in use: CPU in CI, CUDA on a GPU); each replay must give
- * its run's output bit for bit (reported).  For matmul the replayed outputs
+ * at B's (backend in use: CPU in CI, CUDA on a GPU), each writing outputs
+ * of its own run's formats (a slot's path decides its outputs' storage); each
+ * replay must give its run's output bit for bit (reported).  For matmul the replayed outputs
  * are compared with the MPFR reference (reference/matmul.h, exact) against a
  * bound computed from the inputs (see trace_verdict.c): both within their
  * bounds is a legitimate reordering (chaos); one over is a precision bug in
@@ -41,8 +42,14 @@
  * backend's two-pass fp32 softmax for naive and flash, its model of
  * flash_mma on the H100's matrix units for the tensor-core variants, or the
  * CUDA kernel of the site's variant); a backward reads the recorded o and
- * lse with their actual errors.  Other ops are located and replayed, with their first differing
- * elements, and the report says why they get no verdict.
+ * lse with their actual errors.  layernorm and rmsnorm (forward: y, mean,
+ * rstd; backward: dx, and dgain, dbias where written into zeroed gradients)
+ * cross-entropy (loss, dlogits) and rope are judged with check's
+ * comparisons (kernels/check/compare_{layernorm,rmsnorm,cross_entropy,
+ * rope}.h), each side's kernel described for the backend in use
+ * (trace_verdict_rows.c).  Other
+ * ops are located and replayed, with their first differing elements, and
+ * the report says "no verdict for OP: why".
  *
  * Amplification.  For the parting step and the following amplify_steps - 1
  * steps: per layer, the max and RMS relative difference between the two runs'
@@ -79,7 +86,7 @@ typedef enum {
     TRACE_BUG_NO_INPUT_CHECK, /* the locator blames the first differing output whatever its inputs */
     TRACE_BUG_IGNORE_BOUND,   /* the verdict blames the replay with the larger total error, bounds ignored */
     TRACE_BUG_WRONG_REFERENCE, /* the non-matmul judges compute the reference from the first input negated
-                                  (attention: q) */
+                                  (attention: q; norms: x, backward dy; cross-entropy: the logits) */
 } trace_bug;
 
 typedef enum {
@@ -101,6 +108,7 @@ typedef struct {
     int n_in, n_out;
     uint64_t in_hash[TRACE_MAX_IN], out_hash[TRACE_MAX_OUT];
     char out_name[TRACE_MAX_OUT][12];
+    signed char out_format[TRACE_MAX_OUT]; /* each output tensor's prec_format (-1: a scalar); not in trace files */
 } trace_op;
 
 typedef struct {

@@ -9,6 +9,10 @@
 #include "trainer/backend.h"
 #include "trainer/model.h"
 
+/* A large op is judged on at most this many rows (matmul: of its output;
+ * norms and cross-entropy: of their inputs), those holding differences first. */
+#define TRACE_JUDGE_ROWS 256
+
 /* The backend entry points the tap wraps. */
 typedef enum {
     TAP_EMBEDDING_FWD = 0,
@@ -68,12 +72,12 @@ typedef struct {
 int tap_invoke(tbackend *be, const tbackend *orig, const tap_call *c, const tsite *at);
 
 /* The MPFR verdict on a replayed matmul: inputs (as doubles in stored units)
- * and each replay's output; fills r->judge[] and r->verdict, or leaves the
- * verdict NONE with r->verdict_note saying why.  backend: "cpu" or "cuda"
- * (the accumulation model of the bound). */
+ * and each replay's output (y_format: A's and B's output formats); fills
+ * r->judge[] and r->verdict, or leaves the verdict NONE with r->verdict_note
+ * saying why.  backend: "cpu" or "cuda" (the accumulation model of the bound). */
 void trace_judge_matmul(trace_report *r, const char *backend, const tsite *site_a, const tsite *site_b,
-                        const tap_call *c, const double *a, const double *b, const double *y_in, const double *ya,
-                        const double *yb, trace_bug bug);
+                        const tap_call *c, const prec_format y_format[2], const double *a, const double *b,
+                        const double *y_in, const double *ya, const double *yb, trace_bug bug);
 
 /* The other ops' verdicts fold rows of the comparisons `ulpscope check`
  * uses (kernels/check/compare_*.h) into r->judge[side]: start, one row per
@@ -100,6 +104,42 @@ void trace_judge_attention(trace_report *r, const char *backend, const tsite *si
                            int T, int H, int64_t D, const double *q, const double *k, const double *v,
                            const double *dy, const double *y_in, const double *lse_in, const double *const out_a[3],
                            const double *const out_b[3], trace_bug bug);
+
+/* A norm call (layernorm or rmsnorm: site_a->op) on N rows of C, values
+ * as recorded (stored units): forward (dy NULL) of x with gain and bias
+ * (NULL when absent); backward of dy, x, gain with the forward's stored mean
+ * (layernorm) and rstd.  out[side]: forward y [N, C], mean [N] (NULL for
+ * rmsnorm), rstd [N]; backward dx [N, C], dgain, dbias [C] (NULL when
+ * absent or not judged: accumulated_grads says they were written into
+ * earlier gradients). */
+typedef struct {
+    int64_t N, C;
+    double eps;                      /* the model's, as passed to the forward */
+    const double *x, *gain, *bias, *dy, *mean, *rstd;
+    const double *out[2][3];
+    int accumulated_grads;
+} trace_norm_data;
+
+/* The norms', cross-entropy's and rope's verdicts (trace_verdict_rows.c),
+ * with the comparisons of kernels/check/compare_{layernorm,rmsnorm,
+ * cross_entropy,rope}.h and each side's kernel described for the backend
+ * in use. */
+void trace_judge_norm(trace_report *r, const char *backend, const tsite *site_a, const tsite *site_b,
+                      const trace_norm_data *d, trace_bug bug);
+/* Cross-entropy on logits [N, V] (as recorded) with targets [N] and the
+ * call's soft-cap and dloss (NULL: no backward); out_a, out_b: each replay's
+ * losses [N] and dlogits [N, V] (unused without dloss). */
+void trace_judge_cross_entropy(trace_report *r, const char *backend, const tsite *site_a, const tsite *site_b,
+                               int64_t N, int64_t V, const double *logits, const int32_t *targets, double softcap,
+                               const double *dloss, const double *const out_a[2], const double *const out_b[2],
+                               trace_bug bug);
+
+/* rope forward (or backward) of x [B T, C] (dy), H heads of C / H, at
+ * positions t = token % T with base theta; out_a, out_b: each replay's y
+ * [B T, C] (dx). */
+void trace_judge_rope(trace_report *r, const char *backend, const tsite *site_a, const tsite *site_b, int B, int T,
+                      int H, int64_t C, double theta, int backward, const double *x, const double *out_a,
+                      const double *out_b, trace_bug bug);
 
 /* One op record as a JSON Lines record (trace_file.c). */
 void trace_write_op_record(FILE *fp, const trace_op *o);

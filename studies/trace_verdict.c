@@ -45,8 +45,6 @@
 #include "reference/matmul.h"
 #include "studies/trace_tap.h"
 
-#define TRACE_JUDGE_ROWS 256
-
 static double operand_unit(prec_format stored, prec_format operand)
 {
     if (operand == PREC_TF32) return stored == PREC_TF32 ? 0 : 0x1p-10;
@@ -55,8 +53,8 @@ static double operand_unit(prec_format stored, prec_format operand)
 }
 
 void trace_judge_matmul(trace_report *r, const char *backend, const tsite *site_a, const tsite *site_b,
-                        const tap_call *c, const double *a, const double *b, const double *y_in, const double *ya,
-                        const double *yb, trace_bug bug)
+                        const tap_call *c, const prec_format y_format[2], const double *a, const double *b,
+                        const double *y_in, const double *ya, const double *yb, trace_bug bug)
 {
     const ktensor *Y = c->t[0], *A = c->t[1], *B = c->t[2];
     const long M = (long)Y->shape[0], N = (long)Y->shape[1], K = (long)(c->a_trans ? A->shape[0] : A->shape[1]);
@@ -91,7 +89,7 @@ void trace_judge_matmul(trace_report *r, const char *backend, const tsite *site_
         } else {
             int tensor_cores = cuda && !(at->path == KPATH_FP32 && at->op == TOP_MATMUL);
             g = tensor_cores ? prec_gamma((double)(K + 2 * ((K + 3) / 4)), 0x1p-23) : prec_gamma((double)K, 0x1p-24);
-            epilogue_rounds[k] = cuda && Y->format != PREC_FP32;
+            epilogue_rounds[k] = cuda && y_format[k] != PREC_FP32;
             snprintf(models[k], sizeof models[k], "%s%s", !cuda ? "fp32 (CPU)" : tensor_cores ? "tensor-core" : "SIMT fp32",
                      epilogue_rounds[k] && y_in ? " + cuBLASLt epilogue" : "");
         }
@@ -118,8 +116,6 @@ void trace_judge_matmul(trace_report *r, const char *backend, const tsite *site_
             }
     for (long m = 0; m < M && n_rows < TRACE_JUDGE_ROWS; m++)
         if (!taken[m]) rows[n_rows++] = m;
-    const prec_format_info *fo = prec_format_get(Y->format);
-    const double u = fo->unit_roundoff;
     double sum_err[2] = {0, 0};
     trace_judgement *J = r->judge;
     memset(J, 0, 2 * sizeof *J);
@@ -134,10 +130,12 @@ void trace_judge_matmul(trace_report *r, const char *backend, const tsite *site_
             P *= 1 + 0x1p-50; /* P itself summed in double */
             double ref = S[n] + (y_in ? y_in[m * N + n] : 0);
             for (int k = 0; k < 2; k++) {
+                const prec_format_info *fo = prec_format_get(y_format[k]);
+                const double u = fo->unit_roundoff;
                 double e = G[k] * P + (double)K * 0x1p-150;
                 if (y_in && epilogue_rounds[k]) e += u * (fabs(S[n]) + e);
                 if (y_in) e += 0x1p-24 * (fabs(ref) + e) + 0x1p-52 * fabs(ref);
-                if (Y->format != PREC_FP32) e += u * (fabs(ref) + e) + fo->min_subnormal / 2;
+                if (y_format[k] != PREC_FP32) e += u * (fabs(ref) + e) + fo->min_subnormal / 2;
                 double got = (k ? yb : ya)[m * N + n];
                 double err = fabs(got - ref);
                 if (!(err == err)) err = INFINITY;

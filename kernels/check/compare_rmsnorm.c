@@ -18,6 +18,33 @@ static kval stored_rstd_kval(double stored, double exact)
     return k;
 }
 
+/* Row n of dx in the xhat order (bwd_xhat): xhat = x r, dot = sum (g dy)
+ * xhat with its products rounded, dx = round((g dy - xhat (dot / C)) r). */
+static void dx_row_xhat(const kcmp_rmsnorm_kernel *k, const kcmp_rmsnorm_data *d, int64_t n, kval r, const double *dxr,
+                        kcheck_acc *acc_dx)
+{
+    const prec_format F32 = PREC_FP32;
+    const int64_t C = d->C;
+    const double *xr = d->x + n * C, *dyr = d->dy + n * C, *g = d->gain;
+    kval_sum dots;
+    kval_sum_init(&dots);
+    for (int64_t c = 0; c < C; c++) {
+        kval gd = g ? kval_mul(kval_exact(g[c]), kval_exact(dyr[c]), F32) : kval_exact(dyr[c]);
+        kval_sum_add(&dots, kval_mul(gd, kval_mul(kval_exact(xr[c]), r, F32), F32));
+    }
+    kval b = kval_div(kval_sum_finish(&dots, k->bwd_depth, k->acc), kval_exact((double)C), F32);
+    for (int64_t c = 0; c < C; c++) {
+        int64_t i = n * C + c;
+        kval gd = g ? kval_mul(kval_exact(g[c]), kval_exact(dyr[c]), F32) : kval_exact(dyr[c]);
+        kval xb = kval_mul(kval_mul(kval_exact(xr[c]), r, F32), b, F32);
+        kval dxk = kval_round(kval_mul(kval_sub(gd, xb, F32), r, F32), k->storage);
+        double scale = r.v * (fabs(gd.v) + fabs(xb.v));
+        if (kcheck_acc_add(acc_dx, i, d->dx[i], dxr[i], dxk.e, dxk.p, scale))
+            kcheck_acc_detail(acc_dx, "row %lld col %lld: got %.9g ref %.17g x=%.9g dy=%.9g gain=%.9g rstd=%.9g",
+                              (long long)n, (long long)c, d->dx[i], dxr[i], xr[c], dyr[c], g ? g[c] : 1.0, r.v);
+    }
+}
+
 int kcmp_rmsnorm(const kcmp_rmsnorm_kernel *k, const kcmp_rmsnorm_data *d, const char *shape,
                  kcheck_acc rows[KCMP_RMSNORM_MAX_ROWS])
 {
@@ -71,9 +98,14 @@ int kcmp_rmsnorm(const kcmp_rmsnorm_kernel *k, const kcmp_rmsnorm_data *d, const
         }
     }
 
-    /* backward: dx = r g dy - (((dot r) r) r / C) x, dot = sum (g dy) x */
+    /* backward: dx = r g dy - (((dot r) r) r / C) x, dot = sum (g dy) x
+     * (bwd_xhat: dx_row_xhat) */
     kcheck_acc *acc_dx = backward && d->dx ? &rows[n_rows++] : NULL;
-    if (acc_dx) {
+    if (acc_dx && k->bwd_xhat) {
+        kcheck_acc_init(acc_dx, "dx", shape, u);
+        for (int64_t n = 0; n < N; n++)
+            dx_row_xhat(k, d, n, d->rstd ? stored_rstd_kval(d->rstd[n], rr[n]) : r_replay[n], dxr, acc_dx);
+    } else if (acc_dx) {
         kcheck_acc_init(acc_dx, "dx", shape, u);
         for (int64_t n = 0; n < N; n++) {
             const double *xr = d->x + n * C, *dyr = d->dy + n * C;

@@ -13,7 +13,11 @@
  * with every elementwise step in fp32, or, with stats_in_storage, the
  * squares, ms, t, r and xn rounded to the storage format as well.  The
  * backward reads r: the stored rstd when the kernel wrote one (its actual
- * error is then known), else the forward's replayed bound. */
+ * error is then known), else the forward's replayed bound.  With bwd_xhat
+ * the backward is the other common order (PyTorch's, the CPU backend's):
+ *             xhat = x r, dot = sum (gain dy) xhat (each product rounded
+ *             to fp32 before the sum: covers an fma too),
+ *             dx = round_storage((gain dy - xhat (dot / C)) r). */
 #ifndef ULPSCOPE_KERNELS_CHECK_COMPARE_RMSNORM_H
 #define ULPSCOPE_KERNELS_CHECK_COMPARE_RMSNORM_H
 
@@ -33,6 +37,7 @@ typedef struct {
     int64_t col_depth;     /* ... of dgain's sum over rows */
     double rsqrt_ulps;     /* error of the reciprocal square root, ulps of fp32 */
     double eps;
+    int bwd_xhat;          /* the backward in the xhat order (above); 0: the kernels' order */
 } kcmp_rmsnorm_kernel;
 
 /* x (N, C); gain (C) or NULL (no gain: y = x r); dy (N, C) or NULL (no
