@@ -44,13 +44,14 @@ awk -F'[:,]' '/"record":"step"/ { for (i = 1; i < NF; i++) if ($i == "\"loss\"")
     "$dir/train.jsonl"
 # paired comparison (compare): arms against the base at the same seeds, the null arm (one flipped ulp)
 # for the noise floor; the planted arm (its stores truncate) is the self-test that must come out SHIFT up.
-# The results directory caches the runs: a second demo judges them again without training.
+# The results directory caches the runs: a second demo judges them again without training.  One
+# per build (ulpscope --version names it): compare refuses the runs another build made.
 backend=cpu
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then backend=cuda; fi
 echo "== ulpscope compare (gpt2, 1 layer, width 32, $backend backend: naive attention and a planted truncation against bf16)"
 "$ulpscope" compare --backend "$backend" --depth 1 --width 32 --heads 2 --seq 32 --batch 4 --steps 30 --lr 3e-3 \
     --seeds 6 --arm naive=attention=bf16:naive --arm trunc=residual=bf16 --plant-truncation trunc --quiet \
-    --results "$dir/compare-$backend" --json "$dir/compare.jsonl"
+    --results "$dir/compare-$backend-$("$ulpscope" --version | awk '{ print $NF }')" --json "$dir/compare.jsonl"
 awk -F'"' '/"record":"arm"/ && !/"base":true/ { for (i = 1; i < NF; i++) if ($i == "verdict") v[++n] = $8 ": " $(i+2) }
     END { printf "compare: %d arms judged in %s:", n, FILENAME; for (i = 1; i <= n; i++) printf " %s%s", v[i], i < n ? ";" : ""; print "" }' \
     "$dir/compare.jsonl"

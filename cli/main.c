@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/jsonl.h"
 #include "base/version.h"
 #include "cli/commands.h"
 
@@ -41,7 +42,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(argv[1], "--version") == 0) {
-        printf("ulpscope %s\n", ULPSCOPE_VERSION);
+        printf("ulpscope %s\n", base_build_rev()); /* version and git describe */
         return 0;
     }
     for (int i = 0; i < n_commands; i++)

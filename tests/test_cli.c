@@ -177,6 +177,9 @@ static void test_failed_run_leaves_no_output(void **state)
 
 /* The planted-bug twin of the checks above: a command that succeeds on good
  * input must not be reported as rejecting it, so the harness can fail. */
+static int run_out(const char *dir, const char *args, const char *out, char *err, size_t err_len);
+static char *slurp(const char *path);
+
 static void test_good_input_is_accepted(void **state)
 {
     (void)state;
@@ -185,6 +188,13 @@ static void test_good_input_is_accepted(void **state)
     char err[4096];
     assert_int_equal(run(dir, "accum --json out.jsonl", err, sizeof err), 0);
     assert_int_equal(access(strcat(strcpy((char[256]){0}, dir), "/out.jsonl"), F_OK), 0);
+    /* --version names the build (what compare's cache records): "ulpscope VERSION GIT-DESCRIBE" */
+    assert_int_equal(run_out(dir, "--version", "version.txt", err, sizeof err), 0);
+    const char *v = slurp(strcat(strcpy((char[256]){0}, dir), "/version.txt"));
+    assert_non_null(v);
+    char word[3][64];
+    assert_int_equal(sscanf(v, "%63s %63s %63s", word[0], word[1], word[2]), 3);
+    assert_string_equal(word[0], "ulpscope");
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
