@@ -136,6 +136,18 @@ static void note_append(trace_report *r, const char *text)
 /* ---- norms ---- */
 
 /* Side `at`'s kernel as the backend runs it (the header's descriptions). */
+/* The verdict from both sides' rows, or none when an allocation failed
+ * (fail) on the way: then no partial judgement stands. */
+static void end_judgement(trace_report *r, int fail, trace_bug bug)
+{
+    if (!fail) {
+        trace_judge_finish(r, bug);
+        return;
+    }
+    memset(r->judge, 0, sizeof r->judge);
+    snprintf(r->verdict_note, sizeof r->verdict_note, "no verdict: out of memory");
+}
+
 static void norm_kernels(const char *backend, const tsite *at, int64_t N, int64_t C, double eps,
                          kcmp_rmsnorm_kernel *rk, kcmp_layernorm_kernel *lk)
 {
@@ -276,12 +288,7 @@ void trace_judge_norm(trace_report *r, const char *backend, const tsite *site_a,
         free(x), free(dy), free(mean), free(rstd), free(o0), free(o1), free(o2), free(gain), free(bias);
     }
     free(p.index);
-    if (fail) {
-        memset(r->judge, 0, sizeof r->judge);
-        snprintf(r->verdict_note, sizeof r->verdict_note, "no verdict: out of memory");
-        return;
-    }
-    trace_judge_finish(r, bug);
+    end_judgement(r, fail, bug);
 }
 
 /* ---- cross-entropy ---- */
@@ -373,12 +380,7 @@ void trace_judge_cross_entropy(trace_report *r, const char *backend, const tsite
     }
     free(t);
     free(p.index);
-    if (fail) {
-        memset(r->judge, 0, sizeof r->judge);
-        snprintf(r->verdict_note, sizeof r->verdict_note, "no verdict: out of memory");
-        return;
-    }
-    trace_judge_finish(r, bug);
+    end_judgement(r, fail, bug);
 }
 
 /* ---- rope ---- */
@@ -442,10 +444,5 @@ void trace_judge_rope(trace_report *r, const char *backend, const tsite *site_a,
         free(xs), free(y);
     }
     free(cos_t), free(sin_t), free(inv), free(cos_d), free(sin_d), free(inv_d), free(p.index);
-    if (fail) {
-        memset(r->judge, 0, sizeof r->judge);
-        snprintf(r->verdict_note, sizeof r->verdict_note, "no verdict: out of memory");
-        return;
-    }
-    trace_judge_finish(r, bug);
+    end_judgement(r, fail, bug);
 }

@@ -3,6 +3,7 @@
 #ifndef ULPSCOPE_TESTS_TEST_UTIL_H
 #define ULPSCOPE_TESTS_TEST_UTIL_H
 
+#include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +93,50 @@ static inline int test_run_cli(const char *command, const char *args, char *out,
     out[n] = '\0';
     int st = pclose(fp);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* A command line that must be refused: args (each standalone "D" or "D/..."
+ * names the test's directory) and a piece of the one-line message. */
+typedef struct {
+    const char *args, *message;
+} test_cli_case;
+
+/* Runs `ulpscope <command> <args>` for every case in dir: each must exit 2
+ * with exactly one line "ulpscope <command>: error: ..." holding its message,
+ * and dir must hold as many entries afterwards as before (nothing left
+ * behind). */
+static inline void test_cli_bad_inputs(const char *command, const char *dir, const test_cli_case *cases, size_t n)
+{
+    DIR *before = opendir(dir);
+    assert_non_null(before);
+    int entries_before = 0;
+    while (readdir(before)) entries_before++;
+    closedir(before);
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "ulpscope %s: error: ", command);
+    for (size_t k = 0; k < n; k++) {
+        char args[1024], out[4096];
+        const char *s = cases[k].args;
+        size_t o = 0;
+        for (; *s && o + 300 < sizeof args; s++) {
+            if (*s == 'D' && (s[1] == '/' || s[1] == ' ' || s[1] == '\0') &&
+                (s == cases[k].args || s[-1] == ' ' || s[-1] == ',' || s[-1] == '='))
+                o += (size_t)snprintf(args + o, sizeof args - o, "%s", dir);
+            else args[o++] = *s;
+        }
+        args[o] = '\0';
+        int rc = test_run_cli(command, args, out, sizeof out);
+        int lines = 0;
+        for (const char *p = out; *p; p++) lines += *p == '\n';
+        if (rc != 2 || !strstr(out, cases[k].message) || lines != 1 || !strstr(out, prefix))
+            fail_msg("case %zu (%s): exit %d, want 2 and one line with '%s'; got: %s", k, args, rc, cases[k].message, out);
+    }
+    DIR *after = opendir(dir);
+    assert_non_null(after);
+    int entries_after = 0;
+    while (readdir(after)) entries_after++;
+    closedir(after);
+    assert_int_equal(entries_before, entries_after);
 }
 
 #endif

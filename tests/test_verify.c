@@ -2094,10 +2094,7 @@ static void cli_refuses_bad_input(void **state)
     unsigned char buf[256], ints[24] = {0};
     write_bytes("int.npy", buf, make_npy(buf, "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }\n", ints, 24));
     write_bytes("short.npy", buf, make_npy(buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }\n", ints, 22));
-    static const struct {
-        const char *args;
-        const char *message;
-    } cases[] = {
+    static const test_cli_case cases[] = {
         {"rmsnorm --path bf16 --inputs D/missing.npy --outputs D/a.npy", "missing.npy: No such file"},
         {"rmsnorm --path bf16 --inputs D/int.npy --outputs D/a.npy", "dtype i4 is not a floating-point"},
         {"rmsnorm --path bf16 --inputs D/short.npy --outputs D/a.npy", "truncated or padded"},
@@ -2226,31 +2223,7 @@ static void cli_refuses_bad_input(void **state)
         {"adamw --path fp32 --lr 0.5 --step 3 --scale 0.5 --inputs D/a.npy,D/a.npy,D/a.npy,D/a.npy --outputs D/a.npy",
          "softmax, scale and causal are attention's"},
     };
-    DIR *before = opendir(dir);
-    int entries_before = 0;
-    while (readdir(before)) entries_before++;
-    closedir(before);
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        char args[1024], out[4096];
-        const char *s = cases[k].args;
-        size_t o = 0;
-        for (; *s && o + 300 < sizeof args; s++) {
-            if (*s == 'D' && (s[1] == '/' || s[1] == ' ' || s[1] == '\0') && (s == cases[k].args || s[-1] == ' ' || s[-1] == ',' || s[-1] == '='))
-                o += (size_t)snprintf(args + o, sizeof args - o, "%s", dir);
-            else args[o++] = *s;
-        }
-        args[o] = '\0';
-        int rc = test_run_cli("verify", args, out, sizeof out);
-        int lines = 0;
-        for (const char *p = out; *p; p++) lines += *p == '\n';
-        if (rc != 2 || !strstr(out, cases[k].message) || lines != 1 || !strstr(out, "ulpscope verify: error: "))
-            fail_msg("case %zu (%s): exit %d, want 2 and one line with '%s'; got: %s", k, args, rc, cases[k].message, out);
-    }
-    DIR *after = opendir(dir);
-    int entries_after = 0;
-    while (readdir(after)) entries_after++;
-    closedir(after);
-    assert_int_equal(entries_before, entries_after); /* nothing left behind */
+    test_cli_bad_inputs("verify", dir, cases, sizeof cases / sizeof cases[0]);
 }
 
 int main(void)

@@ -862,9 +862,7 @@ static void cli_refuses_bad_input(void **state)
     assert_non_null(fp);
     assert_int_equal(fwrite(buf, 1, 10 + h + 24, fp), 10 + h + 24);
     fclose(fp);
-    static const struct {
-        const char *args, *message;
-    } cases[] = {
+    static const test_cli_case cases[] = {
         /* rope */
         {"rope --path fp32 --inputs D/m23.npy --outputs D/m23.npy", "x must have at least three dimensions"},
         {"rope --path fp32 --inputs D/r4.npy --outputs D/r2.npy", "y's shape differs from x's"},
@@ -924,31 +922,7 @@ static void cli_refuses_bad_input(void **state)
         {"polar_express --path fp32 --upcast gemma --inputs D/m23.npy --outputs x0=D/m23.npy", "polar_express's upcast"},
         {"rope --path fp32 --upcast none --inputs D/r4.npy --outputs D/r4.npy", "upcast is rmsnorm's and polar_express's"},
     };
-    DIR *before = opendir(dir);
-    int entries_before = 0;
-    while (readdir(before)) entries_before++;
-    closedir(before);
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        char args[1024], out[4096];
-        const char *s = cases[k].args;
-        size_t o = 0;
-        for (; *s && o + 300 < sizeof args; s++) {
-            if (*s == 'D' && s[1] == '/' && (s == cases[k].args || s[-1] == ' ' || s[-1] == ',' || s[-1] == '='))
-                o += (size_t)snprintf(args + o, sizeof args - o, "%s", dir);
-            else args[o++] = *s;
-        }
-        args[o] = '\0';
-        int rc = test_run_cli("verify", args, out, sizeof out);
-        int lines = 0;
-        for (const char *p = out; *p; p++) lines += *p == '\n';
-        if (rc != 2 || !strstr(out, cases[k].message) || lines != 1 || !strstr(out, "ulpscope verify: error: "))
-            fail_msg("case %zu (%s): exit %d, want 2 and one line with '%s'; got: %s", k, args, rc, cases[k].message, out);
-    }
-    DIR *after = opendir(dir);
-    int entries_after = 0;
-    while (readdir(after)) entries_after++;
-    closedir(after);
-    assert_int_equal(entries_before, entries_after); /* nothing left behind */
+    test_cli_bad_inputs("verify", dir, cases, sizeof cases / sizeof cases[0]);
 }
 
 int main(void)
