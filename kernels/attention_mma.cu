@@ -206,12 +206,12 @@ template <class T> __device__ __forceinline__ void am_store2(T *dst, float x0, f
 
 // ---- shared-memory tiles -------------------------------------------------------------
 
-// dst [R][DMAX + 8] <- rows [0, valid) x columns [0, D) of src [., D]; zeros
-// elsewhere (valid may be <= 0).  16-byte chunks, consecutive threads on
+// dst [R][DMAX + 8] <- rows [0, valid) x columns [0, D) of src, rows ld
+// elements apart; zeros elsewhere (valid may be <= 0).  16-byte chunks, consecutive threads on
 // consecutive chunks; a zero-filled chunk reads nothing and names `head`, the
 // start of the head's tensor, as its source.
 template <class T, int DMAX, int R>
-__device__ __forceinline__ void am_load_tile(T *dst, const T *src, int valid, int D, const T *head)
+__device__ __forceinline__ void am_load_tile(T *dst, const T *src, int valid, int D, int64_t ld, const T *head)
 {
     constexpr int LDS = DMAX + 8, CPR = DMAX / 8;
     static_assert(R * CPR % AM_THREADS == 0, "whole chunks per thread");
@@ -219,7 +219,7 @@ __device__ __forceinline__ void am_load_tile(T *dst, const T *src, int valid, in
     for (int it = 0; it < R * CPR / AM_THREADS; it++) {
         const int c = threadIdx.x + it * AM_THREADS, r = c / CPR, col = (c % CPR) * 8;
         const bool ok = r < valid && col < D;
-        am_cp16(dst + r * LDS + col, ok ? src + (int64_t)r * D + col : head, ok ? 16 : 0);
+        am_cp16(dst + r * LDS + col, ok ? src + (int64_t)r * ld + col : head, ok ? 16 : 0);
     }
 }
 
@@ -227,6 +227,14 @@ __device__ __forceinline__ void am_load_tile(T *dst, const T *src, int valid, in
 template <class T, int DMAX> __device__ __forceinline__ void am_drop_last_term(T *tile, int rows, int D)
 {
     for (int r = threadIdx.x; r < rows; r += AM_THREADS) tile[r * (DMAX + 8) + D - 1] = kfrom_float<T>(0.0f, 0);
+}
+
+// Row 0 of head bh (= b H + h) in a tensor whose rows are ld elements apart
+// (kernels/attention.h, katt_rows): heads of one b side by side in a row.
+template <class P> __device__ __forceinline__ P *am_head(P *base, int64_t bh, int Tn, int D, int64_t H, int64_t ld)
+{
+    const int64_t b = bh / H;
+    return base + b * Tn * ld + (bh - b * H) * D;
 }
 
 // ldmatrix row addresses: attention_mma_layout.h.
@@ -240,8 +248,8 @@ template <int LDS> __device__ __forceinline__ int am_bk_offset(int k0, int n0, i
 // have the most keys); warp w: rows q0 + 16 w + {g, g + 8}.
 template <class T, int EXP2, int DMAX>
 __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS)
-    mma_fwd_kernel(const T *q, const T *k, const T *v, int64_t BH, int Tn, int D, float scale, T *o, float *lse,
-                   int bug)
+    mma_fwd_kernel(const T *q, const T *k, const T *v, int64_t BH, int Tn, int D, katt_rows rows, float scale, T *o,
+                   float *lse, int bug)
 {
     constexpr int LDS = DMAX + 8, NK = DMAX / 16, ND = DMAX / 8, BN = KATT_MMA_KEYS, NS = BN / 8;
     AM_DYNAMIC_SMEM(am_smem);
@@ -251,10 +259,11 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS)
     const int q0 = (row_blocks - 1 - (int)(blockIdx.x / BH)) * AM_ROWS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int nk = (D + 15) / 16; // 16-wide chunks of d holding data
-    const T *qb = q + bh * Tn * D, *kb = k + bh * Tn * D, *vb = v + bh * Tn * D;
-    am_load_tile<T, DMAX, AM_ROWS>(Qs, qb + (int64_t)q0 * D, Tn - q0, D, qb);
-    am_load_tile<T, DMAX, BN>(Ks, kb, Tn, D, kb);
-    am_load_tile<T, DMAX, BN>(Vs, vb, Tn, D, vb);
+    const T *qb = am_head(q, bh, Tn, D, rows.H, rows.q), *kb = am_head(k, bh, Tn, D, rows.H, rows.k),
+            *vb = am_head(v, bh, Tn, D, rows.H, rows.v);
+    am_load_tile<T, DMAX, AM_ROWS>(Qs, qb + (int64_t)q0 * rows.q, Tn - q0, D, rows.q, qb);
+    am_load_tile<T, DMAX, BN>(Ks, kb, Tn, D, rows.k, kb);
+    am_load_tile<T, DMAX, BN>(Vs, vb, Tn, D, rows.v, vb);
     am_commit();
 
     const float sc = EXP2 ? __fmul_rn(scale, kLog2e) : scale;
@@ -266,8 +275,10 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS)
     for (int j = 0; j < n_tiles; j++) {
         const int buf = j & 1, k0 = j * BN;
         if (j + 1 < n_tiles) {
-            am_load_tile<T, DMAX, BN>(Ks + (buf ^ 1) * BN * LDS, kb + (int64_t)(k0 + BN) * D, Tn - k0 - BN, D, kb);
-            am_load_tile<T, DMAX, BN>(Vs + (buf ^ 1) * BN * LDS, vb + (int64_t)(k0 + BN) * D, Tn - k0 - BN, D, vb);
+            am_load_tile<T, DMAX, BN>(Ks + (buf ^ 1) * BN * LDS, kb + (int64_t)(k0 + BN) * rows.k, Tn - k0 - BN, D,
+                                      rows.k, kb);
+            am_load_tile<T, DMAX, BN>(Vs + (buf ^ 1) * BN * LDS, vb + (int64_t)(k0 + BN) * rows.v, Tn - k0 - BN, D,
+                                      rows.v, vb);
             am_commit();
             am_wait<1>();
         } else {
@@ -360,7 +371,7 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS)
     for (int h = 0; h < 2; h++) {
         const int row = row0 + 8 * h;
         if (row >= Tn) continue;
-        T *orow = o + (bh * Tn + row) * D;
+        T *orow = am_head(o, bh, Tn, D, rows.H, rows.o) + (int64_t)row * rows.o;
 #pragma unroll
         for (int n = 0; n < ND; n++) {
             const int d = 8 * n + 2 * t;
@@ -380,7 +391,7 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS)
 template <class T, int EXP2, int DMAX>
 __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
     mma_dq_kernel(const T *q, const T *k, const T *v, const T *dout, const float *lse, const float *delta, int64_t BH,
-                  int Tn, int D, float scale, T *dq, int bug)
+                  int Tn, int D, katt_rows rows, float scale, T *dq, int bug)
 {
     constexpr int LDS = DMAX + 8, NK = DMAX / 16, ND = DMAX / 8, BN = am_side_tile<DMAX>(), NS = BN / 8;
     AM_DYNAMIC_SMEM(am_smem);
@@ -391,11 +402,12 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
     const int q0 = (row_blocks - 1 - (int)(blockIdx.x / BH)) * AM_ROWS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int nk = (D + 15) / 16;
-    const T *qb = q + bh * Tn * D, *gb = dout + bh * Tn * D, *kb = k + bh * Tn * D, *vb = v + bh * Tn * D;
-    am_load_tile<T, DMAX, AM_ROWS>(Qs, qb + (int64_t)q0 * D, Tn - q0, D, qb);
-    am_load_tile<T, DMAX, AM_ROWS>(Gs, gb + (int64_t)q0 * D, Tn - q0, D, gb);
-    am_load_tile<T, DMAX, BN>(Ks, kb, Tn, D, kb);
-    am_load_tile<T, DMAX, BN>(Vs, vb, Tn, D, vb);
+    const T *qb = am_head(q, bh, Tn, D, rows.H, rows.q), *gb = am_head(dout, bh, Tn, D, rows.H, rows.dout),
+            *kb = am_head(k, bh, Tn, D, rows.H, rows.k), *vb = am_head(v, bh, Tn, D, rows.H, rows.v);
+    am_load_tile<T, DMAX, AM_ROWS>(Qs, qb + (int64_t)q0 * rows.q, Tn - q0, D, rows.q, qb);
+    am_load_tile<T, DMAX, AM_ROWS>(Gs, gb + (int64_t)q0 * rows.dout, Tn - q0, D, rows.dout, gb);
+    am_load_tile<T, DMAX, BN>(Ks, kb, Tn, D, rows.k, kb);
+    am_load_tile<T, DMAX, BN>(Vs, vb, Tn, D, rows.v, vb);
     am_commit();
 
     const float sc = EXP2 ? __fmul_rn(scale, kLog2e) : scale;
@@ -416,8 +428,10 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
     for (int j = 0; j < n_tiles; j++) {
         const int buf = j & 1, k0 = j * BN;
         if (j + 1 < n_tiles) {
-            am_load_tile<T, DMAX, BN>(Ks + (buf ^ 1) * BN * LDS, kb + (int64_t)(k0 + BN) * D, Tn - k0 - BN, D, kb);
-            am_load_tile<T, DMAX, BN>(Vs + (buf ^ 1) * BN * LDS, vb + (int64_t)(k0 + BN) * D, Tn - k0 - BN, D, vb);
+            am_load_tile<T, DMAX, BN>(Ks + (buf ^ 1) * BN * LDS, kb + (int64_t)(k0 + BN) * rows.k, Tn - k0 - BN, D,
+                                      rows.k, kb);
+            am_load_tile<T, DMAX, BN>(Vs + (buf ^ 1) * BN * LDS, vb + (int64_t)(k0 + BN) * rows.v, Tn - k0 - BN, D,
+                                      rows.v, vb);
             am_commit();
             am_wait<1>();
         } else {
@@ -487,7 +501,7 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
     for (int h = 0; h < 2; h++) {
         const int row = row0 + 8 * h;
         if (row >= Tn) continue;
-        T *drow = dq + (bh * Tn + row) * D;
+        T *drow = am_head(dq, bh, Tn, D, rows.H, rows.dq) + (int64_t)row * rows.dq;
 #pragma unroll
         for (int n = 0; n < ND; n++) {
             const int d = 8 * n + 2 * t;
@@ -506,7 +520,7 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
 template <class T, int EXP2, int DMAX>
 __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
     mma_dkv_kernel(const T *q, const T *k, const T *v, const T *dout, const float *lse, const float *delta,
-                   int64_t BH, int Tn, int D, float scale, T *dk, T *dv, int bug)
+                   int64_t BH, int Tn, int D, katt_rows rows, float scale, T *dk, T *dv, int bug)
 {
     constexpr int LDS = DMAX + 8, NK = DMAX / 16, ND = DMAX / 8, BQ = am_side_tile<DMAX>(), NS = BQ / 8;
     AM_DYNAMIC_SMEM(am_smem);
@@ -517,7 +531,7 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
     const int j0 = (int)(blockIdx.x / BH) * AM_ROWS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int nk = (D + 15) / 16;
-    const T *qb = q + bh * Tn * D, *gb = dout + bh * Tn * D;
+    const T *qb = am_head(q, bh, Tn, D, rows.H, rows.q), *gb = am_head(dout, bh, Tn, D, rows.H, rows.dout);
     const float *lb = lse + bh * Tn, *db = delta + bh * Tn;
     // lse (in the exponential's units) and delta of query rows [i0, i0 + BQ), 0 past T
     auto stage_stats = [&](int b, int i0) {
@@ -527,11 +541,11 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
             delta_s[b * BQ + c] = i < Tn ? db[i] : 0.0f;
         }
     };
-    const T *kb = k + bh * Tn * D, *vb = v + bh * Tn * D;
-    am_load_tile<T, DMAX, AM_ROWS>(Ks, kb + (int64_t)j0 * D, Tn - j0, D, kb);
-    am_load_tile<T, DMAX, AM_ROWS>(Vs, vb + (int64_t)j0 * D, Tn - j0, D, vb);
-    am_load_tile<T, DMAX, BQ>(Qs, qb + (int64_t)j0 * D, Tn - j0, D, qb);
-    am_load_tile<T, DMAX, BQ>(Gs, gb + (int64_t)j0 * D, Tn - j0, D, gb);
+    const T *kb = am_head(k, bh, Tn, D, rows.H, rows.k), *vb = am_head(v, bh, Tn, D, rows.H, rows.v);
+    am_load_tile<T, DMAX, AM_ROWS>(Ks, kb + (int64_t)j0 * rows.k, Tn - j0, D, rows.k, kb);
+    am_load_tile<T, DMAX, AM_ROWS>(Vs, vb + (int64_t)j0 * rows.v, Tn - j0, D, rows.v, vb);
+    am_load_tile<T, DMAX, BQ>(Qs, qb + (int64_t)j0 * rows.q, Tn - j0, D, rows.q, qb);
+    am_load_tile<T, DMAX, BQ>(Gs, gb + (int64_t)j0 * rows.dout, Tn - j0, D, rows.dout, gb);
     am_commit();
     stage_stats(0, j0);
 
@@ -542,8 +556,10 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
     for (int j = 0; j < n_tiles; j++) {
         const int buf = j & 1, i0 = j0 + j * BQ;
         if (j + 1 < n_tiles) {
-            am_load_tile<T, DMAX, BQ>(Qs + (buf ^ 1) * BQ * LDS, qb + (int64_t)(i0 + BQ) * D, Tn - i0 - BQ, D, qb);
-            am_load_tile<T, DMAX, BQ>(Gs + (buf ^ 1) * BQ * LDS, gb + (int64_t)(i0 + BQ) * D, Tn - i0 - BQ, D, gb);
+            am_load_tile<T, DMAX, BQ>(Qs + (buf ^ 1) * BQ * LDS, qb + (int64_t)(i0 + BQ) * rows.q, Tn - i0 - BQ, D,
+                                      rows.q, qb);
+            am_load_tile<T, DMAX, BQ>(Gs + (buf ^ 1) * BQ * LDS, gb + (int64_t)(i0 + BQ) * rows.dout, Tn - i0 - BQ, D,
+                                      rows.dout, gb);
             am_commit();
             stage_stats(buf ^ 1, i0 + BQ);
             am_wait<1>();
@@ -615,7 +631,8 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
     for (int h = 0; h < 2; h++) {
         const int key = key0 + 8 * h;
         if (key >= Tn) continue;
-        T *krow = dk + (bh * Tn + key) * D, *vrow = dv + (bh * Tn + key) * D;
+        T *krow = am_head(dk, bh, Tn, D, rows.H, rows.dk) + (int64_t)key * rows.dk,
+          *vrow = am_head(dv, bh, Tn, D, rows.H, rows.dv) + (int64_t)key * rows.dv;
 #pragma unroll
         for (int n = 0; n < ND; n++) {
             const int d = 8 * n + 2 * t;
@@ -653,38 +670,43 @@ static int am_launch(const char *ctx, const char *what, bool &raised, void (*ker
 }
 
 template <class T, int EXP2, int DMAX>
-static int am_forward(const char *ctx, int64_t BH, int Tn, int D, float scale, const void *q, const void *k,
-                      const void *v, void *o, float *lse, int bug)
+static int am_forward(const char *ctx, int64_t BH, int Tn, int D, const katt_rows &rows, float scale, const void *q,
+                      const void *k, const void *v, void *o, float *lse, int bug)
 {
     static bool raised = false;
     const unsigned grid = (unsigned)(BH * ((Tn + AM_ROWS - 1) / AM_ROWS));
     return am_launch(ctx, "mma_fwd_kernel", raised, mma_fwd_kernel<T, EXP2, DMAX>, grid, am_smem_fwd<T, DMAX>(),
-                     (const T *)q, (const T *)k, (const T *)v, BH, Tn, D, scale, (T *)o, lse, bug);
+                     (const T *)q, (const T *)k, (const T *)v, BH, Tn, D, rows, scale, (T *)o, lse, bug);
 }
 
 template <class T, int EXP2, int DMAX>
-static int am_backward(const char *ctx, int64_t BH, int Tn, int D, float scale, const void *q, const void *k,
-                       const void *v, const void *dout, const float *lse, const float *delta, void *dq, void *dk,
-                       void *dv, int bug)
+static int am_backward(const char *ctx, int64_t BH, int Tn, int D, const katt_rows &rows, float scale, const void *q,
+                       const void *k, const void *v, const void *dout, const float *lse, const float *delta, void *dq,
+                       void *dk, void *dv, int bug)
 {
     static bool raised_dq = false, raised_dkv = false;
     const unsigned grid = (unsigned)(BH * ((Tn + AM_ROWS - 1) / AM_ROWS));
     if (am_launch(ctx, "mma_dq_kernel", raised_dq, mma_dq_kernel<T, EXP2, DMAX>, grid, am_smem_dq<T, DMAX>(),
-                  (const T *)q, (const T *)k, (const T *)v, (const T *)dout, lse, delta, BH, Tn, D, scale, (T *)dq,
-                  bug))
+                  (const T *)q, (const T *)k, (const T *)v, (const T *)dout, lse, delta, BH, Tn, D, rows, scale,
+                  (T *)dq, bug))
         return -1;
     return am_launch(ctx, "mma_dkv_kernel", raised_dkv, mma_dkv_kernel<T, EXP2, DMAX>, grid, am_smem_dkv<T, DMAX>(),
-                     (const T *)q, (const T *)k, (const T *)v, (const T *)dout, lse, delta, BH, Tn, D, scale, (T *)dk,
-                     (T *)dv, bug);
+                     (const T *)q, (const T *)k, (const T *)v, (const T *)dout, lse, delta, BH, Tn, D, rows, scale,
+                     (T *)dk, (T *)dv, bug);
 }
 
-// Operands read by cp.async in 16-byte chunks; outputs written in pairs.
-static int am_aligned(const char *ctx, const void *const *in, int n_in, void *const *out, int n_out)
+// Operands read by cp.async in 16-byte chunks (every row start: the pointer
+// and the row stride of 8 16-bit elements); outputs written in pairs.
+static int am_aligned(const char *ctx, const void *const *in, const int64_t *ld_in, int n_in, void *const *out,
+                      const int64_t *ld_out, int n_out)
 {
     for (int i = 0; i < n_in; i++)
-        if ((uintptr_t)in[i] % 16 != 0) return kernels_fail("%s: flash_mma needs 16-byte aligned q, k, v, dout", ctx);
+        if ((uintptr_t)in[i] % 16 != 0 || ld_in[i] % 8 != 0)
+            return kernels_fail("%s: flash_mma needs 16-byte aligned rows of q, k, v, dout (pointers, and row strides "
+                                "a multiple of 8 elements)", ctx);
     for (int i = 0; i < n_out; i++)
-        if ((uintptr_t)out[i] % 4 != 0) return kernels_fail("%s: flash_mma needs 4-byte aligned outputs", ctx);
+        if ((uintptr_t)out[i] % 4 != 0 || ld_out[i] % 2 != 0)
+            return kernels_fail("%s: flash_mma needs 4-byte aligned output rows (row strides even)", ctx);
     return 0;
 }
 
@@ -718,40 +740,42 @@ int katt_mma_device(const char *ctx)
     return 0;
 }
 
-int katt_mma_forward(const char *ctx, kpath path, int exp2, int64_t BH, int Tn, int D, float scale, const void *q,
-                     const void *k, const void *v, void *o, float *lse, int bug)
+int katt_mma_forward(const char *ctx, kpath path, int exp2, int64_t BH, int Tn, int D, const katt_rows *rows,
+                     float scale, const void *q, const void *k, const void *v, void *o, float *lse, int bug)
 {
     const char *why = katt_mma_refusal(path, D);
     if (why) return kernels_fail("%s: %s", ctx, why);
     const void *in[] = {q, k, v};
     void *out[] = {o, lse};
-    if (katt_mma_device(ctx) || am_aligned(ctx, in, 3, out, 2)) return -1;
+    const int64_t ld_in[] = {rows->q, rows->k, rows->v}, ld_out[] = {rows->o, 2};
+    if (katt_mma_device(ctx) || am_aligned(ctx, in, ld_in, 3, out, ld_out, 2)) return -1;
     const bool wide = D > 64;
     if (path == KPATH_BF16) {
         using T = __nv_bfloat16;
-        if (exp2) return wide ? am_forward<T, 1, 128>(ctx, BH, Tn, D, scale, q, k, v, o, lse, bug)
-                              : am_forward<T, 1, 64>(ctx, BH, Tn, D, scale, q, k, v, o, lse, bug);
-        return wide ? am_forward<T, 0, 128>(ctx, BH, Tn, D, scale, q, k, v, o, lse, bug)
-                    : am_forward<T, 0, 64>(ctx, BH, Tn, D, scale, q, k, v, o, lse, bug);
+        if (exp2) return wide ? am_forward<T, 1, 128>(ctx, BH, Tn, D, *rows, scale, q, k, v, o, lse, bug)
+                              : am_forward<T, 1, 64>(ctx, BH, Tn, D, *rows, scale, q, k, v, o, lse, bug);
+        return wide ? am_forward<T, 0, 128>(ctx, BH, Tn, D, *rows, scale, q, k, v, o, lse, bug)
+                    : am_forward<T, 0, 64>(ctx, BH, Tn, D, *rows, scale, q, k, v, o, lse, bug);
     }
     using T = __half;
-    if (exp2) return wide ? am_forward<T, 1, 128>(ctx, BH, Tn, D, scale, q, k, v, o, lse, bug)
-                          : am_forward<T, 1, 64>(ctx, BH, Tn, D, scale, q, k, v, o, lse, bug);
-    return wide ? am_forward<T, 0, 128>(ctx, BH, Tn, D, scale, q, k, v, o, lse, bug)
-                : am_forward<T, 0, 64>(ctx, BH, Tn, D, scale, q, k, v, o, lse, bug);
+    if (exp2) return wide ? am_forward<T, 1, 128>(ctx, BH, Tn, D, *rows, scale, q, k, v, o, lse, bug)
+                          : am_forward<T, 1, 64>(ctx, BH, Tn, D, *rows, scale, q, k, v, o, lse, bug);
+    return wide ? am_forward<T, 0, 128>(ctx, BH, Tn, D, *rows, scale, q, k, v, o, lse, bug)
+                : am_forward<T, 0, 64>(ctx, BH, Tn, D, *rows, scale, q, k, v, o, lse, bug);
 }
 
-int katt_mma_backward(const char *ctx, kpath path, int exp2, int64_t BH, int Tn, int D, float scale, const void *q,
-                      const void *k, const void *v, const void *dout, const float *lse, const float *delta, void *dq,
-                      void *dk, void *dv, int bug)
+int katt_mma_backward(const char *ctx, kpath path, int exp2, int64_t BH, int Tn, int D, const katt_rows *rows,
+                      float scale, const void *q, const void *k, const void *v, const void *dout, const float *lse,
+                      const float *delta, void *dq, void *dk, void *dv, int bug)
 {
     const char *why = katt_mma_refusal(path, D);
     if (why) return kernels_fail("%s: %s", ctx, why);
     const void *in[] = {q, k, v, dout};
     void *out[] = {dq, dk, dv};
-    if (katt_mma_device(ctx) || am_aligned(ctx, in, 4, out, 3)) return -1;
+    const int64_t ld_in[] = {rows->q, rows->k, rows->v, rows->dout}, ld_out[] = {rows->dq, rows->dk, rows->dv};
+    if (katt_mma_device(ctx) || am_aligned(ctx, in, ld_in, 4, out, ld_out, 3)) return -1;
     const bool wide = D > 64;
-#define AM_BACKWARD(T, E, DM) am_backward<T, E, DM>(ctx, BH, Tn, D, scale, q, k, v, dout, lse, delta, dq, dk, dv, bug)
+#define AM_BACKWARD(T, E, DM) am_backward<T, E, DM>(ctx, BH, Tn, D, *rows, scale, q, k, v, dout, lse, delta, dq, dk, dv, bug)
     if (path == KPATH_BF16) {
         if (exp2) return wide ? AM_BACKWARD(__nv_bfloat16, 1, 128) : AM_BACKWARD(__nv_bfloat16, 1, 64);
         return wide ? AM_BACKWARD(__nv_bfloat16, 0, 128) : AM_BACKWARD(__nv_bfloat16, 0, 64);
