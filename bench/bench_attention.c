@@ -56,7 +56,7 @@ static int alloc_all(att_tensors *t, kpath path, int64_t BH, int64_t T, int64_t 
 static katt_rows rows_of(int64_t H, int64_t D)
 {
     const int64_t ld = H * D;
-    katt_rows r = {H, ld, ld, ld, ld, ld, ld, ld, ld};
+    katt_rows r = {H, ld, ld};
     return r;
 }
 

@@ -378,16 +378,16 @@ __global__ void __launch_bounds__(FL_THREADS)
 }
 
 // delta[row] = sum_d dout_d o_d, row = bh T + t (one warp per row: strided
-// partials, butterfly); dout's and o's rows where katt_rows says.
+// partials, butterfly); dout's and o's rows where katt_rows says (both read:
+// stride ld = katt_rows' in).
 template <class T>
-__global__ void delta_kernel(const T *dout, const T *o, int64_t rows, int Tn, int D, int64_t H, int64_t ld_dout,
-                             int64_t ld_o, float *delta)
+__global__ void delta_kernel(const T *dout, const T *o, int64_t rows, int Tn, int D, int64_t H, int64_t ld, float *delta)
 {
     const int lane = threadIdx.x & 31;
     const int64_t row = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
     if (row >= rows) return;
-    const int64_t bh = row / Tn, t = row - bh * Tn, b = bh / H, col = (bh - b * H) * D;
-    const T *g = dout + (b * Tn + t) * ld_dout + col, *y = o + (b * Tn + t) * ld_o + col;
+    const int64_t bh = row / Tn, t = row - bh * Tn, b = bh / H, at = (b * Tn + t) * ld + (bh - b * H) * D;
+    const T *g = dout + at, *y = o + at;
     float s = 0.0f;
     for (int d = lane; d < D; d += 32) s = __fmaf_rn(kto_float(g[d]), kto_float(y[d]), s);
     s = kwarp_sum(s);
@@ -577,24 +577,18 @@ static int validate(const char *ctx, kpath path, int variant, int64_t BH, int64_
 }
 
 // The heads' rows (attention.h, katt_rows): packed, or flash_mma's strided
-// ones with every stride of the call's tensors (n of them, from q on) at
-// least H D.
-static int validate_rows(const char *ctx, int variant, int64_t BH, int64_t D, const katt_rows *r, int n)
+// ones with both strides at least H D.
+static int validate_rows(const char *ctx, int variant, int64_t BH, int64_t D, const katt_rows *r)
 {
     if (!r) return kernels_fail("%s: no katt_rows", ctx);
-    const int64_t ld[] = {r->q, r->k, r->v, r->o, r->dout, r->dq, r->dk, r->dv};
-    const char *name[] = {"q", "k", "v", "o", "dout", "dq", "dk", "dv"};
-    bool packed = r->H == 1;
-    for (int i = 0; i < n; i++) packed = packed && ld[i] == D;
-    if (packed) return 0;
+    if (r->H == 1 && r->in == D && r->out == D) return 0;
     if (!kattention_takes_rows(variant))
         return kernels_fail("%s: heads other than packed [BH,T,D] are flash_mma's only (this variant reads [BH,T,D])", ctx);
     if (r->H <= 0 || BH % r->H != 0)
         return kernels_fail("%s: H = %lld heads a row does not divide BH", ctx, (long long)r->H);
-    for (int i = 0; i < n; i++)
-        if (ld[i] < r->H * D)
-            return kernels_fail("%s: %s's row stride %lld is below H x D = %lld", ctx, name[i], (long long)ld[i],
-                                (long long)(r->H * D));
+    if (r->in < r->H * D || r->out < r->H * D)
+        return kernels_fail("%s: row strides %lld (in) and %lld (out) must be at least H x D = %lld", ctx,
+                            (long long)r->in, (long long)r->out, (long long)(r->H * D));
     return 0;
 }
 
@@ -712,7 +706,7 @@ static int backward_t(const char *ctx, int variant, int64_t BH, int Tn, int D, c
     void *delta;
     if (att_get(ctx, WS_DELTA, (size_t)rows * sizeof(float), &delta)) return -1;
     delta_kernel<T><<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32, 0, kstream()>>>(
-        (const T *)dout, (const T *)o, rows, Tn, D, layout->H, layout->dout, layout->o, (float *)delta);
+        (const T *)dout, (const T *)o, rows, Tn, D, layout->H, layout->in, (float *)delta);
     if (klaunched(ctx, "delta_kernel")) return -1;
     if (katt_is_mma(variant))
         return katt_mma_backward(ctx, kpath_of<T>(), katt_is_exp2(variant), BH, Tn, D, layout, scale, q, k, v, dout,
@@ -747,7 +741,7 @@ extern "C" int kattention_forward_rows(kpath path, int variant, int64_t BH, int6
 {
     char ctx[160];
     att_context(ctx, sizeof ctx, "forward", path, variant, BH, T, D);
-    if (validate(ctx, path, variant, BH, T, D) || validate_rows(ctx, variant, BH, D, rows, 4)) return -1;
+    if (validate(ctx, path, variant, BH, T, D) || validate_rows(ctx, variant, BH, D, rows)) return -1;
     if (!q || !k || !v || !o || !lse) return kernels_fail("%s: null q, k, v, o or lse", ctx);
     switch (path) {
     case KPATH_FP32: return forward_t<float>(ctx, variant, BH, (int)T, (int)D, rows, scale, q, k, v, o, lse);
@@ -770,7 +764,7 @@ extern "C" int kattention_backward_rows(kpath path, int variant, int64_t BH, int
 {
     char ctx[160];
     att_context(ctx, sizeof ctx, "backward", path, variant, BH, T, D);
-    if (validate(ctx, path, variant, BH, T, D) || validate_rows(ctx, variant, BH, D, rows, 8)) return -1;
+    if (validate(ctx, path, variant, BH, T, D) || validate_rows(ctx, variant, BH, D, rows)) return -1;
     if (!q || !k || !v || !dout || !dq || !dk || !dv) return kernels_fail("%s: null q, k, v, dout, dq, dk or dv", ctx);
     if (variant != KATT_NAIVE && (!o || !lse)) return kernels_fail("%s: the flash backward needs o and lse", ctx);
     switch (path) {

@@ -88,26 +88,28 @@ int kattention_backward(kpath path, int variant, int64_t BH, int64_t T, int64_t 
 
 /* Where the heads' rows lie.  Head bh = b H + h (b < BH / H, h < H): its
  * row t starts at element (b T + t) ld + h D of a tensor whose rows are ld
- * elements apart (ld >= H D, one per tensor).  The [BH, T, D] layout above
- * is H = 1 and every ld = D (katt_rows_packed); the trainer's [B, T, H, D],
- * a [B T, H D] matrix, is ld = H D; a column block of a wider matrix (q in
- * [B T, 3 H D]) has the matrix's width as ld.  lse stays [BH, T].  Only
- * flash_mma and flash_mma_exp2 take other rows than packed ones
- * (kattention_takes_rows); the arithmetic is the same, only addresses move. */
+ * elements apart (ld >= H D): ld = in for what a call reads (q, k, v, and
+ * o, dout in the backward), ld = out for what it writes (o in the forward,
+ * dq, dk, dv).  The [BH, T, D] layout above is H = 1, in = out = D
+ * (katt_rows_packed); the trainer's [B, T, H, D], a [B T, H D] matrix, is
+ * in = out = H D; column blocks of a wider matrix (dq | dk | dv in
+ * [B T, 3 H D]) have the matrix's width.  lse stays [BH, T].  Only flash_mma
+ * and flash_mma_exp2 take other rows than packed ones (kattention_takes_rows);
+ * the arithmetic is the same, only addresses move.  (Two strides, not one a
+ * tensor: see kernels/attention_mma.cu, am_rows.) */
 typedef struct {
     int64_t H;
-    int64_t q, k, v, o, dout, dq, dk, dv; /* row strides, elements */
+    int64_t in, out; /* row strides, elements */
 } katt_rows;
 
 static inline katt_rows katt_rows_packed(int64_t D)
 {
-    katt_rows r = {1, D, D, D, D, D, D, D, D};
+    katt_rows r = {1, D, D};
     return r;
 }
 static inline int kattention_takes_rows(int variant) { return katt_is_mma(variant); }
 
-/* As kattention_forward / kattention_backward with the heads where rows says
- * (the forward reads rows->q, k, v, o only). */
+/* As kattention_forward / kattention_backward with the heads where rows says. */
 int kattention_forward_rows(kpath path, int variant, int64_t BH, int64_t T, int64_t D, const katt_rows *rows,
                             float scale, const void *q, const void *k, const void *v, void *o, float *lse);
 int kattention_backward_rows(kpath path, int variant, int64_t BH, int64_t T, int64_t D, const katt_rows *rows,

@@ -22,11 +22,11 @@
 // emulation must differ.  Host expf/logf on both sides.  SIMT_DEBUG=1 lists
 // every differing element on stderr.
 //
-// Also: the heads where the trainer keeps them (katt_rows: several heads a
-// row, q, k, v and dq, dk, dv column blocks of [B T, 3C + 8] matrices, o and
-// dout [B T, C]) give the packed [BH, T, D] run's bits exactly, read no
-// spare column (they hold NaN) and write none.  Twin: q's row stride 8
-// short must differ.
+// Also: heads laid out as the trainer keeps them (katt_rows: several heads a
+// row; q, k, v, dout column blocks of one [B T, 4C + 8] matrix, o, dq, dk,
+// dv of another) give the packed [BH, T, D] run's bits exactly, read no
+// spare column (they hold NaN) and write none.  Twin: the inputs' row
+// stride 8 short must differ.
 //
 // Built at -O0 (Makefile): GCC 12.2 at -O1 and above compiles the
 // truncating fp32 store of kernels/common/kelem.cuh, `bug == 2 ?
@@ -193,7 +193,8 @@ outcome run(const mma_arith *model, int64_t BH, int Tn, int D, int kernel_bug, i
     std::vector<float> delta(BH * Tn);
     const unsigned grid = (unsigned)(BH * ((Tn + AM_ROWS - 1) / AM_ROWS));
     const T *q = dev[0].data(), *k = dev[1].data(), *v = dev[2].data(), *g = dev[3].data();
-    const katt_rows packed = katt_rows_packed(D);
+    am_rows packed;
+    assert_true(am_rows_of(katt_rows_packed(D), &packed));
     simt_launch(grid, am_smem_fwd<T, DMAX>(), [&] {
         mma_fwd_kernel<T, EXP2, DMAX>(q, k, v, BH, Tn, D, packed, scale, o.data(), lse.data(), kernel_bug);
     });
@@ -284,38 +285,39 @@ void use_models(const char *gen)
 
 template <class T> bool same_bits(const T &a, const T &b) { return memcmp(&a, &b, sizeof(T)) == 0; }
 
-// delta [BH*T] = rowsum(dout o) of rows given by their element offsets
-template <class T, class F> std::vector<float> deltas(int64_t rows, int D, const T *g, const T *o, F offset_of)
+// delta [BH*T] = rowsum(dout o), row r of each at g + g_at(r), o + o_at(r)
+template <class T, class F, class G>
+std::vector<float> deltas(int64_t rows, int D, const T *g, F g_at, const T *o, G o_at)
 {
     std::vector<float> delta(rows);
     std::vector<double> gr(D), orow(D);
     for (int64_t r = 0; r < rows; r++) {
-        for (int d = 0; d < D; d++) gr[d] = from_t(g[offset_of(r) + d]), orow[d] = from_t(o[offset_of(r) + d]);
+        for (int d = 0; d < D; d++) gr[d] = from_t(g[g_at(r) + d]), orow[d] = from_t(o[o_at(r) + d]);
         delta[r] = katt_mma_arith_delta(gr.data(), orow.data(), D);
     }
     return delta;
 }
 
 // The kernels on B x H heads of [T, D], twice on the same values: packed
-// [BH, T, D] (katt_rows_packed), and as the trainer could hand them over:
-// q, k, v column blocks of one [B T, 3C + 8] matrix (C = H D; its last 8
-// columns NaN: a read of them would show), dout and o [B T, C] (the
-// trainer's [B, T, H, D]), dq, dk, dv column blocks of another [B T, 3C + 8]
-// matrix whose last 8 columns must stay untouched.  Every output must equal
-// the packed run's bit for bit.  q_ld_short: q's row stride passed 8
-// elements short (the twin).
+// [BH, T, D] (katt_rows_packed), and with several heads a row: q, k, v, dout
+// column blocks of one [B T, 4C + 8] matrix (C = H D; each block is the
+// trainer's [B, T, H, D]; the last 8 columns NaN: a read of them would
+// show), o, dq, dk, dv column blocks of another, [B T, 4C + 16], whose last
+// 16 columns must stay untouched.  Every output must equal the packed run's
+// bit for bit.  in_ld_short: the inputs' row stride passed 8 elements short
+// (the twin).
 template <class T, int EXP2, int DMAX>
-outcome run_rows(int64_t B, int64_t H, int Tn, int D, bool q_ld_short, prec_rng *rng)
+outcome run_rows(int64_t B, int64_t H, int Tn, int D, bool in_ld_short, prec_rng *rng)
 {
     const prec_format f = std::is_same<T, __half>::value ? PREC_FP16 : PREC_BF16;
     const float scale = (float)(1.0 / sqrt((double)D));
-    const int64_t BH = B * H, C = H * D, W = 3 * C + 8, n = BH * Tn * D, N = B * Tn;
+    const int64_t BH = B * H, C = H * D, W = 4 * C + 8, WO = 4 * C + 16, n = BH * Tn * D, N = B * Tn;
     // element (bh, t, d) in a [B T, ld] matrix whose column block starts at col0
     auto at = [&](int64_t bh, int64_t t, int64_t d, int64_t ld, int64_t col0) {
         return (bh / H * Tn + t) * ld + col0 + bh % H * D + d;
     };
-    std::vector<T> packed_in[4], qkv((size_t)(N * W)), gm((size_t)(N * C));
-    memset(static_cast<void *>(qkv.data()), 0xFF, qkv.size() * sizeof(T));
+    std::vector<T> packed_in[4], qkvg((size_t)(N * W));
+    memset(static_cast<void *>(qkvg.data()), 0xFF, qkvg.size() * sizeof(T));
     std::vector<double> vals(n);
     for (int i = 0; i < 4; i++) {
         kcheck_fill_normal(rng, vals.data(), n, 0.0, 1.0, f);
@@ -326,25 +328,25 @@ outcome run_rows(int64_t B, int64_t H, int Tn, int D, bool q_ld_short, prec_rng 
         for (int t = 0; t < Tn; t++)
             for (int d = 0; d < D; d++) {
                 const int64_t x = (bh * Tn + t) * D + d;
-                for (int i = 0; i < 3; i++) qkv[at(bh, t, d, W, i * C)] = packed_in[i][x];
-                gm[at(bh, t, d, C, 0)] = packed_in[3][x];
+                for (int i = 0; i < 4; i++) qkvg[at(bh, t, d, W, i * C)] = packed_in[i][x];
             }
     readable.clear();
     for (int i = 0; i < 4; i++) allow(packed_in[i]);
-    allow(qkv);
-    allow(gm);
+    allow(qkvg);
     bad_reads = hazards = 0;
     const unsigned grid = (unsigned)(BH * ((Tn + AM_ROWS - 1) / AM_ROWS));
 
     // packed
     guarded<T> o(n), dq(n), dk(n), dv(n);
     guarded<float> lse(BH * Tn);
-    const katt_rows packed = katt_rows_packed(D);
+    am_rows packed;
+    assert_true(am_rows_of(katt_rows_packed(D), &packed));
     const T *q = packed_in[0].data(), *k = packed_in[1].data(), *v = packed_in[2].data(), *g = packed_in[3].data();
     simt_launch(grid, am_smem_fwd<T, DMAX>(), [&] {
         mma_fwd_kernel<T, EXP2, DMAX>(q, k, v, BH, Tn, D, packed, scale, o.data(), lse.data(), KBUG_NONE);
     });
-    std::vector<float> delta = deltas(BH * Tn, D, g, o.data(), [&](int64_t r) { return r * D; });
+    const auto packed_at = [&](int64_t r) { return r * D; };
+    std::vector<float> delta = deltas(BH * Tn, D, g, packed_at, o.data(), packed_at);
     readable.push_back({(const unsigned char *)lse.data(), (const unsigned char *)(lse.data() + BH * Tn)});
     readable.push_back({(const unsigned char *)delta.data(), (const unsigned char *)(delta.data() + BH * Tn)});
     simt_launch(grid, am_smem_dq<T, DMAX>(), [&] {
@@ -356,34 +358,37 @@ outcome run_rows(int64_t B, int64_t H, int Tn, int D, bool q_ld_short, prec_rng 
                                       dv.data(), KBUG_NONE);
     });
 
-    // the trainer's rows
-    guarded<T> om(N * C), dqkv(N * W);
+    // several heads a row
+    guarded<T> outs(N * WO);
     guarded<float> lse2(BH * Tn);
-    katt_rows rows = {H, W, W, W, C, C, W, W, W};
-    if (q_ld_short) rows.q = W - 8;
-    const T *q2 = qkv.data(), *k2 = qkv.data() + C, *v2 = qkv.data() + 2 * C;
-    T *dq2 = dqkv.data(), *dk2 = dqkv.data() + C, *dv2 = dqkv.data() + 2 * C;
+    am_rows rows;
+    assert_true(am_rows_of(katt_rows{H, in_ld_short ? W - 8 : W, WO}, &rows));
+    const T *q2 = qkvg.data(), *k2 = qkvg.data() + C, *v2 = qkvg.data() + 2 * C, *g2 = qkvg.data() + 3 * C;
+    T *o2 = outs.data(), *dq2 = outs.data() + C, *dk2 = outs.data() + 2 * C, *dv2 = outs.data() + 3 * C;
     simt_launch(grid, am_smem_fwd<T, DMAX>(), [&] {
-        mma_fwd_kernel<T, EXP2, DMAX>(q2, k2, v2, BH, Tn, D, rows, scale, om.data(), lse2.data(), KBUG_NONE);
+        mma_fwd_kernel<T, EXP2, DMAX>(q2, k2, v2, BH, Tn, D, rows, scale, o2, lse2.data(), KBUG_NONE);
     });
-    std::vector<float> delta2 =
-        deltas(BH * Tn, D, gm.data(), om.data(), [&](int64_t r) { return at(r / Tn, r % Tn, 0, C, 0); });
+    std::vector<float> delta2 = deltas(
+        BH * Tn, D, g2, [&](int64_t r) { return at(r / Tn, r % Tn, 0, W, 0); }, o2,
+        [&](int64_t r) { return at(r / Tn, r % Tn, 0, WO, 0); });
     readable.push_back({(const unsigned char *)lse2.data(), (const unsigned char *)(lse2.data() + BH * Tn)});
     readable.push_back({(const unsigned char *)delta2.data(), (const unsigned char *)(delta2.data() + BH * Tn)});
     simt_launch(grid, am_smem_dq<T, DMAX>(), [&] {
-        mma_dq_kernel<T, EXP2, DMAX>(q2, k2, v2, gm.data(), lse2.data(), delta2.data(), BH, Tn, D, rows, scale, dq2,
+        mma_dq_kernel<T, EXP2, DMAX>(q2, k2, v2, g2, lse2.data(), delta2.data(), BH, Tn, D, rows, scale, dq2,
                                      KBUG_NONE);
     });
     simt_launch(grid, am_smem_dkv<T, DMAX>(), [&] {
-        mma_dkv_kernel<T, EXP2, DMAX>(q2, k2, v2, gm.data(), lse2.data(), delta2.data(), BH, Tn, D, rows, scale, dk2,
+        mma_dkv_kernel<T, EXP2, DMAX>(q2, k2, v2, g2, lse2.data(), delta2.data(), BH, Tn, D, rows, scale, dk2,
                                       dv2, KBUG_NONE);
     });
 
     outcome r;
     r.guards = o.guards_intact() && dq.guards_intact() && dk.guards_intact() && dv.guards_intact() &&
-               lse.guards_intact() && om.guards_intact() && dqkv.guards_intact() && lse2.guards_intact();
-    for (int64_t row = 0; row < N; row++) // the columns past dq | dk | dv
-        for (int64_t c = 3 * C; c < W; c++) r.guards = r.guards && same_bits(dqkv.data()[row * W + c], qkv[row * W + c]);
+               lse.guards_intact() && outs.guards_intact() && lse2.guards_intact();
+    T poison;
+    memset(static_cast<void *>(&poison), 0xFF, sizeof poison);
+    for (int64_t row = 0; row < N; row++) // the columns past o | dq | dk | dv, still as guarded<> filled them
+        for (int64_t c = 4 * C; c < WO; c++) r.guards = r.guards && same_bits(outs.data()[row * WO + c], poison);
     auto check = [&](const char *what, int64_t i, const T &got, const T &want) {
         if (std::isnan(from_t(got))) r.unwritten++;
         if (!same_bits(got, want) && r.mismatches++ == 0)
@@ -398,10 +403,10 @@ outcome run_rows(int64_t B, int64_t H, int Tn, int D, bool q_ld_short, prec_rng 
                          lse.data()[i]);
             for (int d = 0; d < D; d++) {
                 const int64_t x = i * D + d;
-                check("o", x, om.data()[at(bh, t, d, C, 0)], o.data()[x]);
-                check("dq", x, dqkv.data()[at(bh, t, d, W, 0)], dq.data()[x]);
-                check("dk", x, dqkv.data()[at(bh, t, d, W, C)], dk.data()[x]);
-                check("dv", x, dqkv.data()[at(bh, t, d, W, 2 * C)], dv.data()[x]);
+                check("o", x, outs.data()[at(bh, t, d, WO, 0)], o.data()[x]);
+                check("dq", x, outs.data()[at(bh, t, d, WO, C)], dq.data()[x]);
+                check("dk", x, outs.data()[at(bh, t, d, WO, 2 * C)], dk.data()[x]);
+                check("dv", x, outs.data()[at(bh, t, d, WO, 3 * C)], dv.data()[x]);
             }
         }
     if (bad_reads || hazards) {
@@ -419,19 +424,19 @@ struct rows_shape {
     int exp2;
 };
 
-outcome run_rows_shape(const rows_shape &s, bool q_ld_short, prec_rng *rng)
+outcome run_rows_shape(const rows_shape &s, bool in_ld_short, prec_rng *rng)
 {
     use_models("h100");
     if (s.f == PREC_BF16) {
-        if (s.D > 64) return s.exp2 ? run_rows<__nv_bfloat16, 1, 128>(s.B, s.H, s.T, s.D, q_ld_short, rng)
-                                    : run_rows<__nv_bfloat16, 0, 128>(s.B, s.H, s.T, s.D, q_ld_short, rng);
-        return s.exp2 ? run_rows<__nv_bfloat16, 1, 64>(s.B, s.H, s.T, s.D, q_ld_short, rng)
-                      : run_rows<__nv_bfloat16, 0, 64>(s.B, s.H, s.T, s.D, q_ld_short, rng);
+        if (s.D > 64) return s.exp2 ? run_rows<__nv_bfloat16, 1, 128>(s.B, s.H, s.T, s.D, in_ld_short, rng)
+                                    : run_rows<__nv_bfloat16, 0, 128>(s.B, s.H, s.T, s.D, in_ld_short, rng);
+        return s.exp2 ? run_rows<__nv_bfloat16, 1, 64>(s.B, s.H, s.T, s.D, in_ld_short, rng)
+                      : run_rows<__nv_bfloat16, 0, 64>(s.B, s.H, s.T, s.D, in_ld_short, rng);
     }
-    if (s.D > 64) return s.exp2 ? run_rows<__half, 1, 128>(s.B, s.H, s.T, s.D, q_ld_short, rng)
-                                : run_rows<__half, 0, 128>(s.B, s.H, s.T, s.D, q_ld_short, rng);
-    return s.exp2 ? run_rows<__half, 1, 64>(s.B, s.H, s.T, s.D, q_ld_short, rng)
-                  : run_rows<__half, 0, 64>(s.B, s.H, s.T, s.D, q_ld_short, rng);
+    if (s.D > 64) return s.exp2 ? run_rows<__half, 1, 128>(s.B, s.H, s.T, s.D, in_ld_short, rng)
+                                : run_rows<__half, 0, 128>(s.B, s.H, s.T, s.D, in_ld_short, rng);
+    return s.exp2 ? run_rows<__half, 1, 64>(s.B, s.H, s.T, s.D, in_ld_short, rng)
+                  : run_rows<__half, 0, 64>(s.B, s.H, s.T, s.D, in_ld_short, rng);
 }
 
 void print_rows(const char *what, const rows_shape &s, const outcome &r)
@@ -505,7 +510,7 @@ static void test_rows_equal_packed(void **state)
     }
 }
 
-// Twin: q's row stride 8 elements short must be caught.
+// Twin: the inputs' row stride 8 elements short must be caught.
 static void test_twin_wrong_row_stride(void **state)
 {
     (void)state;
@@ -513,7 +518,7 @@ static void test_twin_wrong_row_stride(void **state)
     prec_rng_seed(&rng, test_seed("attention_mma_simt_rows_twin"));
     const rows_shape s = {2, 3, 70, 16, PREC_BF16, 0};
     const outcome r = run_rows_shape(s, true, &rng);
-    print_rows("twin (q's stride short)", s, r);
+    print_rows("twin (input stride short)", s, r);
     assert_true(r.mismatches > 0);
 }
 

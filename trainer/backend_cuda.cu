@@ -497,7 +497,7 @@ static int attention_shape(tbackend *be, const ktensor *q, int H)
 static katt_rows bthd_rows(const ktensor *q, int H)
 {
     const int64_t C = q->shape[1];
-    return katt_rows{H, C, C, C, C, C, C, C, C};
+    return katt_rows{H, C, C};
 }
 
 static int cuda_attention_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *lse, const ktensor *q, const ktensor *k,
