@@ -7,7 +7,10 @@
  * delta pre-pass).  Beside each time: the speed-up over the CUDA-core flash
  * variant at the same shape, and the rate in TFLOP/s counting the causal
  * half of the products (forward 2 matmuls, backward 5, as FlashAttention
- * reports them).  Without a GPU: one line saying so, exit 0.
+ * reports them).  The tensor-core variants also run on the heads as the
+ * trainer keeps them, [B, T, H, D] with H D = 768 (katt_rows; rows "BTHD"):
+ * the same buffers read as B T rows of H heads.  Without a GPU: one line
+ * saying so, exit 0.
  *
  *   bench_attention [--reps N]   the table
  *   bench_attention --dump FILE  no timing: runs every path x variant x
@@ -49,16 +52,26 @@ static int alloc_all(att_tensors *t, kpath path, int64_t BH, int64_t T, int64_t 
     return ktensor_alloc(&t->lse, PREC_FP32, 2, shl);
 }
 
-static int forward(const att_tensors *t, kpath path, int variant, int64_t BH, int64_t T, int64_t D)
+/* H heads a row ([B, T, H, D], every row stride H D); H = 1: packed [BH, T, D]. */
+static katt_rows rows_of(int64_t H, int64_t D)
 {
-    return kattention_forward(path, variant, BH, T, D, 1.0f / sqrtf((float)D), t->q.data, t->k.data, t->v.data,
-                              t->o.data, t->lse.data);
+    const int64_t ld = H * D;
+    katt_rows r = {H, ld, ld};
+    return r;
 }
 
-static int backward(const att_tensors *t, kpath path, int variant, int64_t BH, int64_t T, int64_t D)
+static int forward(const att_tensors *t, kpath path, int variant, int64_t BH, int64_t T, int64_t D, int64_t H)
 {
-    return kattention_backward(path, variant, BH, T, D, 1.0f / sqrtf((float)D), t->q.data, t->k.data, t->v.data,
-                               t->o.data, t->g.data, t->lse.data, t->dq.data, t->dk.data, t->dv.data);
+    const katt_rows rows = rows_of(H, D);
+    return kattention_forward_rows(path, variant, BH, T, D, &rows, 1.0f / sqrtf((float)D), t->q.data, t->k.data,
+                                   t->v.data, t->o.data, t->lse.data);
+}
+
+static int backward(const att_tensors *t, kpath path, int variant, int64_t BH, int64_t T, int64_t D, int64_t H)
+{
+    const katt_rows rows = rows_of(H, D);
+    return kattention_backward_rows(path, variant, BH, T, D, &rows, 1.0f / sqrtf((float)D), t->q.data, t->k.data,
+                                    t->v.data, t->o.data, t->g.data, t->lse.data, t->dq.data, t->dk.data, t->dv.data);
 }
 
 static double median(double *x, int n)
@@ -75,8 +88,8 @@ static double median(double *x, int n)
 enum { MAX_REPS = 100 };
 
 /* Median ms of forward (which = 0) or backward (1) over reps runs after one warm-up. */
-static int time_pass(const att_tensors *t, int which, int variant, int64_t BH, int64_t T, int64_t D, int reps,
-                     double *ms)
+static int time_pass(const att_tensors *t, int which, int variant, int64_t BH, int64_t T, int64_t D, int64_t H,
+                     int reps, double *ms)
 {
     ktimer *tm;
     if (ktimer_create(&tm)) return -1;
@@ -84,7 +97,7 @@ static int time_pass(const att_tensors *t, int which, int variant, int64_t BH, i
     for (int r = 0; r < reps + 1; r++) {
         float f;
         int bad = ktimer_start(tm) ||
-                  (which ? backward(t, KPATH_BF16, variant, BH, T, D) : forward(t, KPATH_BF16, variant, BH, T, D)) ||
+                  (which ? backward(t, KPATH_BF16, variant, BH, T, D, H) : forward(t, KPATH_BF16, variant, BH, T, D, H)) ||
                   ktimer_stop(tm, &f);
         if (bad) {
             ktimer_destroy(tm);
@@ -100,31 +113,37 @@ static int time_pass(const att_tensors *t, int which, int variant, int64_t BH, i
 static int table(int reps)
 {
     static const int64_t shapes[][3] = {{96, 1024, 64}, {96, 4096, 64}, {48, 1024, 128}, {48, 4096, 128}}; /* BH, T, D */
-    /* the CUDA-core flash first: the others are compared with it */
-    static const int variants[] = {KATT_FLASH, KATT_FLASH_EXP2, KATT_FLASH_MMA, KATT_FLASH_MMA_EXP2, KATT_NAIVE};
+    /* the CUDA-core flash first: the others are compared with it; bthd: the trainer's layout */
+    static const struct {
+        int variant, bthd;
+    } runs[] = {{KATT_FLASH, 0},          {KATT_FLASH_EXP2, 0},     {KATT_FLASH_MMA, 0}, {KATT_FLASH_MMA, 1},
+                {KATT_FLASH_MMA_EXP2, 0}, {KATT_FLASH_MMA_EXP2, 1}, {KATT_NAIVE, 0}};
     printf("attention bf16: median ms of %d runs (CUDA events); x: speed-up over flash; TF/s: causal FLOPs "
            "(forward 4 BH T^2 D / 2, backward 2.5 times that)\n", reps);
-    printf("%-4s %-6s %-4s %-15s %10s %7s %7s %10s %7s %7s\n", "BH", "T", "D", "variant", "forward", "x", "TF/s",
+    printf("%-4s %-6s %-4s %-20s %10s %7s %7s %10s %7s %7s\n", "BH", "T", "D", "variant", "forward", "x", "TF/s",
            "backward", "x", "TF/s");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int64_t BH = shapes[s][0], T = shapes[s][1], D = shapes[s][2];
         const double flops = 4.0 * (double)BH * (double)T * (double)T * (double)D / 2;
         double f0 = 0, g0 = 0;
-        for (size_t b = 0; b < sizeof variants / sizeof variants[0]; b++) {
+        for (size_t b = 0; b < sizeof runs / sizeof runs[0]; b++) {
             att_tensors t;
             double f = 0, g = 0;
-            int bad = alloc_all(&t, KPATH_BF16, BH, T, D, 0xbe7c4) || time_pass(&t, 0, variants[b], BH, T, D, reps, &f) ||
-                      time_pass(&t, 1, variants[b], BH, T, D, reps, &g);
+            const int v = runs[b].variant;
+            const int64_t H = runs[b].bthd ? 768 / D : 1;
+            int bad = alloc_all(&t, KPATH_BF16, BH, T, D, 0xbe7c4) || time_pass(&t, 0, v, BH, T, D, H, reps, &f) ||
+                      time_pass(&t, 1, v, BH, T, D, H, reps, &g);
             free_all(&t);
             kattention_release();
             if (bad) {
                 fprintf(stderr, "bench_attention: %s\n", kernels_last_error());
                 return 1;
             }
-            if (variants[b] == KATT_FLASH) f0 = f, g0 = g;
-            printf("%-4lld %-6lld %-4lld %-15s %10.3f %7.2f %7.1f %10.3f %7.2f %7.1f\n", (long long)BH, (long long)T,
-                   (long long)D, katt_variants[variants[b]].name, f, f0 / f, flops / (f * 1e9), g, g0 / g,
-                   2.5 * flops / (g * 1e9));
+            if (v == KATT_FLASH) f0 = f, g0 = g;
+            char name[40];
+            snprintf(name, sizeof name, "%s%s", katt_variants[v].name, runs[b].bthd ? " BTHD" : "");
+            printf("%-4lld %-6lld %-4lld %-20s %10.3f %7.2f %7.1f %10.3f %7.2f %7.1f\n", (long long)BH, (long long)T,
+                   (long long)D, name, f, f0 / f, flops / (f * 1e9), g, g0 / g, 2.5 * flops / (g * 1e9));
             fflush(stdout);
         }
     }
@@ -158,8 +177,8 @@ static int dump(const char *path)
                     if (!kattention_supports((kpath)p, var, D, why, sizeof why)) continue; /* flash_mma: fp32, D % 8 */
                     att_tensors t;
                     kernels_set_planted_bug((kbug)bug);
-                    int bad = alloc_all(&t, (kpath)p, BH, T, D, 0xd0 + s) || forward(&t, p, var, BH, T, D) ||
-                              backward(&t, p, var, BH, T, D) || kernels_sync("bench_attention dump") ||
+                    int bad = alloc_all(&t, (kpath)p, BH, T, D, 0xd0 + s) || forward(&t, p, var, BH, T, D, 1) ||
+                              backward(&t, p, var, BH, T, D, 1) || kernels_sync("bench_attention dump") ||
                               append(fp, &t.o) || append(fp, &t.lse) || append(fp, &t.dq) || append(fp, &t.dk) ||
                               append(fp, &t.dv);
                     free_all(&t);

@@ -377,14 +377,19 @@ __global__ void __launch_bounds__(FL_THREADS)
                     [&](float x, int r) { return kfrom_float<T>(__fdiv_rn(x, l_s[r]), bug); });
 }
 
-// delta[row] = sum_d dout_d o_d (one warp per row: strided partials, butterfly)
-template <class T> __global__ void delta_kernel(const T *dout, const T *o, int64_t rows, int D, float *delta)
+// delta[row] = sum_d dout_d o_d, row = bh T + t (one warp per row: strided
+// partials, butterfly); dout's and o's rows where katt_rows says (both read:
+// stride ld = katt_rows' in).
+template <class T>
+__global__ void delta_kernel(const T *dout, const T *o, int64_t rows, int Tn, int D, int64_t H, int64_t ld, float *delta)
 {
     const int lane = threadIdx.x & 31;
     const int64_t row = blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
     if (row >= rows) return;
+    const int64_t bh = row / Tn, t = row - bh * Tn, b = bh / H, at = (b * Tn + t) * ld + (bh - b * H) * D;
+    const T *g = dout + at, *y = o + at;
     float s = 0.0f;
-    for (int d = lane; d < D; d += 32) s = __fmaf_rn(kto_float(dout[row * D + d]), kto_float(o[row * D + d]), s);
+    for (int d = lane; d < D; d += 32) s = __fmaf_rn(kto_float(g[d]), kto_float(y[d]), s);
     s = kwarp_sum(s);
     if (lane == 0) delta[row] = s;
 }
@@ -571,6 +576,22 @@ static int validate(const char *ctx, kpath path, int variant, int64_t BH, int64_
     return 0;
 }
 
+// The heads' rows (attention.h, katt_rows): packed, or flash_mma's strided
+// ones with both strides at least H D.
+static int validate_rows(const char *ctx, int variant, int64_t BH, int64_t D, const katt_rows *r)
+{
+    if (!r) return kernels_fail("%s: no katt_rows", ctx);
+    if (r->H == 1 && r->in == D && r->out == D) return 0;
+    if (!kattention_takes_rows(variant))
+        return kernels_fail("%s: heads other than packed [BH,T,D] are flash_mma's only (this variant reads [BH,T,D])", ctx);
+    if (r->H <= 0 || BH % r->H != 0)
+        return kernels_fail("%s: H = %lld heads a row does not divide BH", ctx, (long long)r->H);
+    if (r->in < r->H * D || r->out < r->H * D)
+        return kernels_fail("%s: row strides %lld (in) and %lld (out) must be at least H x D = %lld", ctx,
+                            (long long)r->in, (long long)r->out, (long long)(r->H * D));
+    return 0;
+}
+
 // Raises the kernel's dynamic shared-memory limit to what this launch needs
 // (above 48 KB only on request), then launches FL_THREADS threads per block.
 template <class... P, class... A>
@@ -627,8 +648,8 @@ static int naive_probabilities(const char *ctx, const T *q, const T *k, int64_t 
 }
 
 template <class T>
-static int forward_t(const char *ctx, int variant, int64_t BH, int Tn, int D, float scale, const void *q,
-                     const void *k, const void *v, void *o, float *lse)
+static int forward_t(const char *ctx, int variant, int64_t BH, int Tn, int D, const katt_rows *layout, float scale,
+                     const void *q, const void *k, const void *v, void *o, float *lse)
 {
     const int bug = (int)kernels_planted_bug();
     if (variant == KATT_NAIVE) {
@@ -639,7 +660,8 @@ static int forward_t(const char *ctx, int variant, int64_t BH, int Tn, int D, fl
         return klaunched(ctx, "pv_kernel");
     }
     if (katt_is_mma(variant))
-        return katt_mma_forward(ctx, kpath_of<T>(), katt_is_exp2(variant), BH, Tn, D, scale, q, k, v, o, lse, bug);
+        return katt_mma_forward(ctx, kpath_of<T>(), katt_is_exp2(variant), BH, Tn, D, layout, scale, q, k, v, o, lse,
+                                bug);
     const unsigned grid = (unsigned)(BH * ((Tn + FL_ROWS - 1) / FL_ROWS));
     const size_t smem = ((size_t)(FL_ROWS + 2 * KATT_TILE) * fl_ld(D) + FL_ROWS * (FL_PAIR_LD + 2)) * sizeof(float);
     if (variant == KATT_FLASH_EXP2)
@@ -654,9 +676,9 @@ static int forward_t(const char *ctx, int variant, int64_t BH, int Tn, int D, fl
 }
 
 template <class T>
-static int backward_t(const char *ctx, int variant, int64_t BH, int Tn, int D, float scale, const void *q,
-                      const void *k, const void *v, const void *o, const void *dout, const float *lse, void *dq,
-                      void *dk, void *dv)
+static int backward_t(const char *ctx, int variant, int64_t BH, int Tn, int D, const katt_rows *layout, float scale,
+                      const void *q, const void *k, const void *v, const void *o, const void *dout, const float *lse,
+                      void *dq, void *dk, void *dv)
 {
     const int bug = (int)kernels_planted_bug();
     const int64_t rows = BH * Tn;
@@ -683,11 +705,12 @@ static int backward_t(const char *ctx, int variant, int64_t BH, int Tn, int D, f
     if (katt_is_mma(variant) && katt_mma_device(ctx)) return -1; // before any launch
     void *delta;
     if (att_get(ctx, WS_DELTA, (size_t)rows * sizeof(float), &delta)) return -1;
-    delta_kernel<T><<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32, 0, kstream()>>>((const T *)dout, (const T *)o, rows, D, (float *)delta);
+    delta_kernel<T><<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32, 0, kstream()>>>(
+        (const T *)dout, (const T *)o, rows, Tn, D, layout->H, layout->in, (float *)delta);
     if (klaunched(ctx, "delta_kernel")) return -1;
     if (katt_is_mma(variant))
-        return katt_mma_backward(ctx, kpath_of<T>(), katt_is_exp2(variant), BH, Tn, D, scale, q, k, v, dout, lse,
-                                 (const float *)delta, dq, dk, dv, bug);
+        return katt_mma_backward(ctx, kpath_of<T>(), katt_is_exp2(variant), BH, Tn, D, layout, scale, q, k, v, dout,
+                                 lse, (const float *)delta, dq, dk, dv, bug);
     return variant == KATT_FLASH_EXP2 ? flash_backward<T, 1>(ctx, BH, Tn, D, scale, q, k, v, dout, lse, delta, dq, dk, dv, bug)
                                       : flash_backward<T, 0>(ctx, BH, Tn, D, scale, q, k, v, dout, lse, delta, dq, dk, dv, bug);
 }
@@ -704,19 +727,53 @@ extern "C" int kattention_supports(kpath path, int variant, int64_t D, char *why
     return reason == nullptr;
 }
 
+static void att_context(char *ctx, size_t len, const char *what, kpath path, int variant, int64_t BH, int64_t T,
+                        int64_t D)
+{
+    snprintf(ctx, len, "attention %s %s/%s BH=%lld T=%lld D=%lld", what, kpath_name(path),
+             variant >= 0 && variant < KATT_NVARIANTS ? katt_variants[variant].name : "?", (long long)BH, (long long)T,
+             (long long)D);
+}
+
+extern "C" int kattention_forward_rows(kpath path, int variant, int64_t BH, int64_t T, int64_t D,
+                                       const katt_rows *rows, float scale, const void *q, const void *k, const void *v,
+                                       void *o, float *lse)
+{
+    char ctx[160];
+    att_context(ctx, sizeof ctx, "forward", path, variant, BH, T, D);
+    if (validate(ctx, path, variant, BH, T, D) || validate_rows(ctx, variant, BH, D, rows)) return -1;
+    if (!q || !k || !v || !o || !lse) return kernels_fail("%s: null q, k, v, o or lse", ctx);
+    switch (path) {
+    case KPATH_FP32: return forward_t<float>(ctx, variant, BH, (int)T, (int)D, rows, scale, q, k, v, o, lse);
+    case KPATH_BF16: return forward_t<__nv_bfloat16>(ctx, variant, BH, (int)T, (int)D, rows, scale, q, k, v, o, lse);
+    default: return forward_t<__half>(ctx, variant, BH, (int)T, (int)D, rows, scale, q, k, v, o, lse);
+    }
+}
+
 extern "C" int kattention_forward(kpath path, int variant, int64_t BH, int64_t T, int64_t D, float scale,
                                   const void *q, const void *k, const void *v, void *o, float *lse)
 {
+    const katt_rows packed = katt_rows_packed(D);
+    return kattention_forward_rows(path, variant, BH, T, D, &packed, scale, q, k, v, o, lse);
+}
+
+extern "C" int kattention_backward_rows(kpath path, int variant, int64_t BH, int64_t T, int64_t D,
+                                        const katt_rows *rows, float scale, const void *q, const void *k,
+                                        const void *v, const void *o, const void *dout, const float *lse, void *dq,
+                                        void *dk, void *dv)
+{
     char ctx[160];
-    snprintf(ctx, sizeof ctx, "attention forward %s/%s BH=%lld T=%lld D=%lld", kpath_name(path),
-             variant >= 0 && variant < KATT_NVARIANTS ? katt_variants[variant].name : "?", (long long)BH, (long long)T,
-             (long long)D);
-    if (validate(ctx, path, variant, BH, T, D)) return -1;
-    if (!q || !k || !v || !o || !lse) return kernels_fail("%s: null q, k, v, o or lse", ctx);
+    att_context(ctx, sizeof ctx, "backward", path, variant, BH, T, D);
+    if (validate(ctx, path, variant, BH, T, D) || validate_rows(ctx, variant, BH, D, rows)) return -1;
+    if (!q || !k || !v || !dout || !dq || !dk || !dv) return kernels_fail("%s: null q, k, v, dout, dq, dk or dv", ctx);
+    if (variant != KATT_NAIVE && (!o || !lse)) return kernels_fail("%s: the flash backward needs o and lse", ctx);
     switch (path) {
-    case KPATH_FP32: return forward_t<float>(ctx, variant, BH, (int)T, (int)D, scale, q, k, v, o, lse);
-    case KPATH_BF16: return forward_t<__nv_bfloat16>(ctx, variant, BH, (int)T, (int)D, scale, q, k, v, o, lse);
-    default: return forward_t<__half>(ctx, variant, BH, (int)T, (int)D, scale, q, k, v, o, lse);
+    case KPATH_FP32:
+        return backward_t<float>(ctx, variant, BH, (int)T, (int)D, rows, scale, q, k, v, o, dout, lse, dq, dk, dv);
+    case KPATH_BF16:
+        return backward_t<__nv_bfloat16>(ctx, variant, BH, (int)T, (int)D, rows, scale, q, k, v, o, dout, lse, dq, dk,
+                                         dv);
+    default: return backward_t<__half>(ctx, variant, BH, (int)T, (int)D, rows, scale, q, k, v, o, dout, lse, dq, dk, dv);
     }
 }
 
@@ -724,18 +781,6 @@ extern "C" int kattention_backward(kpath path, int variant, int64_t BH, int64_t 
                                    const void *q, const void *k, const void *v, const void *o, const void *dout,
                                    const float *lse, void *dq, void *dk, void *dv)
 {
-    char ctx[160];
-    snprintf(ctx, sizeof ctx, "attention backward %s/%s BH=%lld T=%lld D=%lld", kpath_name(path),
-             variant >= 0 && variant < KATT_NVARIANTS ? katt_variants[variant].name : "?", (long long)BH, (long long)T,
-             (long long)D);
-    if (validate(ctx, path, variant, BH, T, D)) return -1;
-    if (!q || !k || !v || !dout || !dq || !dk || !dv) return kernels_fail("%s: null q, k, v, dout, dq, dk or dv", ctx);
-    if (variant != KATT_NAIVE && (!o || !lse)) return kernels_fail("%s: the flash backward needs o and lse", ctx);
-    switch (path) {
-    case KPATH_FP32:
-        return backward_t<float>(ctx, variant, BH, (int)T, (int)D, scale, q, k, v, o, dout, lse, dq, dk, dv);
-    case KPATH_BF16:
-        return backward_t<__nv_bfloat16>(ctx, variant, BH, (int)T, (int)D, scale, q, k, v, o, dout, lse, dq, dk, dv);
-    default: return backward_t<__half>(ctx, variant, BH, (int)T, (int)D, scale, q, k, v, o, dout, lse, dq, dk, dv);
-    }
+    const katt_rows packed = katt_rows_packed(D);
+    return kattention_backward_rows(path, variant, BH, T, D, &packed, scale, q, k, v, o, dout, lse, dq, dk, dv);
 }

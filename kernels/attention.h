@@ -4,7 +4,9 @@
  * heads, the [B, H, T, D] layout flattened), all in the path's format (fp32,
  * bf16, fp16); lse [BH, T] fp32, written by the forward and read by the
  * backward (the flash backward recomputes the probabilities from it).
- * D <= 128, any T; scale is usually 1/sqrt(D).
+ * D <= 128, any T; scale is usually 1/sqrt(D).  flash_mma and
+ * flash_mma_exp2 also read and write heads laid out otherwise (katt_rows:
+ * the trainer's [B, T, H, D] directly, no permute), with the same bits.
  *
  *   s_ij = scale q_i . k_j (j <= i),  P_ij = exp(s_ij - lse_i),
  *   lse_i = log sum_j exp(s_ij),  o_i = sum_j P_ij v_j
@@ -83,6 +85,36 @@ int kattention_forward(kpath path, int variant, int64_t BH, int64_t T, int64_t D
 int kattention_backward(kpath path, int variant, int64_t BH, int64_t T, int64_t D, float scale, const void *q,
                         const void *k, const void *v, const void *o, const void *dout, const float *lse, void *dq,
                         void *dk, void *dv);
+
+/* Where the heads' rows lie.  Head bh = b H + h (b < BH / H, h < H): its
+ * row t starts at element (b T + t) ld + h D of a tensor whose rows are ld
+ * elements apart (ld >= H D): ld = in for what a call reads (q, k, v, and
+ * o, dout in the backward), ld = out for what it writes (o in the forward,
+ * dq, dk, dv).  The [BH, T, D] layout above is H = 1, in = out = D
+ * (katt_rows_packed); the trainer's [B, T, H, D], a [B T, H D] matrix, is
+ * in = out = H D; column blocks of a wider matrix (dq | dk | dv in
+ * [B T, 3 H D]) have the matrix's width.  lse stays [BH, T].  Only flash_mma
+ * and flash_mma_exp2 take other rows than packed ones (kattention_takes_rows);
+ * the arithmetic is the same, only addresses move.  (Two strides, not one a
+ * tensor: see kernels/attention_mma.cu, am_rows.) */
+typedef struct {
+    int64_t H;
+    int64_t in, out; /* row strides, elements */
+} katt_rows;
+
+static inline katt_rows katt_rows_packed(int64_t D)
+{
+    katt_rows r = {1, D, D};
+    return r;
+}
+static inline int kattention_takes_rows(int variant) { return katt_is_mma(variant); }
+
+/* As kattention_forward / kattention_backward with the heads where rows says. */
+int kattention_forward_rows(kpath path, int variant, int64_t BH, int64_t T, int64_t D, const katt_rows *rows,
+                            float scale, const void *q, const void *k, const void *v, void *o, float *lse);
+int kattention_backward_rows(kpath path, int variant, int64_t BH, int64_t T, int64_t D, const katt_rows *rows,
+                             float scale, const void *q, const void *k, const void *v, const void *o,
+                             const void *dout, const float *lse, void *dq, void *dk, void *dv);
 void kattention_release(void);
 
 #ifdef __cplusplus

@@ -4,6 +4,11 @@
 // with fp32 accumulators, operands staged in shared memory by cp.async and
 // read into registers by ldmatrix.
 //
+// Layout.  A head's rows are wherever katt_rows puts them (kernels/attention.h:
+// row t of head bh = b H + h at element (b T + t) ld + h D, packed [BH, T, D]
+// being H = 1, ld = D); the kernels only ever address whole rows through
+// am_head, so the layout changes addresses and nothing else.
+//
 // Work split.  A block of 4 warps owns 64 rows of one head (query rows for
 // the forward and dq, key rows for dk and dv), 16 rows per warp; the other
 // side streams through shared memory in tiles, double-buffered (the next
@@ -206,12 +211,12 @@ template <class T> __device__ __forceinline__ void am_store2(T *dst, float x0, f
 
 // ---- shared-memory tiles -------------------------------------------------------------
 
-// dst [R][DMAX + 8] <- rows [0, valid) x columns [0, D) of src [., D]; zeros
-// elsewhere (valid may be <= 0).  16-byte chunks, consecutive threads on
+// dst [R][DMAX + 8] <- rows [0, valid) x columns [0, D) of src, rows ld
+// elements apart; zeros elsewhere (valid may be <= 0).  16-byte chunks, consecutive threads on
 // consecutive chunks; a zero-filled chunk reads nothing and names `head`, the
 // start of the head's tensor, as its source.
 template <class T, int DMAX, int R>
-__device__ __forceinline__ void am_load_tile(T *dst, const T *src, int valid, int D, const T *head)
+__device__ __forceinline__ void am_load_tile(T *dst, const T *src, int valid, int D, int ld, const T *head)
 {
     constexpr int LDS = DMAX + 8, CPR = DMAX / 8;
     static_assert(R * CPR % AM_THREADS == 0, "whole chunks per thread");
@@ -219,7 +224,7 @@ __device__ __forceinline__ void am_load_tile(T *dst, const T *src, int valid, in
     for (int it = 0; it < R * CPR / AM_THREADS; it++) {
         const int c = threadIdx.x + it * AM_THREADS, r = c / CPR, col = (c % CPR) * 8;
         const bool ok = r < valid && col < D;
-        am_cp16(dst + r * LDS + col, ok ? src + (int64_t)r * D + col : head, ok ? 16 : 0);
+        am_cp16(dst + r * LDS + col, ok ? src + (int64_t)r * ld + col : head, ok ? 16 : 0);
     }
 }
 
@@ -227,6 +232,30 @@ __device__ __forceinline__ void am_load_tile(T *dst, const T *src, int valid, in
 template <class T, int DMAX> __device__ __forceinline__ void am_drop_last_term(T *tile, int rows, int D)
 {
     for (int r = threadIdx.x; r < rows; r += AM_THREADS) tile[r * (DMAX + 8) + D - 1] = kfrom_float<T>(0.0f, 0);
+}
+
+// katt_rows as the kernels take it: 32-bit (am_rows_of refuses larger).  Two
+// strides, not one a tensor, and 32-bit ones: the DMAX 64 backward kernels
+// run at their register cap on sm_90 (168), and a stride a tensor, or 64-bit
+// strides, made them spill.
+struct am_rows {
+    int H, in, out;
+};
+
+// false when H or a stride does not fit 32 bits
+static bool am_rows_of(const katt_rows &r, am_rows *out)
+{
+    if (r.H < 0 || r.H > INT32_MAX || r.in < 0 || r.in > INT32_MAX || r.out < 0 || r.out > INT32_MAX) return false;
+    *out = {(int)r.H, (int)r.in, (int)r.out};
+    return true;
+}
+
+// Row 0 of head bh (= b H + h) in a tensor whose rows are ld elements apart
+// (kernels/attention.h, katt_rows): heads of one b side by side in a row.
+template <class P> __device__ __forceinline__ P *am_head(P *base, int bh, int Tn, int D, int H, int ld)
+{
+    const int b = bh / H, h = bh - b * H;
+    return base + (int64_t)b * Tn * ld + h * D;
 }
 
 // ldmatrix row addresses: attention_mma_layout.h.
@@ -240,21 +269,22 @@ template <int LDS> __device__ __forceinline__ int am_bk_offset(int k0, int n0, i
 // have the most keys); warp w: rows q0 + 16 w + {g, g + 8}.
 template <class T, int EXP2, int DMAX>
 __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS)
-    mma_fwd_kernel(const T *q, const T *k, const T *v, int64_t BH, int Tn, int D, float scale, T *o, float *lse,
-                   int bug)
+    mma_fwd_kernel(const T *q, const T *k, const T *v, int64_t BH, int Tn, int D, am_rows rows, float scale, T *o,
+                   float *lse, int bug)
 {
     constexpr int LDS = DMAX + 8, NK = DMAX / 16, ND = DMAX / 8, BN = KATT_MMA_KEYS, NS = BN / 8;
     AM_DYNAMIC_SMEM(am_smem);
     T *Qs = reinterpret_cast<T *>(am_smem), *Ks = Qs + AM_ROWS * LDS, *Vs = Ks + 2 * BN * LDS;
     const int row_blocks = (Tn + AM_ROWS - 1) / AM_ROWS;
-    const int64_t bh = blockIdx.x % BH;
-    const int q0 = (row_blocks - 1 - (int)(blockIdx.x / BH)) * AM_ROWS;
+    const int bh = (int)(blockIdx.x % (unsigned)BH); // 32-bit: BH x row blocks fit (validated)
+    const int q0 = (row_blocks - 1 - (int)(blockIdx.x / (unsigned)BH)) * AM_ROWS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int nk = (D + 15) / 16; // 16-wide chunks of d holding data
-    const T *qb = q + bh * Tn * D, *kb = k + bh * Tn * D, *vb = v + bh * Tn * D;
-    am_load_tile<T, DMAX, AM_ROWS>(Qs, qb + (int64_t)q0 * D, Tn - q0, D, qb);
-    am_load_tile<T, DMAX, BN>(Ks, kb, Tn, D, kb);
-    am_load_tile<T, DMAX, BN>(Vs, vb, Tn, D, vb);
+    const T *qb = am_head(q, bh, Tn, D, rows.H, rows.in), *kb = am_head(k, bh, Tn, D, rows.H, rows.in),
+            *vb = am_head(v, bh, Tn, D, rows.H, rows.in);
+    am_load_tile<T, DMAX, AM_ROWS>(Qs, qb + (int64_t)q0 * rows.in, Tn - q0, D, rows.in, qb);
+    am_load_tile<T, DMAX, BN>(Ks, kb, Tn, D, rows.in, kb);
+    am_load_tile<T, DMAX, BN>(Vs, vb, Tn, D, rows.in, vb);
     am_commit();
 
     const float sc = EXP2 ? __fmul_rn(scale, kLog2e) : scale;
@@ -266,8 +296,10 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS)
     for (int j = 0; j < n_tiles; j++) {
         const int buf = j & 1, k0 = j * BN;
         if (j + 1 < n_tiles) {
-            am_load_tile<T, DMAX, BN>(Ks + (buf ^ 1) * BN * LDS, kb + (int64_t)(k0 + BN) * D, Tn - k0 - BN, D, kb);
-            am_load_tile<T, DMAX, BN>(Vs + (buf ^ 1) * BN * LDS, vb + (int64_t)(k0 + BN) * D, Tn - k0 - BN, D, vb);
+            am_load_tile<T, DMAX, BN>(Ks + (buf ^ 1) * BN * LDS, kb + (int64_t)(k0 + BN) * rows.in, Tn - k0 - BN, D,
+                                      rows.in, kb);
+            am_load_tile<T, DMAX, BN>(Vs + (buf ^ 1) * BN * LDS, vb + (int64_t)(k0 + BN) * rows.in, Tn - k0 - BN, D,
+                                      rows.in, vb);
             am_commit();
             am_wait<1>();
         } else {
@@ -360,7 +392,7 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS)
     for (int h = 0; h < 2; h++) {
         const int row = row0 + 8 * h;
         if (row >= Tn) continue;
-        T *orow = o + (bh * Tn + row) * D;
+        T *orow = am_head(o, bh, Tn, D, rows.H, rows.out) + (int64_t)row * rows.out;
 #pragma unroll
         for (int n = 0; n < ND; n++) {
             const int d = 8 * n + 2 * t;
@@ -368,7 +400,7 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS)
         }
         if (t == 0) {
             const float L = EXP2 ? __fmul_rn(__fadd_rn(m[h], log2f(l[h])), kLn2) : __fadd_rn(m[h], logf(l[h]));
-            lse[bh * Tn + row] = kfrom_float<float>(L, bug);
+            lse[(int64_t)bh * Tn + row] = kfrom_float<float>(L, bug);
         }
     }
 }
@@ -380,22 +412,23 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS)
 template <class T, int EXP2, int DMAX>
 __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
     mma_dq_kernel(const T *q, const T *k, const T *v, const T *dout, const float *lse, const float *delta, int64_t BH,
-                  int Tn, int D, float scale, T *dq, int bug)
+                  int Tn, int D, am_rows rows, float scale, T *dq, int bug)
 {
     constexpr int LDS = DMAX + 8, NK = DMAX / 16, ND = DMAX / 8, BN = am_side_tile<DMAX>(), NS = BN / 8;
     AM_DYNAMIC_SMEM(am_smem);
     T *Qs = reinterpret_cast<T *>(am_smem), *Gs = Qs + AM_ROWS * LDS, *Ks = Gs + AM_ROWS * LDS,
       *Vs = Ks + 2 * BN * LDS;
     const int row_blocks = (Tn + AM_ROWS - 1) / AM_ROWS;
-    const int64_t bh = blockIdx.x % BH;
-    const int q0 = (row_blocks - 1 - (int)(blockIdx.x / BH)) * AM_ROWS;
+    const int bh = (int)(blockIdx.x % (unsigned)BH); // 32-bit: BH x row blocks fit (validated)
+    const int q0 = (row_blocks - 1 - (int)(blockIdx.x / (unsigned)BH)) * AM_ROWS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int nk = (D + 15) / 16;
-    const T *qb = q + bh * Tn * D, *gb = dout + bh * Tn * D, *kb = k + bh * Tn * D, *vb = v + bh * Tn * D;
-    am_load_tile<T, DMAX, AM_ROWS>(Qs, qb + (int64_t)q0 * D, Tn - q0, D, qb);
-    am_load_tile<T, DMAX, AM_ROWS>(Gs, gb + (int64_t)q0 * D, Tn - q0, D, gb);
-    am_load_tile<T, DMAX, BN>(Ks, kb, Tn, D, kb);
-    am_load_tile<T, DMAX, BN>(Vs, vb, Tn, D, vb);
+    const T *qb = am_head(q, bh, Tn, D, rows.H, rows.in), *gb = am_head(dout, bh, Tn, D, rows.H, rows.in),
+            *kb = am_head(k, bh, Tn, D, rows.H, rows.in), *vb = am_head(v, bh, Tn, D, rows.H, rows.in);
+    am_load_tile<T, DMAX, AM_ROWS>(Qs, qb + (int64_t)q0 * rows.in, Tn - q0, D, rows.in, qb);
+    am_load_tile<T, DMAX, AM_ROWS>(Gs, gb + (int64_t)q0 * rows.in, Tn - q0, D, rows.in, gb);
+    am_load_tile<T, DMAX, BN>(Ks, kb, Tn, D, rows.in, kb);
+    am_load_tile<T, DMAX, BN>(Vs, vb, Tn, D, rows.in, vb);
     am_commit();
 
     const float sc = EXP2 ? __fmul_rn(scale, kLog2e) : scale;
@@ -404,9 +437,9 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int row = row0 + 8 * h;
-        const float L = row < Tn ? lse[bh * Tn + row] : 0.0f;
+        const float L = row < Tn ? lse[(int64_t)bh * Tn + row] : 0.0f;
         lse_r[h] = EXP2 ? __fmul_rn(L, kLog2e) : L;
-        delta_r[h] = row < Tn ? delta[bh * Tn + row] : 0.0f;
+        delta_r[h] = row < Tn ? delta[(int64_t)bh * Tn + row] : 0.0f;
     }
     // key tiles up to the end of the diagonal block whatever T is (those past T
     // are zeros), so a row's chain of instructions does not depend on T
@@ -416,8 +449,10 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
     for (int j = 0; j < n_tiles; j++) {
         const int buf = j & 1, k0 = j * BN;
         if (j + 1 < n_tiles) {
-            am_load_tile<T, DMAX, BN>(Ks + (buf ^ 1) * BN * LDS, kb + (int64_t)(k0 + BN) * D, Tn - k0 - BN, D, kb);
-            am_load_tile<T, DMAX, BN>(Vs + (buf ^ 1) * BN * LDS, vb + (int64_t)(k0 + BN) * D, Tn - k0 - BN, D, vb);
+            am_load_tile<T, DMAX, BN>(Ks + (buf ^ 1) * BN * LDS, kb + (int64_t)(k0 + BN) * rows.in, Tn - k0 - BN, D,
+                                      rows.in, kb);
+            am_load_tile<T, DMAX, BN>(Vs + (buf ^ 1) * BN * LDS, vb + (int64_t)(k0 + BN) * rows.in, Tn - k0 - BN, D,
+                                      rows.in, vb);
             am_commit();
             am_wait<1>();
         } else {
@@ -487,7 +522,7 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
     for (int h = 0; h < 2; h++) {
         const int row = row0 + 8 * h;
         if (row >= Tn) continue;
-        T *drow = dq + (bh * Tn + row) * D;
+        T *drow = am_head(dq, bh, Tn, D, rows.H, rows.out) + (int64_t)row * rows.out;
 #pragma unroll
         for (int n = 0; n < ND; n++) {
             const int d = 8 * n + 2 * t;
@@ -506,19 +541,19 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
 template <class T, int EXP2, int DMAX>
 __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
     mma_dkv_kernel(const T *q, const T *k, const T *v, const T *dout, const float *lse, const float *delta,
-                   int64_t BH, int Tn, int D, float scale, T *dk, T *dv, int bug)
+                   int64_t BH, int Tn, int D, am_rows rows, float scale, T *dk, T *dv, int bug)
 {
     constexpr int LDS = DMAX + 8, NK = DMAX / 16, ND = DMAX / 8, BQ = am_side_tile<DMAX>(), NS = BQ / 8;
     AM_DYNAMIC_SMEM(am_smem);
     T *Ks = reinterpret_cast<T *>(am_smem), *Vs = Ks + AM_ROWS * LDS, *Qs = Vs + AM_ROWS * LDS,
       *Gs = Qs + 2 * BQ * LDS;
     float *lse_s = reinterpret_cast<float *>(Gs + 2 * BQ * LDS), *delta_s = lse_s + 2 * BQ;
-    const int64_t bh = blockIdx.x % BH;
-    const int j0 = (int)(blockIdx.x / BH) * AM_ROWS;
+    const int bh = (int)(blockIdx.x % (unsigned)BH); // 32-bit: BH x row blocks fit (validated)
+    const int j0 = (int)(blockIdx.x / (unsigned)BH) * AM_ROWS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int nk = (D + 15) / 16;
-    const T *qb = q + bh * Tn * D, *gb = dout + bh * Tn * D;
-    const float *lb = lse + bh * Tn, *db = delta + bh * Tn;
+    const T *qb = am_head(q, bh, Tn, D, rows.H, rows.in), *gb = am_head(dout, bh, Tn, D, rows.H, rows.in);
+    const float *lb = lse + (int64_t)bh * Tn, *db = delta + (int64_t)bh * Tn;
     // lse (in the exponential's units) and delta of query rows [i0, i0 + BQ), 0 past T
     auto stage_stats = [&](int b, int i0) {
         for (int c = threadIdx.x; c < BQ; c += AM_THREADS) {
@@ -527,11 +562,11 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
             delta_s[b * BQ + c] = i < Tn ? db[i] : 0.0f;
         }
     };
-    const T *kb = k + bh * Tn * D, *vb = v + bh * Tn * D;
-    am_load_tile<T, DMAX, AM_ROWS>(Ks, kb + (int64_t)j0 * D, Tn - j0, D, kb);
-    am_load_tile<T, DMAX, AM_ROWS>(Vs, vb + (int64_t)j0 * D, Tn - j0, D, vb);
-    am_load_tile<T, DMAX, BQ>(Qs, qb + (int64_t)j0 * D, Tn - j0, D, qb);
-    am_load_tile<T, DMAX, BQ>(Gs, gb + (int64_t)j0 * D, Tn - j0, D, gb);
+    const T *kb = am_head(k, bh, Tn, D, rows.H, rows.in), *vb = am_head(v, bh, Tn, D, rows.H, rows.in);
+    am_load_tile<T, DMAX, AM_ROWS>(Ks, kb + (int64_t)j0 * rows.in, Tn - j0, D, rows.in, kb);
+    am_load_tile<T, DMAX, AM_ROWS>(Vs, vb + (int64_t)j0 * rows.in, Tn - j0, D, rows.in, vb);
+    am_load_tile<T, DMAX, BQ>(Qs, qb + (int64_t)j0 * rows.in, Tn - j0, D, rows.in, qb);
+    am_load_tile<T, DMAX, BQ>(Gs, gb + (int64_t)j0 * rows.in, Tn - j0, D, rows.in, gb);
     am_commit();
     stage_stats(0, j0);
 
@@ -542,8 +577,10 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
     for (int j = 0; j < n_tiles; j++) {
         const int buf = j & 1, i0 = j0 + j * BQ;
         if (j + 1 < n_tiles) {
-            am_load_tile<T, DMAX, BQ>(Qs + (buf ^ 1) * BQ * LDS, qb + (int64_t)(i0 + BQ) * D, Tn - i0 - BQ, D, qb);
-            am_load_tile<T, DMAX, BQ>(Gs + (buf ^ 1) * BQ * LDS, gb + (int64_t)(i0 + BQ) * D, Tn - i0 - BQ, D, gb);
+            am_load_tile<T, DMAX, BQ>(Qs + (buf ^ 1) * BQ * LDS, qb + (int64_t)(i0 + BQ) * rows.in, Tn - i0 - BQ, D,
+                                      rows.in, qb);
+            am_load_tile<T, DMAX, BQ>(Gs + (buf ^ 1) * BQ * LDS, gb + (int64_t)(i0 + BQ) * rows.in, Tn - i0 - BQ, D,
+                                      rows.in, gb);
             am_commit();
             stage_stats(buf ^ 1, i0 + BQ);
             am_wait<1>();
@@ -615,7 +652,8 @@ __global__ void __launch_bounds__(AM_THREADS, AM_MIN_BLOCKS_BWD)
     for (int h = 0; h < 2; h++) {
         const int key = key0 + 8 * h;
         if (key >= Tn) continue;
-        T *krow = dk + (bh * Tn + key) * D, *vrow = dv + (bh * Tn + key) * D;
+        T *krow = am_head(dk, bh, Tn, D, rows.H, rows.out) + (int64_t)key * rows.out,
+          *vrow = am_head(dv, bh, Tn, D, rows.H, rows.out) + (int64_t)key * rows.out;
 #pragma unroll
         for (int n = 0; n < ND; n++) {
             const int d = 8 * n + 2 * t;
@@ -653,38 +691,43 @@ static int am_launch(const char *ctx, const char *what, bool &raised, void (*ker
 }
 
 template <class T, int EXP2, int DMAX>
-static int am_forward(const char *ctx, int64_t BH, int Tn, int D, float scale, const void *q, const void *k,
-                      const void *v, void *o, float *lse, int bug)
+static int am_forward(const char *ctx, int64_t BH, int Tn, int D, const am_rows &rows, float scale, const void *q,
+                      const void *k, const void *v, void *o, float *lse, int bug)
 {
     static bool raised = false;
     const unsigned grid = (unsigned)(BH * ((Tn + AM_ROWS - 1) / AM_ROWS));
     return am_launch(ctx, "mma_fwd_kernel", raised, mma_fwd_kernel<T, EXP2, DMAX>, grid, am_smem_fwd<T, DMAX>(),
-                     (const T *)q, (const T *)k, (const T *)v, BH, Tn, D, scale, (T *)o, lse, bug);
+                     (const T *)q, (const T *)k, (const T *)v, BH, Tn, D, rows, scale, (T *)o, lse, bug);
 }
 
 template <class T, int EXP2, int DMAX>
-static int am_backward(const char *ctx, int64_t BH, int Tn, int D, float scale, const void *q, const void *k,
-                       const void *v, const void *dout, const float *lse, const float *delta, void *dq, void *dk,
-                       void *dv, int bug)
+static int am_backward(const char *ctx, int64_t BH, int Tn, int D, const am_rows &rows, float scale, const void *q,
+                       const void *k, const void *v, const void *dout, const float *lse, const float *delta, void *dq,
+                       void *dk, void *dv, int bug)
 {
     static bool raised_dq = false, raised_dkv = false;
     const unsigned grid = (unsigned)(BH * ((Tn + AM_ROWS - 1) / AM_ROWS));
     if (am_launch(ctx, "mma_dq_kernel", raised_dq, mma_dq_kernel<T, EXP2, DMAX>, grid, am_smem_dq<T, DMAX>(),
-                  (const T *)q, (const T *)k, (const T *)v, (const T *)dout, lse, delta, BH, Tn, D, scale, (T *)dq,
-                  bug))
+                  (const T *)q, (const T *)k, (const T *)v, (const T *)dout, lse, delta, BH, Tn, D, rows, scale,
+                  (T *)dq, bug))
         return -1;
     return am_launch(ctx, "mma_dkv_kernel", raised_dkv, mma_dkv_kernel<T, EXP2, DMAX>, grid, am_smem_dkv<T, DMAX>(),
-                     (const T *)q, (const T *)k, (const T *)v, (const T *)dout, lse, delta, BH, Tn, D, scale, (T *)dk,
-                     (T *)dv, bug);
+                     (const T *)q, (const T *)k, (const T *)v, (const T *)dout, lse, delta, BH, Tn, D, rows, scale,
+                     (T *)dk, (T *)dv, bug);
 }
 
-// Operands read by cp.async in 16-byte chunks; outputs written in pairs.
-static int am_aligned(const char *ctx, const void *const *in, int n_in, void *const *out, int n_out)
+// Operands read by cp.async in 16-byte chunks (every row start: the pointer
+// and the row stride of 8 16-bit elements); outputs written in pairs.
+static int am_aligned(const char *ctx, const void *const *in, const int64_t *ld_in, int n_in, void *const *out,
+                      const int64_t *ld_out, int n_out)
 {
     for (int i = 0; i < n_in; i++)
-        if ((uintptr_t)in[i] % 16 != 0) return kernels_fail("%s: flash_mma needs 16-byte aligned q, k, v, dout", ctx);
+        if ((uintptr_t)in[i] % 16 != 0 || ld_in[i] % 8 != 0)
+            return kernels_fail("%s: flash_mma needs 16-byte aligned rows of q, k, v, dout (pointers, and row strides "
+                                "a multiple of 8 elements)", ctx);
     for (int i = 0; i < n_out; i++)
-        if ((uintptr_t)out[i] % 4 != 0) return kernels_fail("%s: flash_mma needs 4-byte aligned outputs", ctx);
+        if ((uintptr_t)out[i] % 4 != 0 || ld_out[i] % 2 != 0)
+            return kernels_fail("%s: flash_mma needs 4-byte aligned output rows (row strides even)", ctx);
     return 0;
 }
 
@@ -718,40 +761,46 @@ int katt_mma_device(const char *ctx)
     return 0;
 }
 
-int katt_mma_forward(const char *ctx, kpath path, int exp2, int64_t BH, int Tn, int D, float scale, const void *q,
-                     const void *k, const void *v, void *o, float *lse, int bug)
+int katt_mma_forward(const char *ctx, kpath path, int exp2, int64_t BH, int Tn, int D, const katt_rows *rows,
+                     float scale, const void *q, const void *k, const void *v, void *o, float *lse, int bug)
 {
     const char *why = katt_mma_refusal(path, D);
     if (why) return kernels_fail("%s: %s", ctx, why);
     const void *in[] = {q, k, v};
     void *out[] = {o, lse};
-    if (katt_mma_device(ctx) || am_aligned(ctx, in, 3, out, 2)) return -1;
+    const int64_t ld_in[] = {rows->in, rows->in, rows->in}, ld_out[] = {rows->out, 2};
+    am_rows r32;
+    if (!am_rows_of(*rows, &r32)) return kernels_fail("%s: flash_mma's heads a row and row strides fit 32 bits", ctx);
+    if (katt_mma_device(ctx) || am_aligned(ctx, in, ld_in, 3, out, ld_out, 2)) return -1;
     const bool wide = D > 64;
     if (path == KPATH_BF16) {
         using T = __nv_bfloat16;
-        if (exp2) return wide ? am_forward<T, 1, 128>(ctx, BH, Tn, D, scale, q, k, v, o, lse, bug)
-                              : am_forward<T, 1, 64>(ctx, BH, Tn, D, scale, q, k, v, o, lse, bug);
-        return wide ? am_forward<T, 0, 128>(ctx, BH, Tn, D, scale, q, k, v, o, lse, bug)
-                    : am_forward<T, 0, 64>(ctx, BH, Tn, D, scale, q, k, v, o, lse, bug);
+        if (exp2) return wide ? am_forward<T, 1, 128>(ctx, BH, Tn, D, r32, scale, q, k, v, o, lse, bug)
+                              : am_forward<T, 1, 64>(ctx, BH, Tn, D, r32, scale, q, k, v, o, lse, bug);
+        return wide ? am_forward<T, 0, 128>(ctx, BH, Tn, D, r32, scale, q, k, v, o, lse, bug)
+                    : am_forward<T, 0, 64>(ctx, BH, Tn, D, r32, scale, q, k, v, o, lse, bug);
     }
     using T = __half;
-    if (exp2) return wide ? am_forward<T, 1, 128>(ctx, BH, Tn, D, scale, q, k, v, o, lse, bug)
-                          : am_forward<T, 1, 64>(ctx, BH, Tn, D, scale, q, k, v, o, lse, bug);
-    return wide ? am_forward<T, 0, 128>(ctx, BH, Tn, D, scale, q, k, v, o, lse, bug)
-                : am_forward<T, 0, 64>(ctx, BH, Tn, D, scale, q, k, v, o, lse, bug);
+    if (exp2) return wide ? am_forward<T, 1, 128>(ctx, BH, Tn, D, r32, scale, q, k, v, o, lse, bug)
+                          : am_forward<T, 1, 64>(ctx, BH, Tn, D, r32, scale, q, k, v, o, lse, bug);
+    return wide ? am_forward<T, 0, 128>(ctx, BH, Tn, D, r32, scale, q, k, v, o, lse, bug)
+                : am_forward<T, 0, 64>(ctx, BH, Tn, D, r32, scale, q, k, v, o, lse, bug);
 }
 
-int katt_mma_backward(const char *ctx, kpath path, int exp2, int64_t BH, int Tn, int D, float scale, const void *q,
-                      const void *k, const void *v, const void *dout, const float *lse, const float *delta, void *dq,
-                      void *dk, void *dv, int bug)
+int katt_mma_backward(const char *ctx, kpath path, int exp2, int64_t BH, int Tn, int D, const katt_rows *rows,
+                      float scale, const void *q, const void *k, const void *v, const void *dout, const float *lse,
+                      const float *delta, void *dq, void *dk, void *dv, int bug)
 {
     const char *why = katt_mma_refusal(path, D);
     if (why) return kernels_fail("%s: %s", ctx, why);
     const void *in[] = {q, k, v, dout};
     void *out[] = {dq, dk, dv};
-    if (katt_mma_device(ctx) || am_aligned(ctx, in, 4, out, 3)) return -1;
+    const int64_t ld_in[] = {rows->in, rows->in, rows->in, rows->in}, ld_out[] = {rows->out, rows->out, rows->out};
+    am_rows r32;
+    if (!am_rows_of(*rows, &r32)) return kernels_fail("%s: flash_mma's heads a row and row strides fit 32 bits", ctx);
+    if (katt_mma_device(ctx) || am_aligned(ctx, in, ld_in, 4, out, ld_out, 3)) return -1;
     const bool wide = D > 64;
-#define AM_BACKWARD(T, E, DM) am_backward<T, E, DM>(ctx, BH, Tn, D, scale, q, k, v, dout, lse, delta, dq, dk, dv, bug)
+#define AM_BACKWARD(T, E, DM) am_backward<T, E, DM>(ctx, BH, Tn, D, r32, scale, q, k, v, dout, lse, delta, dq, dk, dv, bug)
     if (path == KPATH_BF16) {
         if (exp2) return wide ? AM_BACKWARD(__nv_bfloat16, 1, 128) : AM_BACKWARD(__nv_bfloat16, 1, 64);
         return wide ? AM_BACKWARD(__nv_bfloat16, 0, 128) : AM_BACKWARD(__nv_bfloat16, 0, 64);

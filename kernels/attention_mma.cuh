@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kernels/attention.h"
 #include "kernels/kernels.h"
 
 // Why (path, D) cannot run on the tensor-core kernels, or nullptr when it
@@ -17,15 +18,16 @@ const char *katt_mma_refusal(kpath path, int64_t D);
 // newer), else -1 with the reason recorded (kernels_fail, ctx first).
 int katt_mma_device(const char *ctx);
 
-// o [BH,T,D] and lse [BH,T] (natural log) from q, k, v [BH,T,D] in the
-// path's format (bf16 or fp16); exp2 selects flash_mma_exp2.
-int katt_mma_forward(const char *ctx, kpath path, int exp2, int64_t BH, int T, int D, float scale, const void *q,
-                     const void *k, const void *v, void *o, float *lse, int bug);
+// o and lse [BH,T] (natural log) from q, k, v in the path's format (bf16 or
+// fp16), their heads' rows where rows says (kernels/attention.h); exp2
+// selects flash_mma_exp2.
+int katt_mma_forward(const char *ctx, kpath path, int exp2, int64_t BH, int T, int D, const katt_rows *rows,
+                     float scale, const void *q, const void *k, const void *v, void *o, float *lse, int bug);
 
 // dq, dk, dv from the forward's lse and delta [BH,T] = rowsum(dout o) (fp32,
 // computed by the caller).
-int katt_mma_backward(const char *ctx, kpath path, int exp2, int64_t BH, int T, int D, float scale, const void *q,
-                      const void *k, const void *v, const void *dout, const float *lse, const float *delta, void *dq,
-                      void *dk, void *dv, int bug);
+int katt_mma_backward(const char *ctx, kpath path, int exp2, int64_t BH, int T, int D, const katt_rows *rows,
+                      float scale, const void *q, const void *k, const void *v, const void *dout, const float *lse,
+                      const float *delta, void *dq, void *dk, void *dv, int bug);
 
 #endif

@@ -22,6 +22,12 @@
 // emulation must differ.  Host expf/logf on both sides.  SIMT_DEBUG=1 lists
 // every differing element on stderr.
 //
+// Also: heads laid out as the trainer keeps them (katt_rows: several heads a
+// row; q, k, v, dout column blocks of one [B T, 4C + 8] matrix, o, dq, dk,
+// dv of another) give the packed [BH, T, D] run's bits exactly, read no
+// spare column (they hold NaN) and write none.  Twin: the inputs' row
+// stride 8 short must differ.
+//
 // Built at -O0 (Makefile): GCC 12.2 at -O1 and above compiles the
 // truncating fp32 store of kernels/common/kelem.cuh, `bug == 2 ?
 // __uint_as_float(__float_as_uint(x) & 0xFFFF0000u) : x`, with the bit casts
@@ -187,8 +193,10 @@ outcome run(const mma_arith *model, int64_t BH, int Tn, int D, int kernel_bug, i
     std::vector<float> delta(BH * Tn);
     const unsigned grid = (unsigned)(BH * ((Tn + AM_ROWS - 1) / AM_ROWS));
     const T *q = dev[0].data(), *k = dev[1].data(), *v = dev[2].data(), *g = dev[3].data();
+    am_rows packed;
+    assert_true(am_rows_of(katt_rows_packed(D), &packed));
     simt_launch(grid, am_smem_fwd<T, DMAX>(), [&] {
-        mma_fwd_kernel<T, EXP2, DMAX>(q, k, v, BH, Tn, D, scale, o.data(), lse.data(), kernel_bug);
+        mma_fwd_kernel<T, EXP2, DMAX>(q, k, v, BH, Tn, D, packed, scale, o.data(), lse.data(), kernel_bug);
     });
     std::vector<double> o_d(n), g_d(in[3]);
     for (int64_t x = 0; x < n; x++) o_d[x] = from_t(o.data()[x]);
@@ -196,11 +204,12 @@ outcome run(const mma_arith *model, int64_t BH, int Tn, int D, int kernel_bug, i
     readable.push_back({(const unsigned char *)lse.data(), (const unsigned char *)(lse.data() + BH * Tn)});
     readable.push_back({(const unsigned char *)delta.data(), (const unsigned char *)(delta.data() + BH * Tn)});
     simt_launch(grid, am_smem_dq<T, DMAX>(), [&] {
-        mma_dq_kernel<T, EXP2, DMAX>(q, k, v, g, lse.data(), delta.data(), BH, Tn, D, scale, dq.data(), kernel_bug);
+        mma_dq_kernel<T, EXP2, DMAX>(q, k, v, g, lse.data(), delta.data(), BH, Tn, D, packed, scale, dq.data(),
+                                     kernel_bug);
     });
     simt_launch(grid, am_smem_dkv<T, DMAX>(), [&] {
-        mma_dkv_kernel<T, EXP2, DMAX>(q, k, v, g, lse.data(), delta.data(), BH, Tn, D, scale, dk.data(), dv.data(),
-                                      kernel_bug);
+        mma_dkv_kernel<T, EXP2, DMAX>(q, k, v, g, lse.data(), delta.data(), BH, Tn, D, packed, scale, dk.data(),
+                                      dv.data(), kernel_bug);
     });
 
     outcome r;
@@ -265,6 +274,178 @@ void expect_bitwise(const char *gen, prec_format f, int exp2, const shape &s, in
     if (r.mismatches || r.unwritten || !r.guards)
         fail_msg("%s %s exp2 %d bug %d T %d D %d: %s", gen, prec_format_name(f), exp2, bug, s.T, s.D, r.first);
 }
+
+// ---- the trainer's layout (katt_rows) ----------------------------------------------------
+
+void use_models(const char *gen)
+{
+    simt_model_bf16 = &mma_model_find(gen, "mma.sync", PREC_BF16, PREC_FP32)->arith;
+    simt_model_fp16 = &mma_model_find(gen, "mma.sync", PREC_FP16, PREC_FP32)->arith;
+}
+
+template <class T> bool same_bits(const T &a, const T &b) { return memcmp(&a, &b, sizeof(T)) == 0; }
+
+// delta [BH*T] = rowsum(dout o), row r of each at g + g_at(r), o + o_at(r)
+template <class T, class F, class G>
+std::vector<float> deltas(int64_t rows, int D, const T *g, F g_at, const T *o, G o_at)
+{
+    std::vector<float> delta(rows);
+    std::vector<double> gr(D), orow(D);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int d = 0; d < D; d++) gr[d] = from_t(g[g_at(r) + d]), orow[d] = from_t(o[o_at(r) + d]);
+        delta[r] = katt_mma_arith_delta(gr.data(), orow.data(), D);
+    }
+    return delta;
+}
+
+// The kernels on B x H heads of [T, D], twice on the same values: packed
+// [BH, T, D] (katt_rows_packed), and with several heads a row: q, k, v, dout
+// column blocks of one [B T, 4C + 8] matrix (C = H D; each block is the
+// trainer's [B, T, H, D]; the last 8 columns NaN: a read of them would
+// show), o, dq, dk, dv column blocks of another, [B T, 4C + 16], whose last
+// 16 columns must stay untouched.  Every output must equal the packed run's
+// bit for bit.  in_ld_short: the inputs' row stride passed 8 elements short
+// (the twin).
+template <class T, int EXP2, int DMAX>
+outcome run_rows(int64_t B, int64_t H, int Tn, int D, bool in_ld_short, prec_rng *rng)
+{
+    const prec_format f = std::is_same<T, __half>::value ? PREC_FP16 : PREC_BF16;
+    const float scale = (float)(1.0 / sqrt((double)D));
+    const int64_t BH = B * H, C = H * D, W = 4 * C + 8, WO = 4 * C + 16, n = BH * Tn * D, N = B * Tn;
+    // element (bh, t, d) in a [B T, ld] matrix whose column block starts at col0
+    auto at = [&](int64_t bh, int64_t t, int64_t d, int64_t ld, int64_t col0) {
+        return (bh / H * Tn + t) * ld + col0 + bh % H * D + d;
+    };
+    std::vector<T> packed_in[4], qkvg((size_t)(N * W));
+    memset(static_cast<void *>(qkvg.data()), 0xFF, qkvg.size() * sizeof(T));
+    std::vector<double> vals(n);
+    for (int i = 0; i < 4; i++) {
+        kcheck_fill_normal(rng, vals.data(), n, 0.0, 1.0, f);
+        packed_in[i].resize(n);
+        for (int64_t x = 0; x < n; x++) packed_in[i][x] = to_t<T>(vals[x]);
+    }
+    for (int64_t bh = 0; bh < BH; bh++)
+        for (int t = 0; t < Tn; t++)
+            for (int d = 0; d < D; d++) {
+                const int64_t x = (bh * Tn + t) * D + d;
+                for (int i = 0; i < 4; i++) qkvg[at(bh, t, d, W, i * C)] = packed_in[i][x];
+            }
+    readable.clear();
+    for (int i = 0; i < 4; i++) allow(packed_in[i]);
+    allow(qkvg);
+    bad_reads = hazards = 0;
+    const unsigned grid = (unsigned)(BH * ((Tn + AM_ROWS - 1) / AM_ROWS));
+
+    // packed
+    guarded<T> o(n), dq(n), dk(n), dv(n);
+    guarded<float> lse(BH * Tn);
+    am_rows packed;
+    assert_true(am_rows_of(katt_rows_packed(D), &packed));
+    const T *q = packed_in[0].data(), *k = packed_in[1].data(), *v = packed_in[2].data(), *g = packed_in[3].data();
+    simt_launch(grid, am_smem_fwd<T, DMAX>(), [&] {
+        mma_fwd_kernel<T, EXP2, DMAX>(q, k, v, BH, Tn, D, packed, scale, o.data(), lse.data(), KBUG_NONE);
+    });
+    const auto packed_at = [&](int64_t r) { return r * D; };
+    std::vector<float> delta = deltas(BH * Tn, D, g, packed_at, o.data(), packed_at);
+    readable.push_back({(const unsigned char *)lse.data(), (const unsigned char *)(lse.data() + BH * Tn)});
+    readable.push_back({(const unsigned char *)delta.data(), (const unsigned char *)(delta.data() + BH * Tn)});
+    simt_launch(grid, am_smem_dq<T, DMAX>(), [&] {
+        mma_dq_kernel<T, EXP2, DMAX>(q, k, v, g, lse.data(), delta.data(), BH, Tn, D, packed, scale, dq.data(),
+                                     KBUG_NONE);
+    });
+    simt_launch(grid, am_smem_dkv<T, DMAX>(), [&] {
+        mma_dkv_kernel<T, EXP2, DMAX>(q, k, v, g, lse.data(), delta.data(), BH, Tn, D, packed, scale, dk.data(),
+                                      dv.data(), KBUG_NONE);
+    });
+
+    // several heads a row
+    guarded<T> outs(N * WO);
+    guarded<float> lse2(BH * Tn);
+    am_rows rows;
+    assert_true(am_rows_of(katt_rows{H, in_ld_short ? W - 8 : W, WO}, &rows));
+    const T *q2 = qkvg.data(), *k2 = qkvg.data() + C, *v2 = qkvg.data() + 2 * C, *g2 = qkvg.data() + 3 * C;
+    T *o2 = outs.data(), *dq2 = outs.data() + C, *dk2 = outs.data() + 2 * C, *dv2 = outs.data() + 3 * C;
+    simt_launch(grid, am_smem_fwd<T, DMAX>(), [&] {
+        mma_fwd_kernel<T, EXP2, DMAX>(q2, k2, v2, BH, Tn, D, rows, scale, o2, lse2.data(), KBUG_NONE);
+    });
+    std::vector<float> delta2 = deltas(
+        BH * Tn, D, g2, [&](int64_t r) { return at(r / Tn, r % Tn, 0, W, 0); }, o2,
+        [&](int64_t r) { return at(r / Tn, r % Tn, 0, WO, 0); });
+    readable.push_back({(const unsigned char *)lse2.data(), (const unsigned char *)(lse2.data() + BH * Tn)});
+    readable.push_back({(const unsigned char *)delta2.data(), (const unsigned char *)(delta2.data() + BH * Tn)});
+    simt_launch(grid, am_smem_dq<T, DMAX>(), [&] {
+        mma_dq_kernel<T, EXP2, DMAX>(q2, k2, v2, g2, lse2.data(), delta2.data(), BH, Tn, D, rows, scale, dq2,
+                                     KBUG_NONE);
+    });
+    simt_launch(grid, am_smem_dkv<T, DMAX>(), [&] {
+        mma_dkv_kernel<T, EXP2, DMAX>(q2, k2, v2, g2, lse2.data(), delta2.data(), BH, Tn, D, rows, scale, dk2,
+                                      dv2, KBUG_NONE);
+    });
+
+    outcome r;
+    r.guards = o.guards_intact() && dq.guards_intact() && dk.guards_intact() && dv.guards_intact() &&
+               lse.guards_intact() && outs.guards_intact() && lse2.guards_intact();
+    T poison;
+    memset(static_cast<void *>(&poison), 0xFF, sizeof poison);
+    for (int64_t row = 0; row < N; row++) // the columns past o | dq | dk | dv, still as guarded<> filled them
+        for (int64_t c = 4 * C; c < WO; c++) r.guards = r.guards && same_bits(outs.data()[row * WO + c], poison);
+    auto check = [&](const char *what, int64_t i, const T &got, const T &want) {
+        if (std::isnan(from_t(got))) r.unwritten++;
+        if (!same_bits(got, want) && r.mismatches++ == 0)
+            snprintf(r.first, sizeof r.first, "%s[%lld]: rows %.9g, packed %.9g", what, (long long)i, from_t(got),
+                     from_t(want));
+    };
+    for (int64_t bh = 0; bh < BH; bh++)
+        for (int t = 0; t < Tn; t++) {
+            const int64_t i = bh * Tn + t;
+            if (!(lse2.data()[i] == lse.data()[i]) && r.mismatches++ == 0)
+                snprintf(r.first, sizeof r.first, "lse[%lld]: rows %.9g, packed %.9g", (long long)i, lse2.data()[i],
+                         lse.data()[i]);
+            for (int d = 0; d < D; d++) {
+                const int64_t x = i * D + d;
+                check("o", x, outs.data()[at(bh, t, d, WO, 0)], o.data()[x]);
+                check("dq", x, outs.data()[at(bh, t, d, WO, C)], dq.data()[x]);
+                check("dk", x, outs.data()[at(bh, t, d, WO, 2 * C)], dk.data()[x]);
+                check("dv", x, outs.data()[at(bh, t, d, WO, 3 * C)], dv.data()[x]);
+            }
+        }
+    if (bad_reads || hazards) {
+        snprintf(r.first, sizeof r.first, "%d cp.async reads outside the tensors, %d write-after-read hazards", bad_reads,
+                 hazards);
+        r.mismatches++;
+    }
+    return r;
+}
+
+struct rows_shape {
+    int64_t B, H;
+    int T, D;
+    prec_format f;
+    int exp2;
+};
+
+outcome run_rows_shape(const rows_shape &s, bool in_ld_short, prec_rng *rng)
+{
+    use_models("h100");
+    if (s.f == PREC_BF16) {
+        if (s.D > 64) return s.exp2 ? run_rows<__nv_bfloat16, 1, 128>(s.B, s.H, s.T, s.D, in_ld_short, rng)
+                                    : run_rows<__nv_bfloat16, 0, 128>(s.B, s.H, s.T, s.D, in_ld_short, rng);
+        return s.exp2 ? run_rows<__nv_bfloat16, 1, 64>(s.B, s.H, s.T, s.D, in_ld_short, rng)
+                      : run_rows<__nv_bfloat16, 0, 64>(s.B, s.H, s.T, s.D, in_ld_short, rng);
+    }
+    if (s.D > 64) return s.exp2 ? run_rows<__half, 1, 128>(s.B, s.H, s.T, s.D, in_ld_short, rng)
+                                : run_rows<__half, 0, 128>(s.B, s.H, s.T, s.D, in_ld_short, rng);
+    return s.exp2 ? run_rows<__half, 1, 64>(s.B, s.H, s.T, s.D, in_ld_short, rng)
+                  : run_rows<__half, 0, 64>(s.B, s.H, s.T, s.D, in_ld_short, rng);
+}
+
+void print_rows(const char *what, const rows_shape &s, const outcome &r)
+{
+    print_message("%s %s %s B %lld H %lld T %d D %d: %lld mismatches, %lld unwritten, guards and spare columns %s%s%s\n",
+                  what, prec_format_name(s.f), s.exp2 ? "flash_mma_exp2" : "flash_mma", (long long)s.B, (long long)s.H,
+                  s.T, s.D, (long long)r.mismatches, (long long)r.unwritten, r.guards ? "intact" : "BROKEN",
+                  r.first[0] ? ", first: " : "", r.first);
+}
 } // namespace
 
 static void test_kernels_equal_arithmetic(void **state)
@@ -308,12 +489,47 @@ static void test_twin_other_bug_differs(void **state)
     assert_true(b.mismatches > 0);
 }
 
+// The trainer's [B, T, H, D] rows (katt_rows) against packed [BH, T, D]: the
+// same bits, with several heads a row (H 2 or 3), two batches, ragged
+// tiles, both widths of the kernels.
+static void test_rows_equal_packed(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("attention_mma_simt_rows"));
+    const rows_shape shapes_rows[] = {
+        {2, 3, 70, 16, PREC_BF16, 0},
+        {1, 2, 150, 64, PREC_FP16, 1},
+        {2, 2, 33, 128, PREC_BF16, 1},
+        {2, 2, 20, 40, PREC_FP16, 0},
+    };
+    for (const rows_shape &s : shapes_rows) {
+        const outcome r = run_rows_shape(s, false, &rng);
+        print_rows("rows", s, r);
+        if (r.mismatches || r.unwritten || !r.guards) fail_msg("trainer rows differ from packed: %s", r.first);
+    }
+}
+
+// Twin: the inputs' row stride 8 elements short must be caught.
+static void test_twin_wrong_row_stride(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("attention_mma_simt_rows_twin"));
+    const rows_shape s = {2, 3, 70, 16, PREC_BF16, 0};
+    const outcome r = run_rows_shape(s, true, &rng);
+    print_rows("twin (input stride short)", s, r);
+    assert_true(r.mismatches > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels_equal_arithmetic),
         cmocka_unit_test(test_planted_bugs_as_emulated),
         cmocka_unit_test(test_twin_other_bug_differs),
+        cmocka_unit_test(test_rows_equal_packed),
+        cmocka_unit_test(test_twin_wrong_row_stride),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,9 +7,10 @@
 // outputs whose tensor is stored differently are written to a scratch in the
 // path's format and converted.  A (path, variant) a kernel does not offer is
 // refused when the plan is bound (tbackend_bind_plan), naming the slot;
-// nothing falls back to another path or to the CPU.  Attention's kernels use
-// [B,H,T,D]: q, k, v and the outputs are permuted around them (exactly, or
-// with the RNE conversion into the path's format).
+// nothing falls back to another path or to the CPU.  Attention's tensor-core
+// variants read and write the trainer's [B,T,H,D] tensors in place (katt_rows);
+// the other variants use [B,H,T,D]: q, k, v and the outputs are permuted
+// around them (exactly, or with the RNE conversion into the path's format).
 //
 // Data parallel: libnccl.so.2 is opened at run time (dlopen), so the binary
 // needs NCCL only when --world > 1.  The all-reduce slot's path is the wire
@@ -491,14 +492,34 @@ static int attention_shape(tbackend *be, const ktensor *q, int H)
     return 0;
 }
 
+// Every tensor of the attention slot is a [B*T, H*D] matrix: the heads' rows
+// for the kernels that take them where they are (kattention_takes_rows).
+static katt_rows bthd_rows(const ktensor *q, int H)
+{
+    const int64_t C = q->shape[1];
+    return katt_rows{H, C, C};
+}
+
 static int cuda_attention_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *lse, const ktensor *q, const ktensor *k,
                               const ktensor *v, int B, int T, int H)
 {
     prec_format f = path_fmt(at);
     kpath path = at->path;
     int64_t D = q->shape[1] / H;
+    if (attention_shape(be, q, H)) return -1;
+    if (kattention_takes_rows(at->variant)) { // in place, converted only when stored in another format
+        ktensor Q, K, V, Y;
+        const katt_rows rows = bthd_rows(q, H);
+        if (as_format(be, 0, q, f, &Q) || as_format(be, 1, k, f, &K) || as_format(be, 2, v, f, &V) ||
+            out_begin(be, 3, y, f, &Y))
+            return -1;
+        if (kattention_forward_rows(path, at->variant, (int64_t)B * H, T, D, &rows, 1.0f / sqrtf((float)D), Q.data,
+                                    K.data, V.data, Y.data, (float *)lse->data))
+            return kfail(be, at, "attention forward");
+        return out_end(be, y, &Y);
+    }
     void *Q = nullptr, *K = nullptr, *V = nullptr, *O = nullptr;
-    if (attention_shape(be, q, H) || to_bhtd(be, 0, q, f, B, T, H, &Q) || to_bhtd(be, 1, k, f, B, T, H, &K) ||
+    if (to_bhtd(be, 0, q, f, B, T, H, &Q) || to_bhtd(be, 1, k, f, B, T, H, &K) ||
         to_bhtd(be, 2, v, f, B, T, H, &V) || scratch(be, 3, (size_t)ktensor_numel(y) * kformat_bytes(f), &O))
         return -1;
     if (kattention_forward(path, at->variant, (int64_t)B * H, T, D, 1.0f / sqrtf((float)D), Q, K, V, O,
@@ -514,9 +535,24 @@ static int cuda_attention_bwd(tbackend *be, const tsite *at, ktensor *dq, ktenso
     prec_format f = path_fmt(at);
     kpath path = at->path;
     int64_t D = q->shape[1] / H;
+    if (attention_shape(be, q, H)) return -1;
+    if (kattention_takes_rows(at->variant)) { // in place, converted only when stored in another format
+        ktensor Q, K, V, Y, DY, DQ, DK, DV;
+        const katt_rows rows = bthd_rows(q, H);
+        if (as_format(be, 0, q, f, &Q) || as_format(be, 1, k, f, &K) || as_format(be, 2, v, f, &V) ||
+            as_format(be, 3, y, f, &Y) || as_format(be, 4, dy, f, &DY) || out_begin(be, 5, dq, f, &DQ) ||
+            out_begin(be, 6, dk, f, &DK) || out_begin(be, 7, dv, f, &DV))
+            return -1;
+        if (kattention_backward_rows(path, at->variant, (int64_t)B * H, T, D, &rows, 1.0f / sqrtf((float)D), Q.data,
+                                     K.data, V.data, Y.data, DY.data, (const float *)lse->data, DQ.data, DK.data,
+                                     DV.data))
+            return kfail(be, at, "attention backward");
+        if (out_end(be, dq, &DQ) || out_end(be, dk, &DK) || out_end(be, dv, &DV)) return -1;
+        return 0;
+    }
     size_t bytes = (size_t)ktensor_numel(q) * kformat_bytes(f);
     void *Q = nullptr, *K = nullptr, *V = nullptr, *O = nullptr, *dO = nullptr, *dQ = nullptr, *dK = nullptr, *dV = nullptr;
-    if (attention_shape(be, q, H) || to_bhtd(be, 0, q, f, B, T, H, &Q) || to_bhtd(be, 1, k, f, B, T, H, &K) ||
+    if (to_bhtd(be, 0, q, f, B, T, H, &Q) || to_bhtd(be, 1, k, f, B, T, H, &K) ||
         to_bhtd(be, 2, v, f, B, T, H, &V) || to_bhtd(be, 3, y, f, B, T, H, &O) || to_bhtd(be, 4, dy, f, B, T, H, &dO) ||
         scratch(be, 5, bytes, &dQ) || scratch(be, 6, bytes, &dK) || scratch(be, 7, bytes, &dV))
         return -1;

@@ -1,6 +1,8 @@
 // trainer/glue.cu — see glue.h.  Grid-stride elementwise kernels.
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "kernels/common/kelem.cuh"
 #include "precision/format.h"
 #include "trainer/glue.h"
@@ -102,23 +104,43 @@ extern "C" int tglue_copy_columns(void *dst, prec_format dst_format, int64_t dst
     return launch_check("tglue_copy_columns", n);
 }
 
-template <typename D, typename S>
-__global__ void permute_kernel(D *dst, const S *src, int64_t B, int64_t T, int64_t H, int64_t Dh, int to_bhtd)
+// [B,T,H,D] <-> [B,H,T,D]: the D elements of one (b, t, h) are one
+// contiguous row on both sides, so a thread moves a unit of a row: 16 bytes
+// (VEC elements, Dt == S) or one element (VEC = 1).  Equal formats are
+// copied as bits (a NaN keeps its payload), others converted (RNE).  Idx is 32-bit unless the unit count needs 64: the
+// row decomposition (three divisions by T and H) is done once per unit.
+// u indexes the destination's units.
+template <typename Dt, typename S, int VEC, typename Idx>
+__global__ void permute_heads_kernel(Dt *dst, const S *src, Idx units_per_row, Idx T, Idx H, Idx n_units, int to_bhtd)
 {
-    int64_t n = B * T * H * Dh;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        // i indexes the destination
-        int64_t d = i % Dh, r = i / Dh, a1, a2, b;
-        if (to_bhtd) { // dst [B,H,T,D]
-            int64_t t = r % T, h = (r / T) % H;
-            b = r / (T * H), a1 = t, a2 = h;
-            dst[i] = kfrom_float<D>(kto_float(src[((b * T + a1) * H + a2) * Dh + d]), KBUG_NONE);
-        } else {       // dst [B,T,H,D]
-            int64_t h = r % H, t = (r / H) % T;
-            b = r / (T * H), a1 = t, a2 = h;
-            dst[i] = kfrom_float<D>(kto_float(src[((b * H + a2) * T + a1) * Dh + d]), KBUG_NONE);
+    for (Idx u = blockIdx.x * (Idx)blockDim.x + threadIdx.x; u < n_units; u += (Idx)gridDim.x * blockDim.x) {
+        const Idx row = u / units_per_row, c = u - row * units_per_row;
+        Idx src_row;
+        if (to_bhtd) { // dst row (b, h, t) of [B,H,T], src row (b, t, h) of [B,T,H]
+            const Idx t = row % T, bh = row / T, h = bh % H, b = bh / H;
+            src_row = (b * T + t) * H + h;
+        } else {       // dst row (b, t, h) of [B,T,H], src row (b, h, t) of [B,H,T]
+            const Idx h = row % H, bt = row / H, t = bt % T, b = bt / T;
+            src_row = (b * H + h) * T + t;
         }
+        const Idx s = src_row * units_per_row + c;
+        if constexpr (VEC > 1) reinterpret_cast<uint4 *>(dst)[u] = reinterpret_cast<const uint4 *>(src)[s];
+        else if constexpr (std::is_same<Dt, S>::value) dst[u] = src[s];
+        else dst[u] = kfrom_float<Dt>(kto_float(src[s]), KBUG_NONE);
     }
+}
+
+template <typename Dt, typename S, int VEC>
+static void permute_heads_launch(void *dst, const void *src, int64_t B, int64_t T, int64_t H, int64_t D, int to_bhtd)
+{
+    const int64_t per_row = D / VEC, n_units = B * T * H * per_row;
+    // 32-bit indices while the grid-stride loop's last step cannot wrap
+    if (n_units < ((int64_t)1 << 31))
+        permute_heads_kernel<Dt, S, VEC, uint32_t><<<blocks_for(n_units), GLUE_THREADS>>>(
+            (Dt *)dst, (const S *)src, (uint32_t)per_row, (uint32_t)T, (uint32_t)H, (uint32_t)n_units, to_bhtd);
+    else
+        permute_heads_kernel<Dt, S, VEC, uint64_t><<<blocks_for(n_units), GLUE_THREADS>>>(
+            (Dt *)dst, (const S *)src, (uint64_t)per_row, (uint64_t)T, (uint64_t)H, (uint64_t)n_units, to_bhtd);
 }
 
 template <typename T>
@@ -193,11 +215,21 @@ __global__ void weight_update_kernel(W *w, float *master, uint16_t *low, int sr,
 extern "C" int tglue_permute_heads(void *dst, prec_format dst_format, const void *src, prec_format src_format, int64_t B,
                                    int64_t T, int64_t H, int64_t D, int to_bhtd)
 {
-    int64_t n = B * T * H * D;
     if (!plain(dst_format) || !plain(src_format)) return kernels_fail("tglue_permute_heads: formats (fp32, bf16, fp16)");
-    FORMAT_DISPATCH(dst_format, Dt, FORMAT_DISPATCH(src_format, S, {
-        permute_kernel<Dt, S><<<blocks_for(n), GLUE_THREADS>>>((Dt *)dst, (const S *)src, B, T, H, D, to_bhtd);
-    }));
+    if (B <= 0 || T <= 0 || H <= 0 || D <= 0)
+        return kernels_fail("tglue_permute_heads: B=%lld T=%lld H=%lld D=%lld must be positive", (long long)B,
+                            (long long)T, (long long)H, (long long)D);
+    const int64_t n = B * T * H * D, row_bytes = D * (int64_t)kformat_bytes(dst_format);
+    const bool aligned = ((uintptr_t)dst | (uintptr_t)src) % 16 == 0;
+    if (dst_format == src_format && row_bytes % 16 == 0 && aligned) {
+        FORMAT_DISPATCH(dst_format, T_, {
+            permute_heads_launch<T_, T_, 16 / sizeof(T_)>(dst, src, B, T, H, D, to_bhtd);
+        });
+    } else {
+        FORMAT_DISPATCH(dst_format, Dt, FORMAT_DISPATCH(src_format, S, {
+            permute_heads_launch<Dt, S, 1>(dst, src, B, T, H, D, to_bhtd);
+        }));
+    }
     return launch_check("tglue_permute_heads", n);
 }
 

@@ -27,7 +27,9 @@ int tglue_add(void *dst, prec_format dst_format, const void *src, prec_format sr
 int tglue_copy_columns(void *dst, prec_format dst_format, int64_t dst_cols, int64_t col0, const void *src,
                        prec_format src_format, int64_t rows, int64_t cols);
 /* [B,T,H,D] <-> [B,H,T,D] (to_bhtd = 1: the first into the second), with a
- * format conversion (RNE) when the formats differ. */
+ * format conversion (RNE) when the formats differ, else a copy of the bits.
+ * Rows of D elements move as 16-byte vectors when the formats are equal,
+ * D x element size is a multiple of 16 and both pointers 16-byte aligned. */
 int tglue_permute_heads(void *dst, prec_format dst_format, const void *src, prec_format src_format, int64_t B,
                         int64_t T, int64_t H, int64_t D, int to_bhtd);
 /* x[i] = RNE(x[i] * s) in x's format. */
