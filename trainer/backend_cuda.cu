@@ -1312,10 +1312,11 @@ static int batched_embedding_bwd(tbackend *be, ktensor *dwte, ktensor *dwpe, con
 {
     if (!dx->replica_stride) return be->one->embedding_bwd(be, dwte, dwpe, dx, tokens, B, T);
     const tsite *at = tbackend_site(be, TSLOT_EMBEDDING, -1);
-    if (dwpe || !FOLD2(dwte, dx) || dx->format != dwte->format)
-        return impl_of(be)->loop->embedding_bwd(be, dwte, dwpe, dx, tokens, B, T);
+    if (dwpe || !FOLD2(dwte, dx)) return impl_of(be)->loop->embedding_bwd(be, dwte, dwpe, dx, tokens, B, T);
     int64_t R = be->replicas, n = (int64_t)B * T;
-    ktensor DW = folded(be, dwte), DX = folded(be, dx);
+    // every replica's rows converted into the gradients' format in one pass (the single call's RNE)
+    ktensor DW = folded(be, dwte), DXf = folded(be, dx), DX;
+    if (as_format(be, 0, &DXf, dwte->format, &DX)) return -1;
     size_t ws = kembedding_backward_workspace_replicas(R, n, dwte->shape[0], at->variant);
     void *buf = nullptr;
     if (ws && scratch(be, 1, ws, &buf)) return -1;
