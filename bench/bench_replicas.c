@@ -227,7 +227,7 @@ static int gn_1(bop *o, int64_t r) { return gn(o, 1, r); }
 static int adamw(bop *o, int64_t R, int64_t r)
 {
     kadamw_hparams h = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 0};
-    kadamw_replicas rep = {at(o, 5, r), (const uint64_t *)at(o, 6, r), NULL, NULL};
+    kadamw_replicas rep = {at(o, 5, r), (const uint64_t *)at(o, 6, r), NULL, NULL, NULL, PREC_FP32};
     return kadamw_step_replicas(KPATH_BF16, KADAMW_MASTER_FP32, KADAMW_LLMC, R, o->M, at(o, 0, r), at(o, 1, r), NULL,
                                 at(o, 2, r), at(o, 3, r), at(o, 4, r), &h, &rep);
 }

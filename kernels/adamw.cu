@@ -4,13 +4,16 @@
 // fma contraction cannot change what the check's bound replays.  Replicas
 // are blockIdx.y: replica r's arrays start at r * n, and element i of
 // replica r is updated exactly as element i of a single call on its arrays
-// with its gradient scale and seed.
+// with its gradient scale and seed.  The fp32 path may also store a narrower
+// working copy of the new weights (kadamw_replicas.working): the RNE image a
+// separate conversion pass over the weights would write, in the same pass.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/adamw.h"
 #include "kernels/common/kelem.cuh"
@@ -153,11 +156,13 @@ struct adamw_replica_arrays {
     const int32_t *skip;
 };
 
-template <class T, int STORAGE, int VARIANT>
+// W: the working copy's type (void: none; only with the fp32 path's master storage).
+template <class T, int STORAGE, int VARIANT, class W>
 __global__ void adamw_kernel(int64_t n, T *params, float *master, uint16_t *low_bits, float *m_arr, float *v_arr,
-                             const T *grad, adamw_consts c_arg, const adamw_consts *c_dev, adamw_replica_arrays ra,
-                             int bug)
+                             const T *grad, W *working, adamw_consts c_arg, const adamw_consts *c_dev,
+                             adamw_replica_arrays ra, int bug)
 {
+    constexpr bool has_working = !std::is_void<W>::value;
     const int64_t r = blockIdx.y;
     if (ra.skip && ra.skip[r]) return; // a skipped step leaves the replica's state as it was
     const adamw_consts c = c_dev ? *c_dev : c_arg;
@@ -169,6 +174,7 @@ __global__ void adamw_kernel(int64_t n, T *params, float *master, uint16_t *low_
     m_arr += r * n;
     v_arr += r * n;
     grad += r * n;
+    if constexpr (has_working) working += r * n;
     const int64_t last = bug == KBUG_DROP_TERM ? n - 1 : n; // the planted bug leaves the last element untouched
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < last; i += (int64_t)gridDim.x * blockDim.x) {
         float g = kto_float(grad[i]);
@@ -200,6 +206,7 @@ __global__ void adamw_kernel(int64_t n, T *params, float *master, uint16_t *low_
         } else {
             if (master) master[i] = hi;
             params[i] = kfrom_float<T>(hi, bug);
+            if constexpr (has_working) working[i] = kfrom_float<W>(hi, bug);
         }
     }
 }
@@ -216,21 +223,21 @@ extern "C" int kadamw_supports(kpath path, kadamw_storage storage, char *why, si
     return reason == nullptr;
 }
 
-template <class T, int STORAGE>
+template <class T, int STORAGE, class W = void>
 static void launch(int variant, int64_t R, int64_t n, void *params, float *master, uint16_t *low, float *m, float *v,
-                   const void *grad, const adamw_consts &c, const adamw_consts *c_dev, adamw_replica_arrays ra,
-                   int bug)
+                   const void *grad, void *working, const adamw_consts &c, const adamw_consts *c_dev,
+                   adamw_replica_arrays ra, int bug)
 {
     int threads = 256;
     int64_t blocks = (n + threads - 1) / threads;
     if (blocks > 65536) blocks = 65536;
     dim3 grid((unsigned)blocks, (unsigned)R);
     if (variant == KADAMW_LLMC)
-        adamw_kernel<T, STORAGE, KADAMW_LLMC><<<grid, threads, 0, kstream()>>>(n, (T *)params, master, low, m, v,
-                                                                              (const T *)grad, c, c_dev, ra, bug);
+        adamw_kernel<T, STORAGE, KADAMW_LLMC, W><<<grid, threads, 0, kstream()>>>(
+            n, (T *)params, master, low, m, v, (const T *)grad, (W *)working, c, c_dev, ra, bug);
     else
-        adamw_kernel<T, STORAGE, KADAMW_TORCH><<<grid, threads, 0, kstream()>>>(n, (T *)params, master, low, m, v,
-                                                                               (const T *)grad, c, c_dev, ra, bug);
+        adamw_kernel<T, STORAGE, KADAMW_TORCH, W><<<grid, threads, 0, kstream()>>>(
+            n, (T *)params, master, low, m, v, (const T *)grad, (W *)working, c, c_dev, ra, bug);
 }
 
 template <class T>
@@ -240,12 +247,14 @@ static void launch_storage(kadamw_storage storage, int variant, int64_t R, int64
 {
     switch (storage) {
     case KADAMW_MASTER_FP32:
-        launch<T, KADAMW_MASTER_FP32>(variant, R, n, params, master, low, m, v, grad, c, c_dev, ra, bug);
+        launch<T, KADAMW_MASTER_FP32>(variant, R, n, params, master, low, m, v, grad, nullptr, c, c_dev, ra, bug);
         break;
     case KADAMW_STOCHASTIC:
-        launch<T, KADAMW_STOCHASTIC>(variant, R, n, params, master, low, m, v, grad, c, c_dev, ra, bug);
+        launch<T, KADAMW_STOCHASTIC>(variant, R, n, params, master, low, m, v, grad, nullptr, c, c_dev, ra, bug);
         break;
-    default: launch<T, KADAMW_SPLIT_MASTER>(variant, R, n, params, master, low, m, v, grad, c, c_dev, ra, bug); break;
+    default:
+        launch<T, KADAMW_SPLIT_MASTER>(variant, R, n, params, master, low, m, v, grad, nullptr, c, c_dev, ra, bug);
+        break;
     }
 }
 
@@ -312,12 +321,25 @@ extern "C" int kadamw_step_replicas(kpath path, kadamw_storage storage, int vari
         return kernels_fail("%s: %s weights need an fp32 master array", ctx, kpath_name(path));
     if (storage == KADAMW_SPLIT_MASTER && !low_bits) return kernels_fail("%s: split_master needs low_bits", ctx);
     if (storage != KADAMW_MASTER_FP32 || path == KPATH_FP32) master = nullptr;
+    void *working = rep ? rep->working : nullptr;
+    if (working && (path != KPATH_FP32 || storage != KADAMW_MASTER_FP32 ||
+                    (rep->working_format != PREC_BF16 && rep->working_format != PREC_FP16)))
+        return kernels_fail("%s: a working copy goes with fp32 weights updated in place (master_fp32) and is bf16 "
+                            "or fp16, not %s", ctx, prec_format_name(rep->working_format));
     adamw_replica_arrays ra = {rep ? rep->grad_scale : nullptr, rep ? rep->seed : nullptr,
                                rep ? rep->skip : nullptr};
     const int bug = (int)kernels_planted_bug();
     switch (path) {
     case KPATH_FP32:
-        launch_storage<float>(storage, variant, replicas, n, params, master, low_bits, m, v, grad, c, c_dev, ra, bug);
+        if (working && rep->working_format == PREC_BF16)
+            launch<float, KADAMW_MASTER_FP32, __nv_bfloat16>(variant, replicas, n, params, nullptr, nullptr, m, v, grad,
+                                                             working, c, c_dev, ra, bug);
+        else if (working)
+            launch<float, KADAMW_MASTER_FP32, __half>(variant, replicas, n, params, nullptr, nullptr, m, v, grad,
+                                                      working, c, c_dev, ra, bug);
+        else
+            launch_storage<float>(storage, variant, replicas, n, params, master, low_bits, m, v, grad, c, c_dev, ra,
+                                  bug);
         break;
     case KPATH_BF16:
         launch_storage<__nv_bfloat16>(storage, variant, replicas, n, params, master, low_bits, m, v, grad, c, c_dev,

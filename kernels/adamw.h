@@ -88,6 +88,12 @@ int kadamw_step(kpath path, kadamw_storage storage, int variant, int64_t n, void
  *               kadamw_hparams_upload (h is then not read and may be NULL):
  *               a captured CUDA graph replays the same launch every step,
  *               so lr and step must come from device memory there
+ *   working     fp32 path with master_fp32 storage only (the fp32 weights
+ *               are the master): a device array of R x n elements in
+ *               working_format (bf16 or fp16) that also receives each new
+ *               weight rounded to nearest even (truncated under the planted
+ *               truncate-output), the image a separate conversion pass
+ *               would write, in the same pass; NULL: none
  * Element i of replica r gets the bits a single call on replica r's arrays
  * gives with that scale and seed (SR bits from (seed[r], step, i)).
  * kadamw_step is the case R = 1 with none of them. */
@@ -96,6 +102,8 @@ typedef struct {
     const uint64_t *seed;
     const int32_t *skip;
     const void *hparams;
+    void *working;
+    prec_format working_format;
 } kadamw_replicas;
 
 int kadamw_step_replicas(kpath path, kadamw_storage storage, int variant, int64_t replicas, int64_t n, void *params,

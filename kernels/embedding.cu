@@ -19,7 +19,7 @@
 // ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
 
 static const kvariant variants[KEMBED_NVARIANTS] = {
-    {"sorted", "stable radix sort of (token, position), then one block per distinct token sums its rows in order"},
+    {"sorted", "stable radix sort of (token, position), then one warp per (distinct token, 32 columns) sums its rows in order"},
     {"row_owner", "one block per vocabulary row scans all tokens in order (no sort; same order, same bits)"},
 };
 
@@ -84,26 +84,73 @@ __global__ void sort_keys_kernel(int32_t *keys, int32_t *positions, const int32_
     keys[i] = (int32_t)(v >= 0 && v < V ? i / tokens_per_replica * V + v : R * V);
 }
 
-// One block per sorted position; only the first position of each key's run
-// works: it sums the run's dout rows in position order (the sort is stable).
-// Keys index dtable's rows (replica * V + token); V here is all R * V rows.
-template <typename T>
-__global__ void segment_sum_kernel(T *__restrict__ dtable, const T *__restrict__ dout, const int32_t *__restrict__ keys,
-                                   const int32_t *__restrict__ rows, int64_t N, int64_t V, int64_t C, int bug)
+// heads[p] = 1 where a run of equal sorted keys starts (p = 0 or a new key).
+__global__ void run_heads_kernel(uint8_t *heads, const int32_t *keys, int64_t n)
 {
-    const int64_t p = blockIdx.x;
-    const int32_t v = keys[p];
-    if ((p > 0 && keys[p - 1] == v) || v < 0 || v >= V) return;
-    int64_t end = p + 1;
-    while (end < N && keys[end] == v) end++;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-        float acc = 0.0f;
-        for (int64_t q = p; q < end; q++) {
-            if (bug == KBUG_DROP_TERM && q == end - 1) continue;
-            acc += kto_float(dout[(int64_t)rows[q] * C + c]);
+    int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p < n) heads[p] = p == 0 || keys[p - 1] != keys[p];
+}
+
+constexpr int kSegWarps = 4;  // warps per block of the segment sum
+constexpr int kSegBatch = 32; // rows whose loads one lane issues before summing them (one per lane's index)
+
+// The rows of a batch: lane k's value of row (k < count) at column c (0 past
+// the row count or the columns; never summed).
+template <typename T>
+__device__ __forceinline__ void load_batch(float (&x)[kSegBatch], const T *__restrict__ dout, int32_t lane_row,
+                                           int count, int64_t c, int64_t C)
+{
+#pragma unroll
+    for (int k = 0; k < kSegBatch; k++) {
+        const int32_t row = __shfl_sync(0xffffffffu, lane_row, k);
+        x[k] = k < count && c < C ? kto_float(dout[(int64_t)row * C + c]) : 0.0f;
+    }
+}
+
+// Work items (run j, 32-column tile) go to warps, tile-major so that a long
+// run's tiles land on different blocks (SMs); lane l owns column tile * 32 + l
+// and sums the run's rows into one fp32 accumulator in position order
+// (the sort is stable), then adds it to dtable once: each column's order of
+// operations is the documented one, whatever the launch shape.  A lane
+// issues the loads of the next batch of kSegBatch rows before it adds the
+// current one.  Keys index dtable's rows (replica * V + token); V here is all
+// R * V rows; the out-of-range tokens' run (key R * V, sorted last) is skipped.
+template <typename T>
+__global__ void __launch_bounds__(kSegWarps * 32)
+    segment_sum_kernel(T *__restrict__ dtable, const T *__restrict__ dout, const int32_t *__restrict__ keys,
+                       const int32_t *__restrict__ rows, const int32_t *__restrict__ starts,
+                       const int32_t *__restrict__ n_runs, int64_t N, int64_t V, int64_t C, int bug)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t runs = *n_runs, tiles = (C + 31) / 32;
+    const int64_t warps = (int64_t)gridDim.x * kSegWarps;
+    for (int64_t item = (int64_t)blockIdx.x * kSegWarps + threadIdx.x / 32; item < runs * tiles; item += warps) {
+        const int64_t j = item % runs, c = item / runs * 32 + lane;
+        const int64_t p = starts[j], end = j + 1 < runs ? starts[j + 1] : N;
+        const int32_t v = keys[p];
+        if (v < 0 || v >= V) continue; // uniform across the warp
+        // the planted bug drops the run's last row
+        const int64_t last = bug == KBUG_DROP_TERM ? end - 1 : end;
+        float acc = 0.0f, cur[kSegBatch], next[kSegBatch];
+        int64_t q = p;
+        int count = (int)min((int64_t)kSegBatch, last - q);
+        load_batch<T>(cur, dout, lane < count ? rows[q + lane] : 0, count, c, C);
+        while (count > 0) {
+            const int64_t q_next = q + count;
+            const int count_next = (int)min((int64_t)kSegBatch, last - q_next);
+            if (count_next > 0) load_batch<T>(next, dout, lane < count_next ? rows[q_next + lane] : 0, count_next, c, C);
+#pragma unroll
+            for (int k = 0; k < kSegBatch; k++)
+                if (k < count) acc += cur[k];
+#pragma unroll
+            for (int k = 0; k < kSegBatch; k++) cur[k] = next[k];
+            q = q_next;
+            count = count_next;
         }
-        T *d = &dtable[(int64_t)v * C + c];
-        *d = kfrom_float<T>(kto_float(*d) + acc, bug);
+        if (c < C) {
+            T *d = &dtable[(int64_t)v * C + c];
+            *d = kfrom_float<T>(kto_float(*d) + acc, bug);
+        }
     }
 }
 
@@ -147,29 +194,39 @@ int bits_for(int64_t V)
 }
 
 struct sort_layout {
-    int32_t *keys_in, *keys, *rows_in, *rows;
+    int32_t *keys_in, *keys, *rows_in, *rows, *starts, *n_runs;
+    uint8_t *heads;
     void *temp;
     size_t temp_bytes, total;
     int key_bits;
 };
 
 // Workspace for N tokens with keys below `keys` (R * V, plus the
-// out-of-range key): keys in, keys sorted, positions in, positions sorted,
-// CUB's temporary storage.
+// out-of-range key): keys in, keys sorted, positions in (0 .. N-1, which
+// the sort leaves as they are and the run selection reads), positions
+// sorted, the runs' first positions, run heads, the number of runs, CUB's
+// temporary storage (the sort's and the selection's, one after the other).
 sort_layout layout(void *base, int64_t N, int64_t keys)
 {
     sort_layout l{};
-    size_t vec = ((size_t)N * sizeof(int32_t) + 255) / 256 * 256;
+    size_t vec = ((size_t)N * sizeof(int32_t) + 255) / 256 * 256, bytes = ((size_t)N + 255) / 256 * 256;
     l.key_bits = bits_for(keys + 1);
-    cub::DeviceRadixSort::SortPairs(nullptr, l.temp_bytes, (const int32_t *)nullptr, (int32_t *)nullptr,
+    size_t sort_bytes = 0, select_bytes = 0;
+    cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, (const int32_t *)nullptr, (int32_t *)nullptr,
                                     (const int32_t *)nullptr, (int32_t *)nullptr, (int)N, 0, l.key_bits);
+    cub::DeviceSelect::Flagged(nullptr, select_bytes, (const int32_t *)nullptr, (const uint8_t *)nullptr,
+                               (int32_t *)nullptr, (int32_t *)nullptr, (int)N);
+    l.temp_bytes = sort_bytes > select_bytes ? sort_bytes : select_bytes;
     char *b = (char *)base;
     l.keys_in = (int32_t *)b;
     l.keys = (int32_t *)(b + vec);
     l.rows_in = (int32_t *)(b + 2 * vec);
     l.rows = (int32_t *)(b + 3 * vec);
-    l.temp = b + 4 * vec;
-    l.total = 4 * vec + l.temp_bytes;
+    l.starts = (int32_t *)(b + 4 * vec);
+    l.heads = (uint8_t *)(b + 5 * vec);
+    l.n_runs = (int32_t *)(b + 5 * vec + bytes);
+    l.temp = b + 5 * vec + bytes + 256;
+    l.total = 5 * vec + bytes + 256 + l.temp_bytes;
     return l;
 }
 
@@ -282,10 +339,23 @@ extern "C" int kembedding_backward_replicas(int64_t replicas, ktensor *dtable, c
     cudaError_t err = cub::DeviceRadixSort::SortPairs(l.temp, l.temp_bytes, l.keys_in, l.keys, l.rows_in, l.rows,
                                                       (int)NT, 0, l.key_bits, kstream());
     if (err != cudaSuccess) return kernels_fail("embedding backward: cub radix sort failed: %s", cudaGetErrorString(err));
+    run_heads_kernel<<<(unsigned)((NT + 255) / 256), 256, 0, kstream()>>>(l.heads, l.keys, NT);
+    if (launched("backward (run heads)", NT, V, C)) return -1;
+    // rows_in holds the positions 0 .. NT-1: the selection gives each run's first position
+    err = cub::DeviceSelect::Flagged(l.temp, l.temp_bytes, l.rows_in, l.heads, l.starts, l.n_runs, (int)NT, kstream());
+    if (err != cudaSuccess) return kernels_fail("embedding backward: cub run selection failed: %s", cudaGetErrorString(err));
+    // enough warps for every (run, tile) of the most runs there can be, at most 8 blocks per SM (the rest loop)
+    int device = 0, sms = 0;
+    if ((err = cudaGetDevice(&device)) != cudaSuccess ||
+        (err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
+        return kernels_fail("embedding backward: the device's SM count: %s", cudaGetErrorString(err));
+    const int64_t max_runs = NT < VT + 1 ? NT : VT + 1, items = max_runs * ((C + 31) / 32);
+    int64_t blocks = (items + kSegWarps - 1) / kSegWarps;
+    if (blocks > 8 * (int64_t)sms) blocks = 8 * (int64_t)sms;
     switch (dtable->format) {
 #define SEG(T)                                                                                                   \
-    segment_sum_kernel<T><<<(unsigned)NT, kThreads, 0, kstream()>>>((T *)dtable->data, (const T *)dout->data,   \
-                                                                    l.keys, l.rows, NT, VT, C, bug);
+    segment_sum_kernel<T><<<(unsigned)blocks, kSegWarps * 32, 0, kstream()>>>(                                  \
+        (T *)dtable->data, (const T *)dout->data, l.keys, l.rows, l.starts, l.n_runs, NT, VT, C, bug);
     case PREC_FP32: SEG(float) break;
     case PREC_BF16: SEG(__nv_bfloat16) break;
     case PREC_FP16: SEG(__half) break;

@@ -20,8 +20,11 @@ extern "C" {
 #endif
 
 /* Backward variants (same summation order, so the same bits):
- *   sorted     a stable radix sort of (token, position) pairs (CUB), then one
- *              block per distinct token sums its rows in position order;
+ *   sorted     a stable radix sort of (token, position) pairs (CUB), the
+ *              runs of equal tokens selected, then one warp per (distinct
+ *              token, 32 columns) sums its rows in position order, one
+ *              column per lane (loads of the next 32 rows issued before
+ *              the current ones are added);
  *   row_owner  one block per vocabulary row scans all tokens in order: no
  *              sort, O(V N) index reads (the simple reference order). */
 typedef enum { KEMBED_SORTED = 0, KEMBED_ROW_OWNER, KEMBED_NVARIANTS } kembedding_variant;

@@ -123,6 +123,69 @@ static void test_bitwise_repeatable(void **state)
     free(b);
 }
 
+/* The embedding backward's two variants give the same bits (embedding.h):
+ * skewed tokens (one token holds about a third of 5000 rows, so its run
+ * spans many of the sorted kernel's 32-row batches), 769 columns (a partial
+ * column tile), out-of-range tokens.  Twin: the sorted variant with the
+ * planted drop-term against the clean row_owner must differ. */
+static int embedding_variants_differ(prec_format f, kbug sorted_bug, prec_rng *rng)
+{
+    const int64_t N = 5000, V = 70, C = 769;
+    int64_t nc[2] = {N, C}, vc[2] = {V, C};
+    double *x = malloc(N * C * sizeof(double)), *a = malloc(V * C * sizeof(double));
+    double *got[KEMBED_NVARIANTS] = {malloc(V * C * sizeof(double)), malloc(V * C * sizeof(double))};
+    int32_t *tok = malloc(N * sizeof(int32_t));
+    assert_true(x && a && got[0] && got[1] && tok);
+    for (int64_t t = 0; t < N; t++) {
+        double u = prec_rng_uniform(rng);
+        tok[t] = u < 0.01 ? -1 : u < 0.02 ? (int32_t)V : (int32_t)(u * u * u * V);
+    }
+    kcheck_fill_normal(rng, x, N * C, 0.0, 1.0, f);
+    kcheck_fill_normal(rng, a, V * C, 0.0, 1.0, f);
+    ktensor dout = {0}, dt = {0};
+    int32_t *dtok = NULL;
+    assert_int_equal(ktensor_alloc(&dout, f, 2, nc), 0);
+    assert_int_equal(ktensor_alloc(&dt, f, 2, vc), 0);
+    assert_int_equal(ktensor_upload(&dout, x), 0);
+    assert_int_equal(kdevice_alloc((void **)&dtok, N * sizeof(int32_t), "tokens"), 0);
+    assert_int_equal(kdevice_upload(dtok, tok, N * sizeof(int32_t), "tokens"), 0);
+    for (int v = 0; v < KEMBED_NVARIANTS; v++) {
+        void *ws = NULL;
+        size_t wsb = kembedding_backward_workspace(N, V, v);
+        if (wsb) assert_int_equal(kdevice_alloc(&ws, wsb, "ws"), 0);
+        assert_int_equal(ktensor_upload(&dt, a), 0);
+        kernels_set_planted_bug(v == KEMBED_SORTED ? sorted_bug : KBUG_NONE);
+        int rc = kembedding_backward(&dt, &dout, dtok, ws, wsb, v);
+        kernels_set_planted_bug(KBUG_NONE);
+        assert_int_equal(rc, 0);
+        assert_int_equal(kernels_sync("embedding"), 0);
+        assert_int_equal(ktensor_download(&dt, got[v]), 0);
+        kdevice_free(ws);
+    }
+    int64_t differ = 0;
+    for (int64_t i = 0; i < V * C; i++) differ += memcmp(&got[0][i], &got[1][i], sizeof(double)) != 0;
+    print_message("embedding %s sorted%s vs row_owner: %lld of %lld elements differ\n", prec_format_name(f),
+                  sorted_bug == KBUG_DROP_TERM ? " (drop-term twin)" : "", (long long)differ, (long long)(V * C));
+    ktensor_free(&dout);
+    ktensor_free(&dt);
+    kdevice_free(dtok);
+    free(x), free(a), free(got[0]), free(got[1]), free(tok);
+    return differ != 0;
+}
+
+static void test_embedding_variants_same_bits(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("embedding variants same bits"));
+    const prec_format fs[] = {PREC_FP32, PREC_BF16, PREC_FP16};
+    for (int i = 0; i < 3; i++) {
+        assert_false(embedding_variants_differ(fs[i], KBUG_NONE, &rng));
+        assert_true(embedding_variants_differ(fs[i], KBUG_DROP_TERM, &rng));
+    }
+}
+
 /* Wrong shapes are refused with a message, not run. */
 static void test_bad_shapes_refused(void **state)
 {
@@ -152,6 +215,7 @@ int main(void)
         cmocka_unit_test(test_matrix_passes),
         cmocka_unit_test(test_planted_bugs_fail),
         cmocka_unit_test(test_bitwise_repeatable),
+        cmocka_unit_test(test_embedding_variants_same_bits),
         cmocka_unit_test(test_bad_shapes_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -696,15 +696,17 @@ typedef struct {
     int variant;
     int64_t n;
     int device_hparams;
+    int working; /* the fp32 path's bf16 working copy (kadamw_replicas.working) */
 } adamw_case;
 
-enum { AP, AMASTER, ALOW, AM, AV, AGRAD, ASCALE, ASEED, ASKIP, ADAMW_ARRS };
+enum { AP, AMASTER, ALOW, AM, AV, AGRAD, ASCALE, ASEED, ASKIP, AWORK, ADAMW_ARRS };
 
 static int adamw_call(const void *opv, int64_t R, arr *a, int alone, twin t)
 {
     const adamw_case *o = opv;
     const kadamw_hparams h = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 7, 0x5eedull};
-    kadamw_replicas rep = {a[ASCALE].dev, a[ASEED].dev, t == TWIN_SKIP ? NULL : a[ASKIP].dev, NULL};
+    kadamw_replicas rep = {a[ASCALE].dev, a[ASEED].dev, t == TWIN_SKIP ? NULL : a[ASKIP].dev, NULL,
+                           o->working ? a[AWORK].dev : NULL, PREC_BF16};
     void *hdev = NULL;
     if (o->device_hparams) {
         if (kdevice_alloc(&hdev, kadamw_hparams_bytes(), "adamw hparams") || kadamw_hparams_upload(hdev, &h)) return -1;
@@ -729,9 +731,11 @@ static void test_adamw_replicas(void **state)
     for (int p = 0; p < 3; p++)
         for (int st = 0; st < KADAMW_NSTORAGE; st++)
             for (int v = 0; v < KADAMW_NVARIANTS; v++)
-                for (int dh = 0; dh < 2; dh++) {
+                for (int dh = 0; dh < 3; dh++) {
                     if (!kadamw_supports(plain_paths[p], (kadamw_storage)st, NULL, 0)) continue;
-                    adamw_case o = {plain_paths[p], (kadamw_storage)st, v, 3000, dh};
+                    /* dh 2: host hparams and the working copy, on the fp32 path's master storage */
+                    if (dh == 2 && (plain_paths[p] != KPATH_FP32 || st != KADAMW_MASTER_FP32)) continue;
+                    adamw_case o = {plain_paths[p], (kadamw_storage)st, v, 3000, dh == 1, dh == 2};
                     const prec_format f = path_format(o.path);
                     arr s[ADAMW_ARRS];
                     s[AP] = fp(f, o.n, INOUT, -1, 1);
@@ -743,6 +747,7 @@ static void test_adamw_replicas(void **state)
                     s[ASCALE] = fp(PREC_FP32, 1, IN, 0.25, 2);
                     s[ASEED] = ints(K_U64, 1, IN, 0, 0);
                     s[ASKIP] = ints(K_FLAG, 1, IN, 0, 0); /* replica 2 skips its step */
+                    s[AWORK] = fp(PREC_BF16, o.n, INOUT, -1, 1);
                     s[ASCALE].share = 1;
                     s[ASEED].share = 2;
                     s[AGRAD].shift = 1;
@@ -750,7 +755,7 @@ static void test_adamw_replicas(void **state)
                     char label[120];
                     snprintf(label, sizeof label, "adamw %s/%s/%s%s", kpath_name(o.path),
                              kadamw_storage_name(o.storage), kadamw_variants[v].name,
-                             dh ? " device hparams" : "");
+                             dh == 1 ? " device hparams" : dh == 2 ? " working copy" : "");
                     check_case(label, adamw_call, &o, s, ADAMW_ARRS, &rng, twins,
                                o.storage == KADAMW_STOCHASTIC ? 4 : 3);
                 }
@@ -1116,7 +1121,7 @@ static int graph_step(graph_case *g, int stray)
         kembedding_backward_replicas(GR, &dt, &y, a[GTOK].dev, g->ws_emb, g->wsb_emb, KEMBED_SORTED))
         return step_fail("embedding backward");
     if (kgrad_norm_replicas(GR, a[GNORM].dev, grads, 2, g->ws_gn, g->wsb_gn, KGRADNORM_BLOCK_TREE)) return step_fail("grad norm");
-    kadamw_replicas rep = {a[GSCALE].dev, a[GSEED].dev, a[GSKIP].dev, g->hparams};
+    kadamw_replicas rep = {a[GSCALE].dev, a[GSEED].dev, a[GSKIP].dev, g->hparams, NULL, PREC_FP32};
     if (kadamw_step_replicas(KPATH_BF16, KADAMW_MASTER_FP32, KADAMW_LLMC, GR, GVOC * GC, a[GP].dev, a[GMASTER].dev,
                              NULL, a[GM].dev, a[GV].dev, a[GDT].dev, NULL, &rep))
         return step_fail("adamw");

@@ -61,6 +61,15 @@ struct nccl_api {
     int (*comm_destroy)(nccl_comm_t);
 };
 
+// A small device array of per-replica optimizer arguments and a host copy
+// of what was last uploaded into it: the upload is queued only when the
+// values change (the gradient scales once per step, not once per tensor).
+struct device_args {
+    void *dev;
+    unsigned char *shadow;
+    size_t bytes, cap;
+};
+
 struct cuda_impl {
     void *scratch[N_SCRATCH];
     size_t scratch_bytes[N_SCRATCH];
@@ -75,6 +84,10 @@ struct cuda_impl {
     int world;
     tbackend *loop;              // replicas: the loops over replicas (trainer/replicas.c) the batched forms fall back on
     float *replica_norms;        // replicas: device float[R] (gradient norms)
+    device_args grad_scales;     // float[R]: the optimizers' gradient scales
+    device_args skips;           // int32[R]: replicas whose step is skipped
+    device_args seeds;           // uint64[R]: stochastic-rounding seeds of the current tensor
+    device_args muon_steps;      // tglue_muon_replica[R]
 };
 
 static cuda_impl *impl_of(tbackend *be) { return (cuda_impl *)be->impl; }
@@ -90,6 +103,39 @@ static int cuda_check(tbackend *be, cudaError_t err, const char *what)
 {
     if (err == cudaSuccess) return 0;
     return tbackend_fail(be, "cuda: %s: %s", what, cudaGetErrorString(err));
+}
+
+// host[0 .. bytes) on the device in a: the upload is queued on the kernels'
+// stream (ordered before the launches that read it, after those that read
+// the old values) when the values differ from the last ones.
+static int device_copy(tbackend *be, device_args *a, const void *host, size_t bytes, const void **dev)
+{
+    if (bytes > a->cap) {
+        unsigned char *shadow = (unsigned char *)realloc(a->shadow, bytes);
+        if (!shadow) return tbackend_fail(be, "out of memory");
+        a->shadow = shadow;
+        kdevice_free(a->dev); // cudaFree waits for the launches that read it
+        a->dev = nullptr;
+        a->cap = a->bytes = 0;
+        if (kdevice_alloc(&a->dev, bytes, "optimizer arguments")) return tbackend_fail(be, "%s", kernels_last_error());
+        a->cap = bytes;
+    }
+    if (a->bytes != bytes || memcmp(a->shadow, host, bytes)) {
+        // from pageable memory: staged before the call returns, so host may change afterwards
+        if (cuda_check(be, cudaMemcpyAsync(a->dev, host, bytes, cudaMemcpyHostToDevice, (cudaStream_t)kernels_stream()),
+                       "optimizer arguments upload"))
+            return -1;
+        memcpy(a->shadow, host, bytes);
+        a->bytes = bytes;
+    }
+    *dev = a->dev;
+    return 0;
+}
+
+static void device_args_free(device_args *a)
+{
+    kdevice_free(a->dev);
+    free(a->shadow);
 }
 
 // ---- scratch and format conversion ----------------------------------------------------
@@ -719,28 +765,42 @@ static int cuda_grad_norm(tbackend *be, const tsite *at, tparam *const *params, 
 
 // ---- optimizers -------------------------------------------------------------------------------------
 
+// The gradient scale goes into the update kernel when the gradients are
+// stored in the path's format: it rounds g s into that format as the
+// in-place scaling pass did (fp32 gradients: fp32(g s)).  Gradients that
+// need a conversion are scaled in their own format first, then converted.
+// The fp32 path with a narrower working copy updates the fp32 master and
+// writes the working copy (its RNE image) in the same kernel.
 static int cuda_adamw(tbackend *be, tparam *p, const tadamw_args *a)
 {
     const tsite *at = tbackend_site(be, TSLOT_ADAMW, -1);
     kpath path = at->path;
     kadamw_storage storage = adamw_storage(&be->bound);
     int64_t n = ktensor_numel(&p->w);
-    if (a->grad_scale != 1.0 && tglue_scale(p->grad.data, p->grad.format, n, (float)a->grad_scale))
-        return kfail(be, at, "gradient scale");
+    const int fused_scale = p->grad.format == tpath_storage(path) && !p->grad.scale;
+    kadamw_replicas rep;
+    memset(&rep, 0, sizeof rep);
+    if (a->grad_scale != 1.0) {
+        const float s = (float)a->grad_scale;
+        if (fused_scale) {
+            if (device_copy(be, &impl_of(be)->grad_scales, &s, sizeof s, (const void **)&rep.grad_scale)) return -1;
+        } else if (tglue_scale(p->grad.data, p->grad.format, n, s)) {
+            return kfail(be, at, "gradient scale");
+        }
+    }
     ktensor G;
     if (as_format(be, 0, &p->grad, tpath_storage(path), &G)) return -1;
     kadamw_hparams h = {(float)a->lr, (float)a->beta1, (float)a->beta2, (float)a->eps,
                         p->decay ? (float)a->weight_decay : 0.0f, a->step, a->seed};
-    int v = at->variant;
     int rc;
     if (path == KPATH_FP32 && p->master.data) {
-        // update the fp32 master from fp32 gradients, then its RNE image
-        rc = kadamw_step(KPATH_FP32, KADAMW_MASTER_FP32, v, n, p->master.data, nullptr, nullptr, (float *)p->m.data,
-                         (float *)p->v.data, G.data, &h);
-        if (!rc && tglue_cast(p->w.data, p->w.format, p->master.data, PREC_FP32, nullptr, n)) rc = -1;
+        rep.working = p->w.data;
+        rep.working_format = p->w.format;
+        rc = kadamw_step_replicas(KPATH_FP32, KADAMW_MASTER_FP32, at->variant, 1, n, p->master.data, nullptr, nullptr,
+                                  (float *)p->m.data, (float *)p->v.data, G.data, &h, &rep);
     } else {
-        rc = kadamw_step(path, storage, v, n, p->w.data, (float *)p->master.data, (uint16_t *)p->lowbits,
-                         (float *)p->m.data, (float *)p->v.data, G.data, &h);
+        rc = kadamw_step_replicas(path, storage, at->variant, 1, n, p->w.data, (float *)p->master.data,
+                                  (uint16_t *)p->lowbits, (float *)p->m.data, (float *)p->v.data, G.data, &h, &rep);
     }
     return rc ? kfail(be, at, "adamw") : 0;
 }
@@ -1139,9 +1199,72 @@ static int batched_grad_norm(tbackend *be, const tsite *at, tparam *const *param
     return rc;
 }
 
-// Muon: each replica's momentum with its own gradient scale, then every
-// replica's blocks orthogonalised in one batched polar express, then each
-// replica's update with its own stochastic-rounding seed.
+// AdamW: every replica in one launch (the replica as the grid's second
+// dimension) with its own gradient scale, skip flag and stochastic-rounding
+// seed, when the tensors lie back to back, the gradients need no conversion
+// and the live replicas share the step's other scalars; else the loop.
+static int batched_adamw(tbackend *be, tparam *p, const tadamw_args *a)
+{
+    cuda_impl *im = impl_of(be);
+    if (!p->w.replica_stride) return im->loop->adamw(be, p, a);
+    const tsite *at = tbackend_site(be, TSLOT_ADAMW, -1);
+    kpath path = at->path;
+    kadamw_storage storage = adamw_storage(&be->bound);
+    if (!contiguous(&p->w) || !contiguous(&p->master) || !contiguous(&p->grad) || !contiguous(&p->m) ||
+        !contiguous(&p->v) || p->grad.format != tpath_storage(path) || p->grad.scale)
+        return im->loop->adamw(be, p, a);
+    const int64_t R = be->replicas, n = ktensor_numel(&p->w);
+    int64_t first = -1;
+    for (int64_t r = 0; r < R; r++) {
+        if (a[r].skip) continue;
+        if (first < 0) first = r;
+        else if (a[r].lr != a[first].lr || a[r].beta1 != a[first].beta1 || a[r].beta2 != a[first].beta2 ||
+                 a[r].eps != a[first].eps || a[r].weight_decay != a[first].weight_decay || a[r].step != a[first].step)
+            return im->loop->adamw(be, p, a);
+    }
+    if (first < 0) return 0; // every replica skips this step
+    float *scales = (float *)malloc((size_t)R * sizeof *scales);
+    int32_t *skips = (int32_t *)malloc((size_t)R * sizeof *skips);
+    uint64_t *seeds = (uint64_t *)malloc((size_t)R * sizeof *seeds);
+    kadamw_replicas rep;
+    memset(&rep, 0, sizeof rep);
+    int rc = !scales || !skips || !seeds ? tbackend_fail(be, "out of memory") : 0;
+    for (int64_t r = 0; !rc && r < R; r++) {
+        scales[r] = (float)a[r].grad_scale; // 1.0f where the single call would not scale: the kernel skips it
+        skips[r] = a[r].skip != 0;
+        seeds[r] = a[r].seed;
+    }
+    if (!rc && (device_copy(be, &im->grad_scales, scales, (size_t)R * sizeof *scales, (const void **)&rep.grad_scale) ||
+                device_copy(be, &im->skips, skips, (size_t)R * sizeof *skips, (const void **)&rep.skip) ||
+                (storage == KADAMW_STOCHASTIC &&
+                 device_copy(be, &im->seeds, seeds, (size_t)R * sizeof *seeds, (const void **)&rep.seed))))
+        rc = -1;
+    free(scales);
+    free(skips);
+    free(seeds);
+    if (rc) return -1;
+    const tadamw_args *f = &a[first];
+    kadamw_hparams h = {(float)f->lr, (float)f->beta1, (float)f->beta2, (float)f->eps,
+                        p->decay ? (float)f->weight_decay : 0.0f, f->step, f->seed};
+    if (path == KPATH_FP32 && p->master.data) {
+        rep.working = p->w.data;
+        rep.working_format = p->w.format;
+        rc = kadamw_step_replicas(KPATH_FP32, KADAMW_MASTER_FP32, at->variant, R, n, p->master.data, nullptr, nullptr,
+                                  (float *)p->m.data, (float *)p->v.data, p->grad.data, &h, &rep);
+    } else {
+        rc = kadamw_step_replicas(path, storage, at->variant, R, n, p->w.data, (float *)p->master.data,
+                                  (uint16_t *)p->lowbits, (float *)p->m.data, (float *)p->v.data, p->grad.data, &h,
+                                  &rep);
+    }
+    return rc ? kfail(be, at, "adamw (replicas)") : 0;
+}
+
+// Muon: every replica's momentum (its own gradient scale) in one launch,
+// every replica's blocks orthogonalised in one batched polar express, every
+// replica's update (its own stochastic-rounding seed) in one launch; skipped
+// replicas' blocks are orthogonalised too (from their stale U) and neither
+// their momentum nor their weights are touched.  The live replicas must
+// share lr, momentum and weight decay (else the loop).
 static int batched_muon(tbackend *be, tparam *p, const tmuon_args *a)
 {
     cuda_impl *im = impl_of(be);
@@ -1150,51 +1273,44 @@ static int batched_muon(tbackend *be, tparam *p, const tmuon_args *a)
     kpath path = at->path;
     prec_format f = tpath_storage(path);
     int64_t R = be->replicas, block = (int64_t)p->rows * p->cols, per = block * p->blocks;
-    if (!contiguous(&p->w) || !contiguous(&p->grad) || !contiguous(&p->m) || (block * (int64_t)kformat_bytes(f)) % 256)
+    if (!contiguous(&p->w) || !contiguous(&p->grad) || !contiguous(&p->m) || !contiguous(&p->master) ||
+        (block * (int64_t)kformat_bytes(f)) % 256)
         return im->loop->muon(be, p, a);
+    int64_t first = -1;
+    for (int64_t r = 0; r < R; r++) {
+        if (a[r].skip) continue;
+        if (first < 0) first = r;
+        else if (a[r].lr != a[first].lr || a[r].momentum != a[first].momentum ||
+                 a[r].weight_decay != a[first].weight_decay)
+            return im->loop->muon(be, p, a);
+    }
+    if (first < 0) return 0; // every replica skips this step
     kpe_coeffs which = at->op == TOP_MUON_NEWTON_SCHULZ ? KPE_MUON_QUINTIC : KPE_POLAR_EXPRESS;
     float scale = sqrtf(fmaxf(1.0f, (float)p->rows / (float)p->cols));
     int sr = tbackend_site(be, TSLOT_WEIGHTS, -1)->variant == TWEIGHTS_SR && p->w.format != PREC_FP32;
     void *U = nullptr;
     if (scratch(be, 0, (size_t)(R * per) * kformat_bytes(f), &U)) return -1;
-    size_t we = kformat_bytes(p->w.format), ge = kformat_bytes(p->grad.format), fe = kformat_bytes(f);
-    // replicas sharing every scalar of the update (no skip, one gradient scale,
-    // no stochastic rounding) are one elementwise call over all of them
-    int uniform = 1;
-    for (int64_t r = 0; r < R; r++)
-        uniform &= !a[r].skip && a[r].grad_scale == a[0].grad_scale && a[r].lr == a[0].lr &&
-                   a[r].momentum == a[0].momentum && a[r].weight_decay == a[0].weight_decay && (!sr || R == 1);
-    int64_t groups = uniform ? 1 : R, span = uniform ? R * per : per;
-    for (int64_t r = 0; r < groups; r++) {
-        if (a[r].skip) continue;
-        int64_t off = r * per;
-        if (tglue_muon_momentum((float *)p->m.data + off, (const char *)p->grad.data + off * ge, p->grad.format, span,
-                                (float)a[r].momentum, (float)a[r].grad_scale, (char *)U + off * fe, f))
-            return kfail(be, at, "momentum");
+    tglue_replica *host = (tglue_replica *)calloc((size_t)R, sizeof *host);
+    if (!host) return tbackend_fail(be, "out of memory");
+    for (int64_t r = 0; r < R; r++) {
+        host[r].grad_scale = (float)a[r].grad_scale;
+        host[r].skip = a[r].skip != 0;
+        host[r].seed = a[r].seed;
     }
-    // skipped replicas' blocks are orthogonalised too (from their stale U) and then not applied
+    const void *dev = nullptr;
+    int rc = device_copy(be, &im->muon_steps, host, (size_t)R * sizeof *host, &dev);
+    free(host);
+    if (rc) return -1;
+    const tmuon_args *s = &a[first];
+    if (tglue_muon_momentum_replicas(R, (const tglue_replica *)dev, (float *)p->m.data, p->grad.data, p->grad.format,
+                                     per, (float)s->momentum, U, f))
+        return kfail(be, at, "momentum (replicas)");
     if (kpolar_express_batched(path, at->variant, which, R * p->blocks, p->rows, p->cols, block, U, U))
         return kfail(be, at, "polar express (replicas)");
-    if (uniform) { // every replica's blocks as one span: the update is elementwise
-        if (tglue_weight_update(p->w.data, p->w.format, p->master.data ? (float *)p->master.data : nullptr,
-                                p->lowbits ? (uint16_t *)p->lowbits : nullptr, sr, a[0].seed, U, f, R * per,
-                                (float)a[0].lr, p->decay ? (float)a[0].weight_decay : 0.0f, scale))
-            return kfail(be, at, "weight update");
-        return 0;
-    }
-    for (int64_t r = 0; r < R; r++) {
-        if (a[r].skip) continue;
-        int64_t off = r * per;
-        for (int b = 0; b < p->blocks; b++) {
-            int64_t o = off + (int64_t)b * block;
-            if (tglue_weight_update((char *)p->w.data + o * we, p->w.format,
-                                    p->master.data ? (float *)p->master.data + o : nullptr,
-                                    p->lowbits ? (uint16_t *)p->lowbits + o : nullptr, sr, a[r].seed,
-                                    (char *)U + o * fe, f, block, (float)a[r].lr,
-                                    p->decay ? (float)a[r].weight_decay : 0.0f, scale))
-                return kfail(be, at, "weight update");
-        }
-    }
+    if (tglue_weight_update_replicas(R, (const tglue_replica *)dev, p->w.data, p->w.format, (float *)p->master.data,
+                                     (uint16_t *)p->lowbits, sr, U, f, per, block, (float)s->lr,
+                                     p->decay ? (float)s->weight_decay : 0.0f, scale))
+        return kfail(be, at, "weight update (replicas)");
     return 0;
 }
 
@@ -1232,10 +1348,11 @@ static int batched_embedding_bwd(tbackend *be, ktensor *dwte, ktensor *dwpe, con
 {
     if (!dx->replica_stride) return be->one->embedding_bwd(be, dwte, dwpe, dx, tokens, B, T);
     const tsite *at = tbackend_site(be, TSLOT_EMBEDDING, -1);
-    if (dwpe || !FOLD2(dwte, dx) || dx->format != dwte->format)
-        return impl_of(be)->loop->embedding_bwd(be, dwte, dwpe, dx, tokens, B, T);
+    if (dwpe || !FOLD2(dwte, dx)) return impl_of(be)->loop->embedding_bwd(be, dwte, dwpe, dx, tokens, B, T);
     int64_t R = be->replicas, n = (int64_t)B * T;
-    ktensor DW = folded(be, dwte), DX = folded(be, dx);
+    // every replica's rows converted into the gradients' format in one pass (the single call's RNE)
+    ktensor DW = folded(be, dwte), DXf = folded(be, dx), DX;
+    if (as_format(be, 0, &DXf, dwte->format, &DX)) return -1;
     size_t ws = kembedding_backward_workspace_replicas(R, n, dwte->shape[0], at->variant);
     void *buf = nullptr;
     if (ws && scratch(be, 1, ws, &buf)) return -1;
@@ -1280,6 +1397,7 @@ static int cuda_batch_replicas(tbackend *be)
     be->norm_fwd = batched_norm_fwd;
     be->norm_bwd = batched_norm_bwd;
     be->grad_norm = batched_grad_norm;
+    be->adamw = batched_adamw;
     be->muon = batched_muon;
     be->cross_entropy = batched_cross_entropy;
     be->embedding_fwd = batched_embedding_fwd;
@@ -1296,6 +1414,10 @@ static void cuda_destroy(tbackend *be)
     kdevice_free(im->rope_cos), kdevice_free(im->rope_sin), kdevice_free(im->rope_inv);
     kdevice_free(im->norm_out);
     kdevice_free(im->replica_norms);
+    device_args_free(&im->grad_scales);
+    device_args_free(&im->skips);
+    device_args_free(&im->seeds);
+    device_args_free(&im->muon_steps);
     free(im->loop);
     kattention_release();
     kpolar_express_release();

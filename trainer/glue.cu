@@ -150,9 +150,18 @@ __global__ void scale_kernel(T *x, int64_t n, float s)
         x[i] = kfrom_float<T>(__fmul_rn(kto_float(x[i]), s), KBUG_NONE);
 }
 
+// Replica r = blockIdx.y at r n; rep (NULL for a single call) gives its
+// gradient scale and skip flag.
 template <typename G, typename U>
-__global__ void muon_momentum_kernel(float *buf, const G *grad, int64_t n, float mu, float gs, U *u)
+__global__ void muon_momentum_kernel(float *buf, const G *grad, int64_t n, float mu, float gs, U *u,
+                                     const tglue_replica *rep)
 {
+    const int64_t r = blockIdx.y;
+    if (rep) {
+        if (rep[r].skip) return;
+        gs = rep[r].grad_scale;
+    }
+    buf += r * n, grad += r * n, u += r * n;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float g = kto_float(grad[i]);
         if (gs != 1.0f) g = kto_float(kfrom_float<G>(__fmul_rn(g, gs), KBUG_NONE));
@@ -187,10 +196,21 @@ __device__ double sr_round(double x, int p, int emin, uint64_t bits)
     return x < 0 ? -r : r;
 }
 
+// Replica r = blockIdx.y at r n; rep (NULL for a single call) gives its
+// seed and skip flag.  The stochastic-rounding index is i mod period.
 template <typename W, typename O>
 __global__ void weight_update_kernel(W *w, float *master, uint16_t *low, int sr, uint64_t seed, const O *o, int64_t n,
-                                     float lr, float wd, float scale, int p, int emin)
+                                     int64_t period, float lr, float wd, float scale, int p, int emin,
+                                     const tglue_replica *rep)
 {
+    const int64_t r = blockIdx.y;
+    if (rep) {
+        if (rep[r].skip) return;
+        seed = rep[r].seed;
+    }
+    w += r * n, o += r * n;
+    if (master) master += r * n;
+    if (low) low += r * n;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float old;
         if (master) old = master[i];
@@ -205,11 +225,19 @@ __global__ void weight_update_kernel(W *w, float *master, uint16_t *low, int sr,
             *(__nv_bfloat16 *)&w[i] = __ushort_as_bfloat16((unsigned short)(b >> 16));
             low[i] = (uint16_t)(b & 0xFFFF);
         } else if (sr) {
-            w[i] = kfrom_float<W>((float)sr_round(x, p, emin, sr_bits(seed, (uint64_t)i)), KBUG_NONE);
+            w[i] = kfrom_float<W>((float)sr_round(x, p, emin, sr_bits(seed, (uint64_t)(i % period))), KBUG_NONE);
         } else {
             w[i] = kfrom_float<W>((float)x, KBUG_NONE);
         }
     }
+}
+
+// The grid of a replica launch: blocks_for(n) per replica, R replicas.
+static int replica_grid(const char *what, int64_t R, int64_t n, dim3 *grid)
+{
+    if (R < 1 || R > 65535 || n < 1) return kernels_fail("%s: %lld replicas of %lld elements (R in [1, 65535], n >= 1)", what, (long long)R, (long long)n);
+    *grid = dim3(blocks_for(n), (unsigned)R);
+    return 0;
 }
 
 extern "C" int tglue_permute_heads(void *dst, prec_format dst_format, const void *src, prec_format src_format, int64_t B,
@@ -245,23 +273,58 @@ extern "C" int tglue_muon_momentum(float *buf, const void *grad, prec_format gra
 {
     if (!plain(grad_format) || !plain(u_format)) return kernels_fail("tglue_muon_momentum: formats");
     FORMAT_DISPATCH(grad_format, G, FORMAT_DISPATCH(u_format, U, {
-        muon_momentum_kernel<G, U><<<blocks_for(n), GLUE_THREADS>>>(buf, (const G *)grad, n, mu, grad_scale, (U *)u);
+        muon_momentum_kernel<G, U><<<blocks_for(n), GLUE_THREADS>>>(buf, (const G *)grad, n, mu, grad_scale, (U *)u,
+                                                                   nullptr);
     }));
     return launch_check("tglue_muon_momentum", n);
+}
+
+extern "C" int tglue_muon_momentum_replicas(int64_t R, const tglue_replica *rep, float *buf, const void *grad,
+                                            prec_format grad_format, int64_t n, float mu, void *u, prec_format u_format)
+{
+    dim3 grid;
+    if (!plain(grad_format) || !plain(u_format)) return kernels_fail("tglue_muon_momentum_replicas: formats");
+    if (!rep) return kernels_fail("tglue_muon_momentum_replicas: no replica arguments");
+    if (replica_grid("tglue_muon_momentum_replicas", R, n, &grid)) return -1;
+    FORMAT_DISPATCH(grad_format, G, FORMAT_DISPATCH(u_format, U, {
+        muon_momentum_kernel<G, U><<<grid, GLUE_THREADS>>>(buf, (const G *)grad, n, mu, 1.0f, (U *)u, rep);
+    }));
+    return launch_check("tglue_muon_momentum_replicas", R * n);
+}
+
+static int weight_update(const char *what, int64_t R, const tglue_replica *rep, void *w, prec_format w_format,
+                         float *master, uint16_t *low_bits, int sr, uint64_t seed, const void *o, prec_format o_format,
+                         int64_t n, int64_t period, float lr, float wd, float scale)
+{
+    dim3 grid;
+    if (!plain(w_format) || !plain(o_format)) return kernels_fail("%s: formats", what);
+    if (low_bits && w_format != PREC_BF16) return kernels_fail("%s: the mantissa buffer needs bf16 weights", what);
+    if (period < 1) return kernels_fail("%s: stochastic-rounding period %lld", what, (long long)period);
+    if (replica_grid(what, R, n, &grid)) return -1;
+    const prec_format_info *fi = prec_format_get(w_format);
+    FORMAT_DISPATCH(w_format, W, FORMAT_DISPATCH(o_format, O, {
+        weight_update_kernel<W, O><<<grid, GLUE_THREADS>>>((W *)w, master, low_bits, sr, seed, (const O *)o, n, period,
+                                                           lr, wd, scale, fi->precision, fi->emin, rep);
+    }));
+    return launch_check(what, R * n);
 }
 
 extern "C" int tglue_weight_update(void *w, prec_format w_format, float *master, uint16_t *low_bits, int sr,
                                    uint64_t seed, const void *o, prec_format o_format, int64_t n, float lr, float wd,
                                    float scale)
 {
-    if (!plain(w_format) || !plain(o_format)) return kernels_fail("tglue_weight_update: formats");
-    if (low_bits && w_format != PREC_BF16) return kernels_fail("tglue_weight_update: the mantissa buffer needs bf16 weights");
-    const prec_format_info *fi = prec_format_get(w_format);
-    FORMAT_DISPATCH(w_format, W, FORMAT_DISPATCH(o_format, O, {
-        weight_update_kernel<W, O><<<blocks_for(n), GLUE_THREADS>>>((W *)w, master, low_bits, sr, seed, (const O *)o, n,
-                                                                    lr, wd, scale, fi->precision, fi->emin);
-    }));
-    return launch_check("tglue_weight_update", n);
+    return weight_update("tglue_weight_update", 1, nullptr, w, w_format, master, low_bits, sr, seed, o, o_format, n, n,
+                         lr, wd, scale);
+}
+
+extern "C" int tglue_weight_update_replicas(int64_t R, const tglue_replica *rep, void *w, prec_format w_format,
+                                            float *master, uint16_t *low_bits, int sr, const void *o,
+                                            prec_format o_format, int64_t n, int64_t period, float lr, float wd,
+                                            float scale)
+{
+    if (!rep) return kernels_fail("tglue_weight_update_replicas: no replica arguments");
+    return weight_update("tglue_weight_update_replicas", R, rep, w, w_format, master, low_bits, sr, 0, o, o_format, n,
+                         period, lr, wd, scale);
 }
 
 extern "C" int tglue_count_nonfinite(const void *x, prec_format format, int64_t n, int64_t *count)

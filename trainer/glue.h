@@ -47,6 +47,24 @@ int tglue_muon_momentum(float *buf, const void *grad, prec_format grad_format, i
  * rounded to nearest into w. */
 int tglue_weight_update(void *w, prec_format w_format, float *master, uint16_t *low_bits, int sr, uint64_t seed,
                         const void *o, prec_format o_format, int64_t n, float lr, float wd, float scale);
+/* The replica forms of the two Muon kernels: R replicas' arrays back to
+ * back (n elements each, replica r's at r n) in one launch, replica r with
+ * rep[r] (device memory, R entries): its gradient scale (momentum), its
+ * stochastic-rounding seed (update), and skip (nonzero: its arrays are not
+ * touched).  Replica r's elements get the bits of the single calls on its
+ * arrays: the momentum over all n elements; the update over each run of
+ * `period` elements (the stochastic-rounding index restarts at every
+ * multiple of period: the single call per [rows, cols] block). */
+typedef struct {
+    float grad_scale;
+    int32_t skip;
+    uint64_t seed;
+} tglue_replica;
+int tglue_muon_momentum_replicas(int64_t R, const tglue_replica *rep, float *buf, const void *grad,
+                                 prec_format grad_format, int64_t n, float mu, void *u, prec_format u_format);
+int tglue_weight_update_replicas(int64_t R, const tglue_replica *rep, void *w, prec_format w_format, float *master,
+                                 uint16_t *low_bits, int sr, const void *o, prec_format o_format, int64_t n,
+                                 int64_t period, float lr, float wd, float scale);
 /* Number of NaN/Inf elements (host result; synchronises). */
 int tglue_count_nonfinite(const void *x, prec_format format, int64_t n, int64_t *count);
 
