@@ -4,11 +4,12 @@
  * WARMUP (the whole call: operand decode, GEMM, the wait for the device),
  * products per second, and the fraction of the GPU's 32-bit integer issue
  * rate that the GEMM's integer instructions take: the kernel's inner loops
- * issue INT_OPS_PER_PRODUCT integer instructions per product (counted in the
- * source: pass 1 add + max, pass 2 three-input add, two multiplies, shift,
- * multiply-add), and an sm_80 / sm_90 SM issues 64 such instructions per
- * clock (four partitions of 16 lanes), at the peak SM clock the driver
- * reports.  The count is the design's; profile with
+ * issue mma_emulate_inner_ops_per_product() integer instructions per product
+ * (counted in the sm_90 SASS of the candidate kernel in use, nvdisasm: 6 with
+ * the sign multiply, 5 with the ones' complement signs; the per-block
+ * rounding, about 30 instructions per output and block, is not in it), and
+ * an sm_80 / sm_90 SM issues 64 such instructions per clock (four partitions
+ * of 16 lanes), at the peak SM clock the driver reports.  Profile with
  * `ncu --metrics smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum`
  * to see what the compiler issued.  Random normal operands rounded to the
  * format (no zeros, so every block takes the fast path).
@@ -20,8 +21,8 @@
  * before), median of REPS event-timed runs, then the sum over one training
  * step's GEMMs (each shape times its count per step); replica strides
  * rounded to 256 bytes as the trainer keeps them.  The batched outputs must
- * equal the looped ones byte for byte (else exit 1).  Without a GPU: one
- * line saying so, exit 0. */
+ * equal the looped ones byte for byte (else exit 1).  Argument "gemm": the
+ * 1024 x 1024 x 4096 table alone.  Without a GPU: one line saying so, exit 0. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,6 @@
 
 enum { REPS = 10, WARMUP = 2, M = 1024, N = 1024, K = 4096 };
 enum { R_REPLICAS = 64, TOKENS = 8 * 64, WIDTH = 64, FF = 4 * WIDTH, VOCAB = 256 };
-#define INT_OPS_PER_PRODUCT 7.0
 #define INT_LANES_PER_SM 64.0
 
 static int die(const char *what)
@@ -154,8 +154,13 @@ static int bench_replicas(ktimer *tm)
     return differ;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    const int gemm_only = argc == 2 && strcmp(argv[1], "gemm") == 0;
+    if (argc > 2 || (argc == 2 && !gemm_only)) {
+        fprintf(stderr, "bench_mma_emulate: unknown argument '%s' (none, or gemm)\n", argv[argc - 1]);
+        return 2;
+    }
     char why[256];
     if (!kernels_gpu_available(why, sizeof why)) {
         printf("bench_mma_emulate: skipped (no GPU: %s)\n", why);
@@ -166,6 +171,9 @@ int main(void)
     const double peak_int = (double)dev.multiprocessors * INT_LANES_PER_SM * dev.max_clock_khz * 1e3;
     printf("device %s, %d SMs, %d MHz: integer issue rate %.1f Tops/s (64 lanes per SM)\n", dev.name,
            dev.multiprocessors, dev.max_clock_khz / 1000, peak_int * 1e-12);
+    const double int_ops = mma_emulate_inner_ops_per_product();
+    printf("fast kernel candidate %d, %.0f integer instructions per product in its inner loops\n",
+           mma_emulate_candidate(), int_ops);
     printf("%-5s %-5s %-7s %10s %14s %12s\n", "gen", "in", "kernel", "ms", "Gproducts/s", "int frac");
     static const prec_format fmts[] = {PREC_FP16, PREC_BF16, PREC_TF32, PREC_E4M3};
     static const char *const gens[] = {"a100", "h100"};
@@ -200,10 +208,10 @@ int main(void)
             }
             const double ms = median(t, REPS), products = (double)M * N * K / (ms * 1e-3);
             printf("%-5s %-5s %-7s %10.3f %14.1f %12.3f\n", gens[g], prec_format_name(fmts[f]),
-                   mma_emulate_last_kernel(), ms, products * 1e-9, products * INT_OPS_PER_PRODUCT / peak_int);
+                   mma_emulate_last_kernel(), ms, products * 1e-9, products * int_ops / peak_int);
         }
     }
-    const int replicas = bench_replicas(tm);
+    const int replicas = gemm_only ? 0 : bench_replicas(tm);
     if (replicas < 0) return die("replicas");
     status |= replicas;
     ktimer_destroy(tm);

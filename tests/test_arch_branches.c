@@ -42,7 +42,7 @@ static const arch_allowed allowlist[] = {
     {"precision/mma.h", "#ifdef __CUDA_ARCH__", 1,
      "device or host, not which GPU: __fadd_rn on any GPU, C float addition on the host (both fp32 RNE)"},
     {"precision/mma_fast.h", "#ifdef __CUDA_ARCH__", 2,
-     "device or host, not which GPU: PTX shr and __clzll on any GPU, their C equivalents on the host"},
+     "device or host, not which GPU: PTX shr, shl, bfind and __popc on any GPU, their C equivalents on the host"},
 };
 #define N_ALLOWED (sizeof allowlist / sizeof allowlist[0])
 
