@@ -9,6 +9,7 @@
 // one replica of N rows: the same kernels, the same bits.
 #include <cuda_runtime.h>
 
+#include "kernels/common/kcolsum.cuh"
 #include "kernels/common/klaunch.cuh"
 #include "kernels/common/kreduce.cuh"
 #include "kernels/layernorm.h"
@@ -219,50 +220,17 @@ __global__ void layernorm_backward_kernel(T *__restrict__ dx, const T *__restric
     }
 }
 
-// dgain[c] = sum_rows dy xhat, dbias[c] = sum_rows dy: 32 columns per block,
-// 16 row lanes in order, then the 16 partials in order (no atomics).  N rows
-// of one replica (blockIdx.y): its own rows, mean, rstd, dgain and dbias.
-constexpr int kColRows = 16;
-
-template <typename T>
-__global__ void layernorm_params_kernel(T *__restrict__ dgain, T *__restrict__ dbias, const T *__restrict__ dy,
-                                        const T *__restrict__ x, const float *__restrict__ mean_in,
-                                        const float *__restrict__ rstd_in, int64_t N, int64_t C, int bug)
-{
-    __shared__ float pg[kColRows][33], pb[kColRows][33];
+// dgain[c] = sum_rows dy xhat, dbias[c] = sum_rows dy, in the order of
+// kcolsum.cuh (16 row lanes in order, then the 16 partials in order; no
+// atomics), each replica's rows alone.
+struct params_step {
+    __device__ __forceinline__ void operator()(float *acc, float d, float xv, float mean, float rstd) const
     {
-        const int64_t r = blockIdx.y;
-        dgain += r * C;
-        dbias += r * C;
-        dy += r * N * C;
-        x += r * N * C;
-        mean_in += r * N;
-        rstd_in += r * N;
+        float xhat = (xv - mean) * rstd;
+        acc[0] = fmaf(d, xhat, acc[0]);
+        acc[1] += d;
     }
-    int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
-    float ag = 0.0f, ab = 0.0f;
-    if (c < C) {
-        for (int64_t r = threadIdx.y; r < N; r += kColRows) {
-            if (bug == KBUG_DROP_TERM && r == N - 1) continue;
-            float d = kto_float(dy[r * C + c]);
-            float xhat = (kto_float(x[r * C + c]) - mean_in[r]) * rstd_in[r];
-            ag = fmaf(d, xhat, ag);
-            ab += d;
-        }
-    }
-    pg[threadIdx.y][threadIdx.x] = ag;
-    pb[threadIdx.y][threadIdx.x] = ab;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float sg = pg[0][threadIdx.x], sb = pb[0][threadIdx.x];
-        for (int k = 1; k < kColRows; k++) {
-            sg += pg[k][threadIdx.x];
-            sb += pb[k][threadIdx.x];
-        }
-        dgain[c] = kfrom_float<T>(sg, bug);
-        dbias[c] = kfrom_float<T>(sb, bug);
-    }
-}
+};
 
 int shape_of(const char *what, const ktensor *t, const ktensor *like, int64_t *N, int64_t *C)
 {
@@ -293,6 +261,16 @@ int replicas_ok(const char *what, int64_t rows, int64_t R)
     if (R < 1 || R > 65535 || rows % R != 0)
         return kernels_fail("layernorm %s: %lld rows are not %lld replicas' (R in [1, 65535])", what, (long long)rows,
                             (long long)R);
+    return 0;
+}
+
+// The device's multiprocessor count (the column reduction's tile width depends on it).
+int multiprocessors(int *sms)
+{
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return kernels_fail("layernorm backward: device attributes: %s", cudaGetErrorString(e));
     return 0;
 }
 
@@ -363,7 +341,7 @@ extern "C" int64_t klayernorm_row_depth(int64_t C, prec_format f, int variant)
 
 extern "C" int64_t klayernorm_col_depth(int64_t N)
 {
-    return (N + kColRows - 1) / kColRows + (kColRows - 1);
+    return (N + kColLanes - 1) / kColLanes + (kColLanes - 1);
 }
 
 extern "C" int klayernorm_forward_replicas(int64_t replicas, ktensor *y, float *mean, float *rstd, const ktensor *x,
@@ -414,8 +392,8 @@ extern "C" int klayernorm_backward_replicas(int64_t replicas, ktensor *dx, ktens
     if (!mean || !rstd) return kernels_fail("layernorm backward: mean/rstd missing");
     if (variant < 0 || variant >= KLAYERNORM_NVARIANTS) return kernels_fail("layernorm backward: unknown variant %d", variant);
     const int64_t rpr = N / replicas;
-    int bug = kernels_planted_bug();
-    dim3 col_grid((unsigned)((C + 31) / 32), (unsigned)replicas), col_block(32, kColRows);
+    int bug = kernels_planted_bug(), sms = 0;
+    if (multiprocessors(&sms)) return -1;
     switch (x->format) {
 #define LN_BWD(TYPE)                                                                                                \
     if (krow_vec<TYPE>(C) > 1)                                                                                      \
@@ -424,10 +402,8 @@ extern "C" int klayernorm_backward_replicas(int64_t replicas, ktensor *dx, ktens
                                              rpr, bug);                                                             \
     else backward_t<TYPE, 1>(variant, (TYPE *)dx->data, (const TYPE *)dy->data, (const TYPE *)x->data,              \
                              (const TYPE *)gain->data, mean, rstd, N, C, rpr, bug);                                 \
-    layernorm_params_kernel<TYPE><<<col_grid, col_block, 0, kstream()>>>((TYPE *)dgain->data, (TYPE *)dbias->data,  \
-                                                                         (const TYPE *)dy->data,                    \
-                                                                         (const TYPE *)x->data, mean, rstd, rpr, C, \
-                                                                         bug);
+    kcolsum_launch<TYPE, 2, true>(kstream(), sms, (TYPE *)dgain->data, (TYPE *)dbias->data, (const TYPE *)dy->data, \
+                                  (const TYPE *)x->data, mean, rstd, rpr, C, replicas, bug, params_step{});
     case PREC_FP32: LN_BWD(float) break;
     case PREC_BF16: LN_BWD(__nv_bfloat16) break;
     case PREC_FP16: LN_BWD(__half) break;

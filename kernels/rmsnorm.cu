@@ -10,6 +10,7 @@
 // each replica's rows alone.  A single call is one replica of N rows.
 #include <cuda_runtime.h>
 
+#include "kernels/common/kcolsum.cuh"
 #include "kernels/common/klaunch.cuh"
 #include "kernels/common/kreduce.cuh"
 #include "kernels/registry.h"
@@ -134,39 +135,24 @@ __global__ void rmsnorm_backward_kernel(T *__restrict__ dx, const T *__restrict_
     }
 }
 
-// dgain[c] = sum over rows of dy * (x * rstd): 32 columns per block, 16 row
-// lanes each summing every 16th row in order, then lane 0 adds the 16
-// partials in order.  No atomics: the order is fixed.  N rows of one replica
-// (blockIdx.y): its own rows, rstd and dgain.
-constexpr int kColRows = 16;
-
-template <typename T>
-__global__ void rmsnorm_dgain_kernel(T *__restrict__ dgain, const T *__restrict__ dy, const T *__restrict__ x,
-                                     const float *__restrict__ rstd, int64_t N, int64_t C, int bug)
-{
-    __shared__ float part[kColRows][33];
+// dgain[c] = sum over rows of dy * (x * rstd), in the order of kcolsum.cuh
+// (16 row lanes in order, then the 16 partials in order; no atomics), each
+// replica's rows alone.
+struct dgain_step {
+    __device__ __forceinline__ void operator()(float *acc, float d, float xv, float, float rstd) const
     {
-        const int64_t r = blockIdx.y;
-        dgain += r * C;
-        dy += r * N * C;
-        x += r * N * C;
-        rstd += r * N;
+        acc[0] += (xv * rstd) * d;
     }
-    int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
-    float acc = 0.0f;
-    if (c < C) {
-        for (int64_t r = threadIdx.y; r < N; r += kColRows) {
-            if (bug == KBUG_DROP_TERM && r == N - 1) continue;
-            acc += (kto_float(x[r * C + c]) * rstd[r]) * kto_float(dy[r * C + c]);
-        }
-    }
-    part[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float s = part[0][threadIdx.x];
-        for (int k = 1; k < kColRows; k++) s += part[k][threadIdx.x];
-        dgain[c] = kfrom_float<T>(s, bug);
-    }
+};
+
+// The device's multiprocessor count (the column reduction's tile width depends on it).
+int multiprocessors(int *sms)
+{
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return kernels_fail("rmsnorm backward: device attributes: %s", cudaGetErrorString(e));
+    return 0;
 }
 
 int check_2d(const char *what, const ktensor *t, const ktensor *like, int64_t *N, int64_t *C)
@@ -258,8 +244,8 @@ extern "C" int64_t krmsnorm_row_depth(int64_t C, prec_format f, int variant)
 
 extern "C" int64_t krmsnorm_col_depth(int64_t N)
 {
-    int64_t per_lane = (N + kColRows - 1) / kColRows;
-    return (per_lane - 1) + (kColRows - 1); // each lane's rows in order, then the 16 partials in order
+    int64_t per_lane = (N + kColLanes - 1) / kColLanes;
+    return (per_lane - 1) + (kColLanes - 1); // each lane's rows in order, then the 16 partials in order
 }
 
 extern "C" int krmsnorm_forward_replicas(int64_t replicas, ktensor *y, float *rstd, const ktensor *x,
@@ -306,9 +292,9 @@ extern "C" int krmsnorm_backward_replicas(int64_t replicas, ktensor *dx, ktensor
     if (!rstd) return kernels_fail("rmsnorm backward: rstd is missing");
     if (variant < 0 || variant >= KRMSNORM_NVARIANTS) return kernels_fail("rmsnorm backward: unknown variant %d", variant);
     const int64_t rpr = N / replicas;
-    int bug = kernels_planted_bug();
+    int bug = kernels_planted_bug(), sms = 0;
     const void *g = gain ? gain->data : nullptr;
-    dim3 col_grid((unsigned)((C + 31) / 32), (unsigned)replicas), col_block(32, kColRows);
+    if (dgain && gain && multiprocessors(&sms)) return -1;
     switch (x->format) {
 #define RMS_BWD(TYPE)                                                                                            \
     if (krow_vec<TYPE>(C) > 1)                                                                                   \
@@ -318,9 +304,9 @@ extern "C" int krmsnorm_backward_replicas(int64_t replicas, ktensor *dx, ktensor
     else backward_variant<TYPE, 1>(variant, (TYPE *)dx->data, (const TYPE *)dy->data, (const TYPE *)x->data,    \
                                    (const TYPE *)g, rstd, N, C, rpr, bug);                                       \
     if (dgain && gain)                                                                                           \
-        rmsnorm_dgain_kernel<TYPE><<<col_grid, col_block, 0, kstream()>>>((TYPE *)dgain->data,                   \
-                                                                          (const TYPE *)dy->data,                \
-                                                                          (const TYPE *)x->data, rstd, rpr, C, bug);
+        kcolsum_launch<TYPE, 1, false>(kstream(), sms, (TYPE *)dgain->data, (TYPE *)nullptr,                    \
+                                       (const TYPE *)dy->data, (const TYPE *)x->data, nullptr, rstd, rpr, C,     \
+                                       replicas, bug, dgain_step{});
     case PREC_FP32: RMS_BWD(float) break;
     case PREC_BF16: RMS_BWD(__nv_bfloat16) break;
     case PREC_FP16: RMS_BWD(__half) break;
