@@ -2,7 +2,10 @@
 //
 // Shapes: x, y, dy, dx (N, C) row-major; gain, bias, dgain, dbias (C);
 // mean, rstd (N) fp32.  A row group of RT threads (256: block tree, 32:
-// warp tree, 1: sequential) owns a row, with the partition of kreduce.cuh.
+// warp tree, 1: sequential) owns a row, with the partition of kreduce.cuh;
+// a block per row has only the warps that hold terms (C = 768 bf16: 96
+// threads), and narrow rows run on fewer lanes that replay the same tree
+// (krow_group).
 // Replicas: R blocks of rows_per_replica rows, each with its own gain and
 // bias (R, C); row i uses the parameters of replica i / rows_per_replica,
 // and dgain, dbias (R, C) reduce each replica's rows alone.  A single call is
@@ -83,8 +86,16 @@ __device__ __forceinline__ welford welford_warp(welford w)
     return w;
 }
 
-template <int RT> __device__ __forceinline__ welford welford_group(welford w, welford *scratch)
+// Over a row's RT threads; with G < RT lanes standing in (krow_group), the
+// threads without terms are empty states, which welford_combine passes over
+// exactly: the butterfly's offsets below G are the whole tree.
+template <int RT, int G> __device__ __forceinline__ welford welford_group(welford w, welford *scratch)
 {
+    if constexpr (G < RT) {
+#pragma unroll
+        for (int offset = G / 2; offset > 0; offset >>= 1) w = welford_combine(w, welford_shfl(w, offset));
+        return w;
+    }
     if constexpr (RT == 1) return w;
     w = welford_warp(w);
     if constexpr (RT == 32) return w;
@@ -100,7 +111,8 @@ template <int RT> __device__ __forceinline__ welford welford_group(welford w, we
     return scratch[0];
 }
 
-template <typename T, int RT, int V, int STATS>
+// G: the lanes that run a row (krow_group; G < RT for narrow rows).
+template <typename T, int RT, int G, int V, int STATS>
 __global__ void layernorm_forward_kernel(T *__restrict__ y, float *__restrict__ mean_out, float *__restrict__ rstd_out,
                                          const T *__restrict__ x, const T *__restrict__ gain,
                                          const T *__restrict__ bias, int64_t N, int64_t C, int64_t rows_per_replica,
@@ -108,8 +120,9 @@ __global__ void layernorm_forward_kernel(T *__restrict__ y, float *__restrict__ 
 {
     __shared__ float scratch[32];
     __shared__ welford wscratch[32];
-    krow_group<RT> g;
-    if (RT != kBlock && g.row >= N) return;
+    krow_group<RT, G> g;
+    const bool live = krow_live(g, N);
+    if (!live && !krow_group<RT, G>::kSubWarp) return; // whole warps / threads only: no block barrier follows
     gain += g.row / rows_per_replica * C;
     bias += g.row / rows_per_replica * C;
     const T *xr = x + g.row * C;
@@ -124,7 +137,7 @@ __global__ void layernorm_forward_kernel(T *__restrict__ y, float *__restrict__ 
             for (int j = 0; j < V; j++)
                 if (!(bug == KBUG_DROP_TERM && base + j == C - 1)) welford_add(w, v[j]);
         }
-        w = welford_group<RT>(w, wscratch);
+        w = welford_group<RT, G>(w, wscratch);
         mean = w.m;
         var = __fdiv_rn(w.m2, inv_c_num);
     } else {
@@ -139,9 +152,9 @@ __global__ void layernorm_forward_kernel(T *__restrict__ y, float *__restrict__ 
                 if (STATS == ONE_PASS) sq = fmaf(v[j], v[j], sq);
             }
         }
-        mean = __fdiv_rn(krow_group_sum<RT>(s, scratch), inv_c_num);
+        mean = __fdiv_rn(krow_group_sum<RT, G>(s, scratch), inv_c_num);
         if (STATS == ONE_PASS) {
-            float ms = __fdiv_rn(krow_group_sum<RT>(sq, scratch), inv_c_num);
+            float ms = __fdiv_rn(krow_group_sum<RT, G>(sq, scratch), inv_c_num);
             var = fmaxf(ms - mean * mean, 0.0f);
         } else {
             float d2 = 0.0f;
@@ -155,11 +168,11 @@ __global__ void layernorm_forward_kernel(T *__restrict__ y, float *__restrict__ 
                     d2 = fmaf(d, d, d2);
                 }
             }
-            var = __fdiv_rn(krow_group_sum<RT>(d2, scratch), inv_c_num);
+            var = __fdiv_rn(krow_group_sum<RT, G>(d2, scratch), inv_c_num);
         }
     }
     float r = rsqrtf(var + eps);
-    if (g.t == 0) {
+    if (live && g.t == 0) {
         mean_out[g.row] = kfrom_float<float>(mean, bug);
         rstd_out[g.row] = kfrom_float<float>(r, bug);
     }
@@ -171,19 +184,20 @@ __global__ void layernorm_forward_kernel(T *__restrict__ y, float *__restrict__ 
         kvec_io<T, V>::load(bias + base, bv);
 #pragma unroll
         for (int j = 0; j < V; j++) out[j] = ((v[j] - mean) * r) * gv[j] + bv[j];
-        kvec_io<T, V>::store(yr + base, out, bug);
+        if (live) kvec_io<T, V>::store(yr + base, out, bug);
     }
 }
 
-template <typename T, int RT, int V>
+template <typename T, int RT, int G, int V>
 __global__ void layernorm_backward_kernel(T *__restrict__ dx, const T *__restrict__ dy, const T *__restrict__ x,
                                           const T *__restrict__ gain, const float *__restrict__ mean_in,
                                           const float *__restrict__ rstd_in, int64_t N, int64_t C,
                                           int64_t rows_per_replica, int bug)
 {
     __shared__ float scratch[32];
-    krow_group<RT> g;
-    if (RT != kBlock && g.row >= N) return;
+    krow_group<RT, G> g;
+    const bool live = krow_live(g, N);
+    if (!live && !krow_group<RT, G>::kSubWarp) return; // whole warps / threads only: no block barrier follows
     gain += g.row / rows_per_replica * C;
     const T *xr = x + g.row * C, *dyr = dy + g.row * C;
     const float mean = mean_in[g.row], r = rstd_in[g.row];
@@ -202,8 +216,8 @@ __global__ void layernorm_backward_kernel(T *__restrict__ dx, const T *__restric
             sgx = fmaf(gd, xhat, sgx);
         }
     }
-    const float a = __fdiv_rn(krow_group_sum<RT>(sg, scratch), (float)C);
-    const float b = __fdiv_rn(krow_group_sum<RT>(sgx, scratch), (float)C);
+    const float a = __fdiv_rn(krow_group_sum<RT, G>(sg, scratch), (float)C);
+    const float b = __fdiv_rn(krow_group_sum<RT, G>(sgx, scratch), (float)C);
     T *dxr = dx + g.row * C;
     for (int64_t base = (int64_t)g.t * V; base < C; base += (int64_t)RT * V) {
         float v[V], d[V], gv[V], out[V];
@@ -216,7 +230,7 @@ __global__ void layernorm_backward_kernel(T *__restrict__ dx, const T *__restric
             float xhat = (v[j] - mean) * r;
             out[j] = ((gd - a) - xhat * b) * r;
         }
-        kvec_io<T, V>::store(dxr + base, out, bug);
+        if (live) kvec_io<T, V>::store(dxr + base, out, bug);
     }
 }
 
@@ -279,9 +293,14 @@ int rows_threads(int variant)
     return variant == KLAYERNORM_WARP_TREE ? 32 : variant == KLAYERNORM_SEQUENTIAL ? 1 : kBlock;
 }
 
-dim3 grid_for(int rt, int64_t N)
+template <typename T, int RT, int V, int STATS>
+void launch_forward(T *y, float *mean, float *rstd, const T *x, const T *gain, const T *bias, int64_t N, int64_t C,
+                    int64_t rpr, float eps, int bug)
 {
-    return rt == kBlock ? dim3((unsigned)N) : rt == 32 ? dim3((unsigned)((N + 7) / 8)) : dim3((unsigned)((N + 127) / 128));
+    krow_dispatch<RT>(N, C, V, [&](auto lanes, dim3 grid, dim3 block) {
+        layernorm_forward_kernel<T, RT, decltype(lanes)::value, V, STATS><<<grid, block, 0, kstream()>>>(
+            y, mean, rstd, x, gain, bias, N, C, rpr, eps, bug);
+    });
 }
 
 // N: all rows (R replicas' rpr each).
@@ -289,31 +308,27 @@ template <typename T, int V>
 void forward_t(int variant, T *y, float *mean, float *rstd, const T *x, const T *gain, const T *bias, int64_t N,
                int64_t C, int64_t rpr, float eps, int bug)
 {
-    int rt = rows_threads(variant);
-    dim3 grid = grid_for(rt, N), block(rt == 1 ? 128 : kBlock);
-    cudaStream_t st = kstream();
     switch (variant) {
     case KLAYERNORM_TWO_PASS:
-        layernorm_forward_kernel<T, kBlock, V, TWO_PASS><<<grid, block, 0, st>>>(y, mean, rstd, x, gain, bias, N, C,
-                                                                                 rpr, eps, bug);
+        launch_forward<T, kBlock, V, TWO_PASS>(y, mean, rstd, x, gain, bias, N, C, rpr, eps, bug);
         break;
     case KLAYERNORM_ONE_PASS:
-        layernorm_forward_kernel<T, kBlock, V, ONE_PASS><<<grid, block, 0, st>>>(y, mean, rstd, x, gain, bias, N, C,
-                                                                                 rpr, eps, bug);
+        launch_forward<T, kBlock, V, ONE_PASS>(y, mean, rstd, x, gain, bias, N, C, rpr, eps, bug);
         break;
-    case KLAYERNORM_WELFORD:
-        layernorm_forward_kernel<T, kBlock, V, WELFORD><<<grid, block, 0, st>>>(y, mean, rstd, x, gain, bias, N, C,
-                                                                                rpr, eps, bug);
-        break;
-    case KLAYERNORM_WARP_TREE:
-        layernorm_forward_kernel<T, 32, V, TWO_PASS><<<grid, block, 0, st>>>(y, mean, rstd, x, gain, bias, N, C, rpr,
-                                                                             eps, bug);
-        break;
-    case KLAYERNORM_SEQUENTIAL:
-        layernorm_forward_kernel<T, 1, V, TWO_PASS><<<grid, block, 0, st>>>(y, mean, rstd, x, gain, bias, N, C, rpr,
-                                                                            eps, bug);
-        break;
+    case KLAYERNORM_WELFORD: launch_forward<T, kBlock, V, WELFORD>(y, mean, rstd, x, gain, bias, N, C, rpr, eps, bug); break;
+    case KLAYERNORM_WARP_TREE: launch_forward<T, 32, V, TWO_PASS>(y, mean, rstd, x, gain, bias, N, C, rpr, eps, bug); break;
+    case KLAYERNORM_SEQUENTIAL: launch_forward<T, 1, V, TWO_PASS>(y, mean, rstd, x, gain, bias, N, C, rpr, eps, bug); break;
     }
+}
+
+template <typename T, int RT, int V>
+void launch_backward(T *dx, const T *dy, const T *x, const T *gain, const float *mean, const float *rstd, int64_t N,
+                     int64_t C, int64_t rpr, int bug)
+{
+    krow_dispatch<RT>(N, C, V, [&](auto lanes, dim3 grid, dim3 block) {
+        layernorm_backward_kernel<T, RT, decltype(lanes)::value, V><<<grid, block, 0, kstream()>>>(
+            dx, dy, x, gain, mean, rstd, N, C, rpr, bug);
+    });
 }
 
 template <typename T, int V>
@@ -321,11 +336,9 @@ void backward_t(int variant, T *dx, const T *dy, const T *x, const T *gain, cons
                 int64_t N, int64_t C, int64_t rpr, int bug)
 {
     int rt = rows_threads(variant);
-    dim3 grid = grid_for(rt, N), block(rt == 1 ? 128 : kBlock);
-    cudaStream_t st = kstream();
-    if (rt == 32) layernorm_backward_kernel<T, 32, V><<<grid, block, 0, st>>>(dx, dy, x, gain, mean, rstd, N, C, rpr, bug);
-    else if (rt == 1) layernorm_backward_kernel<T, 1, V><<<grid, block, 0, st>>>(dx, dy, x, gain, mean, rstd, N, C, rpr, bug);
-    else layernorm_backward_kernel<T, kBlock, V><<<grid, block, 0, st>>>(dx, dy, x, gain, mean, rstd, N, C, rpr, bug);
+    if (rt == 32) launch_backward<T, 32, V>(dx, dy, x, gain, mean, rstd, N, C, rpr, bug);
+    else if (rt == 1) launch_backward<T, 1, V>(dx, dy, x, gain, mean, rstd, N, C, rpr, bug);
+    else launch_backward<T, kBlock, V>(dx, dy, x, gain, mean, rstd, N, C, rpr, bug);
 }
 
 } // namespace

@@ -3,8 +3,10 @@
 // Shapes: x, y, dy, dx (N, C) row-major; gain, dgain (C); rstd (N) fp32.
 // A "row group" of RT threads owns one row: RT = 256 (block tree, one block
 // per row), 32 (warp tree, eight rows per block) or 1 (sequential, one
-// thread per row).  Rows are read with 16-byte vectors when C allows it
-// (kreduce.cuh); the partition, and so the rounding order, is fixed.
+// thread per row); narrow rows run on fewer lanes that replay the same tree
+// (krow_group in kreduce.cuh: a bf16 row of 256 takes 32 lanes, of 64 eight).
+// Rows are read with 16-byte vectors when C allows it (kreduce.cuh); the
+// partition, and so the rounding order, is fixed.
 // Replicas: R blocks of rows_per_replica rows, each with its own gain (R, C);
 // row i uses replica i / rows_per_replica's gain, and dgain (R, C) reduces
 // each replica's rows alone.  A single call is one replica of N rows.
@@ -47,14 +49,16 @@ constexpr int kBlock = 256;
 // truncation applies to them too.
 template <typename T> __device__ __forceinline__ float in_storage(float v, int bug) { return kto_float(kfrom_float<T>(v, bug)); }
 
-template <typename T, int RT, int V, int PLACE>
+// G: the lanes that run a row (krow_group; G < RT for narrow rows).
+template <typename T, int RT, int G, int V, int PLACE>
 __global__ void rmsnorm_forward_kernel(T *__restrict__ y, float *__restrict__ rstd, const T *__restrict__ x,
                                        const T *__restrict__ gain, int64_t N, int64_t C, int64_t rows_per_replica,
                                        float eps, int bug)
 {
     __shared__ float scratch[32];
-    krow_group<RT> g;
-    if (RT != kBlock && g.row >= N) return; // whole warps / threads only: no block barrier follows
+    krow_group<RT, G> g;
+    const bool live = krow_live(g, N);
+    if (!live && !krow_group<RT, G>::kSubWarp) return; // whole warps / threads only: no block barrier follows
     if (gain) gain += g.row / rows_per_replica * C;
     const T *xr = x + g.row * C;
     float acc = 0.0f;
@@ -68,7 +72,7 @@ __global__ void rmsnorm_forward_kernel(T *__restrict__ y, float *__restrict__ rs
             else acc = fmaf(v[j], v[j], acc);
         }
     }
-    float ss = krow_group_sum<RT>(acc, scratch);
+    float ss = krow_group_sum<RT, G>(acc, scratch);
     float ms = __fdiv_rn(ss, (float)C);
     float r;
     if (PLACE == NO_UPCAST) {
@@ -77,7 +81,7 @@ __global__ void rmsnorm_forward_kernel(T *__restrict__ y, float *__restrict__ rs
     } else {
         r = rsqrtf(ms + eps);
     }
-    if (g.t == 0) rstd[g.row] = kfrom_float<float>(r, bug);
+    if (live && g.t == 0) rstd[g.row] = kfrom_float<float>(r, bug);
     T *yr = y + g.row * C;
     for (int64_t base = (int64_t)g.t * V; base < C; base += (int64_t)RT * V) {
         float v[V], gv[V], out[V];
@@ -89,19 +93,20 @@ __global__ void rmsnorm_forward_kernel(T *__restrict__ y, float *__restrict__ rs
             if (PLACE != GEMMA) n = in_storage<T>(n, bug);
             out[j] = gain ? n * gv[j] : n;
         }
-        kvec_io<T, V>::store(yr + base, out, bug);
+        if (live) kvec_io<T, V>::store(yr + base, out, bug);
     }
 }
 
 // dx = rstd g - (rstd^3 / C) x sum(g x), g = gain * dy.
-template <typename T, int RT, int V>
+template <typename T, int RT, int G, int V>
 __global__ void rmsnorm_backward_kernel(T *__restrict__ dx, const T *__restrict__ dy, const T *__restrict__ x,
                                         const T *__restrict__ gain, const float *__restrict__ rstd, int64_t N,
                                         int64_t C, int64_t rows_per_replica, int bug)
 {
     __shared__ float scratch[32];
-    krow_group<RT> g;
-    if (RT != kBlock && g.row >= N) return;
+    krow_group<RT, G> g;
+    const bool live = krow_live(g, N);
+    if (!live && !krow_group<RT, G>::kSubWarp) return; // whole warps / threads only: no block barrier follows
     if (gain) gain += g.row / rows_per_replica * C;
     const T *xr = x + g.row * C, *dyr = dy + g.row * C;
     float acc = 0.0f;
@@ -117,7 +122,7 @@ __global__ void rmsnorm_backward_kernel(T *__restrict__ dx, const T *__restrict_
             acc = fmaf(gd, v[j], acc);
         }
     }
-    float dot = krow_group_sum<RT>(acc, scratch);
+    float dot = krow_group_sum<RT, G>(acc, scratch);
     float r = rstd[g.row];
     float c = __fdiv_rn(dot * r * r * r, (float)C);
     T *dxr = dx + g.row * C;
@@ -131,7 +136,7 @@ __global__ void rmsnorm_backward_kernel(T *__restrict__ dx, const T *__restrict_
             float gd = gain ? gv[j] * d[j] : d[j];
             out[j] = r * gd - c * v[j];
         }
-        kvec_io<T, V>::store(dxr + base, out, bug);
+        if (live) kvec_io<T, V>::store(dxr + base, out, bug);
     }
 }
 
@@ -195,15 +200,10 @@ template <typename T, int RT, int V, int PLACE>
 void launch_forward(T *y, float *rstd, const T *x, const T *gain, int64_t N, int64_t C, int64_t rpr, float eps,
                     int bug)
 {
-    cudaStream_t st = kstream();
-    if (RT == kBlock)
-        rmsnorm_forward_kernel<T, RT, V, PLACE><<<(unsigned)N, kBlock, 0, st>>>(y, rstd, x, gain, N, C, rpr, eps, bug);
-    else if (RT == 32)
-        rmsnorm_forward_kernel<T, RT, V, PLACE><<<(unsigned)((N + 7) / 8), kBlock, 0, st>>>(y, rstd, x, gain, N, C,
-                                                                                            rpr, eps, bug);
-    else
-        rmsnorm_forward_kernel<T, RT, V, PLACE><<<(unsigned)((N + 127) / 128), 128, 0, st>>>(y, rstd, x, gain, N, C,
-                                                                                             rpr, eps, bug);
+    krow_dispatch<RT>(N, C, V, [&](auto lanes, dim3 grid, dim3 block) {
+        rmsnorm_forward_kernel<T, RT, decltype(lanes)::value, V, PLACE><<<grid, block, 0, kstream()>>>(
+            y, rstd, x, gain, N, C, rpr, eps, bug);
+    });
 }
 
 template <typename T, int V>
@@ -219,18 +219,23 @@ void forward_variant(int variant, T *y, float *rstd, const T *x, const T *gain, 
     }
 }
 
+template <typename T, int RT, int V>
+void launch_backward(T *dx, const T *dy, const T *x, const T *gain, const float *rstd, int64_t N, int64_t C,
+                     int64_t rpr, int bug)
+{
+    krow_dispatch<RT>(N, C, V, [&](auto lanes, dim3 grid, dim3 block) {
+        rmsnorm_backward_kernel<T, RT, decltype(lanes)::value, V><<<grid, block, 0, kstream()>>>(dx, dy, x, gain, rstd,
+                                                                                               N, C, rpr, bug);
+    });
+}
+
 template <typename T, int V>
 void backward_variant(int variant, T *dx, const T *dy, const T *x, const T *gain, const float *rstd, int64_t N,
                       int64_t C, int64_t rpr, int bug)
 {
-    cudaStream_t st = kstream();
-    if (variant == KRMSNORM_WARP_TREE)
-        rmsnorm_backward_kernel<T, 32, V><<<(unsigned)((N + 7) / 8), kBlock, 0, st>>>(dx, dy, x, gain, rstd, N, C, rpr,
-                                                                                      bug);
-    else if (variant == KRMSNORM_SEQUENTIAL)
-        rmsnorm_backward_kernel<T, 1, V><<<(unsigned)((N + 127) / 128), 128, 0, st>>>(dx, dy, x, gain, rstd, N, C,
-                                                                                      rpr, bug);
-    else rmsnorm_backward_kernel<T, kBlock, V><<<(unsigned)N, kBlock, 0, st>>>(dx, dy, x, gain, rstd, N, C, rpr, bug);
+    if (variant == KRMSNORM_WARP_TREE) launch_backward<T, 32, V>(dx, dy, x, gain, rstd, N, C, rpr, bug);
+    else if (variant == KRMSNORM_SEQUENTIAL) launch_backward<T, 1, V>(dx, dy, x, gain, rstd, N, C, rpr, bug);
+    else launch_backward<T, kBlock, V>(dx, dy, x, gain, rstd, N, C, rpr, bug);
 }
 
 int rows_per_thread_group(int variant) { return variant == KRMSNORM_WARP_TREE ? 32 : variant == KRMSNORM_SEQUENTIAL ? 1 : kBlock; }
