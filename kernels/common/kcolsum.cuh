@@ -2,8 +2,8 @@
 // gradients (device code, C++): dgain and dbias of LayerNorm, dgain of
 // RMSNorm, over the N rows (N, C) of each replica.
 //
-// Order (what klayernorm_col_depth and krmsnorm_col_depth describe and the
-// CPU backend replays): for each column, 16 row lanes; lane y sums rows
+// Order (the one klayernorm_col_depth and krmsnorm_col_depth count for the
+// checks' bounds): for each column, 16 row lanes; lane y sums rows
 // y, y + 16, y + 32, ... in increasing order from 0.0f, then the 16 lane
 // partials are added in lane order (0 + 1, then + 2, ... + 15).  No atomics.
 //
