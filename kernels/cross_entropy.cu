@@ -3,9 +3,12 @@
 // cross_entropy.h).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_pipeline.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <type_traits>
 
 #include "kernels/common/kelem.cuh"
 #include "kernels/common/klaunch.cuh"
@@ -113,14 +116,49 @@ __device__ __forceinline__ void block_online(float &m, float &s, float *scratch_
     s = scratch_s[0];
 }
 
+// Staging: a row of V elements copied once into shared memory, so that the
+// sweeps over it (maximum, sum, gradient) read global memory once instead of
+// three times.  VEC: 16-byte asynchronous copies (V a multiple of the vector
+// and the row 16-byte aligned), else element by element.  Only where the
+// copy happens changes: every sweep reads the same values in the same order.
+template <class TIn, bool VEC> __device__ __forceinline__ void stage_row(TIn *zs, const TIn *z, int V)
+{
+    if (VEC) {
+        constexpr int W = 16 / (int)sizeof(TIn);
+        const int vectors = V / W;
+        for (int i = threadIdx.x; i < vectors; i += blockDim.x) __pipeline_memcpy_async(zs + i * W, z + i * W, 16);
+        __pipeline_commit();
+        __pipeline_wait_prior(0);
+    } else {
+        for (int j = threadIdx.x; j < V; j += blockDim.x) zs[j] = z[j];
+    }
+    __syncthreads();
+}
+
+// Loads W consecutive elements of T from 16-byte aligned memory as floats.
+template <class T, int W> __device__ __forceinline__ void load_floats(const T *p, float *out)
+{
+    constexpr int PER16 = 16 / (int)sizeof(T);
+#pragma unroll
+    for (int k = 0; k < W; k += PER16) kvec_io<T, PER16>::load(p + k, out + k);
+}
+
 // One block per row.  logits [N,V] (TIn), dlogits [N,V] (TOut, may alias
 // logits: every thread reads z_j before writing dlogits_j, and z_t is read
 // before the reduction's barriers), losses [N] fp32.
-template <class TIn, class TOut, int ONLINE>
+// The maximum and the sums follow the fixed partition (thread j mod 256 owns
+// element j, in increasing j) and the block trees whatever the staging; the
+// gradient is elementwise, so STAGED && VEC writes it 16 bytes per thread.
+// STAGED: the row is read from global memory once, into dynamic shared memory
+// of V * sizeof(TIn) bytes (VEC: V a multiple of both formats' 16-byte
+// vectors, logits and dlogits 16-byte aligned); indices then fit in int.
+template <class TIn, class TOut, int ONLINE, bool STAGED, bool VEC>
 __global__ void __launch_bounds__(CE_THREADS)
     ce_row_kernel(const TIn *logits, const int32_t *targets, int64_t V, float *losses, TOut *dlogits, float dloss,
                   int bug)
 {
+    using idx = typename std::conditional<STAGED, int, int64_t>::type;
+    extern __shared__ __align__(16) unsigned char ce_row_smem[];
     __shared__ float scratch_m[32], scratch_s[32];
     const int64_t row = blockIdx.x;
     const TIn *z = logits + row * V;
@@ -133,12 +171,18 @@ __global__ void __launch_bounds__(CE_THREADS)
         return;
     }
     const float zt = kto_float(z[t]);
-    const int64_t terms = bug == KBUG_DROP_TERM ? V - 1 : V; // the planted bug leaves z[V-1] out of the sum
+    if (STAGED) {
+        TIn *zs = reinterpret_cast<TIn *>(ce_row_smem);
+        stage_row<TIn, VEC>(zs, z, (int)V);
+        z = zs;
+    }
+    const idx n = (idx)V;
+    const idx terms = bug == KBUG_DROP_TERM ? n - 1 : n; // the planted bug leaves z[V-1] out of the sum
     float m, s;
     if (ONLINE) {
         m = -INFINITY;
         s = 0.0f;
-        for (int64_t j = threadIdx.x; j < terms; j += blockDim.x) {
+        for (idx j = threadIdx.x; j < terms; j += blockDim.x) {
             float x = kto_float(z[j]);
             if (x > m) {
                 s = __fadd_rn(__fmul_rn(s, expf(__fsub_rn(m, x))), 1.0f);
@@ -150,20 +194,82 @@ __global__ void __launch_bounds__(CE_THREADS)
         block_online(m, s, scratch_m, scratch_s);
     } else {
         m = -INFINITY;
-        for (int64_t j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, kto_float(z[j]));
+        for (idx j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, kto_float(z[j]));
         m = block_max(m, scratch_m);
         s = 0.0f;
-        for (int64_t j = threadIdx.x; j < terms; j += blockDim.x) s = __fadd_rn(s, expf(__fsub_rn(kto_float(z[j]), m)));
+        for (idx j = threadIdx.x; j < terms; j += blockDim.x) s = __fadd_rn(s, expf(__fsub_rn(kto_float(z[j]), m)));
         s = kblock_sum(s, scratch_s);
     }
     const float lse = __fadd_rn(m, logf(s));
     if (threadIdx.x == 0) losses[row] = kfrom_float<float>(__fsub_rn(lse, zt), bug);
     if (!dz) return;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-        float p = expf(__fsub_rn(kto_float(z[j]), lse));
-        float g = __fmul_rn(j == t ? __fsub_rn(p, 1.0f) : p, dloss);
-        dz[j] = kfrom_float<TOut>(g, bug);
+    if (STAGED && VEC) {
+        constexpr int W = 16 / (int)sizeof(TOut);
+        for (idx base = threadIdx.x * W; base < n; base += blockDim.x * W) {
+            float zv[W], g[W];
+            load_floats<TIn, W>(z + base, zv);
+#pragma unroll
+            for (int k = 0; k < W; k++) {
+                float p = expf(__fsub_rn(zv[k], lse));
+                g[k] = __fmul_rn(base + k == t ? __fsub_rn(p, 1.0f) : p, dloss);
+            }
+            kvec_io<TOut, W>::store(dz + base, g, bug);
+        }
+    } else {
+        for (idx j = threadIdx.x; j < n; j += blockDim.x) {
+            float p = expf(__fsub_rn(kto_float(z[j]), lse));
+            float g = __fmul_rn(j == t ? __fsub_rn(p, 1.0f) : p, dloss);
+            dz[j] = kfrom_float<TOut>(g, bug);
+        }
     }
+}
+
+// Shared memory for a staged row, or 0 when two blocks of it would not fit on
+// one multiprocessor (then the row is read from global memory in each sweep:
+// one block per multiprocessor would leave too few loads in flight).
+static int staged_bytes(const char *ctx, int64_t V, size_t elem, size_t *bytes)
+{
+    int dev = 0, per_sm = 0, per_block = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (e != cudaSuccess) return kernels_fail("%s: device attributes: %s", ctx, cudaGetErrorString(e));
+    const int64_t want = V * (int64_t)elem, reserve = 2048; // per block: static scratch and the runtime's share
+    *bytes = want <= per_block && 2 * (want + reserve) <= per_sm ? (size_t)want : 0;
+    return 0;
+}
+
+template <class TIn, class TOut, int ONLINE, bool STAGED, bool VEC>
+static int launch_row_kernel(const char *ctx, int64_t N, int64_t V, size_t smem, const void *logits,
+                             const int32_t *targets, float *losses, void *dlogits, float dloss, int bug)
+{
+    auto kernel = ce_row_kernel<TIn, TOut, ONLINE, STAGED, VEC>;
+    if (STAGED) {
+        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess)
+            return kernels_fail("%s: %zu bytes of shared memory for ce_row_kernel: %s", ctx, smem,
+                                cudaGetErrorString(e));
+    }
+    kernel<<<(unsigned)N, CE_THREADS, smem, kstream()>>>((const TIn *)logits, targets, V, losses, (TOut *)dlogits,
+                                                         dloss, bug);
+    return klaunched(ctx, "ce_row_kernel");
+}
+
+template <class TIn, class TOut, int ONLINE>
+static int launch_variant(const char *ctx, int64_t N, int64_t V, const void *logits, const int32_t *targets,
+                          float *losses, void *dlogits, float dloss, int bug)
+{
+    size_t smem = 0;
+    if (staged_bytes(ctx, V, sizeof(TIn), &smem)) return -1;
+    if (!smem)
+        return launch_row_kernel<TIn, TOut, ONLINE, false, false>(ctx, N, V, 0, logits, targets, losses, dlogits,
+                                                                 dloss, bug);
+    const bool aligned = (uintptr_t)logits % 16 == 0 && (uintptr_t)dlogits % 16 == 0;
+    if (aligned && V % (16 / sizeof(TIn)) == 0 && V % (16 / sizeof(TOut)) == 0)
+        return launch_row_kernel<TIn, TOut, ONLINE, true, true>(ctx, N, V, smem, logits, targets, losses, dlogits,
+                                                               dloss, bug);
+    return launch_row_kernel<TIn, TOut, ONLINE, true, false>(ctx, N, V, smem, logits, targets, losses, dlogits, dloss,
+                                                            bug);
 }
 
 template <class TIn, class TOut>
@@ -171,15 +277,8 @@ static int launch_rows(const char *ctx, int online, int64_t N, int64_t V, const 
                        float *losses, void *dlogits, float dloss)
 {
     const int bug = (int)kernels_planted_bug();
-    if (online)
-        ce_row_kernel<TIn, TOut, 1><<<(unsigned)N, CE_THREADS, 0, kstream()>>>((const TIn *)logits, targets, V, losses,
-                                                                 (TOut *)dlogits, dloss, bug);
-    else
-        ce_row_kernel<TIn, TOut, 0><<<(unsigned)N, CE_THREADS, 0, kstream()>>>((const TIn *)logits, targets, V, losses,
-                                                                 (TOut *)dlogits, dloss, bug);
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return kernels_fail("%s: launch of ce_row_kernel failed: %s", ctx, cudaGetErrorString(err));
-    return 0;
+    if (online) return launch_variant<TIn, TOut, 1>(ctx, N, V, logits, targets, losses, dlogits, dloss, bug);
+    return launch_variant<TIn, TOut, 0>(ctx, N, V, logits, targets, losses, dlogits, dloss, bug);
 }
 
 extern "C" int kce_forward_backward(kpath path, int variant, int64_t N, int64_t V, const void *logits,

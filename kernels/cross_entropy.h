@@ -14,7 +14,10 @@
  * lm_head writing its fp32 accumulator gives); dlogits may alias logits (in
  * place) or be NULL (forward only).  One block of 256 threads per row; sums
  * in fp32 over the row partition of kernels/common/kreduce.cuh (strided partials,
- * block tree); expf (2 ulps) and logf (1 ulp).
+ * block tree); expf (2 ulps) and logf (1 ulp).  A row small enough that two
+ * blocks' copies fit in one multiprocessor's shared memory (bf16 V <= 57344
+ * on an H100) is read from global memory once, into shared memory, for its
+ * sweeps: where the values come from changes, not the order they are used in.
  *   two_pass     the row maximum, then sum exp(z - max)           (2 reads)
  *   online       running (max, sum) per thread, rescaled on each new max,
  *                merged over the block tree (Milakov and Gimelshein, "Online

@@ -2,13 +2,17 @@
 //
 // Shapes: x, y, dy, dx (N, C) row-major; gain, bias, dgain, dbias (C);
 // mean, rstd (N) fp32.  A row group of RT threads (256: block tree, 32:
-// warp tree, 1: sequential) owns a row, with the partition of kreduce.cuh.
+// warp tree, 1: sequential) owns a row, with the partition of kreduce.cuh;
+// a block per row has only the warps that hold terms (C = 768 bf16: 96
+// threads), and narrow rows run on fewer lanes that replay the same tree
+// (krow_group).
 // Replicas: R blocks of rows_per_replica rows, each with its own gain and
 // bias (R, C); row i uses the parameters of replica i / rows_per_replica,
 // and dgain, dbias (R, C) reduce each replica's rows alone.  A single call is
 // one replica of N rows: the same kernels, the same bits.
 #include <cuda_runtime.h>
 
+#include "kernels/common/kcolsum.cuh"
 #include "kernels/common/klaunch.cuh"
 #include "kernels/common/kreduce.cuh"
 #include "kernels/layernorm.h"
@@ -82,8 +86,16 @@ __device__ __forceinline__ welford welford_warp(welford w)
     return w;
 }
 
-template <int RT> __device__ __forceinline__ welford welford_group(welford w, welford *scratch)
+// Over a row's RT threads; with G < RT lanes standing in (krow_group), the
+// threads without terms are empty states, which welford_combine passes over
+// exactly: the butterfly's offsets below G are the whole tree.
+template <int RT, int G> __device__ __forceinline__ welford welford_group(welford w, welford *scratch)
 {
+    if constexpr (G < RT) {
+#pragma unroll
+        for (int offset = G / 2; offset > 0; offset >>= 1) w = welford_combine(w, welford_shfl(w, offset));
+        return w;
+    }
     if constexpr (RT == 1) return w;
     w = welford_warp(w);
     if constexpr (RT == 32) return w;
@@ -99,7 +111,8 @@ template <int RT> __device__ __forceinline__ welford welford_group(welford w, we
     return scratch[0];
 }
 
-template <typename T, int RT, int V, int STATS>
+// G: the lanes that run a row (krow_group; G < RT for narrow rows).
+template <typename T, int RT, int G, int V, int STATS>
 __global__ void layernorm_forward_kernel(T *__restrict__ y, float *__restrict__ mean_out, float *__restrict__ rstd_out,
                                          const T *__restrict__ x, const T *__restrict__ gain,
                                          const T *__restrict__ bias, int64_t N, int64_t C, int64_t rows_per_replica,
@@ -107,8 +120,9 @@ __global__ void layernorm_forward_kernel(T *__restrict__ y, float *__restrict__ 
 {
     __shared__ float scratch[32];
     __shared__ welford wscratch[32];
-    krow_group<RT> g;
-    if (RT != kBlock && g.row >= N) return;
+    krow_group<RT, G> g;
+    const bool live = krow_live(g, N);
+    if (!live && !krow_group<RT, G>::kSubWarp) return; // whole warps / threads only: no block barrier follows
     gain += g.row / rows_per_replica * C;
     bias += g.row / rows_per_replica * C;
     const T *xr = x + g.row * C;
@@ -123,7 +137,7 @@ __global__ void layernorm_forward_kernel(T *__restrict__ y, float *__restrict__ 
             for (int j = 0; j < V; j++)
                 if (!(bug == KBUG_DROP_TERM && base + j == C - 1)) welford_add(w, v[j]);
         }
-        w = welford_group<RT>(w, wscratch);
+        w = welford_group<RT, G>(w, wscratch);
         mean = w.m;
         var = __fdiv_rn(w.m2, inv_c_num);
     } else {
@@ -138,9 +152,9 @@ __global__ void layernorm_forward_kernel(T *__restrict__ y, float *__restrict__ 
                 if (STATS == ONE_PASS) sq = fmaf(v[j], v[j], sq);
             }
         }
-        mean = __fdiv_rn(krow_group_sum<RT>(s, scratch), inv_c_num);
+        mean = __fdiv_rn(krow_group_sum<RT, G>(s, scratch), inv_c_num);
         if (STATS == ONE_PASS) {
-            float ms = __fdiv_rn(krow_group_sum<RT>(sq, scratch), inv_c_num);
+            float ms = __fdiv_rn(krow_group_sum<RT, G>(sq, scratch), inv_c_num);
             var = fmaxf(ms - mean * mean, 0.0f);
         } else {
             float d2 = 0.0f;
@@ -154,11 +168,11 @@ __global__ void layernorm_forward_kernel(T *__restrict__ y, float *__restrict__ 
                     d2 = fmaf(d, d, d2);
                 }
             }
-            var = __fdiv_rn(krow_group_sum<RT>(d2, scratch), inv_c_num);
+            var = __fdiv_rn(krow_group_sum<RT, G>(d2, scratch), inv_c_num);
         }
     }
     float r = rsqrtf(var + eps);
-    if (g.t == 0) {
+    if (live && g.t == 0) {
         mean_out[g.row] = kfrom_float<float>(mean, bug);
         rstd_out[g.row] = kfrom_float<float>(r, bug);
     }
@@ -170,19 +184,20 @@ __global__ void layernorm_forward_kernel(T *__restrict__ y, float *__restrict__ 
         kvec_io<T, V>::load(bias + base, bv);
 #pragma unroll
         for (int j = 0; j < V; j++) out[j] = ((v[j] - mean) * r) * gv[j] + bv[j];
-        kvec_io<T, V>::store(yr + base, out, bug);
+        if (live) kvec_io<T, V>::store(yr + base, out, bug);
     }
 }
 
-template <typename T, int RT, int V>
+template <typename T, int RT, int G, int V>
 __global__ void layernorm_backward_kernel(T *__restrict__ dx, const T *__restrict__ dy, const T *__restrict__ x,
                                           const T *__restrict__ gain, const float *__restrict__ mean_in,
                                           const float *__restrict__ rstd_in, int64_t N, int64_t C,
                                           int64_t rows_per_replica, int bug)
 {
     __shared__ float scratch[32];
-    krow_group<RT> g;
-    if (RT != kBlock && g.row >= N) return;
+    krow_group<RT, G> g;
+    const bool live = krow_live(g, N);
+    if (!live && !krow_group<RT, G>::kSubWarp) return; // whole warps / threads only: no block barrier follows
     gain += g.row / rows_per_replica * C;
     const T *xr = x + g.row * C, *dyr = dy + g.row * C;
     const float mean = mean_in[g.row], r = rstd_in[g.row];
@@ -201,8 +216,8 @@ __global__ void layernorm_backward_kernel(T *__restrict__ dx, const T *__restric
             sgx = fmaf(gd, xhat, sgx);
         }
     }
-    const float a = __fdiv_rn(krow_group_sum<RT>(sg, scratch), (float)C);
-    const float b = __fdiv_rn(krow_group_sum<RT>(sgx, scratch), (float)C);
+    const float a = __fdiv_rn(krow_group_sum<RT, G>(sg, scratch), (float)C);
+    const float b = __fdiv_rn(krow_group_sum<RT, G>(sgx, scratch), (float)C);
     T *dxr = dx + g.row * C;
     for (int64_t base = (int64_t)g.t * V; base < C; base += (int64_t)RT * V) {
         float v[V], d[V], gv[V], out[V];
@@ -215,54 +230,21 @@ __global__ void layernorm_backward_kernel(T *__restrict__ dx, const T *__restric
             float xhat = (v[j] - mean) * r;
             out[j] = ((gd - a) - xhat * b) * r;
         }
-        kvec_io<T, V>::store(dxr + base, out, bug);
+        if (live) kvec_io<T, V>::store(dxr + base, out, bug);
     }
 }
 
-// dgain[c] = sum_rows dy xhat, dbias[c] = sum_rows dy: 32 columns per block,
-// 16 row lanes in order, then the 16 partials in order (no atomics).  N rows
-// of one replica (blockIdx.y): its own rows, mean, rstd, dgain and dbias.
-constexpr int kColRows = 16;
-
-template <typename T>
-__global__ void layernorm_params_kernel(T *__restrict__ dgain, T *__restrict__ dbias, const T *__restrict__ dy,
-                                        const T *__restrict__ x, const float *__restrict__ mean_in,
-                                        const float *__restrict__ rstd_in, int64_t N, int64_t C, int bug)
-{
-    __shared__ float pg[kColRows][33], pb[kColRows][33];
+// dgain[c] = sum_rows dy xhat, dbias[c] = sum_rows dy, in the order of
+// kcolsum.cuh (16 row lanes in order, then the 16 partials in order; no
+// atomics), each replica's rows alone.
+struct params_step {
+    __device__ __forceinline__ void operator()(float *acc, float d, float xv, float mean, float rstd) const
     {
-        const int64_t r = blockIdx.y;
-        dgain += r * C;
-        dbias += r * C;
-        dy += r * N * C;
-        x += r * N * C;
-        mean_in += r * N;
-        rstd_in += r * N;
+        float xhat = (xv - mean) * rstd;
+        acc[0] = fmaf(d, xhat, acc[0]);
+        acc[1] += d;
     }
-    int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
-    float ag = 0.0f, ab = 0.0f;
-    if (c < C) {
-        for (int64_t r = threadIdx.y; r < N; r += kColRows) {
-            if (bug == KBUG_DROP_TERM && r == N - 1) continue;
-            float d = kto_float(dy[r * C + c]);
-            float xhat = (kto_float(x[r * C + c]) - mean_in[r]) * rstd_in[r];
-            ag = fmaf(d, xhat, ag);
-            ab += d;
-        }
-    }
-    pg[threadIdx.y][threadIdx.x] = ag;
-    pb[threadIdx.y][threadIdx.x] = ab;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float sg = pg[0][threadIdx.x], sb = pb[0][threadIdx.x];
-        for (int k = 1; k < kColRows; k++) {
-            sg += pg[k][threadIdx.x];
-            sb += pb[k][threadIdx.x];
-        }
-        dgain[c] = kfrom_float<T>(sg, bug);
-        dbias[c] = kfrom_float<T>(sb, bug);
-    }
-}
+};
 
 int shape_of(const char *what, const ktensor *t, const ktensor *like, int64_t *N, int64_t *C)
 {
@@ -296,14 +278,29 @@ int replicas_ok(const char *what, int64_t rows, int64_t R)
     return 0;
 }
 
+// The device's multiprocessor count (the column reduction's tile width depends on it).
+int multiprocessors(int *sms)
+{
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return kernels_fail("layernorm backward: device attributes: %s", cudaGetErrorString(e));
+    return 0;
+}
+
 int rows_threads(int variant)
 {
     return variant == KLAYERNORM_WARP_TREE ? 32 : variant == KLAYERNORM_SEQUENTIAL ? 1 : kBlock;
 }
 
-dim3 grid_for(int rt, int64_t N)
+template <typename T, int RT, int V, int STATS>
+void launch_forward(T *y, float *mean, float *rstd, const T *x, const T *gain, const T *bias, int64_t N, int64_t C,
+                    int64_t rpr, float eps, int bug)
 {
-    return rt == kBlock ? dim3((unsigned)N) : rt == 32 ? dim3((unsigned)((N + 7) / 8)) : dim3((unsigned)((N + 127) / 128));
+    krow_dispatch<RT>(N, C, V, [&](auto lanes, dim3 grid, dim3 block) {
+        layernorm_forward_kernel<T, RT, decltype(lanes)::value, V, STATS><<<grid, block, 0, kstream()>>>(
+            y, mean, rstd, x, gain, bias, N, C, rpr, eps, bug);
+    });
 }
 
 // N: all rows (R replicas' rpr each).
@@ -311,31 +308,27 @@ template <typename T, int V>
 void forward_t(int variant, T *y, float *mean, float *rstd, const T *x, const T *gain, const T *bias, int64_t N,
                int64_t C, int64_t rpr, float eps, int bug)
 {
-    int rt = rows_threads(variant);
-    dim3 grid = grid_for(rt, N), block(rt == 1 ? 128 : kBlock);
-    cudaStream_t st = kstream();
     switch (variant) {
     case KLAYERNORM_TWO_PASS:
-        layernorm_forward_kernel<T, kBlock, V, TWO_PASS><<<grid, block, 0, st>>>(y, mean, rstd, x, gain, bias, N, C,
-                                                                                 rpr, eps, bug);
+        launch_forward<T, kBlock, V, TWO_PASS>(y, mean, rstd, x, gain, bias, N, C, rpr, eps, bug);
         break;
     case KLAYERNORM_ONE_PASS:
-        layernorm_forward_kernel<T, kBlock, V, ONE_PASS><<<grid, block, 0, st>>>(y, mean, rstd, x, gain, bias, N, C,
-                                                                                 rpr, eps, bug);
+        launch_forward<T, kBlock, V, ONE_PASS>(y, mean, rstd, x, gain, bias, N, C, rpr, eps, bug);
         break;
-    case KLAYERNORM_WELFORD:
-        layernorm_forward_kernel<T, kBlock, V, WELFORD><<<grid, block, 0, st>>>(y, mean, rstd, x, gain, bias, N, C,
-                                                                                rpr, eps, bug);
-        break;
-    case KLAYERNORM_WARP_TREE:
-        layernorm_forward_kernel<T, 32, V, TWO_PASS><<<grid, block, 0, st>>>(y, mean, rstd, x, gain, bias, N, C, rpr,
-                                                                             eps, bug);
-        break;
-    case KLAYERNORM_SEQUENTIAL:
-        layernorm_forward_kernel<T, 1, V, TWO_PASS><<<grid, block, 0, st>>>(y, mean, rstd, x, gain, bias, N, C, rpr,
-                                                                            eps, bug);
-        break;
+    case KLAYERNORM_WELFORD: launch_forward<T, kBlock, V, WELFORD>(y, mean, rstd, x, gain, bias, N, C, rpr, eps, bug); break;
+    case KLAYERNORM_WARP_TREE: launch_forward<T, 32, V, TWO_PASS>(y, mean, rstd, x, gain, bias, N, C, rpr, eps, bug); break;
+    case KLAYERNORM_SEQUENTIAL: launch_forward<T, 1, V, TWO_PASS>(y, mean, rstd, x, gain, bias, N, C, rpr, eps, bug); break;
     }
+}
+
+template <typename T, int RT, int V>
+void launch_backward(T *dx, const T *dy, const T *x, const T *gain, const float *mean, const float *rstd, int64_t N,
+                     int64_t C, int64_t rpr, int bug)
+{
+    krow_dispatch<RT>(N, C, V, [&](auto lanes, dim3 grid, dim3 block) {
+        layernorm_backward_kernel<T, RT, decltype(lanes)::value, V><<<grid, block, 0, kstream()>>>(
+            dx, dy, x, gain, mean, rstd, N, C, rpr, bug);
+    });
 }
 
 template <typename T, int V>
@@ -343,11 +336,9 @@ void backward_t(int variant, T *dx, const T *dy, const T *x, const T *gain, cons
                 int64_t N, int64_t C, int64_t rpr, int bug)
 {
     int rt = rows_threads(variant);
-    dim3 grid = grid_for(rt, N), block(rt == 1 ? 128 : kBlock);
-    cudaStream_t st = kstream();
-    if (rt == 32) layernorm_backward_kernel<T, 32, V><<<grid, block, 0, st>>>(dx, dy, x, gain, mean, rstd, N, C, rpr, bug);
-    else if (rt == 1) layernorm_backward_kernel<T, 1, V><<<grid, block, 0, st>>>(dx, dy, x, gain, mean, rstd, N, C, rpr, bug);
-    else layernorm_backward_kernel<T, kBlock, V><<<grid, block, 0, st>>>(dx, dy, x, gain, mean, rstd, N, C, rpr, bug);
+    if (rt == 32) launch_backward<T, 32, V>(dx, dy, x, gain, mean, rstd, N, C, rpr, bug);
+    else if (rt == 1) launch_backward<T, 1, V>(dx, dy, x, gain, mean, rstd, N, C, rpr, bug);
+    else launch_backward<T, kBlock, V>(dx, dy, x, gain, mean, rstd, N, C, rpr, bug);
 }
 
 } // namespace
@@ -363,7 +354,7 @@ extern "C" int64_t klayernorm_row_depth(int64_t C, prec_format f, int variant)
 
 extern "C" int64_t klayernorm_col_depth(int64_t N)
 {
-    return (N + kColRows - 1) / kColRows + (kColRows - 1);
+    return (N + kColLanes - 1) / kColLanes + (kColLanes - 1);
 }
 
 extern "C" int klayernorm_forward_replicas(int64_t replicas, ktensor *y, float *mean, float *rstd, const ktensor *x,
@@ -414,8 +405,8 @@ extern "C" int klayernorm_backward_replicas(int64_t replicas, ktensor *dx, ktens
     if (!mean || !rstd) return kernels_fail("layernorm backward: mean/rstd missing");
     if (variant < 0 || variant >= KLAYERNORM_NVARIANTS) return kernels_fail("layernorm backward: unknown variant %d", variant);
     const int64_t rpr = N / replicas;
-    int bug = kernels_planted_bug();
-    dim3 col_grid((unsigned)((C + 31) / 32), (unsigned)replicas), col_block(32, kColRows);
+    int bug = kernels_planted_bug(), sms = 0;
+    if (multiprocessors(&sms)) return -1;
     switch (x->format) {
 #define LN_BWD(TYPE)                                                                                                \
     if (krow_vec<TYPE>(C) > 1)                                                                                      \
@@ -424,10 +415,8 @@ extern "C" int klayernorm_backward_replicas(int64_t replicas, ktensor *dx, ktens
                                              rpr, bug);                                                             \
     else backward_t<TYPE, 1>(variant, (TYPE *)dx->data, (const TYPE *)dy->data, (const TYPE *)x->data,              \
                              (const TYPE *)gain->data, mean, rstd, N, C, rpr, bug);                                 \
-    layernorm_params_kernel<TYPE><<<col_grid, col_block, 0, kstream()>>>((TYPE *)dgain->data, (TYPE *)dbias->data,  \
-                                                                         (const TYPE *)dy->data,                    \
-                                                                         (const TYPE *)x->data, mean, rstd, rpr, C, \
-                                                                         bug);
+    kcolsum_launch<TYPE, 2, true>(kstream(), sms, (TYPE *)dgain->data, (TYPE *)dbias->data, (const TYPE *)dy->data, \
+                                  (const TYPE *)x->data, mean, rstd, rpr, C, replicas, bug, params_step{});
     case PREC_FP32: LN_BWD(float) break;
     case PREC_BF16: LN_BWD(__nv_bfloat16) break;
     case PREC_FP16: LN_BWD(__half) break;

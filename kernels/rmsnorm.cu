@@ -3,13 +3,16 @@
 // Shapes: x, y, dy, dx (N, C) row-major; gain, dgain (C); rstd (N) fp32.
 // A "row group" of RT threads owns one row: RT = 256 (block tree, one block
 // per row), 32 (warp tree, eight rows per block) or 1 (sequential, one
-// thread per row).  Rows are read with 16-byte vectors when C allows it
-// (kreduce.cuh); the partition, and so the rounding order, is fixed.
+// thread per row); narrow rows run on fewer lanes that replay the same tree
+// (krow_group in kreduce.cuh: a bf16 row of 256 takes 32 lanes, of 64 eight).
+// Rows are read with 16-byte vectors when C allows it (kreduce.cuh); the
+// partition, and so the rounding order, is fixed.
 // Replicas: R blocks of rows_per_replica rows, each with its own gain (R, C);
 // row i uses replica i / rows_per_replica's gain, and dgain (R, C) reduces
 // each replica's rows alone.  A single call is one replica of N rows.
 #include <cuda_runtime.h>
 
+#include "kernels/common/kcolsum.cuh"
 #include "kernels/common/klaunch.cuh"
 #include "kernels/common/kreduce.cuh"
 #include "kernels/registry.h"
@@ -46,14 +49,16 @@ constexpr int kBlock = 256;
 // truncation applies to them too.
 template <typename T> __device__ __forceinline__ float in_storage(float v, int bug) { return kto_float(kfrom_float<T>(v, bug)); }
 
-template <typename T, int RT, int V, int PLACE>
+// G: the lanes that run a row (krow_group; G < RT for narrow rows).
+template <typename T, int RT, int G, int V, int PLACE>
 __global__ void rmsnorm_forward_kernel(T *__restrict__ y, float *__restrict__ rstd, const T *__restrict__ x,
                                        const T *__restrict__ gain, int64_t N, int64_t C, int64_t rows_per_replica,
                                        float eps, int bug)
 {
     __shared__ float scratch[32];
-    krow_group<RT> g;
-    if (RT != kBlock && g.row >= N) return; // whole warps / threads only: no block barrier follows
+    krow_group<RT, G> g;
+    const bool live = krow_live(g, N);
+    if (!live && !krow_group<RT, G>::kSubWarp) return; // whole warps / threads only: no block barrier follows
     if (gain) gain += g.row / rows_per_replica * C;
     const T *xr = x + g.row * C;
     float acc = 0.0f;
@@ -67,7 +72,7 @@ __global__ void rmsnorm_forward_kernel(T *__restrict__ y, float *__restrict__ rs
             else acc = fmaf(v[j], v[j], acc);
         }
     }
-    float ss = krow_group_sum<RT>(acc, scratch);
+    float ss = krow_group_sum<RT, G>(acc, scratch);
     float ms = __fdiv_rn(ss, (float)C);
     float r;
     if (PLACE == NO_UPCAST) {
@@ -76,7 +81,7 @@ __global__ void rmsnorm_forward_kernel(T *__restrict__ y, float *__restrict__ rs
     } else {
         r = rsqrtf(ms + eps);
     }
-    if (g.t == 0) rstd[g.row] = kfrom_float<float>(r, bug);
+    if (live && g.t == 0) rstd[g.row] = kfrom_float<float>(r, bug);
     T *yr = y + g.row * C;
     for (int64_t base = (int64_t)g.t * V; base < C; base += (int64_t)RT * V) {
         float v[V], gv[V], out[V];
@@ -88,19 +93,20 @@ __global__ void rmsnorm_forward_kernel(T *__restrict__ y, float *__restrict__ rs
             if (PLACE != GEMMA) n = in_storage<T>(n, bug);
             out[j] = gain ? n * gv[j] : n;
         }
-        kvec_io<T, V>::store(yr + base, out, bug);
+        if (live) kvec_io<T, V>::store(yr + base, out, bug);
     }
 }
 
 // dx = rstd g - (rstd^3 / C) x sum(g x), g = gain * dy.
-template <typename T, int RT, int V>
+template <typename T, int RT, int G, int V>
 __global__ void rmsnorm_backward_kernel(T *__restrict__ dx, const T *__restrict__ dy, const T *__restrict__ x,
                                         const T *__restrict__ gain, const float *__restrict__ rstd, int64_t N,
                                         int64_t C, int64_t rows_per_replica, int bug)
 {
     __shared__ float scratch[32];
-    krow_group<RT> g;
-    if (RT != kBlock && g.row >= N) return;
+    krow_group<RT, G> g;
+    const bool live = krow_live(g, N);
+    if (!live && !krow_group<RT, G>::kSubWarp) return; // whole warps / threads only: no block barrier follows
     if (gain) gain += g.row / rows_per_replica * C;
     const T *xr = x + g.row * C, *dyr = dy + g.row * C;
     float acc = 0.0f;
@@ -116,7 +122,7 @@ __global__ void rmsnorm_backward_kernel(T *__restrict__ dx, const T *__restrict_
             acc = fmaf(gd, v[j], acc);
         }
     }
-    float dot = krow_group_sum<RT>(acc, scratch);
+    float dot = krow_group_sum<RT, G>(acc, scratch);
     float r = rstd[g.row];
     float c = __fdiv_rn(dot * r * r * r, (float)C);
     T *dxr = dx + g.row * C;
@@ -130,43 +136,28 @@ __global__ void rmsnorm_backward_kernel(T *__restrict__ dx, const T *__restrict_
             float gd = gain ? gv[j] * d[j] : d[j];
             out[j] = r * gd - c * v[j];
         }
-        kvec_io<T, V>::store(dxr + base, out, bug);
+        if (live) kvec_io<T, V>::store(dxr + base, out, bug);
     }
 }
 
-// dgain[c] = sum over rows of dy * (x * rstd): 32 columns per block, 16 row
-// lanes each summing every 16th row in order, then lane 0 adds the 16
-// partials in order.  No atomics: the order is fixed.  N rows of one replica
-// (blockIdx.y): its own rows, rstd and dgain.
-constexpr int kColRows = 16;
-
-template <typename T>
-__global__ void rmsnorm_dgain_kernel(T *__restrict__ dgain, const T *__restrict__ dy, const T *__restrict__ x,
-                                     const float *__restrict__ rstd, int64_t N, int64_t C, int bug)
-{
-    __shared__ float part[kColRows][33];
+// dgain[c] = sum over rows of dy * (x * rstd), in the order of kcolsum.cuh
+// (16 row lanes in order, then the 16 partials in order; no atomics), each
+// replica's rows alone.
+struct dgain_step {
+    __device__ __forceinline__ void operator()(float *acc, float d, float xv, float, float rstd) const
     {
-        const int64_t r = blockIdx.y;
-        dgain += r * C;
-        dy += r * N * C;
-        x += r * N * C;
-        rstd += r * N;
+        acc[0] += (xv * rstd) * d;
     }
-    int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
-    float acc = 0.0f;
-    if (c < C) {
-        for (int64_t r = threadIdx.y; r < N; r += kColRows) {
-            if (bug == KBUG_DROP_TERM && r == N - 1) continue;
-            acc += (kto_float(x[r * C + c]) * rstd[r]) * kto_float(dy[r * C + c]);
-        }
-    }
-    part[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float s = part[0][threadIdx.x];
-        for (int k = 1; k < kColRows; k++) s += part[k][threadIdx.x];
-        dgain[c] = kfrom_float<T>(s, bug);
-    }
+};
+
+// The device's multiprocessor count (the column reduction's tile width depends on it).
+int multiprocessors(int *sms)
+{
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return kernels_fail("rmsnorm backward: device attributes: %s", cudaGetErrorString(e));
+    return 0;
 }
 
 int check_2d(const char *what, const ktensor *t, const ktensor *like, int64_t *N, int64_t *C)
@@ -209,15 +200,10 @@ template <typename T, int RT, int V, int PLACE>
 void launch_forward(T *y, float *rstd, const T *x, const T *gain, int64_t N, int64_t C, int64_t rpr, float eps,
                     int bug)
 {
-    cudaStream_t st = kstream();
-    if (RT == kBlock)
-        rmsnorm_forward_kernel<T, RT, V, PLACE><<<(unsigned)N, kBlock, 0, st>>>(y, rstd, x, gain, N, C, rpr, eps, bug);
-    else if (RT == 32)
-        rmsnorm_forward_kernel<T, RT, V, PLACE><<<(unsigned)((N + 7) / 8), kBlock, 0, st>>>(y, rstd, x, gain, N, C,
-                                                                                            rpr, eps, bug);
-    else
-        rmsnorm_forward_kernel<T, RT, V, PLACE><<<(unsigned)((N + 127) / 128), 128, 0, st>>>(y, rstd, x, gain, N, C,
-                                                                                             rpr, eps, bug);
+    krow_dispatch<RT>(N, C, V, [&](auto lanes, dim3 grid, dim3 block) {
+        rmsnorm_forward_kernel<T, RT, decltype(lanes)::value, V, PLACE><<<grid, block, 0, kstream()>>>(
+            y, rstd, x, gain, N, C, rpr, eps, bug);
+    });
 }
 
 template <typename T, int V>
@@ -233,18 +219,23 @@ void forward_variant(int variant, T *y, float *rstd, const T *x, const T *gain, 
     }
 }
 
+template <typename T, int RT, int V>
+void launch_backward(T *dx, const T *dy, const T *x, const T *gain, const float *rstd, int64_t N, int64_t C,
+                     int64_t rpr, int bug)
+{
+    krow_dispatch<RT>(N, C, V, [&](auto lanes, dim3 grid, dim3 block) {
+        rmsnorm_backward_kernel<T, RT, decltype(lanes)::value, V><<<grid, block, 0, kstream()>>>(dx, dy, x, gain, rstd,
+                                                                                               N, C, rpr, bug);
+    });
+}
+
 template <typename T, int V>
 void backward_variant(int variant, T *dx, const T *dy, const T *x, const T *gain, const float *rstd, int64_t N,
                       int64_t C, int64_t rpr, int bug)
 {
-    cudaStream_t st = kstream();
-    if (variant == KRMSNORM_WARP_TREE)
-        rmsnorm_backward_kernel<T, 32, V><<<(unsigned)((N + 7) / 8), kBlock, 0, st>>>(dx, dy, x, gain, rstd, N, C, rpr,
-                                                                                      bug);
-    else if (variant == KRMSNORM_SEQUENTIAL)
-        rmsnorm_backward_kernel<T, 1, V><<<(unsigned)((N + 127) / 128), 128, 0, st>>>(dx, dy, x, gain, rstd, N, C,
-                                                                                      rpr, bug);
-    else rmsnorm_backward_kernel<T, kBlock, V><<<(unsigned)N, kBlock, 0, st>>>(dx, dy, x, gain, rstd, N, C, rpr, bug);
+    if (variant == KRMSNORM_WARP_TREE) launch_backward<T, 32, V>(dx, dy, x, gain, rstd, N, C, rpr, bug);
+    else if (variant == KRMSNORM_SEQUENTIAL) launch_backward<T, 1, V>(dx, dy, x, gain, rstd, N, C, rpr, bug);
+    else launch_backward<T, kBlock, V>(dx, dy, x, gain, rstd, N, C, rpr, bug);
 }
 
 int rows_per_thread_group(int variant) { return variant == KRMSNORM_WARP_TREE ? 32 : variant == KRMSNORM_SEQUENTIAL ? 1 : kBlock; }
@@ -258,8 +249,8 @@ extern "C" int64_t krmsnorm_row_depth(int64_t C, prec_format f, int variant)
 
 extern "C" int64_t krmsnorm_col_depth(int64_t N)
 {
-    int64_t per_lane = (N + kColRows - 1) / kColRows;
-    return (per_lane - 1) + (kColRows - 1); // each lane's rows in order, then the 16 partials in order
+    int64_t per_lane = (N + kColLanes - 1) / kColLanes;
+    return (per_lane - 1) + (kColLanes - 1); // each lane's rows in order, then the 16 partials in order
 }
 
 extern "C" int krmsnorm_forward_replicas(int64_t replicas, ktensor *y, float *rstd, const ktensor *x,
@@ -306,9 +297,9 @@ extern "C" int krmsnorm_backward_replicas(int64_t replicas, ktensor *dx, ktensor
     if (!rstd) return kernels_fail("rmsnorm backward: rstd is missing");
     if (variant < 0 || variant >= KRMSNORM_NVARIANTS) return kernels_fail("rmsnorm backward: unknown variant %d", variant);
     const int64_t rpr = N / replicas;
-    int bug = kernels_planted_bug();
+    int bug = kernels_planted_bug(), sms = 0;
     const void *g = gain ? gain->data : nullptr;
-    dim3 col_grid((unsigned)((C + 31) / 32), (unsigned)replicas), col_block(32, kColRows);
+    if (dgain && gain && multiprocessors(&sms)) return -1;
     switch (x->format) {
 #define RMS_BWD(TYPE)                                                                                            \
     if (krow_vec<TYPE>(C) > 1)                                                                                   \
@@ -318,9 +309,9 @@ extern "C" int krmsnorm_backward_replicas(int64_t replicas, ktensor *dx, ktensor
     else backward_variant<TYPE, 1>(variant, (TYPE *)dx->data, (const TYPE *)dy->data, (const TYPE *)x->data,    \
                                    (const TYPE *)g, rstd, N, C, rpr, bug);                                       \
     if (dgain && gain)                                                                                           \
-        rmsnorm_dgain_kernel<TYPE><<<col_grid, col_block, 0, kstream()>>>((TYPE *)dgain->data,                   \
-                                                                          (const TYPE *)dy->data,                \
-                                                                          (const TYPE *)x->data, rstd, rpr, C, bug);
+        kcolsum_launch<TYPE, 1, false>(kstream(), sms, (TYPE *)dgain->data, (TYPE *)nullptr,                    \
+                                       (const TYPE *)dy->data, (const TYPE *)x->data, nullptr, rstd, rpr, C,     \
+                                       replicas, bug, dgain_step{});
     case PREC_FP32: RMS_BWD(float) break;
     case PREC_BF16: RMS_BWD(__nv_bfloat16) break;
     case PREC_FP16: RMS_BWD(__half) break;

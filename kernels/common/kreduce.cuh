@@ -11,6 +11,7 @@
 #define ULPSCOPE_KERNELS_COMMON_KREDUCE_CUH
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/kelem.cuh"
 
@@ -62,19 +63,29 @@ __device__ __forceinline__ float kblock_max(float v, float *scratch)
 }
 
 // The threads that share one row, RT of them: a whole block (RT > 32, launched
-// with blockDim.x == RT), one warp (RT == 32) or one thread (RT == 1).  row is
-// the row this thread works on, t its index among the row's threads.
-template <int RT> struct krow_group {
+// with blockDim.x <= RT: the threads a block lacks would hold no terms), one
+// warp (RT == 32) or one thread (RT == 1).  row is the row this thread works
+// on, t its index among the row's threads.
+//
+// Narrow rows: when a row has at most G vectors (G = 8, 16 or 32, G < RT),
+// only the first G of its RT threads hold terms; then G lanes of a warp stand
+// in for the RT threads and a block runs blockDim.x / G rows.  The tree is
+// kept: the threads without terms hold +0.0f, and what they add is replayed
+// by krow_group_sum (see there).  Whole-warp groups (G >= 32 or G == RT)
+// may leave a row >= N early; narrower ones must stay for the shuffles.
+template <int RT, int G = RT> struct krow_group {
+    static_assert(G == RT || (G < RT && (G == 8 || G == 16 || G == 32)), "G: RT, or 8, 16 or 32 lanes below RT");
+    static constexpr bool kSubWarp = G < RT && G < 32;
     int64_t row;
     int t;
     __device__ krow_group()
     {
-        if (RT > 32) {
+        if (G > 32) {
             row = blockIdx.x;
             t = threadIdx.x;
-        } else if (RT == 32) {
-            row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-            t = threadIdx.x & 31;
+        } else if (G > 1) {
+            row = (int64_t)blockIdx.x * (blockDim.x / G) + threadIdx.x / G;
+            t = threadIdx.x & (G - 1);
         } else {
             row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
             t = 0;
@@ -82,12 +93,74 @@ template <int RT> struct krow_group {
     }
 };
 
-// Sum over a row's RT threads (kblock_sum, kwarp_sum, or the value itself).
-template <int RT> __device__ __forceinline__ float krow_group_sum(float v, float *scratch)
+// Whether this thread's row exists (row < N).  A thread without one leaves
+// (false) unless its lanes are a sub-warp group, which must stay for the
+// shuffles: it then works on row N - 1 and must store nothing.
+template <int RT, int G> __device__ __forceinline__ bool krow_live(krow_group<RT, G> &g, int64_t N)
 {
-    if constexpr (RT > 32) return kblock_sum(v, scratch);
-    else if constexpr (RT == 32) return kwarp_sum(v);
-    else return v;
+    if (g.row < N) return true;
+    g.row = N - 1;
+    return false;
+}
+
+// Sum over a row's RT threads (kblock_sum, kwarp_sum, or the value itself).
+// With G < RT lanes standing in: the threads without terms hold +0.0f, so
+// the warp butterfly's offsets 16 .. G add +0.0f to each live lane before the
+// offsets below G pair the live lanes as the full butterfly does; a block
+// tree then adds its other warps' +0.0f to warp 0's sum.  x + 0.0f is x
+// except that -0.0f becomes +0.0f (and a NaN the canonical NaN), both of
+// which the full tree does too, and repeating it changes nothing: one add
+// of +0.0f before the butterfly and one after stand for them all.
+template <int RT, int G = RT> __device__ __forceinline__ float krow_group_sum(float v, float *scratch)
+{
+    if constexpr (G == RT) {
+        if constexpr (RT > 32) return kblock_sum(v, scratch);
+        else if constexpr (RT == 32) return kwarp_sum(v);
+        else return v;
+    } else {
+        if constexpr (G < 32) v = __fadd_rn(v, 0.0f);
+#pragma unroll
+        for (int offset = G / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+        if constexpr (RT > 32) v = __fadd_rn(v, 0.0f);
+        return v;
+    }
+}
+
+// The narrow-row lanes for a row of C elements read V at a time by RT
+// threads: 8, 16 or 32 when the row's vectors fit in fewer lanes than RT
+// (RT 32 or 256), else RT (no stand-ins).
+inline int krow_narrow_lanes(int64_t C, int V, int rt)
+{
+    const int64_t vectors = (C + V - 1) / V;
+    if (rt < 32 || vectors > 32 || vectors >= rt) return rt;
+    return vectors <= 8 ? 8 : vectors <= 16 ? 16 : 32;
+}
+
+// Threads of a block that runs one row of C elements (RT > 32 and more than
+// 32 vectors): the warps that hold terms, at most RT.
+inline int krow_block_threads(int64_t C, int V, int rt)
+{
+    const int64_t vectors = (C + V - 1) / V, warps = (vectors + 31) / 32;
+    return warps * 32 < rt ? (int)(warps * 32) : rt;
+}
+
+// Calls launch(std::integral_constant<int, G>{}, grid, block) with the row
+// groups for N rows of C elements read V at a time by RT threads: narrow rows
+// G lanes each (blockDim / G rows a block), else a block per row (RT > 32,
+// only the warps holding terms), eight warps a block (RT 32), or 128 rows a
+// block (RT 1).
+template <int RT, class F> inline void krow_dispatch(int64_t N, int64_t C, int V, F &&launch)
+{
+    if constexpr (RT >= 32) {
+        const int lanes = krow_narrow_lanes(C, V, RT);
+        const auto grid = [N](int g) { return dim3((unsigned)((N + 256 / g - 1) / (256 / g))); };
+        if (lanes == 8) return launch(std::integral_constant<int, 8>{}, grid(8), dim3(256));
+        if (lanes == 16) return launch(std::integral_constant<int, 16>{}, grid(16), dim3(256));
+        if (RT > 32 && lanes == 32) return launch(std::integral_constant<int, 32>{}, grid(32), dim3(256));
+    }
+    if (RT > 32) launch(std::integral_constant<int, RT>{}, dim3((unsigned)N), dim3(krow_block_threads(C, V, RT)));
+    else if (RT == 32) launch(std::integral_constant<int, RT>{}, dim3((unsigned)((N + 7) / 8)), dim3(256));
+    else launch(std::integral_constant<int, RT>{}, dim3((unsigned)((N + 127) / 128)), dim3(128));
 }
 
 // Elements per vector access for storage type T when a row of C elements
