@@ -322,9 +322,10 @@ static int send_task(jobs_pool *p, worker *w, const cmp_arm *arms, const cmp_job
     return rc ? -1 : 0;
 }
 
-/* "worker 2 of 3 (pid 123) was killed by signal 9 while running arm x, seeds 4,5,6" */
-static void describe_death(const jobs_pool *p, int i, const char *how, const cmp_arm *arms, const cmp_job *jobs,
-                           const task *t, char *buf, size_t len)
+/* "worker 2 of 3 (pid 123) was killed by signal 9 running arm x, seeds 4,5,6" (or "before running": it
+ * died idle, found when handed the task) */
+static void describe_death(const jobs_pool *p, int i, const char *how, const char *when, const cmp_arm *arms,
+                           const cmp_job *jobs, const task *t, char *buf, size_t len)
 {
     char seeds[160] = "";
     size_t used = 0;
@@ -337,8 +338,8 @@ static void describe_death(const jobs_pool *p, int i, const char *how, const cmp
         }
         used += (size_t)snprintf(seeds + used, sizeof seeds - used, "%s", one);
     }
-    snprintf(buf, len, "--jobs: worker %d of %d (pid %d) %s while running arm %s, seeds %s", i + 1, p->n_workers,
-             (int)p->w[i].pid, how, arms[t->arm].name, seeds);
+    snprintf(buf, len, "--jobs: worker %d of %d (pid %d) %s %s arm %s, seeds %s", i + 1, p->n_workers,
+             (int)p->w[i].pid, how, when, arms[t->arm].name, seeds);
 }
 
 static int pool_run(cmp_runner *r, const cmp_arm *arms, const cmp_job *jobs, int n, cmp_run *out)
@@ -371,7 +372,7 @@ static int pool_run(cmp_runner *r, const cmp_arm *arms, const cmp_job *jobs, int
                 char how[96];
                 reap(w, how, sizeof how);
                 p->broken = 1;
-                describe_death(p, i, how, arms, jobs, &tasks[next], failure, sizeof failure);
+                describe_death(p, i, how, "before running", arms, jobs, &tasks[next], failure, sizeof failure);
                 break;
             }
             next++;
@@ -401,7 +402,7 @@ static int pool_run(cmp_runner *r, const cmp_arm *arms, const cmp_job *jobs, int
                 char how[96], msg[sizeof failure];
                 reap(w, how, sizeof how);
                 p->broken = 1;
-                describe_death(p, i, how, arms, jobs, t, msg, sizeof msg);
+                describe_death(p, i, how, "running", arms, jobs, t, msg, sizeof msg);
                 if (!failure[0]) memcpy(failure, msg, sizeof failure);
                 continue;
             }
