@@ -24,8 +24,8 @@ static const copt noise_opts[] = {
      "(64 on cuda, 8 on cpu) runs per process at once: an arm's runs go through the replica engine R at a time", NULL,
      0},
     {"--jobs", COPT_INT, F(jobs), 1, JOBS_MAX, "noise", "N",
-     "(1) worker processes running different arms at once (on one GPU, kernels overlap only under CUDA MPS)",
-     NULL, 0},
+     "(1) worker processes running different arms at once; on one GPU their kernels overlap only under "
+     "CUDA MPS (nvidia-cuda-mps-control -d)", NULL, 0},
     {"--jobs-worker", COPT_STRING, F(jobs_worker), 0, 0, "noise", "R,W", "internal: a --jobs worker's pipes", NULL,
      COPT_HIDDEN},
     {"--plant-jobs-bug", COPT_STRING, F(jobs_bug), 0, 0, "noise", "base-plan|wrong-arm",

@@ -351,6 +351,17 @@ static int pool_run(cmp_runner *r, const cmp_arm *arms, const cmp_job *jobs, int
         return -1;
     }
     if (!p->started && start_workers(p, out[0].error, sizeof out[0].error)) return -1;
+    /* a worker that died idle (since the last call) fails this one: the pool is short of it */
+    for (int i = 0; i < p->n_workers; i++) {
+        struct pollfd f = {p->w[i].from_worker, POLLIN, 0};
+        if (p->w[i].dead || poll(&f, 1, 0) <= 0) continue;
+        char how[96];
+        reap(&p->w[i], how, sizeof how);
+        p->broken = 1;
+        snprintf(out[0].error, sizeof out[0].error, "--jobs: worker %d of %d (pid %d) %s while idle (no run lost)", i + 1,
+                 p->n_workers, (int)p->w[i].pid, how);
+        return -1;
+    }
     cmp_train_ctx *ctx = p->ctx;
     int capacity = ctx->replicas > 0 ? ctx->replicas : cmp_train_default_replicas(ctx->base.backend);
     task *tasks = NULL;
@@ -387,6 +398,7 @@ static int pool_run(cmp_runner *r, const cmp_arm *arms, const cmp_job *jobs, int
         if (!n_busy) break;
         if (poll(fds, (nfds_t)n_busy, -1) < 0) {
             if (errno == EINTR) continue;
+            p->broken = 1; /* answers left unread: the workers' state is unknown */
             snprintf(failure, sizeof failure, "--jobs: poll: %s", strerror(errno));
             break;
         }
