@@ -43,6 +43,13 @@ static const copt bisect_opts[] = {
     {"--replicas", COPT_INT, F(e.replicas), 1, TTRAIN_REPLICAS_MAX, "bisect", "R",
      "(64 on cuda, 8 on cpu) runs per process at once: an arm's runs go through the replica engine R at a time", NULL,
      0},
+    {"--jobs", COPT_INT, F(e.jobs), 1, JOBS_MAX, "bisect", "N",
+     "(1) worker processes running different arms at once; on one GPU their kernels overlap only under "
+     "CUDA MPS (nvidia-cuda-mps-control -d)", NULL, 0},
+    {"--jobs-worker", COPT_STRING, F(e.jobs_worker), 0, 0, "bisect", "R,W", "internal: a --jobs worker's pipes", NULL,
+     COPT_HIDDEN},
+    {"--plant-jobs-bug", COPT_STRING, F(e.jobs_bug), 0, 0, "bisect", "base-plan|wrong-arm",
+     "test-only: a planted mistake in the --jobs pool", NULL, COPT_HIDDEN},
     {"--results", COPT_STRING, F(e.results_dir), 0, 0, "bisect", "DIR", "run cache (default: a temporary one)", NULL, 0},
     {"--json", COPT_STRING, F(e.json_path), 0, 0, "bisect", "FILE", "JSON Lines ('-': stdout)", NULL, 0},
     {"--val-tokens", COPT_LONG, F(e.val_tokens), 1, 1L << 40, "bisect", "N", "(1048576) validation windows", NULL, 0},
@@ -113,6 +120,13 @@ int cmd_bisect(int argc, char **argv)
         if (!status)
             for (int a = 0; a < CMP_MAX_ARMS; a++) c->train.planted[a] = KBUG_TRUNCATE_OUTPUT;
     }
+    if (!status && s->o.e.jobs_worker) {
+        /* a --jobs worker: set up as its parent (the planted site included), it runs what the parent sends */
+        status = jobs_serve("bisect", s->o.e.jobs_worker, &c->train, recipe);
+        free(recipe);
+        free(s);
+        return status;
+    }
     if (!status) {
         /* both plans must be runnable on the backend */
         cmp_arm arms[2];
@@ -129,6 +143,8 @@ int cmd_bisect(int argc, char **argv)
             free(tc);
         }
     }
+    jobs_pool *pool = NULL;
+    if (!status) status = experiment_jobs("bisect", &s->o.e, argc, argv, recipe, &pool);
     if (!status && !s->o.e.results_dir) {
         snprintf(tmpdir, sizeof tmpdir, "/tmp/ulpscope_bisect_XXXXXX");
         if (!mkdtemp(tmpdir)) {
@@ -150,7 +166,13 @@ int cmd_bisect(int argc, char **argv)
         }
     }
     if (!status) {
+        if (pool) {
+            c->runner = jobs_pool_bisect_runner;
+            c->runner_ctx = pool;
+        }
         status = bisect_run(c, &s->rep, err, sizeof err);
+        jobs_pool_free(pool); /* the workers end before the report */
+        pool = NULL;
         if (status == 2) status = base_error("bisect", "%s", err);
         else if (status) fprintf(stderr, "ulpscope bisect: error: %s\n", err);
     }
@@ -177,6 +199,7 @@ int cmd_bisect(int argc, char **argv)
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
         if (system(cmd) != 0) fprintf(stderr, "ulpscope bisect: warning: could not remove %s\n", tmpdir);
     }
+    jobs_pool_free(pool);
     bisect_report_free(&s->rep);
     free(recipe);
     free(s);

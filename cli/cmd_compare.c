@@ -47,6 +47,13 @@ static const copt compare_opts[] = {
     {"--replicas", COPT_INT, F(e.replicas), 1, TTRAIN_REPLICAS_MAX, "compare", "R",
      "(64 on cuda, 8 on cpu) runs per process at once: an arm's runs go through the replica engine R at a time", NULL,
      0},
+    {"--jobs", COPT_INT, F(e.jobs), 1, JOBS_MAX, "compare", "N",
+     "(1) worker processes running different arms at once; on one GPU their kernels overlap only under "
+     "CUDA MPS (nvidia-cuda-mps-control -d)", NULL, 0},
+    {"--jobs-worker", COPT_STRING, F(e.jobs_worker), 0, 0, "compare", "R,W", "internal: a --jobs worker's pipes", NULL,
+     COPT_HIDDEN},
+    {"--plant-jobs-bug", COPT_STRING, F(e.jobs_bug), 0, 0, "compare", "base-plan|wrong-arm",
+     "test-only: a planted mistake in the --jobs pool", NULL, COPT_HIDDEN},
     {"--gpus", COPT_INT, F(e.gpus), 1, CMP_MAX_SHARDS, "compare", "N",
      "(1) the seeds as N shards run at once, one process per GPU, into --results; then the verdict", NULL, 0},
     {"--shard", COPT_STRING, F(e.shard), 0, 0, "compare", "I/N",
@@ -141,6 +148,7 @@ typedef struct {
     char *ids[CMP_MAX_ARMS];
     uint64_t *seeds;
     char *recipe;
+    jobs_pool *pool;        /* --jobs N > 1 */
 } compare_state;
 
 static void state_free(compare_state *s)
@@ -148,6 +156,7 @@ static void state_free(compare_state *s)
     for (int a = 0; a < CMP_MAX_ARMS; a++) free(s->ids[a]);
     free(s->seeds);
     free(s->recipe);
+    jobs_pool_free(s->pool);
     cmp_report_free(&s->rep);
     free(s);
 }
@@ -227,6 +236,12 @@ int cmd_compare(int argc, char **argv)
             c->arms[a].identity = s->ids[a];
         }
     }
+    if (!status && s->o.e.jobs_worker) {
+        /* a --jobs worker: set up as its parent, it runs what the parent sends */
+        status = jobs_serve("compare", s->o.e.jobs_worker, &s->ctx, s->recipe);
+        state_free(s);
+        return status;
+    }
     if (!status && cmp_train_check_arms(&s->ctx, c->arms, c->n_arms, err, sizeof err))
         status = base_error("compare", "%s", err);
     if (!status && !s->o.until_decided &&
@@ -246,6 +261,7 @@ int cmd_compare(int argc, char **argv)
         c->results_dir = s->o.e.results_dir;
         c->recipe_json = s->recipe;
         status = experiment_shard("compare", &s->o.e, s->o.until_decided, c);
+        if (!status) status = experiment_jobs("compare", &s->o.e, argc, argv, s->recipe, &s->pool);
         if (!status) status = experiment_spread("compare", &s->o.e, s->o.until_decided, argc, argv);
         c->progress = s->t.quiet ? NULL : stderr;
         /* the JSON output is checked before any run */
@@ -254,8 +270,11 @@ int cmd_compare(int argc, char **argv)
     }
     if (!status) {
         cmp_runner runner;
-        cmp_train_runner(&runner, &s->ctx);
+        if (s->pool) jobs_pool_runner(s->pool, &s->ctx, &runner);
+        else cmp_train_runner(&runner, &s->ctx);
         status = cmp_run_study(c, &runner, &s->rep, err, sizeof err);
+        jobs_pool_free(s->pool); /* the workers end before the verdict is printed */
+        s->pool = NULL;
         if (status == 2) status = base_error("compare", "%s", err);
         else if (status) fprintf(stderr, "ulpscope compare: error: %s\n", err);
     }

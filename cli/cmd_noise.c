@@ -23,6 +23,13 @@ static const copt noise_opts[] = {
     {"--replicas", COPT_INT, F(replicas), 1, TTRAIN_REPLICAS_MAX, "noise", "R",
      "(64 on cuda, 8 on cpu) runs per process at once: an arm's runs go through the replica engine R at a time", NULL,
      0},
+    {"--jobs", COPT_INT, F(jobs), 1, JOBS_MAX, "noise", "N",
+     "(1) worker processes running different arms at once; on one GPU their kernels overlap only under "
+     "CUDA MPS (nvidia-cuda-mps-control -d)", NULL, 0},
+    {"--jobs-worker", COPT_STRING, F(jobs_worker), 0, 0, "noise", "R,W", "internal: a --jobs worker's pipes", NULL,
+     COPT_HIDDEN},
+    {"--plant-jobs-bug", COPT_STRING, F(jobs_bug), 0, 0, "noise", "base-plan|wrong-arm",
+     "test-only: a planted mistake in the --jobs pool", NULL, COPT_HIDDEN},
     {"--gpus", COPT_INT, F(gpus), 1, CMP_MAX_SHARDS, "noise", "N",
      "(1) the seeds as N shards run at once, one process per GPU, into --results; then the table", NULL, 0},
     {"--shard", COPT_STRING, F(shard), 0, 0, "noise", "I/N",
@@ -84,7 +91,16 @@ int cmd_noise(int argc, char **argv)
     if (!status) status = experiment_setup("noise", &s->t, &s->e, vary, &s->ctx, &recipe);
     if (!status && experiment_parse_seeds(s->e.seeds, &seeds, &s->c.n_seeds, err, sizeof err))
         status = base_error("noise", "%s", err);
+    if (!status && s->e.jobs_worker) {
+        /* a --jobs worker: set up as its parent, it runs what the parent sends */
+        status = jobs_serve("noise", s->e.jobs_worker, &s->ctx, recipe);
+        free(seeds);
+        free(recipe);
+        free(s);
+        return status;
+    }
     cmp_config *c = &s->c;
+    jobs_pool *pool = NULL;
     if (!status) {
         char *plan = tplan_json_alloc(&s->t.cfg.plan);
         size_t n = plan ? strlen(plan) + 16 : 0;
@@ -110,14 +126,18 @@ int cmd_noise(int argc, char **argv)
         c->recipe_json = recipe;
         c->progress = s->t.quiet ? NULL : stderr;
         status = experiment_shard("noise", &s->e, 0, c);
+        if (!status) status = experiment_jobs("noise", &s->e, argc, argv, recipe, &pool);
         if (!status) status = experiment_spread("noise", &s->e, 0, argc, argv);
         if (!status && s->e.json_path && base_outfile_check("noise", s->e.json_path))
             status = BASE_EXIT_USAGE; /* before any run */
     }
     if (!status) {
         cmp_runner runner;
-        cmp_train_runner(&runner, &s->ctx);
+        if (pool) jobs_pool_runner(pool, &s->ctx, &runner);
+        else cmp_train_runner(&runner, &s->ctx);
         status = cmp_run_study(c, &runner, &s->rep, err, sizeof err);
+        jobs_pool_free(pool); /* the workers end before the table is printed */
+        pool = NULL;
         if (status == 2) status = base_error("noise", "%s", err);
         else if (status) fprintf(stderr, "ulpscope noise: error: %s\n", err);
     }
@@ -134,6 +154,7 @@ int cmd_noise(int argc, char **argv)
                 s->rep.runs_cached, s->rep.seconds);
         status = experiment_write_json("noise", s->e.json_path, recipe, c, &s->rep, write_noise, &out);
     }
+    jobs_pool_free(pool);
     cmp_report_free(&s->rep);
     free(ids[0]);
     free(ids[1]);

@@ -242,6 +242,18 @@ int experiment_spread(const char *cmd, const experiment_options *e, int until_de
     return 1;
 }
 
+int experiment_jobs(const char *cmd, const experiment_options *e, int argc, char **argv, const char *recipe,
+                    jobs_pool **pool)
+{
+    *pool = NULL;
+    jobs_bug bug;
+    if (jobs_parse_bug(cmd, e->jobs_bug, &bug)) return BASE_EXIT_USAGE;
+    if (bug && e->jobs <= 1) return base_error(cmd, "--plant-jobs-bug plants a mistake in the --jobs pool: give --jobs N > 1");
+    if (e->jobs <= 1) return 0;
+    if (!(*pool = jobs_pool_create(cmd, e->jobs, argc, argv, recipe, bug))) return base_error(cmd, "out of memory");
+    return 0;
+}
+
 void experiment_print_shard(FILE *fp, const char *cmd, const cmp_config *c, const cmp_report *rep)
 {
     int from, to;

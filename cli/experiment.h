@@ -5,6 +5,7 @@
 #ifndef ULPSCOPE_CLI_EXPERIMENT_H
 #define ULPSCOPE_CLI_EXPERIMENT_H
 
+#include "cli/jobs.h"
 #include "cli/train_options.h"
 #include "studies/compare.h"
 #include "studies/compare_train.h"
@@ -19,6 +20,9 @@ typedef struct {
     int replicas;             /* runs of one arm at once (0: the backend's default, compare_train.h) */
     const char *shard;        /* "I/N": this process runs the I-th of N shares of the seeds (compare, noise) */
     int gpus;                 /* > 1: the shares run as that many processes, one per GPU (experiment_spread) */
+    int jobs;                 /* > 1: the runs go to that many worker processes (cli/jobs.h) */
+    const char *jobs_worker;  /* internal: this process is a --jobs worker on these pipes ("R,W") */
+    const char *jobs_bug;     /* test-only: a planted pool mistake (jobs_bug) */
 } experiment_options;
 
 void experiment_options_defaults(experiment_options *e);
@@ -46,6 +50,13 @@ int experiment_shard(const char *cmd, const experiment_options *e, int until_dec
  * needs --results and a fixed seed list.  0 once every copy succeeded;
  * BASE_EXIT_USAGE for bad settings; 1 naming the first copy that failed. */
 int experiment_spread(const char *cmd, const experiment_options *e, int until_decided, int argc, char **argv);
+
+/* --jobs N: a pool of N workers when N > 1 (*pool NULL otherwise), its
+ * workers started at the first run.  argv as the command received it.  0,
+ * or BASE_EXIT_USAGE after an error line (--plant-jobs-bug without --jobs,
+ * a bad bug name, out of memory). */
+int experiment_jobs(const char *cmd, const experiment_options *e, int argc, char **argv, const char *recipe,
+                    jobs_pool **pool);
 
 /* A shard's summary line (what it ran, where, how to merge). */
 void experiment_print_shard(FILE *fp, const char *cmd, const cmp_config *c, const cmp_report *rep);

@@ -151,7 +151,7 @@ void copt_help(FILE *fp, const copt_table *tables, int n_tables)
         for (int t = 0; t < n_tables; t++)
             for (int i = 0; i < tables[t].n; i++) {
                 const copt *o = &tables[t].opts[i];
-                if (strcmp(o->group, groups[k]) != 0) continue;
+                if (strcmp(o->group, groups[k]) != 0 || (o->flags & COPT_HIDDEN)) continue;
                 char item[512];
                 snprintf(item, sizeof item, "%s%s%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "",
                          o->help && *o->help ? " " : "", o->help ? o->help : "");

@@ -38,6 +38,7 @@ typedef enum {
 
 #define COPT_REPEATABLE 1u /* may be given more than once (the last wins) */
 #define COPT_MAX_OPEN 2u   /* the range excludes max: [min, max) */
+#define COPT_HIDDEN 4u     /* not listed by copt_help: internal (a worker process's) or test-only */
 
 #define COPT_LIST_MAX 64
 typedef struct {
@@ -82,7 +83,8 @@ int copt_given(const copt_seen *seen, const char *name);
 const char *copt_first_given(const copt_seen *seen, const char *const *names);
 
 /* The options grouped as their tables order the groups:
- * "group:   --name ARG help  --name ARG help ..." wrapped at 100 columns. */
+ * "group:   --name ARG help  --name ARG help ..." wrapped at 100 columns;
+ * COPT_HIDDEN rows left out. */
 void copt_help(FILE *fp, const copt_table *tables, int n_tables);
 
 #ifdef __cplusplus

@@ -60,6 +60,7 @@ static int study(const bisect_config *c, bisect_report *rep, cmp_config *cc, cmp
     cc->recipe_json = c->recipe_json;
     cc->progress = NULL;
     cmp_runner runner;
+    memset(&runner, 0, sizeof runner);
     if (c->runner) c->runner(&runner, tc, c->runner_ctx);
     else cmp_train_runner(&runner, tc);
     int rc = cmp_run_study(cc, &runner, out, err, errlen);

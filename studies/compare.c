@@ -735,24 +735,72 @@ static void progress(const cmp_config *c, int done, int total, int cached, doubl
     fflush(c->progress);
 }
 
+/* One run() call of run_batch: where its finished runs go. */
+typedef struct {
+    const cmp_config *c;
+    cache *k;
+    const uint64_t *ids;
+    run_table *t;
+    const cmp_job *jobs;
+    const cmp_run *out;
+    const int *cell_arm, *cell_seed;
+    unsigned char *kept;   /* kept[i]: run i is in the table (and the cache) */
+    cmp_report *rep;
+    int total_hint;
+    double t0;
+    int cache_failed;
+    char *err;
+    size_t errlen;
+} batch;
+
+/* Puts run i into the table and the cache (once). */
+static void keep_run(batch *b, int i)
+{
+    if (b->kept[i]) return;
+    b->kept[i] = 1;
+    *table_run(b->t, b->cell_arm[i], b->cell_seed[i]) = b->out[i];
+    *table_have(b->t, b->cell_arm[i], b->cell_seed[i]) = 1;
+    b->rep->runs_executed++;
+    if (b->k->on && !b->cache_failed &&
+        cache_append(b->k, &b->c->arms[b->cell_arm[i]], b->ids[b->cell_arm[i]], &b->jobs[i], &b->out[i], b->err,
+                     b->errlen))
+        b->cache_failed = 1;
+}
+
+static void batch_finished(cmp_runner *r, const int *which, int m)
+{
+    batch *b = r->finished_ctx;
+    for (int i = 0; i < m; i++) keep_run(b, which[i]);
+    progress(b->c, b->rep->runs_executed + b->rep->runs_cached, b->total_hint, b->rep->runs_cached, b->t0);
+}
+
 /* Runs jobs[0..n) (cells cell_arm/cell_seed of the table) and caches each
- * run as soon as the call that made it returns. */
+ * run as soon as the runner reports it finished, or else as soon as the
+ * call that made it returns. */
 static int run_batch(const cmp_config *c, cmp_runner *runner, cache *k, const uint64_t *ids, run_table *t,
                      cmp_job *jobs, cmp_run *out, const int *cell_arm, const int *cell_seed, int n, cmp_report *rep,
                      int total_hint, double t0, char *err, size_t errlen)
 {
     if (!n) return 0;
     memset(out, 0, (size_t)n * sizeof *out);
-    if (runner->run(runner, c->arms, jobs, n, out))
-        return set_err(err, errlen, "the runner failed: %s", out[0].error[0] ? out[0].error : "no reason given"), 1;
+    batch b = {c, k, ids, t, jobs, out, cell_arm, cell_seed, calloc((size_t)n, 1), rep, total_hint, t0, 0, err, errlen};
+    if (!b.kept) return set_err(err, errlen, "out of memory"), 1;
+    runner->finished = batch_finished;
+    runner->finished_ctx = &b;
+    int failed = runner->run(runner, c->arms, jobs, n, out);
+    runner->finished = NULL;
+    runner->finished_ctx = NULL;
     int rc = 0;
-    for (int i = 0; i < n && !rc; i++) {
-        *table_run(t, cell_arm[i], cell_seed[i]) = out[i];
-        *table_have(t, cell_arm[i], cell_seed[i]) = 1;
-        rep->runs_executed++;
-        if (k->on && cache_append(k, &c->arms[cell_arm[i]], ids[cell_arm[i]], &jobs[i], &out[i], err, errlen)) rc = 1;
+    if (failed)
+        rc = (set_err(err, errlen, "the runner failed: %s", out[0].error[0] ? out[0].error : "no reason given"), 1);
+    else {
+        int unreported = 0;
+        for (int i = 0; i < n; i++) unreported += !b.kept[i];
+        for (int i = 0; i < n; i++) keep_run(&b, i);
+        if (unreported) progress(c, rep->runs_executed + rep->runs_cached, total_hint, rep->runs_cached, t0);
     }
-    progress(c, rep->runs_executed + rep->runs_cached, total_hint, rep->runs_cached, t0);
+    if (b.cache_failed) rc = 1; /* the cache's message replaces the runner's: the runs could not be kept */
+    free(b.kept);
     return rc;
 }
 

@@ -97,17 +97,26 @@ typedef struct {
     char error[256];
 } cmp_run;
 
-/* What runs the jobs: the trainer's replica engine (compare_train.h) or a
- * simulation in the tests.  run() executes jobs[0..n) — in parallel where it
- * can — and fills out[i]; it returns -1 only when it cannot go on at all
- * (a run that failed is reported through out[i].status; the reason it
- * cannot go on is in out[0].error). */
+/* What runs the jobs: the trainer's replica engine (compare_train.h), a
+ * pool of worker processes running it (cli/jobs.h) or a simulation in the
+ * tests.  run() executes jobs[0..n) — in parallel where it can — and fills
+ * out[i]; it returns -1 only when it cannot go on at all (a run that failed
+ * is reported through out[i].status; the reason it cannot go on is in
+ * out[0].error).
+ *
+ * A runner whose jobs end at different times (the pool) reports each set of
+ * finished jobs through finished(), which cmp_run_study sets for the call:
+ * those runs are cached at once and kept when run() later returns -1 (a
+ * worker died).  Jobs never reported are taken when run() returns 0. */
 typedef struct cmp_runner {
     int (*run)(struct cmp_runner *r, const cmp_arm *arms, const cmp_job *jobs, int n, cmp_run *out);
     int capacity;          /* jobs it runs well in one call (>= 1); per_arm: runs of each arm */
     void *ctx;
     int per_arm;           /* the runner does each arm's jobs together (one plan at a time): a call
                               gets up to capacity seeds, every arm's runs of them */
+    void (*finished)(struct cmp_runner *r, const int *which, int m); /* out[which[0..m)] are final; NULL
+                              outside a run() call of cmp_run_study */
+    void *finished_ctx;
 } cmp_runner;
 
 typedef struct {

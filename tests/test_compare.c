@@ -256,7 +256,7 @@ static double sequential_false_shift(uint64_t seed, int fixed_n_twin, int trials
         c.max_runs = 60 * 3;
         c.first_seed = 1;
         if (!fixed_n_twin) {
-            cmp_runner r = {sim_run, 64, &m, 0};
+            cmp_runner r = {sim_run, 64, &m, 0, NULL, NULL};
             cmp_report rep;
             char err[256];
             assert_int_equal(cmp_run_study(&c, &r, &rep, err, sizeof err), 0);
@@ -297,7 +297,7 @@ static void test_sequential(void **state)
     c.batch = 4;
     c.max_runs = 60 * 3;
     c.first_seed = 1;
-    cmp_runner r = {sim_run, 64, &m, 0};
+    cmp_runner r = {sim_run, 64, &m, 0, NULL, NULL};
     cmp_report rep;
     char err[256];
     assert_int_equal(cmp_run_study(&c, &r, &rep, err, sizeof err), 0);
@@ -368,7 +368,7 @@ static void test_killed_per_arm_keeps_finished_arms(void **state)
     cmp_config c = cached_config(dir, sizeof dir, rd, sizeof rd, seeds, 6);
     sim m = null_sim(7);
     m.fail_after = 8; /* in the second arm */
-    cmp_runner r = {sim_run, 6, &m, 1};
+    cmp_runner r = {sim_run, 6, &m, 1, NULL, NULL};
     cmp_report rep;
     char err[256];
     assert_int_equal(cmp_run_study(&c, &r, &rep, err, sizeof err), 1);
@@ -386,6 +386,69 @@ static void test_killed_per_arm_keeps_finished_arms(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* Like sim_run, but reports every job through r->finished as it ends, as
+ * the --jobs pool does (its workers finish at different times). */
+static int reporting_run(cmp_runner *r, const cmp_arm *arms, const cmp_job *jobs, int n, cmp_run *out)
+{
+    (void)arms;
+    sim *m = r->ctx;
+    m->calls++;
+    for (int i = 0; i < n; i++) {
+        if (m->fail_after && m->jobs_run >= m->fail_after) {
+            snprintf(out[0].error, sizeof out[0].error, "simulated worker death");
+            return -1;
+        }
+        sim_one(m, jobs[i].arm, jobs[i].init_seed, jobs[i].data_seed, &out[i]);
+        m->jobs_run++;
+        if (r->finished) r->finished(r, &i, 1);
+    }
+    return 0;
+}
+
+/* All 18 runs in one call that fails after 7: the 7 the runner reported
+ * finished are cached and reused; its twin, a runner that reports nothing
+ * before it returns, keeps none. */
+static void test_reported_runs_survive_a_failed_call(void **state)
+{
+    (void)state;
+    char dir[64], rd[128], file[192];
+    static const uint64_t seeds[6] = {1, 2, 3, 4, 5, 6};
+    cmp_config c = cached_config(dir, sizeof dir, rd, sizeof rd, seeds, 6);
+    snprintf(file, sizeof file, "%s/runs.jsonl", rd);
+    sim m = null_sim(11);
+    m.fail_after = 7;
+    cmp_runner r = {reporting_run, 18, &m, 0, NULL, NULL};
+    cmp_report rep;
+    char err[256];
+    assert_int_equal(cmp_run_study(&c, &r, &rep, err, sizeof err), 1);
+    cmp_report_free(&rep);
+    assert_int_equal(m.calls, 1);
+    assert_non_null(strstr(err, "simulated worker death"));
+    assert_int_equal(count_lines(file), 7);
+    assert_null(r.finished); /* the hook lives only for the call */
+    m.fail_after = 0;
+    m.jobs_run = 0;
+    assert_int_equal(cmp_run_study(&c, &r, &rep, err, sizeof err), 0);
+    cmp_report_free(&rep);
+    assert_int_equal(rep.runs_cached, 7);
+    assert_int_equal(m.jobs_run, 11);
+    assert_int_equal(count_lines(file), 18);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    /* twin: the same failure without reports loses the call's runs */
+    c = cached_config(dir, sizeof dir, rd, sizeof rd, seeds, 6);
+    snprintf(file, sizeof file, "%s/runs.jsonl", rd);
+    m = null_sim(11);
+    m.fail_after = 7;
+    cmp_runner silent = {sim_run, 18, &m, 0, NULL, NULL};
+    assert_int_equal(cmp_run_study(&c, &silent, &rep, err, sizeof err), 1);
+    cmp_report_free(&rep);
+    assert_true(count_lines(file) <= 0);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_cache_and_resume(void **state)
 {
     (void)state;
@@ -397,7 +460,7 @@ static void test_cache_and_resume(void **state)
     char err[256];
     /* killed after 7 of 18 runs */
     m.fail_after = 7;
-    cmp_runner r = {sim_run, 1, &m, 0};
+    cmp_runner r = {sim_run, 1, &m, 0, NULL, NULL};
     cmp_report rep;
     assert_int_equal(cmp_run_study(&c, &r, &rep, err, sizeof err), 1);
     cmp_report_free(&rep);
@@ -466,7 +529,7 @@ static void test_bad_settings(void **state)
     c.seeds = seeds;
     c.n_seeds = 3;
     sim m = null_sim(1);
-    cmp_runner r = {sim_run, 1, &m, 0};
+    cmp_runner r = {sim_run, 1, &m, 0, NULL, NULL};
     cmp_report rep;
     char err[256];
     assert_int_equal(cmp_run_study(&c, &r, &rep, err, sizeof err), 2);
@@ -567,6 +630,7 @@ int main(void)
         cmocka_unit_test(test_identical),
         cmocka_unit_test(test_cache_and_resume),
         cmocka_unit_test(test_killed_per_arm_keeps_finished_arms),
+        cmocka_unit_test(test_reported_runs_survive_a_failed_call),
         cmocka_unit_test(test_bad_settings),
         cmocka_unit_test(test_noise),
         cmocka_unit_test(test_shards),

@@ -11,6 +11,12 @@
  *   - shards: two processes at once, each with half the seeds, into one
  *     results directory, then a merge call that runs nothing and gives the
  *     runs and verdicts of one unsharded call.
+ *   - --jobs N: the runs of N worker processes are those of one process
+ *     (compare, noise, bisect), and a planted pool mistake (a request with
+ *     the base's plan or another arm's) breaks that equality (the twins); a
+ *     killed worker ends the call with exit 1 naming it while the finished
+ *     runs stay in the cache; workers end with their parent; bad --jobs
+ *     values exit 2;
  *   - bisect finds a planted culprit among three units, prints a progress
  *     line while it runs, and writes each culprit's effect (difference and
  *     interval), the clean complement, the runs and the time as JSON Lines
@@ -23,6 +29,8 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +121,14 @@ static char *slurp(const char *name)
     char *copy = strdup(buf);
     assert_non_null(copy);
     return copy;
+}
+
+/* A whole file of the temporary directory (the caller frees). */
+static char *slurp_in_tmp(const char *name)
+{
+    char path[160];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    return slurp(path);
 }
 
 static long file_size(const char *name)
@@ -319,6 +335,12 @@ static void test_bad_input(void **state)
         {"--arm x=mlp.up=fp32 --shard 3/2", "--shard 3/2"},
         {"--arm x=mlp.up=fp32 --shard x", "--shard x"},
         {"--arm x=mlp.up=fp32 --shard 0/2", "the call without --shard judges"},
+        {"--arm x=mlp.up=fp32 --jobs 0", "--jobs needs an integer in 1..64, got '0'"},
+        {"--arm x=mlp.up=fp32 --jobs x", "--jobs needs an integer in 1..64, got 'x'"},
+        {"--arm x=mlp.up=fp32 --jobs 65", "--jobs needs an integer in 1..64, got '65'"},
+        {"--arm x=mlp.up=fp32 --plant-jobs-bug base-plan", "give --jobs N > 1"},
+        {"--arm x=mlp.up=fp32 --jobs 2 --plant-jobs-bug sideways", "--plant-jobs-bug sideways"},
+        {"--arm x=mlp.up=fp32 --jobs-worker 7,8", "internal to --jobs"},
         {"", "no --arm given"},
     };
     static char out[8192], err[8192];
@@ -506,8 +528,229 @@ static void test_json_stdout_is_pure(void **state)
     SKIP_WITHOUT_BIN();
 #define LOUD "--depth 1 --width 16 --heads 2 --seq 16 --batch 4 --steps 8 --lr 3e-3 --seeds 3"
     check_pure_json("compare " LOUD " --arm f32=residual=fp32", "noise floor:");
+    /* the workers' progress goes to stderr too */
+    check_pure_json("compare " LOUD " --arm f32=residual=fp32 --jobs 2", "noise floor:");
     check_pure_json("noise " LOUD, "chaos sd");
 #undef LOUD
+}
+
+/* --jobs N against one process: the same runs (final loss, curve, state
+ * hash, status) and verdicts, over four arms and four seeds (compare: an arm
+ * per worker and more) and two arms whose seeds the pool splits over three
+ * workers (noise); twins: the pool's planted mistakes must change them. */
+static void test_jobs_same_runs(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+#define STUDY "compare " TINY " --seeds 4 --arm trunc=residual=bf16 --plant-truncation trunc --arm f32=residual=fp32"
+    static char out[16384], err[65536], one[65536], many[65536], planted[65536];
+    int rc = run(STUDY " --results j1 --json j1.jsonl", out, sizeof out, err, sizeof err);
+    if (rc) fail_msg("compare failed (%d): %s", rc, err);
+    rc = run(STUDY " --jobs 3 --results j3 --json j3.jsonl", out, sizeof out, err, sizeof err);
+    if (rc) fail_msg("compare --jobs 3 failed (%d): %s", rc, err);
+    print_message("%s", out);
+    assert_non_null(strstr(out, "16 runs (16 executed now, 0 from the cache)"));
+    stable_lines("j1.jsonl", one, sizeof one);
+    stable_lines("j3.jsonl", many, sizeof many);
+    assert_non_null(strstr(one, "\"state_hash\":"));
+    assert_non_null(strstr(one, "\"verdict\":\"SHIFT up\""));
+    assert_string_equal(many, one);
+    static const char *bugs[] = {"base-plan", "wrong-arm"};
+    for (int b = 0; b < 2; b++) {
+        char args[1024], json[64];
+        snprintf(json, sizeof json, "jb-%s.jsonl", bugs[b]);
+        snprintf(args, sizeof args, STUDY " --jobs 3 --plant-jobs-bug %s --results jb-%s --json %s", bugs[b], bugs[b],
+                 json);
+        rc = run(args, out, sizeof out, err, sizeof err);
+        if (rc) fail_msg("compare with the planted %s failed (%d): %s", bugs[b], rc, err);
+        stable_lines(json, planted, sizeof planted);
+        if (strcmp(planted, one) == 0) fail_msg("the planted pool mistake %s left the runs unchanged", bugs[b]);
+    }
+#undef STUDY
+    rc = run("noise " TINY " --seeds 4 --results n1 --json n1.jsonl", out, sizeof out, err, sizeof err);
+    if (rc) fail_msg("noise failed (%d): %s", rc, err);
+    rc = run("noise " TINY " --seeds 4 --jobs 3 --results n3 --json n3.jsonl", out, sizeof out, err, sizeof err);
+    if (rc) fail_msg("noise --jobs 3 failed (%d): %s", rc, err);
+    assert_non_null(strstr(out, "8 runs (8 executed now, 0 from the cache)"));
+    stable_lines("n1.jsonl", one, sizeof one);
+    stable_lines("n3.jsonl", many, sizeof many);
+    assert_string_equal(many, one);
+    /* --jobs is listed; the worker's and the test's options are not */
+    rc = run("compare --help", out, sizeof out, err, sizeof err);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "--jobs N"));
+    assert_null(strstr(out, "--jobs-worker"));
+    assert_null(strstr(out, "--plant-jobs-bug"));
+    /* bad values for noise and bisect too: exit 2, one line */
+    static const char *bad[] = {"noise " TINY " --jobs 0", "noise " TINY " --jobs 65",
+                                "bisect " TINY " --bad mlp.up=fp32 --jobs x", "bisect " TINY " --bad mlp.up=fp32 --jobs 100"};
+    for (int i = 0; i < 4; i++) {
+        rc = run(bad[i], out, sizeof out, err, sizeof err);
+        if (rc != 2 || !strstr(err, "--jobs needs an integer in 1..64") || strchr(err, '\n') != err + strlen(err) - 1)
+            fail_msg("'%s': exit %d: %s", bad[i], rc, err);
+    }
+}
+
+/* bisect with --jobs 2: the culprits, counts and effects of --jobs 1; its
+ * twin, requests with the good plan, finds none. */
+static void test_jobs_bisect(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+#define BISECT "bisect --depth 1 --width 16 --heads 2 --seq 16 --batch 4 --steps 24 --lr 3e-3 --val-tokens 2048 --quiet " \
+               "--bad mlp.up=bf16:split_k,optimizer.adamw=fp32:torch --plant-truncation optimizer.adamw:torch "       \
+               "--seed-schedule 3,6 --margin 0.001"
+    static char out[16384], err[65536], one[65536], many[65536];
+    int rc = run(BISECT " --results b1 --json b1.jsonl", out, sizeof out, err, sizeof err);
+    if (rc) fail_msg("bisect failed (%d): %s", rc, err);
+    assert_non_null(strstr(out, "culprit 1: optimizer.adamw\n"));
+    rc = run(BISECT " --jobs 2 --results b2 --json b2.jsonl", out, sizeof out, err, sizeof err);
+    if (rc) fail_msg("bisect --jobs 2 failed (%d): %s", rc, err);
+    print_message("%s", out);
+    assert_non_null(strstr(out, "culprit 1: optimizer.adamw\n"));
+    stable_lines("b1.jsonl", one, sizeof one);
+    stable_lines("b2.jsonl", many, sizeof many);
+    assert_non_null(strstr(one, "\"runs_executed\":"));
+    assert_string_equal(many, one);
+    rc = run(BISECT " --jobs 2 --plant-jobs-bug base-plan --results bb", out, sizeof out, err, sizeof err);
+    if (rc) fail_msg("bisect with the planted base-plan failed (%d): %s", rc, err);
+    assert_null(strstr(out, "culprit 1: optimizer.adamw\n"));
+#undef BISECT
+}
+
+/* The pids whose parent is pid (from /proc), at most max. */
+static int children_of(pid_t pid, pid_t *kids, int max)
+{
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max) {
+        char path[300], buf[512];
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t k = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[k] = '\0';
+        const char *close_paren = strrchr(buf, ')'); /* the name may hold spaces */
+        char state;
+        int ppid;
+        if (close_paren && sscanf(close_paren + 1, " %c %d", &state, &ppid) == 2 && ppid == (int)pid)
+            kids[n++] = (pid_t)atoi(e->d_name);
+    }
+    closedir(d);
+    return n;
+}
+
+/* Gone, or a zombie waiting for whoever adopted it: no longer running. */
+static int ended(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    size_t k = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[k] = '\0';
+    const char *close_paren = strrchr(buf, ')');
+    return !close_paren || close_paren[2] == 'Z' || close_paren[2] == 'X';
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Starts `ulpscope ARGS` (words split at spaces) in the temporary directory
+ * with stdout and stderr into files; its pid. */
+static pid_t start(const char *args, const char *out_name, const char *err_name)
+{
+    static char words[4096];
+    char *argv[128];
+    int n = 0;
+    snprintf(words, sizeof words, "%s", args);
+    argv[n++] = (char *)getenv("ULPSCOPE_BIN");
+    for (char *w = strtok(words, " "); w && n < 127; w = strtok(NULL, " ")) argv[n++] = w;
+    argv[n] = NULL;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (chdir(tmp) || !freopen(out_name, "w", stdout) || !freopen(err_name, "w", stderr)) _exit(126);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    assert_true(pid > 0);
+    return pid;
+}
+
+/* Waits (up to a minute) until the results file holds `lines` runs while
+ * pid still runs; fails otherwise. */
+static void wait_for_runs(pid_t pid, const char *file, int lines)
+{
+    for (int i = 0; i < 3000; i++) {
+        if (count_file_lines(file) >= lines) return;
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) fail_msg("the study ended before %d runs were cached", lines);
+        sleep_ms(20);
+    }
+    fail_msg("no %d runs in %s after a minute", lines, file);
+}
+
+static void test_jobs_killed_worker(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+#define LONG_STUDY "compare " TINY " --seeds 12 --replicas 1 --arm f32=residual=fp32 --jobs 2"
+    /* a worker killed while the study runs: exit 1 naming it, its arm and seeds */
+    pid_t pid = start(LONG_STUDY " --results jk", "jk.out", "jk.err");
+    wait_for_runs(pid, "jk/runs.jsonl", 3);
+    pid_t kids[8];
+    int n_kids = children_of(pid, kids, 8);
+    assert_int_equal(n_kids, 2);
+    assert_int_equal(kill(kids[0], SIGKILL), 0);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    char *err = slurp_in_tmp("jk.err");
+    print_message("%s", err);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 1);
+    char expect[128];
+    snprintf(expect, sizeof expect, "(pid %d) was killed by signal 9 ", (int)kids[0]);
+    assert_non_null(strstr(err, expect));
+    assert_non_null(strstr(err, "running arm ")); /* or "before running arm ": killed while idle */
+    assert_non_null(strstr(err, ", seeds "));
+    assert_int_equal(strchr(err, '\n') - err, (long)strlen(err) - 1); /* one line */
+    free(err);
+    assert_true(ended(kids[1])); /* the other worker ended with the parent */
+    /* the finished runs stayed in the cache: a second call reuses every one */
+    int kept = count_file_lines("jk/runs.jsonl");
+    assert_true(kept >= 3 && kept < 36);
+    static char out[16384], err2[65536];
+    int rc = run(LONG_STUDY " --results jk", out, sizeof out, err2, sizeof err2);
+    if (rc) fail_msg("the rerun failed (%d): %s", rc, err2);
+    char counts[96];
+    snprintf(counts, sizeof counts, "36 runs (%d executed now, %d from the cache)", 36 - kept, kept);
+    if (!strstr(out, counts)) fail_msg("expected '%s' in: %s", counts, out);
+
+    /* the parent killed: its workers end too (their request pipe closes) */
+    pid = start(LONG_STUDY " --results jp", "jp.out", "jp.err");
+    wait_for_runs(pid, "jp/runs.jsonl", 1);
+    n_kids = children_of(pid, kids, 8);
+    assert_int_equal(n_kids, 2);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    int gone = 0;
+    for (int i = 0; i < 1500 && gone < n_kids; i++) {
+        gone = 0;
+        for (int k = 0; k < n_kids; k++) gone += ended(kids[k]);
+        if (gone < n_kids) sleep_ms(20);
+    }
+    assert_int_equal(gone, n_kids);
+#undef LONG_STUDY
 }
 
 int main(void)
@@ -519,6 +762,10 @@ int main(void)
         cmocka_unit_test(test_gpus_spread),
         cmocka_unit_test(test_json_stdout_is_pure),
         cmocka_unit_test(test_bisect_progress_and_json),
+        cmocka_unit_test(test_jobs_same_runs),
+        cmocka_unit_test(test_jobs_bisect),
+        cmocka_unit_test(test_jobs_killed_worker),
     };
+    cmocka_set_test_filter(getenv("ULPSCOPE_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -88,7 +88,7 @@ static void run_study(study *s, int replicas, cmp_report *rep, spy *sp)
     cmp_train_runner(&sp->inner, &s->ctx);
     assert_int_equal(sp->inner.capacity, replicas);
     assert_int_equal(sp->inner.per_arm, 1);
-    cmp_runner r = {spy_run, sp->inner.capacity, sp, sp->inner.per_arm};
+    cmp_runner r = {spy_run, sp->inner.capacity, sp, sp->inner.per_arm, NULL, NULL};
     char err[512];
     int rc = cmp_run_study(&s->c, &r, rep, err, sizeof err);
     if (rc) fail_msg("study failed (%d): %s", rc, err);
