@@ -11,7 +11,8 @@
 # Same work for both: gpt2 depth 12, width 768, 12 heads, vocabulary 50304
 # (llm.c's padded GPT-2 vocabulary), sequence 1024, batch 8 and 16, random
 # init, bf16 (llm.c: bf16 activations, fp32 master weights; ulpscope: the bf16
-# preset, plus each attention variant named in ATTENTION), one token shard in
+# preset, plus each attention variant named in ATTENTION, each alone and with
+# each of the --set lists in EXTRA_SETS, space-separated), one token shard in
 # llm.c's format holding TEXT's bytes as tokens (speed does not depend on the
 # token values).  Each trainer runs STEPS steps (default 30); the figure is the
 # median step time of steps 3..STEPS-1 (warm-up and the last step excluded),
@@ -25,6 +26,7 @@ set -eu
 llmc=$1 u=$2 out=$3 text=${4:-data/tinyshakespeare.txt}
 steps=${STEPS:-30}
 attention=${ATTENTION:-"flash flash_mma flash_mma_exp2"}
+extra_sets=${EXTRA_SETS:-}
 [ -f "$llmc/train_gpt2.cu" ] || { echo "llmc_side_by_side: $llmc has no train_gpt2.cu (give an llm.c checkout)" >&2; exit 2; }
 [ -x "$u" ] || { echo "llmc_side_by_side: $u is not an executable ulpscope" >&2; exit 2; }
 [ -r "$text" ] || { echo "llmc_side_by_side: cannot read $text" >&2; exit 2; }
@@ -83,16 +85,20 @@ for b in 8 16; do
     printf '%-34s %6d %10.2f %12.0f %10s %10d\n' "llm.c train_gpt2cu" $b "$lms" \
         "$(awk -v b=$b -v ms="$lms" 'BEGIN {print b * 1024 * 1000 / ms}')" 1.00 $lpeak >>"$out/side_by_side.txt"
     for a in $attention; do
-        log=$out/ulpscope_b${b}_$a.jsonl
+    for x in - $extra_sets; do
+        if [ "$x" = - ]; then set_list="attention=bf16:$a" tag=$a label="attention $a"
+        else set_list="attention=bf16:$a,$x" tag=$a+$(echo "$x" | tr -c 'a-zA-Z0-9_\n' _) label="$a, $x"; fi
+        log=$out/ulpscope_b${b}_$tag.jsonl
         peak_of "$u" train --backend cuda --model gpt2 --depth 12 --width 768 --heads 12 --vocab 50304 --context 1024 \
-            --seq 1024 --batch $b --steps $steps --lr 3e-4 --data "$work/shard.bin" --set "attention=bf16:$a" \
-            --log "$log" --quiet >"$out/ulpscope_b${b}_$a.txt" 2>&1
+            --seq 1024 --batch $b --steps $steps --lr 3e-4 --data "$work/shard.bin" --set "$set_list" \
+            --log "$log" --quiet >"$out/ulpscope_b${b}_$tag.txt" 2>&1
         upeak=$(( $(cat "$out/peak.tmp") - base ))
         ums=$(grep '"record":"step"' "$log" | sed 's/.*"step":\([0-9]*\),.*"ms":\([0-9.e+-]*\),.*/\1 \2/' |
             awk -v n="$steps" '$1 >= 3 && $1 <= n - 2 {print $2}' | median)
-        printf '%-34s %6d %10.2f %12.0f %10.2f %10d\n' "ulpscope bf16, attention $a" $b "$ums" \
+        printf '%-34s %6d %10.2f %12.0f %10.2f %10d\n' "ulpscope bf16, $label" $b "$ums" \
             "$(awk -v b=$b -v ms="$ums" 'BEGIN {print b * 1024 * 1000 / ms}')" \
             "$(awk -v l="$lms" -v u="$ums" 'BEGIN {print l / u}')" $upeak >>"$out/side_by_side.txt"
+    done
     done
 done
 rm -f "$out/peak.tmp"
