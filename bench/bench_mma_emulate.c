@@ -5,9 +5,8 @@
  * products per second, and the fraction of the GPU's 32-bit integer issue
  * rate that the GEMM's integer instructions take: the kernel's inner loops
  * issue mma_emulate_inner_ops_per_product() integer instructions per product
- * (counted in the sm_90 SASS of the candidate kernel in use, nvdisasm: 6 with
- * the sign multiply, 5 with the ones' complement signs; the per-block
- * rounding, about 30 instructions per output and block, is not in it), and
+ * (counted in the kernel's sm_90 SASS, nvdisasm; the per-block rounding,
+ * about 30 instructions per output and block, is not in it), and
  * an sm_80 / sm_90 SM issues 64 such instructions per clock (four partitions
  * of 16 lanes), at the peak SM clock the driver reports.  Profile with
  * `ncu --metrics smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum`
@@ -172,8 +171,7 @@ int main(int argc, char **argv)
     printf("device %s, %d SMs, %d MHz: integer issue rate %.1f Tops/s (64 lanes per SM)\n", dev.name,
            dev.multiprocessors, dev.max_clock_khz / 1000, peak_int * 1e-12);
     const double int_ops = mma_emulate_inner_ops_per_product();
-    printf("fast kernel candidate %d, %.0f integer instructions per product in its inner loops\n",
-           mma_emulate_candidate(), int_ops);
+    printf("fast kernel: %.0f integer instructions per product in its inner loops\n", int_ops);
     printf("%-5s %-5s %-7s %10s %14s %12s\n", "gen", "in", "kernel", "ms", "Gproducts/s", "int frac");
     static const prec_format fmts[] = {PREC_FP16, PREC_BF16, PREC_TF32, PREC_E4M3};
     static const char *const gens[] = {"a100", "h100"};

@@ -13,10 +13,10 @@
 // (mma_fast_finish32: about 15 instructions, no branch; the rare blocks that
 // need the model's own code, one branch per block and thread).  The A100's
 // blocks (L = 4, 8 with F = 24) sum in 32 bits whole ("narrow"); longer or
-// wider blocks in 32-bit chunks added in 64 bits.  Per product, pass 2 takes
-// 5 integer instructions with the sign multiply (candidate 1) and 4 with the
-// signs in ones' complement (candidates 2, 3; mma_fast_sign), whose
-// correction is a popcount per block and output.
+// wider blocks in 32-bit chunks added in 64 bits; the narrow kernels hold
+// two blocks of threads per SM (their register budget).  Per product, pass 2
+// takes 4 integer instructions, the signs in ones' complement (mma_fast.h),
+// whose correction is a popcount per block and output.
 //
 // Replicas (mma_emulate_linear_batched): every kernel takes the replica as
 // grid.z, its decoded arrays and its fp32 result at a fixed stride in one
@@ -26,7 +26,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "kernels/common/kelem.cuh"
@@ -70,9 +69,9 @@ __global__ void model_gemm(mma_arith p, int M, int N, int K, const uint8_t *A, c
 // bit mask of its negative operands, [Kp / L][Rp] (at z * Kp / L * Rp).  One
 // thread per (row, block of L, replica).  Rows past `rows` and k past K
 // decode as +0 (K padding is the unit's own zero padding of a short block;
-// padded rows are never written out).  complement: mag holds sgn * mag and
-// sgn the mask -1 for a negative operand, else 0 (the second operand of
-// MMA_FAST_SIGN_COMPLEMENT).
+// padded rows are never written out).  complement (the second operand, B):
+// mag holds sgn * mag and sgn the mask -1 for a negative operand, else 0
+// (mma_fast_term_oc's bs and bm).
 __global__ void decode_operand(prec_format in, mma_fast_params q, int shift, int complement, int rows, int K, int Kp,
                                int Rp, const uint8_t *src, int64_t s_row, int64_t s_k, int64_t s_rep, uint32_t *mag,
                                int32_t *sgn, int32_t *exp, int32_t *floors, uint32_t *negs)
@@ -153,34 +152,18 @@ __device__ __noinline__ uint32_t model_block(const mma_arith &p, int n_products,
     return mma_block(&p, n_products, abuf, bbuf, c);
 }
 
-// The candidate kernels of issue 13 (to be settled by bench_mma_emulate on an
-// H100, then one kept): how signs enter (mma_fast_sign) and how many blocks
-// of THREADS an SM holds (register budget).
-template <int CAND> struct candidate;
-template <> struct candidate<1> {
-    static constexpr mma_fast_sign sign = MMA_FAST_SIGN_MULTIPLY;
-    static constexpr int min_blocks = 1;
-};
-template <> struct candidate<2> {
-    static constexpr mma_fast_sign sign = MMA_FAST_SIGN_COMPLEMENT;
-    static constexpr int min_blocks = 1;
-};
-template <> struct candidate<3> { // 2: two blocks per SM for the narrow (A100) kernels
-    static constexpr mma_fast_sign sign = MMA_FAST_SIGN_COMPLEMENT;
-    static constexpr int min_blocks = 2;
-};
-
 // D = A . B^T (+ C) for one 64 x 64 tile of replica blockIdx.z, each thread 4
 // x 4 outputs.  NARROW (q.narrow): the whole block sum in 32 bits and
-// rounded by mma_fast_finish32; else partial sums of MMA_FAST_CHUNK products
-// in 32 bits, the block sum in 64 (mma_fast_finish64).
-template <int L, int BK, bool NARROW, int CAND>
-__global__ void __launch_bounds__(THREADS, NARROW ? candidate<CAND>::min_blocks : 1)
+// rounded by mma_fast_finish32, two blocks of THREADS per SM (on the H100,
+// 2.26 ms against 2.72 with one for the A100's fp16 at 1024 x 1024 x 4096);
+// else partial sums of MMA_FAST_CHUNK products in 32 bits, the block sum in
+// 64 (mma_fast_finish64).
+template <int L, int BK, bool NARROW>
+__global__ void __launch_bounds__(THREADS, NARROW ? 2 : 1)
     fast_gemm(mma_arith p, mma_fast_params q, int M, int N, int K, int nblk, int Kp, decoded da, decoded db,
               source sa, source sb, const float *C, float *D, int drop_last)
 {
     static_assert(BK % L == 0 && BK % 16 == 0, "a tile holds whole blocks");
-    constexpr bool complement = candidate<CAND>::sign == MMA_FAST_SIGN_COMPLEMENT;
     constexpr int NB = BK / L; // blocks per tile
     __shared__ __align__(16) uint32_t s_amag[BK][TILE], s_bmag[BK][TILE];
     __shared__ __align__(16) int32_t s_asgn[BK][TILE], s_bsgn[BK][TILE], s_aexp[BK][TILE], s_bexp[BK][TILE];
@@ -188,7 +171,7 @@ __global__ void __launch_bounds__(THREADS, NARROW ? candidate<CAND>::min_blocks 
     // in the 48 KB of a static allocation (L = 32 reads them from global memory)
     constexpr bool stage_blocks = L < 32;
     __shared__ __align__(16) int32_t s_afloor[stage_blocks ? NB : 1][TILE], s_bfloor[stage_blocks ? NB : 1][TILE];
-    constexpr int NEGS = complement && stage_blocks ? NB : 1;
+    constexpr int NEGS = stage_blocks ? NB : 1;
     __shared__ __align__(16) uint32_t s_aneg[NEGS][TILE], s_bneg[NEGS][TILE];
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     const int m0 = blockIdx.y * TILE + ty * 4, n0 = blockIdx.x * TILE + tx * 4;
@@ -229,10 +212,8 @@ __global__ void __launch_bounds__(THREADS, NARROW ? candidate<CAND>::min_blocks 
             const int64_t gb = (int64_t)(kt / L + bl) * db.Rp + blockIdx.x * TILE + c4;
             *reinterpret_cast<int4 *>(&s_afloor[stage_blocks ? bl : 0][c4]) = *reinterpret_cast<const int4 *>(da.floors + ga);
             *reinterpret_cast<int4 *>(&s_bfloor[stage_blocks ? bl : 0][c4]) = *reinterpret_cast<const int4 *>(db.floors + gb);
-            if (complement) {
-                *reinterpret_cast<uint4 *>(&s_aneg[NEGS > 1 ? bl : 0][c4]) = *reinterpret_cast<const uint4 *>(da.negs + ga);
-                *reinterpret_cast<uint4 *>(&s_bneg[NEGS > 1 ? bl : 0][c4]) = *reinterpret_cast<const uint4 *>(db.negs + gb);
-            }
+            *reinterpret_cast<uint4 *>(&s_aneg[NEGS > 1 ? bl : 0][c4]) = *reinterpret_cast<const uint4 *>(da.negs + ga);
+            *reinterpret_cast<uint4 *>(&s_bneg[NEGS > 1 ? bl : 0][c4]) = *reinterpret_cast<const uint4 *>(db.negs + gb);
         }
         __syncthreads();
 #pragma unroll 1
@@ -263,26 +244,21 @@ __global__ void __launch_bounds__(THREADS, NARROW ? candidate<CAND>::min_blocks 
 #pragma unroll
                     for (int j = 0; j < 4; j++) emax[i][j] = max(emax[i][j], ae[i] + be[j]);
             }
-            // pass 2: c's term (and the complement's correction), then the
+            // pass 2: c's term and the ones' complement correction, then the
             // aligned products, MMA_FAST_CHUNK at a time in 32 bits
             int32_t chunk[4][4];
             int64_t S[4][4];
             {
-                uint32_t na[4] = {0u, 0u, 0u, 0u}, nb[4] = {0u, 0u, 0u, 0u};
-                if (complement) {
-                    const uint4 na4 = *reinterpret_cast<const uint4 *>(
-                        stage_blocks ? &s_aneg[NEGS > 1 ? bl : 0][ty * 4] : da.negs + (int64_t)blk * da.Rp + m0);
-                    const uint4 nb4 = *reinterpret_cast<const uint4 *>(
-                        stage_blocks ? &s_bneg[NEGS > 1 ? bl : 0][tx * 4] : db.negs + (int64_t)blk * db.Rp + n0);
-                    na[0] = na4.x, na[1] = na4.y, na[2] = na4.z, na[3] = na4.w;
-                    nb[0] = nb4.x, nb[1] = nb4.y, nb[2] = nb4.z, nb[3] = nb4.w;
-                }
+                const uint4 na4 = *reinterpret_cast<const uint4 *>(
+                    stage_blocks ? &s_aneg[NEGS > 1 ? bl : 0][ty * 4] : da.negs + (int64_t)blk * da.Rp + m0);
+                const uint4 nb4 = *reinterpret_cast<const uint4 *>(
+                    stage_blocks ? &s_bneg[NEGS > 1 ? bl : 0][tx * 4] : db.negs + (int64_t)blk * db.Rp + n0);
+                const uint32_t na[4] = {na4.x, na4.y, na4.z, na4.w}, nb[4] = {nb4.x, nb4.y, nb4.z, nb4.w};
 #pragma unroll
                 for (int i = 0; i < 4; i++)
 #pragma unroll
                     for (int j = 0; j < 4; j++) {
-                        chunk[i][j] = mma_fast_c_term(&q, acc[i][j], emax[i][j]);
-                        if (complement) chunk[i][j] += mma_fast_oc_correction(na[i], nb[j]);
+                        chunk[i][j] = mma_fast_c_term(&q, acc[i][j], emax[i][j]) + mma_fast_oc_correction(na[i], nb[j]);
                         S[i][j] = 0;
                     }
             }
@@ -300,13 +276,9 @@ __global__ void __launch_bounds__(THREADS, NARROW ? candidate<CAND>::min_blocks 
 #pragma unroll
                 for (int i = 0; i < 4; i++)
 #pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        if (complement)
-                            chunk[i][j] += mma_fast_term_oc(amv[i], asv[i], aev[i], (int32_t)bmv[j], bsv[j], bev[j],
-                                                            emax[i][j]);
-                        else
-                            chunk[i][j] += mma_fast_term(amv[i], asv[i], aev[i], bmv[j], bsv[j], bev[j], emax[i][j]);
-                    }
+                    for (int j = 0; j < 4; j++)
+                        chunk[i][j] +=
+                            mma_fast_term_oc(amv[i], asv[i], aev[i], (int32_t)bmv[j], bsv[j], bev[j], emax[i][j]);
                 if (!NARROW && (kk + 1) % MMA_FAST_CHUNK == 0) {
 #pragma unroll
                     for (int i = 0; i < 4; i++)
@@ -418,43 +390,13 @@ int decode(const char *ctx, const mma_arith &p, const mma_fast_params &q, int sh
     return 0;
 }
 
-// Which candidate kernel runs (issue 13's measurement; one stays after it):
-// ULPSCOPE_MMA_EMU_CANDIDATE = 1, 2 or 3, else 2.
-int candidate_in_use()
-{
-    static int chosen = 0;
-    if (!chosen) {
-        const char *e = getenv("ULPSCOPE_MMA_EMU_CANDIDATE");
-        chosen = e && (e[0] == '1' || e[0] == '2' || e[0] == '3') && !e[1] ? e[0] - '0' : 2;
-    }
-    return chosen;
-}
-
-template <int L, int BK, bool NARROW, int CAND>
+template <int L, int BK, bool NARROW>
 void launch_fast(const mma_arith &p, const mma_fast_params &q, int M, int N, int K, const fast_dims &d, int count,
                  const decoded &da, const decoded &db, const source &sa, const source &sb, const float *C, float *D)
 {
     const dim3 grid((unsigned)(d.Np / TILE), (unsigned)(d.Mp / TILE), (unsigned)count);
-    fast_gemm<L, BK, NARROW, CAND><<<grid, THREADS, 0, kstream()>>>(p, q, M, N, K, d.nblk, d.Kp, da, db, sa, sb, C, D,
-                                                                    planted_drop_last);
-}
-
-template <int CAND>
-void launch_candidate(const mma_arith &p, const mma_fast_params &q, int M, int N, int K, const fast_dims &d,
-                      int count, const decoded &da, const decoded &db, const source &sa, const source &sb,
-                      const float *C, float *D)
-{
-    if (q.narrow && d.L <= 8) {
-        if (d.L == 4) launch_fast<4, 16, true, CAND>(p, q, M, N, K, d, count, da, db, sa, sb, C, D);
-        else launch_fast<8, 16, true, CAND>(p, q, M, N, K, d, count, da, db, sa, sb, C, D);
-        return;
-    }
-    switch (d.L) {
-    case 4: launch_fast<4, 16, false, CAND>(p, q, M, N, K, d, count, da, db, sa, sb, C, D); break;
-    case 8: launch_fast<8, 16, false, CAND>(p, q, M, N, K, d, count, da, db, sa, sb, C, D); break;
-    case 16: launch_fast<16, 16, false, CAND>(p, q, M, N, K, d, count, da, db, sa, sb, C, D); break;
-    default: launch_fast<32, 32, false, CAND>(p, q, M, N, K, d, count, da, db, sa, sb, C, D); break;
-    }
+    fast_gemm<L, BK, NARROW><<<grid, THREADS, 0, kstream()>>>(p, q, M, N, K, d.nblk, d.Kp, da, db, sa, sb, C, D,
+                                                              planted_drop_last);
 }
 
 // For replicas z < count: D[z][M][N] = A_z . B_z^T (+ C[z]) through the fast
@@ -463,15 +405,20 @@ int run_fast(const char *ctx, const mma_arith &p, int M, int N, int K, const fas
              const source &sa, const source &sb, const float *C, float *D, uint8_t *ws)
 {
     const mma_fast_params q = mma_fast_params_of(&p);
-    const int cand = candidate_in_use(), complement = cand != 1;
     decoded da, db;
     if (decode(ctx, p, q, q.a_shift, 0, M, K, d, d.Mp, count, sa, ws, &da) ||
-        decode(ctx, p, q, 0, complement, N, K, d, d.Np, count, sb, ws + operand_bytes(d, d.Mp, count), &db))
+        decode(ctx, p, q, 0, 1, N, K, d, d.Np, count, sb, ws + operand_bytes(d, d.Mp, count), &db))
         return -1;
-    switch (cand) {
-    case 1: launch_candidate<1>(p, q, M, N, K, d, count, da, db, sa, sb, C, D); break;
-    case 2: launch_candidate<2>(p, q, M, N, K, d, count, da, db, sa, sb, C, D); break;
-    default: launch_candidate<3>(p, q, M, N, K, d, count, da, db, sa, sb, C, D); break;
+    if (q.narrow && d.L <= 8) {
+        if (d.L == 4) launch_fast<4, 16, true>(p, q, M, N, K, d, count, da, db, sa, sb, C, D);
+        else launch_fast<8, 16, true>(p, q, M, N, K, d, count, da, db, sa, sb, C, D);
+    } else {
+        switch (d.L) {
+        case 4: launch_fast<4, 16, false>(p, q, M, N, K, d, count, da, db, sa, sb, C, D); break;
+        case 8: launch_fast<8, 16, false>(p, q, M, N, K, d, count, da, db, sa, sb, C, D); break;
+        case 16: launch_fast<16, 16, false>(p, q, M, N, K, d, count, da, db, sa, sb, C, D); break;
+        default: launch_fast<32, 32, false>(p, q, M, N, K, d, count, da, db, sa, sb, C, D); break;
+        }
     }
     last_kernel = "fast";
     return klaunched(ctx, "fast gemm");
@@ -492,9 +439,7 @@ extern "C" void mma_emulate_plant_replica0_b(int on) { planted_replica0_b = on !
 
 extern "C" const char *mma_emulate_last_kernel(void) { return last_kernel; }
 
-extern "C" int mma_emulate_candidate(void) { return candidate_in_use(); }
-
-extern "C" int mma_emulate_inner_ops_per_product(void) { return candidate_in_use() == 1 ? 6 : 5; }
+extern "C" int mma_emulate_inner_ops_per_product(void) { return 5; }
 
 extern "C" int64_t mma_emulate_batched_calls(void) { return batched_calls; }
 

@@ -84,15 +84,11 @@ void mma_emulate_plant_replica0_b(int on);
 /* Which kernel the last call ran: "fast" or "model" ("" before the first). */
 const char *mma_emulate_last_kernel(void);
 
-/* Which of the fast kernel's candidates (issue 13) runs: 1, 2 or 3, from
- * ULPSCOPE_MMA_EMU_CANDIDATE (else 2); one stays once an H100 has timed them. */
-int mma_emulate_candidate(void);
-
-/* Integer instructions per product in the fast kernel's inner loops, as the
- * sm_90 SASS of the candidate in use has them (bench_mma_emulate's integer
- * fraction): pass 1 one VIADDMNMX (add and max), pass 2 IADD3 (the shift),
- * IMAD (magnitudes), SHF (the shift), IMAD (signed add), and with the sign
- * multiply (candidate 1) one IMAD more (the signs). */
+/* Integer instructions per product in the fast kernel's inner loops, as its
+ * sm_90 SASS has them (bench_mma_emulate's integer fraction): 5, pass 1 one
+ * VIADDMNMX (add and max), pass 2 IADD3 (the shift), IMAD (magnitude times
+ * signed magnitude, plus the mask), SHF (the arithmetic shift), IMAD (times
+ * the first operand's sign, added to the sum). */
 int mma_emulate_inner_ops_per_product(void);
 
 /* Frees the decoded-operand workspaces. */

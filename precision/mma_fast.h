@@ -1,6 +1,6 @@
 /* precision/mma_fast.h — the block arithmetic of precision/mma.h rearranged
  * for speed, bit-identical to mma_block where it applies: the pieces the
- * CUDA emulation kernel (kernels/probe/mma_emulate.cu) runs per product, and
+ * CUDA emulation kernel (kernels/mma_emulate.cu) runs per product, and
  * a CPU reference (mma_fast_dot) that runs the same pieces in the same order,
  * so that CI proves the rearrangement against the model without a GPU
  * (tests/test_mma_fast.c).
@@ -17,9 +17,21 @@
  *    zero_exp) is a flag per operand row and block, computed once;
  *  - the term of a product with exponent ea + eb is its aligned magnitude
  *    shifted right by emax - ea - eb (truncation of the magnitude, as
- *    mma_align_term), the sign applied after; shifts of 32 or more give 0;
- *  - terms are added in 32-bit chunks of at most 8 (8 * 2^27 < 2^31), the
- *    chunks in 64 bits (the block sum is below 33 * 2^27);
+ *    mma_align_term), signed; shifts of 32 or more give 0;
+ *  - signs enter in ones' complement: the second operand carries its sign
+ *    (bs = sb |b|, and a mask bm = -1 for a negative b, else 0), so
+ *    |a| bs + bm is the product of |a| and |b| in ones' complement when b
+ *    is negative; an arithmetic shift keeps it ones' complement of the
+ *    truncated magnitude (~x >> d == ~(x >> d)), and multiplying by sa gives
+ *    sa sb (|a||b| >> d) - sa [b < 0].  Per block and output the sum of
+ *    those -sa [b < 0] is taken back: with bit masks na, nb of the negative
+ *    a and b of the block, sum sa [b < 0] = popc(nb) - 2 popc(na & nb).
+ *    One multiply per product (not two: magnitudes, then signs), a popcount
+ *    per block and output;
+ *  - the whole block sum, c included, in 32 bits where it fits ("narrow":
+ *    the A100's blocks); else terms in 32-bit chunks of at most 8
+ *    (8 * 2^27 < 2^31), the chunks in 64 bits (the block sum is below
+ *    33 * 2^27);
  *  - the sum is rounded toward zero to out_frac_bits and kept decoded
  *    (magnitude with 23 fraction bits, sign, exponent) as the next block's c.
  * The rare cases take the model itself (mma_block on the operands' bits):
@@ -43,20 +55,6 @@ extern "C" {
 /* Operand flags per (row, block): */
 #define MMA_FAST_FLAG_ZERO 1u    /* a zero operand (or padding past K) */
 #define MMA_FAST_FLAG_SPECIAL 2u /* an infinite or NaN operand */
-
-/* How a product's sign enters the sum (the candidate kernels of issue 13):
- *  MULTIPLY    term = (|a||b| >> d) * (sa * sb): two multiplies;
- *  COMPLEMENT  b carries its sign (bs = sb |b|, and a mask bm = -1 for a
- *              negative b, else 0), so |a| bs + bm is the product of |a| and
- *              |b| in ones' complement when b is negative; an arithmetic
- *              shift keeps it ones' complement of the truncated magnitude
- *              (~x >> d == ~(x >> d)), and multiplying by sa gives sa sb
- *              (|a||b| >> d) - sa [b < 0].  Per block and output the sum of
- *              those -sa [b < 0] is taken back: with bit masks na, nb of the
- *              negative a and b of the block, sum sa [b < 0] =
- *              popc(nb) - 2 popc(na & nb).  One multiply per product fewer,
- *              a popcount per block and output more. */
-typedef enum { MMA_FAST_SIGN_MULTIPLY = 0, MMA_FAST_SIGN_COMPLEMENT = 1 } mma_fast_sign;
 
 typedef struct {
     int block;      /* L */
@@ -121,7 +119,7 @@ static inline mma_fast_params mma_fast_params_of(const mma_arith *p)
     q.c_shr = p->frac_bits < 23 ? 23 - p->frac_bits : 0;
     q.fo_mask = ~((1u << (23 - p->out_frac_bits)) - 1u);
     /* every product's aligned term is below 2^(F+2), c's below 2^(F+1); the
-     * complement's terms and correction (mma_fast_sign) are off by at most 2L */
+     * ones' complement terms and their correction are off by at most 2L */
     const int64_t sum_bound =
         ((int64_t)p->block << (p->frac_bits + 2)) + ((int64_t)1 << (p->frac_bits + 1)) + 2 * p->block;
     q.narrow = sum_bound <= INT32_MAX && p->out_frac_bits == 23;
@@ -239,22 +237,15 @@ MMA_HD static inline int32_t mma_fast_c_term(const mma_fast_params *q, mma_fast_
     return (int32_t)mma_fast_shr(c.mag << q->c_shl, emax - c.exp + q->c_shr) * c.sgn;
 }
 
-/* One product's signed term (MMA_FAST_SIGN_MULTIPLY): a.mag carries the a_shift. */
-MMA_HD static inline int32_t mma_fast_term(uint32_t amag, int32_t asgn, int32_t aexp, uint32_t bmag, int32_t bsgn,
-                                           int32_t bexp, int emax)
-{
-    return (int32_t)mma_fast_shr(amag * bmag, emax - aexp - bexp) * (asgn * bsgn);
-}
-
-/* One product's term off by -asgn [b < 0] (MMA_FAST_SIGN_COMPLEMENT): bs =
- * sb |b|, bm = -1 for a negative b, else 0. */
+/* One product's signed term, off by -asgn [b < 0] (ones' complement): amag
+ * carries the a_shift, bs = sb |b|, bm = -1 for a negative b, else 0. */
 MMA_HD static inline int32_t mma_fast_term_oc(uint32_t amag, int32_t asgn, int32_t aexp, int32_t bs, int32_t bm,
                                               int32_t bexp, int emax)
 {
     return mma_fast_sar((int32_t)amag * bs + bm, emax - aexp - bexp) * asgn;
 }
 
-/* What MMA_FAST_SIGN_COMPLEMENT's terms of one block miss: sum sa [b < 0]
+/* What the ones' complement terms of one block miss: sum sa [b < 0]
  * over its products, from the bit masks of the negative a (na) and b (nb). */
 MMA_HD static inline int32_t mma_fast_oc_correction(uint32_t na, uint32_t nb)
 {
@@ -302,11 +293,10 @@ MMA_HD static inline int mma_fast_finish64(const mma_fast_params *q, int64_t S, 
 
 /* CPU reference: the chain of blocks over k products in K order, through the
  * pieces above in the order the CUDA kernel runs them (mma_fast_supported(p)
- * must hold), signs entering as `sign` says.  drop_last_product plants a bug
- * for the tests' twins: the magnitude of the last product of every full
- * block is taken as zero. */
-static inline uint32_t mma_fast_dot_signed(const mma_arith *p, int k, const void *a, const void *b, uint32_t c_bits,
-                                           mma_fast_sign sign, int drop_last_product)
+ * must hold).  drop_last_product plants a bug for the tests' twins: the
+ * magnitude of the last product of every full block is taken as zero. */
+static inline uint32_t mma_fast_dot(const mma_arith *p, int k, const void *a, const void *b, uint32_t c_bits,
+                                    int drop_last_product)
 {
     const mma_fast_params q = mma_fast_params_of(p);
     const int sz = mma_elem_bytes(p->in);
@@ -328,15 +318,11 @@ static inline uint32_t mma_fast_dot_signed(const mma_arith *p, int k, const void
         int emax = mma_fast_emax_start(c, mma_fast_floor(&q, flags_a), mma_fast_floor(&q, flags_b));
         for (int i = 0; i < n; i++)
             if (A[i].exp + B[i].exp > emax) emax = A[i].exp + B[i].exp;
-        int32_t chunk = mma_fast_c_term(&q, c, emax);
+        int32_t chunk = mma_fast_c_term(&q, c, emax) + mma_fast_oc_correction(na, nb);
         int64_t S = 0;
-        if (sign == MMA_FAST_SIGN_COMPLEMENT) chunk += mma_fast_oc_correction(na, nb);
         for (int i = 0; i < n; i++) {
-            if (sign == MMA_FAST_SIGN_COMPLEMENT)
-                chunk += mma_fast_term_oc(A[i].mag, A[i].sgn, A[i].exp, (int32_t)B[i].mag * B[i].sgn,
-                                          B[i].sgn < 0 ? -1 : 0, B[i].exp, emax);
-            else
-                chunk += mma_fast_term(A[i].mag, A[i].sgn, A[i].exp, B[i].mag, B[i].sgn, B[i].exp, emax);
+            chunk += mma_fast_term_oc(A[i].mag, A[i].sgn, A[i].exp, (int32_t)B[i].mag * B[i].sgn,
+                                      B[i].sgn < 0 ? -1 : 0, B[i].exp, emax);
             /* a wide block: the partial sum moves to 64 bits every MMA_FAST_CHUNK products */
             if (!q.narrow && (i + 1) % MMA_FAST_CHUNK == 0) S += chunk, chunk = 0;
         }
@@ -345,12 +331,6 @@ static inline uint32_t mma_fast_dot_signed(const mma_arith *p, int k, const void
         if (slow) c = mma_fast_acc_of(&q, mma_block(p, n, ab, bb, mma_fast_acc_bits(c)));
     }
     return mma_fast_acc_bits(c);
-}
-
-static inline uint32_t mma_fast_dot(const mma_arith *p, int k, const void *a, const void *b, uint32_t c_bits,
-                                    int drop_last_product)
-{
-    return mma_fast_dot_signed(p, k, a, b, c_bits, MMA_FAST_SIGN_MULTIPLY, drop_last_product);
 }
 
 #ifdef __cplusplus

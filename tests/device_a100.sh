@@ -5,7 +5,8 @@
 #   model on 10^5 dots per format with twins, transposed layouts, the H100
 #   model vs native mma.sync), the CUDA-vs-CPU backend comparison of
 #   matmul_mma, the CPU proofs of the fast arithmetic, and bench_mma_emulate
-#   (1024x1024x4096: target <= 5 ms; integer issue fraction).
+#   gemm (1024x1024x4096: target <= 5 ms; integer issue fraction; the batched
+#   replicas' equality with single calls is test_mma_emulate_gpu's).
 set -u
 out=$1
 build=${BUILD:-/tmp/b-a100}
@@ -19,9 +20,9 @@ if ! make BUILD=$build NVCC_ARCH=-arch=sm_90 -j16 $build/tests/test_mma_fast $bu
 fi
 rc=0
 for t in test_mma_fast test_mma_emulate_gpu test_train_mma test_probe_gpu; do
-    ULPSCOPE_REQUIRE_GPU=1 $build/tests/$t >"$out/$t.log" 2>&1 || rc=1
+    ULPSCOPE_REQUIRE_GPU=1 timeout 300 $build/tests/$t >"$out/$t.log" 2>&1 || rc=1
     echo "$t: $(tail -1 "$out/$t.log")"
 done
-$build/bench/bench_mma_emulate >"$out/bench_mma_emulate.log" 2>&1 || rc=1
+timeout 120 $build/bench/bench_mma_emulate gemm >"$out/bench_mma_emulate.log" 2>&1 || rc=1
 cat "$out/bench_mma_emulate.log"
 exit $rc

@@ -5,8 +5,8 @@
  *     (lengths across one to four blocks, partial last blocks included;
  *     operand rows of every kind of tests/mma_test_values.h: subnormals,
  *     zeros of both signs, overflow, infinities and NaN; c of every kind)
- *     give the model's bits, through both ways of bringing in the
- *     products' signs (mma_fast_sign); twin: the same dots with the last
+ *     give the model's bits (signs in ones' complement, narrow blocks
+ *     summed in 32 bits, wide ones in 64); twin: the same dots with the last
  *     product of each block planted out must disagree somewhere;
  *  2. which parameter sets it does not apply to (they run the model's own
  *     code on the GPU): the split fp8 instructions and fp16 outputs only. */
@@ -22,8 +22,9 @@
 
 #define DOTS 100000
 
-static void fast_matches_model(mma_fast_sign sign, const char *sign_name)
+static void test_fast_matches_model(void **state)
 {
+    (void)state;
     const uint64_t seed = test_seed("mma fast vs model");
     int models_checked = 0;
     for (int i = 0; i < mma_model_count(); i++) {
@@ -44,16 +45,16 @@ static void fast_matches_model(mma_fast_sign sign, const char *sign_name)
             }
             const uint32_t c = mma_test_bits(&rng, PREC_FP32, (int)(prec_rng_next(&rng) % MMA_TEST_KINDS));
             const uint32_t want = mma_dot(p, k, a, b, c);
-            const uint32_t got = mma_fast_dot_signed(p, k, a, b, c, sign, 0);
+            const uint32_t got = mma_fast_dot(p, k, a, b, c, 0);
             overflow += (want & 0x7FFFFFFFu) == 0x7F800000u;
             zeros += (want & 0x7FFFFFFFu) == 0u;
             if (got != want && ++bad <= 3)
-                print_message("%s %s %s (%s): dot %ld (k %d, kinds %d/%d): fast 0x%08x model 0x%08x\n", m->gen,
-                              m->route, prec_format_name(p->in), sign_name, d, k, ka, kb, got, want);
-            twin_bad += mma_fast_dot_signed(p, k, a, b, c, sign, 1) != want;
+                print_message("%s %s %s: dot %ld (k %d, kinds %d/%d): fast 0x%08x model 0x%08x\n", m->gen, m->route,
+                              prec_format_name(p->in), d, k, ka, kb, got, want);
+            twin_bad += mma_fast_dot(p, k, a, b, c, 1) != want;
         }
-        print_message("%s %s %s (%s): %d dots, %ld infinite results, %ld zero results, %ld mismatches; twin %ld\n",
-                      m->gen, m->route, prec_format_name(p->in), sign_name, DOTS, overflow, zeros, bad, twin_bad);
+        print_message("%s %s %s: %d dots, %ld infinite results, %ld zero results, %ld mismatches; twin %ld\n", m->gen,
+                      m->route, prec_format_name(p->in), DOTS, overflow, zeros, bad, twin_bad);
         if (bad) fail_msg("%s %s %s: %ld of %d dots differ from the model", m->gen, m->route, prec_format_name(p->in),
                           bad, DOTS);
         if (twin_bad == 0)
@@ -61,18 +62,6 @@ static void fast_matches_model(mma_fast_sign sign, const char *sign_name)
                      m->gen, m->route, prec_format_name(p->in));
     }
     assert_true(models_checked >= 20);
-}
-
-static void test_fast_matches_model(void **state)
-{
-    (void)state;
-    fast_matches_model(MMA_FAST_SIGN_MULTIPLY, "sign multiply");
-}
-
-static void test_fast_complement_matches_model(void **state)
-{
-    (void)state;
-    fast_matches_model(MMA_FAST_SIGN_COMPLEMENT, "sign complement");
 }
 
 static void test_what_the_fast_path_leaves_to_the_model(void **state)
@@ -92,7 +81,6 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fast_matches_model),
-        cmocka_unit_test(test_fast_complement_matches_model),
         cmocka_unit_test(test_what_the_fast_path_leaves_to_the_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
