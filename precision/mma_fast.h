@@ -318,11 +318,14 @@ static inline uint32_t mma_fast_dot(const mma_arith *p, int k, const void *a, co
         int emax = mma_fast_emax_start(c, mma_fast_floor(&q, flags_a), mma_fast_floor(&q, flags_b));
         for (int i = 0; i < n; i++)
             if (A[i].exp + B[i].exp > emax) emax = A[i].exp + B[i].exp;
-        int32_t chunk = mma_fast_c_term(&q, c, emax) + mma_fast_oc_correction(na, nb);
+        /* 32-bit sums wrap as the GPU's adds do: only a block the rounding sends to the
+         * model's own code (an infinite or NaN accumulator) can overflow them */
+        int32_t chunk = (int32_t)((uint32_t)mma_fast_c_term(&q, c, emax) + (uint32_t)mma_fast_oc_correction(na, nb));
         int64_t S = 0;
         for (int i = 0; i < n; i++) {
-            chunk += mma_fast_term_oc(A[i].mag, A[i].sgn, A[i].exp, (int32_t)B[i].mag * B[i].sgn,
-                                      B[i].sgn < 0 ? -1 : 0, B[i].exp, emax);
+            chunk = (int32_t)((uint32_t)chunk + (uint32_t)mma_fast_term_oc(A[i].mag, A[i].sgn, A[i].exp,
+                                                                           (int32_t)B[i].mag * B[i].sgn,
+                                                                           B[i].sgn < 0 ? -1 : 0, B[i].exp, emax));
             /* a wide block: the partial sum moves to 64 bits every MMA_FAST_CHUNK products */
             if (!q.narrow && (i + 1) % MMA_FAST_CHUNK == 0) S += chunk, chunk = 0;
         }
