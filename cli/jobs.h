@@ -36,6 +36,18 @@
 
 #define JOBS_MAX 64
 
+/* The three option-table rows of a command that takes --jobs (F: the
+ * including file's offsetof helper; the fields: the count, the worker's
+ * pipes, the test-only planted bug). */
+#define JOBS_OPTION_ROWS(cmd, jobs, worker, bug)                                                                    \
+    {"--jobs", COPT_INT, F(jobs), 1, JOBS_MAX, cmd, "N",                                                            \
+     "(1) worker processes running different arms at once; on one GPU their kernels overlap only under "          \
+     "CUDA MPS (nvidia-cuda-mps-control -d)", NULL, 0},                                                           \
+    {"--jobs-worker", COPT_STRING, F(worker), 0, 0, cmd, "R,W", "internal: a --jobs worker's pipes", NULL,          \
+     COPT_HIDDEN},                                                                                                 \
+    {"--plant-jobs-bug", COPT_STRING, F(bug), 0, 0, cmd, "base-plan|wrong-arm",                                    \
+     "test-only: a planted mistake in the --jobs pool", NULL, COPT_HIDDEN}
+
 /* Planted pool mistakes for the tests' twins (--plant-jobs-bug, hidden):
  * a request that carries the base plan instead of its arm's, and one that
  * carries the next arm of the call (plan, planted bug, null flag). */
