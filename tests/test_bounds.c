@@ -201,9 +201,10 @@ static void test_wrong_rounding_fails(void **state)
                 size_t n = 2 + prec_rng_next(&r) % 3;
                 double x[4];
                 int p = prec_format_get(accs[f])->precision;
-                for (size_t i = 0; i < n; i++) /* magnitudes spread over p + 4 binades */
-                    x[i] = prec_rne(ldexp(1.0 + prec_rng_uniform(&r), -(int)(prec_rng_next(&r) % (uint64_t)(p + 5))),
-                                    accs[f]);
+                for (size_t i = 0; i < n; i++) { /* magnitudes spread over p + 4 binades */
+                    const int e = -(int)(prec_rng_next(&r) % (uint64_t)(p + 5)); /* before the mantissa, explicitly */
+                    x[i] = prec_rne(ldexp(1.0 + prec_rng_uniform(&r), e), accs[f]);
+                }
                 prec_sum_config right = prec_sum_config_default(accs[f]);
                 right.algo = (prec_sum_algo)a;
                 right.wide = PREC_FP32;
@@ -293,7 +294,8 @@ static void test_dot_bound(void **state)
         for (int rep = 0; rep < 200; rep++) {
             size_t n = 1 + prec_rng_next(&r) % 2;
             for (size_t i = 0; i < n; i++) {
-                x[i] = prec_rne(ldexp(1.0 + prec_rng_uniform(&r), -(int)(prec_rng_next(&r) % 8)), accs[f]);
+                const int e = -(int)(prec_rng_next(&r) % 8); /* before the mantissa, explicitly */
+                x[i] = prec_rne(ldexp(1.0 + prec_rng_uniform(&r), e), accs[f]);
                 y[i] = prec_rne(1.0 + prec_rng_uniform(&r), accs[f]);
             }
             prec_dot_config c = {accs[f], PREC_ROUNDING_RNE, rep % 2 == 1, NULL};

@@ -104,10 +104,9 @@ static input_list structured_inputs(prec_format f, prec_rng *rng)
         }
     } else {
         for (int i = 0; i < 20000; i++) {
-            double g = prec_rne(ldexp(1.0 + prec_rng_uniform(rng),
-                                      fi->emin - fi->precision + (int)(prec_rng_next(rng) %
-                                                  (uint64_t)(fi->emax - fi->emin + fi->precision + 1))),
-                                f);
+            const int e = fi->emin - fi->precision + /* before the mantissa, explicitly */
+                          (int)(prec_rng_next(rng) % (uint64_t)(fi->emax - fi->emin + fi->precision + 1));
+            double g = prec_rne(ldexp(1.0 + prec_rng_uniform(rng), e), f);
             if (isfinite(g)) push_around(&in, g, f);
         }
     }

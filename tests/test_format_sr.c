@@ -96,8 +96,8 @@ static int run_position_checks(sr_fn sr, prec_rng *rng, bool quiet, int *checks)
     int failures = 0;
     for (int f = 0; f < PREC_NFORMATS; f++) {
         const prec_format_info *fi = prec_format_get((prec_format)f);
-        double normal = prec_rne(ldexp(1.0 + prec_rng_uniform(rng), (fi->emin + fi->emax) / 2 +
-                                        (int)(prec_rng_next(rng) % 5) - 2), (prec_format)f);
+        const int e = (fi->emin + fi->emax) / 2 + (int)(prec_rng_next(rng) % 5) - 2; /* before the mantissa */
+        double normal = prec_rne(ldexp(1.0 + prec_rng_uniform(rng), e), (prec_format)f);
         double subnormal = fi->min_subnormal * 3;
         double top = fi->max_finite - prec_ulp(fi->max_finite, (prec_format)f) *
                                           (fi->has_infinity ? 1 : 0.5); /* e4m3's top binade is short */

@@ -301,7 +301,8 @@ static double random_value(prec_rng *rng, prec_format f)
     if (prec_rng_next(rng) % 8 == 0) return 0.0;
     const int lo = fi->emin - fi->fraction_bits, hi = fi->emax < 12 ? fi->emax : 12;
     const int ex = lo + (int)(prec_rng_next(rng) % (uint64_t)(hi - lo + 1));
-    const double v = ldexp(1.0 + prec_rng_uniform(rng), ex) * ((prec_rng_next(rng) & 1) ? -1.0 : 1.0);
+    const double mag = ldexp(1.0 + prec_rng_uniform(rng), ex);
+    const double v = (prec_rng_next(rng) & 1) ? -mag : mag;
     return prec_round(v, f, sat, 0);
 }
 
@@ -320,7 +321,8 @@ static void compare_with_reference(int floor_twin, int *mismatches, int *trials)
         assert_true(known);
         const int n = split ? m->arith.split_k : m->arith.block;
         for (int trial = 0; trial < 400; trial++) {
-            double a[64], b[64], c = random_value(&rng, PREC_FP16) * ldexp(1.0, (int)(prec_rng_next(&rng) % 20) - 10);
+            double a[64], b[64], c = random_value(&rng, PREC_FP16);
+            c *= ldexp(1.0, (int)(prec_rng_next(&rng) % 20) - 10);
             for (int j = 0; j < n; j++) {
                 a[j] = random_value(&rng, m->arith.in);
                 b[j] = random_value(&rng, m->arith.in);

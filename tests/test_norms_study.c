@@ -96,7 +96,8 @@ static long rounding_mismatches(prec_round_mode mode, uint64_t seed)
         }
         for (int i = 0; i < 200000; i++) {
             int span = fi->emax - fi->emin + 8;
-            double x = ldexp(prec_rng_uniform(&rng) + 0.5, fi->emin - 4 + (int)(prec_rng_next(&rng) % (uint64_t)span));
+            const int e = fi->emin - 4 + (int)(prec_rng_next(&rng) % (uint64_t)span); /* before the mantissa */
+            double x = ldexp(prec_rng_uniform(&rng) + 0.5, e);
             if (prec_rng_next(&rng) & 1) x = -x;
             double a = norms_round_rne(x, f), b = prec_round(x, f, r, 0);
             bad += !(a == b || (isnan(a) && isnan(b)));

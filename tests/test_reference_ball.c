@@ -25,11 +25,12 @@ static const char *const op_names[NOPS] = {"add", "sub", "mul", "div", "sqrt", "
  * with a radius of 2^-10 .. 2^-40 of it. */
 static void random_ball(prec_rng *rng, ref_ball *b, bool positive)
 {
-    double v = ldexp(prec_rng_uniform(rng) + 0.5, (int)(prec_rng_next(rng) % 12) - 6);
+    const int e = (int)(prec_rng_next(rng) % 12) - 6; /* drawn first: argument order is unspecified */
+    double v = ldexp(prec_rng_uniform(rng) + 0.5, e);
     if (!positive && (prec_rng_next(rng) & 1)) v = -v;
     mpfr_set_d(b->mid, v, MPFR_RNDN);
-    mpfr_set_d(b->rad, fabs(v) * ldexp(prec_rng_uniform(rng) + 0.1, -10 - (int)(prec_rng_next(rng) % 30)),
-               MPFR_RNDU);
+    const int er = -10 - (int)(prec_rng_next(rng) % 30);
+    mpfr_set_d(b->rad, fabs(v) * ldexp(prec_rng_uniform(rng) + 0.1, er), MPFR_RNDU);
 }
 
 static void endpoint(mpfr_ptr out, const ref_ball *b, int side)

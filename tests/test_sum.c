@@ -73,7 +73,10 @@ static void test_fast_paths_match_emulation(void **state)
     double *x = malloc(N * sizeof *x);
     prec_format fmts[] = {PREC_FP64, PREC_FP32};
     for (int trial = 0; trial < 6; trial++) {
-        for (int i = 0; i < N; i++) x[i] = prec_rng_normal(&r) * ldexp(1.0, (int)(prec_rng_next(&r) % 40) - 20);
+        for (int i = 0; i < N; i++) {
+            x[i] = prec_rng_normal(&r); /* the mantissa before the exponent, explicitly */
+            x[i] *= ldexp(1.0, (int)(prec_rng_next(&r) % 40) - 20);
+        }
         if (trial & 1) prec_round_array(x, x, N, PREC_FP32, PREC_ROUNDING_RNE, NULL);
         for (int f = 0; f < 2; f++) {
             for (int a = 0; a < PREC_SUM_NALGOS; a++) {

@@ -392,7 +392,8 @@ static void test_muon_planted_verdict(void **state)
         tbackend_cpu_plant_site(-1, -1, -1);
         if (premise) break;
         assert_true(redraws < 50); /* each redraw fails the premise with probability about 1/30 */
-        grad[prec_rng_next(&rng) % N] = prec_rne(prec_rng_normal(&rng), PREC_BF16);
+        const uint64_t at = prec_rng_next(&rng) % N; /* before the value, explicitly */
+        grad[at] = prec_rne(prec_rng_normal(&rng), PREC_BF16);
     }
     print_message("muon: the planted truncation's premise held after %d redraw%s\n", redraws, redraws == 1 ? "" : "s");
     static const struct {

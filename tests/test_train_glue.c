@@ -53,7 +53,10 @@ static void fill_source(unsigned char *src, int64_t n, const permute_case *c, pr
     for (int64_t i = 0; i < n; i++) {
         uint64_t bits;
         if (c->src == c->dst) bits = prec_rng_next(rng);
-        else bits = prec_encode(prec_rne(ldexp(prec_rng_normal(rng), (int)(prec_rng_next(rng) % 24) - 12), c->src), c->src);
+        else {
+            const int e = (int)(prec_rng_next(rng) % 24) - 12; /* before the mantissa, explicitly */
+            bits = prec_encode(prec_rne(ldexp(prec_rng_normal(rng), e), c->src), c->src);
+        }
         memcpy(src + i * sb, &bits, sb);
     }
 }

@@ -71,9 +71,15 @@ void probe_random_dot(prec_rng *rng, const probe_target *t, long index, double *
         *c = (prec_rng_next(rng) & 1) ? 0.0 : prec_round(ldexp(prec_rng_normal(rng), -20), t->out, SAT, 0);
     } else { /* tiny: products near the fp32 underflow (bf16, tf32) */
         for (int i = 0; i < k; i++) {
-            a[i] = rnd_in(t->in, ldexp(1.0 + prec_rng_uniform(rng), -60 - (int)(prec_rng_next(rng) % 16)) *
-                                     ((prec_rng_next(rng) & 1) ? -1.0 : 1.0));
-            b[i] = rnd_in(t->in, ldexp(1.0 + prec_rng_uniform(rng), -60 - (int)(prec_rng_next(rng) % 16)));
+            /* Draws in separate statements: the order of a call's argument
+             * evaluations is unspecified, and a seed must give the same
+             * operands with every compiler. */
+            const int ea = -60 - (int)(prec_rng_next(rng) % 16);
+            const double ma = 1.0 + prec_rng_uniform(rng);
+            const double sa = (prec_rng_next(rng) & 1) ? -1.0 : 1.0;
+            a[i] = rnd_in(t->in, ldexp(ma, ea) * sa);
+            const int eb = -60 - (int)(prec_rng_next(rng) % 16);
+            b[i] = rnd_in(t->in, ldexp(1.0 + prec_rng_uniform(rng), eb));
         }
         *c = (prec_rng_next(rng) & 1) ? 0.0 : ldexp((double)(prec_rng_next(rng) % 1024), -149);
     }
