@@ -210,7 +210,7 @@ static int bench_ce_memory(prec_rng *rng)
                            PREC_FP32, PREC_FP32, NULL, NULL, fp32_logits};
         if (kmatmul(KPATH_BF16, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &lg) ||
             kce_forward_backward(KPATH_BF16, fp32_logits ? KCE_FP32_LOGITS : KCE_TWO_PASS, N, V, Z.data, tdev,
-                                 L.data, Z.data, dloss))
+                                 L.data, Z.data, dloss, 0.0f))
             return die("materialised cross-entropy");
         if (!fp32_logits) { /* the backward GEMMs read the bf16 dlogits */
             kmatmul_args a = {N, C, V, 0, 0, Z.data, W.data, DH.data, NULL, 1.0f, 0.0f, NULL, 0,

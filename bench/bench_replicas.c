@@ -195,7 +195,7 @@ static int att_bwd_1(bop *o, int64_t r) { return att_bwd(o, 1, r); }
 static int ce(bop *o, int64_t R, int64_t r)
 {
     return kce_forward_backward(KPATH_BF16, KCE_TWO_PASS, R * TOKENS, VOCAB, at(o, 0, r), at(o, 1, r), at(o, 2, r),
-                                at(o, 0, r), 1.0f / TOKENS);
+                                at(o, 0, r), 1.0f / TOKENS, 0.0f);
 }
 static int ce_b(bop *o, int64_t R) { return ce(o, R, 0); }
 static int ce_1(bop *o, int64_t r) { return ce(o, 1, r); }

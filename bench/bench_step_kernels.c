@@ -90,7 +90,7 @@ static int alloc_raw(call_state *s, int k, size_t bytes)
 static int run_ce(call_state *s)
 {
     return kce_forward_backward(KPATH_BF16, KCE_TWO_PASS, s->rows, s->cols, s->t[0].data, (const int32_t *)s->raw[0],
-                                (float *)s->raw[1], s->t[1].data, 1.0f / (float)s->rows);
+                                (float *)s->raw[1], s->t[1].data, 1.0f / (float)s->rows, 0.0f);
 }
 /* t[0] x, t[1] gain, t[2] bias, t[3] y, t[4] dy, t[5] dx, t[6] dgain, t[7] dbias; raw[2] mean, raw[3] rstd */
 static int run_ln_fwd(call_state *s)

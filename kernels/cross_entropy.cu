@@ -143,6 +143,28 @@ template <class T, int W> __device__ __forceinline__ void load_floats(const T *p
     for (int k = 0; k < W; k += PER16) kvec_io<T, PER16>::load(p + k, out + k);
 }
 
+// The soft-cap (cross_entropy.h): z = cap tanhf(l / cap), each step rounded
+// (no contraction); cap 0 leaves l as it is.
+__device__ __forceinline__ float capped_logit(float l, float cap)
+{
+    return cap > 0.0f ? __fmul_rn(cap, tanhf(__fdiv_rn(l, cap))) : l;
+}
+
+// dz = ((p - [j = t]) (1 - th th)) dloss with th = tanhf(l / cap); without a
+// cap, (p - [j = t]) dloss.
+__device__ __forceinline__ float logit_gradient(float l, float lse, bool target, float cap, float dloss)
+{
+    float th = 0.0f, z = l;
+    if (cap > 0.0f) {
+        th = tanhf(__fdiv_rn(l, cap));
+        z = __fmul_rn(cap, th);
+    }
+    const float p = expf(__fsub_rn(z, lse));
+    float g = target ? __fsub_rn(p, 1.0f) : p;
+    if (cap > 0.0f) g = __fmul_rn(g, __fsub_rn(1.0f, __fmul_rn(th, th)));
+    return __fmul_rn(g, dloss);
+}
+
 // One block per row.  logits [N,V] (TIn), dlogits [N,V] (TOut, may alias
 // logits: every thread reads z_j before writing dlogits_j, and z_t is read
 // before the reduction's barriers), losses [N] fp32.
@@ -155,7 +177,7 @@ template <class T, int W> __device__ __forceinline__ void load_floats(const T *p
 template <class TIn, class TOut, int ONLINE, bool STAGED, bool VEC>
 __global__ void __launch_bounds__(CE_THREADS)
     ce_row_kernel(const TIn *logits, const int32_t *targets, int64_t V, float *losses, TOut *dlogits, float dloss,
-                  int bug)
+                  float cap, int bug)
 {
     using idx = typename std::conditional<STAGED, int, int64_t>::type;
     extern __shared__ __align__(16) unsigned char ce_row_smem[];
@@ -170,7 +192,7 @@ __global__ void __launch_bounds__(CE_THREADS)
             for (int64_t j = threadIdx.x; j < V; j += blockDim.x) dz[j] = kfrom_float<TOut>(0.0f, KBUG_NONE);
         return;
     }
-    const float zt = kto_float(z[t]);
+    const float zt = capped_logit(kto_float(z[t]), cap);
     if (STAGED) {
         TIn *zs = reinterpret_cast<TIn *>(ce_row_smem);
         stage_row<TIn, VEC>(zs, z, (int)V);
@@ -183,7 +205,7 @@ __global__ void __launch_bounds__(CE_THREADS)
         m = -INFINITY;
         s = 0.0f;
         for (idx j = threadIdx.x; j < terms; j += blockDim.x) {
-            float x = kto_float(z[j]);
+            float x = capped_logit(kto_float(z[j]), cap);
             if (x > m) {
                 s = __fadd_rn(__fmul_rn(s, expf(__fsub_rn(m, x))), 1.0f);
                 m = x;
@@ -194,10 +216,11 @@ __global__ void __launch_bounds__(CE_THREADS)
         block_online(m, s, scratch_m, scratch_s);
     } else {
         m = -INFINITY;
-        for (idx j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, kto_float(z[j]));
+        for (idx j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, capped_logit(kto_float(z[j]), cap));
         m = block_max(m, scratch_m);
         s = 0.0f;
-        for (idx j = threadIdx.x; j < terms; j += blockDim.x) s = __fadd_rn(s, expf(__fsub_rn(kto_float(z[j]), m)));
+        for (idx j = threadIdx.x; j < terms; j += blockDim.x)
+            s = __fadd_rn(s, expf(__fsub_rn(capped_logit(kto_float(z[j]), cap), m)));
         s = kblock_sum(s, scratch_s);
     }
     const float lse = __fadd_rn(m, logf(s));
@@ -209,18 +232,12 @@ __global__ void __launch_bounds__(CE_THREADS)
             float zv[W], g[W];
             load_floats<TIn, W>(z + base, zv);
 #pragma unroll
-            for (int k = 0; k < W; k++) {
-                float p = expf(__fsub_rn(zv[k], lse));
-                g[k] = __fmul_rn(base + k == t ? __fsub_rn(p, 1.0f) : p, dloss);
-            }
+            for (int k = 0; k < W; k++) g[k] = logit_gradient(zv[k], lse, base + k == t, cap, dloss);
             kvec_io<TOut, W>::store(dz + base, g, bug);
         }
     } else {
-        for (idx j = threadIdx.x; j < n; j += blockDim.x) {
-            float p = expf(__fsub_rn(kto_float(z[j]), lse));
-            float g = __fmul_rn(j == t ? __fsub_rn(p, 1.0f) : p, dloss);
-            dz[j] = kfrom_float<TOut>(g, bug);
-        }
+        for (idx j = threadIdx.x; j < n; j += blockDim.x)
+            dz[j] = kfrom_float<TOut>(logit_gradient(kto_float(z[j]), lse, j == t, cap, dloss), bug);
     }
 }
 
@@ -241,7 +258,7 @@ static int staged_bytes(const char *ctx, int64_t V, size_t elem, size_t *bytes)
 
 template <class TIn, class TOut, int ONLINE, bool STAGED, bool VEC>
 static int launch_row_kernel(const char *ctx, int64_t N, int64_t V, size_t smem, const void *logits,
-                             const int32_t *targets, float *losses, void *dlogits, float dloss, int bug)
+                             const int32_t *targets, float *losses, void *dlogits, float dloss, float cap, int bug)
 {
     auto kernel = ce_row_kernel<TIn, TOut, ONLINE, STAGED, VEC>;
     if (STAGED) {
@@ -251,38 +268,38 @@ static int launch_row_kernel(const char *ctx, int64_t N, int64_t V, size_t smem,
                                 cudaGetErrorString(e));
     }
     kernel<<<(unsigned)N, CE_THREADS, smem, kstream()>>>((const TIn *)logits, targets, V, losses, (TOut *)dlogits,
-                                                         dloss, bug);
+                                                         dloss, cap, bug);
     return klaunched(ctx, "ce_row_kernel");
 }
 
 template <class TIn, class TOut, int ONLINE>
 static int launch_variant(const char *ctx, int64_t N, int64_t V, const void *logits, const int32_t *targets,
-                          float *losses, void *dlogits, float dloss, int bug)
+                          float *losses, void *dlogits, float dloss, float cap, int bug)
 {
     size_t smem = 0;
     if (staged_bytes(ctx, V, sizeof(TIn), &smem)) return -1;
     if (!smem)
         return launch_row_kernel<TIn, TOut, ONLINE, false, false>(ctx, N, V, 0, logits, targets, losses, dlogits,
-                                                                 dloss, bug);
+                                                                 dloss, cap, bug);
     const bool aligned = (uintptr_t)logits % 16 == 0 && (uintptr_t)dlogits % 16 == 0;
     if (aligned && V % (16 / sizeof(TIn)) == 0 && V % (16 / sizeof(TOut)) == 0)
         return launch_row_kernel<TIn, TOut, ONLINE, true, true>(ctx, N, V, smem, logits, targets, losses, dlogits,
-                                                               dloss, bug);
+                                                               dloss, cap, bug);
     return launch_row_kernel<TIn, TOut, ONLINE, true, false>(ctx, N, V, smem, logits, targets, losses, dlogits, dloss,
-                                                            bug);
+                                                            cap, bug);
 }
 
 template <class TIn, class TOut>
 static int launch_rows(const char *ctx, int online, int64_t N, int64_t V, const void *logits, const int32_t *targets,
-                       float *losses, void *dlogits, float dloss)
+                       float *losses, void *dlogits, float dloss, float cap)
 {
     const int bug = (int)kernels_planted_bug();
-    if (online) return launch_variant<TIn, TOut, 1>(ctx, N, V, logits, targets, losses, dlogits, dloss, bug);
-    return launch_variant<TIn, TOut, 0>(ctx, N, V, logits, targets, losses, dlogits, dloss, bug);
+    if (online) return launch_variant<TIn, TOut, 1>(ctx, N, V, logits, targets, losses, dlogits, dloss, cap, bug);
+    return launch_variant<TIn, TOut, 0>(ctx, N, V, logits, targets, losses, dlogits, dloss, cap, bug);
 }
 
 extern "C" int kce_forward_backward(kpath path, int variant, int64_t N, int64_t V, const void *logits,
-                                    const int32_t *targets, float *losses, void *dlogits, float dloss)
+                                    const int32_t *targets, float *losses, void *dlogits, float dloss, float softcap)
 {
     char ctx[160];
     snprintf(ctx, sizeof ctx, "cross_entropy %s/%s N=%lld V=%lld", kpath_name(path),
@@ -292,12 +309,15 @@ extern "C" int kce_forward_backward(kpath path, int variant, int64_t N, int64_t 
     if (variant < 0 || variant >= KCE_NVARIANTS) return kernels_fail("%s: unknown variant %d", ctx, variant);
     if (N <= 0 || V <= 0 || N > INT32_MAX) return kernels_fail("%s: N in [1, 2^31) and V >= 1 required", ctx);
     if (!logits || !targets || !losses) return kernels_fail("%s: null logits, targets or losses", ctx);
+    if (!(softcap >= 0.0f) || isinf(softcap)) return kernels_fail("%s: soft-cap %g is not finite and >= 0", ctx, softcap);
     const int online = variant == KCE_ONLINE;
+    const float cap = softcap;
     switch (kce_logits_format(path, variant)) {
     case PREC_BF16:
-        return launch_rows<__nv_bfloat16, __nv_bfloat16>(ctx, online, N, V, logits, targets, losses, dlogits, dloss);
-    case PREC_FP16: return launch_rows<__half, __half>(ctx, online, N, V, logits, targets, losses, dlogits, dloss);
-    default: return launch_rows<float, float>(ctx, online, N, V, logits, targets, losses, dlogits, dloss);
+        return launch_rows<__nv_bfloat16, __nv_bfloat16>(ctx, online, N, V, logits, targets, losses, dlogits, dloss,
+                                                         cap);
+    case PREC_FP16: return launch_rows<__half, __half>(ctx, online, N, V, logits, targets, losses, dlogits, dloss, cap);
+    default: return launch_rows<float, float>(ctx, online, N, V, logits, targets, losses, dlogits, dloss, cap);
     }
 }
 
@@ -344,11 +364,12 @@ extern "C" int klinear_ce(kpath path, int variant, int64_t N, int64_t C, int64_t
                            PREC_FP32, PREC_FP32, nullptr, nullptr, 1};
         if (kmatmul(path, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &lg)) return -1;
         int rc = path == KPATH_FP32
-                     ? launch_rows<float, float>(ctx, 0, r, V, chunk_logits, targets + c0, losses + c0, dl, dloss)
+                     ? launch_rows<float, float>(ctx, 0, r, V, chunk_logits, targets + c0, losses + c0, dl, dloss, 0.0f)
                  : path == KPATH_BF16
                      ? launch_rows<float, __nv_bfloat16>(ctx, 0, r, V, chunk_logits, targets + c0, losses + c0, dl,
-                                                         dloss)
-                     : launch_rows<float, __half>(ctx, 0, r, V, chunk_logits, targets + c0, losses + c0, dl, dloss);
+                                                         dloss, 0.0f)
+                     : launch_rows<float, __half>(ctx, 0, r, V, chunk_logits, targets + c0, losses + c0, dl, dloss,
+                                                  0.0f);
         if (rc) return -1;
         if (dh) { // dh[c0:c0+r] [r,C] = dlogits [r,V] . W [V,C]
             kmatmul_args a = {r, C, V, 0, 0, dl, W, (char *)dh + (size_t)c0 * C * el, nullptr, 1.0f, 0.0f, nullptr, 0,

@@ -8,6 +8,10 @@
  *   dz_ij = (exp(z_ij - lse_i) - [j == t_i]) * dloss
  * dloss is the gradient of each row's loss (1/N for a mean over rows).
  * Losses are fp32 [N]; the caller reduces them (a mean is dloss-weighted).
+ * Logit soft-cap (materialised only; softcap 0: none): each logit l read is
+ * first z = cap tanhf(l / cap) (quotient, tanhf, product: each rounded in
+ * fp32), and the gradient is ((p - [j = t]) (1 - th th)) dloss with
+ * th = tanhf(l / cap) recomputed in the gradient sweep, each step rounded.
  *
  * Materialised (kce_forward_backward): logits [N,V] and dlogits [N,V] in the
  * path's format (fp32, bf16, fp16) or in fp32 (variant fp32_logits, what an
@@ -62,7 +66,7 @@ extern const kvariant kce_variants[KCE_NVARIANTS];
 prec_format kce_logits_format(kpath path, int variant);
 
 int kce_forward_backward(kpath path, int variant, int64_t N, int64_t V, const void *logits, const int32_t *targets,
-                         float *losses, void *dlogits, float dloss);
+                         float *losses, void *dlogits, float dloss, float softcap);
 
 typedef enum { KLCE_CHUNK_1024 = 0, KLCE_CHUNK_128, KLCE_NVARIANTS } klce_variant;
 extern const kvariant klce_variants[KLCE_NVARIANTS];

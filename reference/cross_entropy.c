@@ -11,10 +11,12 @@
 #include "reference/matmul.h"
 
 /* One row.  Logits come from zd (doubles) or zx (exact MPFR values); m is
- * the row's largest logit as a double (any shift works; this keeps the
- * exponentials in range). */
-static void row(ref_ctx *ctx, long V, const double *zd, mpfr_t *zx, double m, int32_t t, double dloss, double *loss,
-                double *dz, ref_ball *z, ref_ball *e)
+ * the row's largest (capped) logit as a double (any shift works; this keeps
+ * the exponentials in range).  cap > 0: z = cap tanh(l / cap), with th[j]
+ * holding tanh(l / cap) for the gradient's factor 1 - th^2 (th unused when
+ * cap is 0). */
+static void row(ref_ctx *ctx, long V, const double *zd, mpfr_t *zx, double cap, double m, int32_t t, double dloss,
+                double *loss, double *dz, ref_ball *z, ref_ball *e, ref_ball *th)
 {
     if (t < 0 || t >= V) {
         *loss = 0.0;
@@ -31,6 +33,12 @@ static void row(ref_ctx *ctx, long V, const double *zd, mpfr_t *zx, double m, in
         for (long j = 0; j < V; j++) {
             if (zx) ref_ball_set_exact(&z[j], zx[j]);
             else ref_ball_set_d(&z[j], zd[j]);
+            if (cap > 0) {
+                ref_ball_set_d(&th[j], cap);
+                ref_ball_div(&th[j], &z[j], &th[j]);
+                ref_ball_lipschitz(&th[j], &th[j], mpfr_tanh, 1.0);
+                ref_ball_mul_d(&z[j], &th[j], cap);
+            }
             ref_ball_add_d(&e[j], &z[j], -m);
             ref_ball_exp(&e[j], &e[j]);
         }
@@ -44,6 +52,12 @@ static void row(ref_ctx *ctx, long V, const double *zd, mpfr_t *zx, double m, in
                 ref_ball_sub(&q, &z[j], &lse);
                 ref_ball_exp(&q, &q);
                 if (j == t) ref_ball_add_d(&q, &q, -1.0);
+                if (cap > 0) { /* times 1 - th^2, th^2 formed in e[j] (the sum is done with it) */
+                    ref_ball_mul(&e[j], &th[j], &th[j]);
+                    ref_ball_neg(&e[j], &e[j]);
+                    ref_ball_add_d(&e[j], &e[j], 1.0);
+                    ref_ball_mul(&q, &q, &e[j]);
+                }
                 ref_ball_mul_d(&q, &q, dloss);
                 undecided += !ref_output(ctx, &q, &dz[j]);
             }
@@ -55,6 +69,7 @@ static void row(ref_ctx *ctx, long V, const double *zd, mpfr_t *zx, double m, in
         for (long j = 0; j < V; j++) {
             ref_ball_set_prec(&z[j], p);
             ref_ball_set_prec(&e[j], p);
+            if (cap > 0) ref_ball_set_prec(&th[j], p);
         }
         ref_ball_set_prec(&sum, p);
         ref_ball_set_prec(&lse, p);
@@ -65,22 +80,27 @@ static void row(ref_ctx *ctx, long V, const double *zd, mpfr_t *zx, double m, in
     ref_ball_clear(&q);
 }
 
-void ref_cross_entropy(ref_ctx *ctx, long N, long V, const double *logits, const int32_t *targets, double dloss,
-                       double *losses, double *dlogits)
+void ref_cross_entropy(ref_ctx *ctx, long N, long V, const double *logits, const int32_t *targets, double softcap,
+                       double dloss, double *losses, double *dlogits)
 {
+    const size_t nth = softcap > 0 ? (size_t)V : 0;
     ref_ball *z = ref_balls_new((size_t)V, ref_first_prec(ctx)), *e = ref_balls_new((size_t)V, ref_first_prec(ctx));
+    ref_ball *th = nth ? ref_balls_new(nth, ref_first_prec(ctx)) : NULL;
     for (long i = 0; i < N; i++) {
         const double *zr = logits + i * V;
         double m = -INFINITY;
         for (long j = 0; j < V; j++) m = zr[j] > m ? zr[j] : m;
+        if (softcap > 0) m = softcap * tanh(m / softcap); /* the cap is increasing: the capped maximum */
         for (long j = 0; j < V; j++) {
             ref_ball_set_prec(&z[j], ref_first_prec(ctx));
             ref_ball_set_prec(&e[j], ref_first_prec(ctx));
+            if (nth) ref_ball_set_prec(&th[j], ref_first_prec(ctx));
         }
-        row(ctx, V, zr, NULL, m, targets[i], dloss, &losses[i], dlogits ? dlogits + i * V : NULL, z, e);
+        row(ctx, V, zr, NULL, softcap, m, targets[i], dloss, &losses[i], dlogits ? dlogits + i * V : NULL, z, e, th);
     }
     ref_balls_free(z, (size_t)V);
     ref_balls_free(e, (size_t)V);
+    if (th) ref_balls_free(th, nth);
 }
 
 void ref_linear_cross_entropy(ref_ctx *ctx, long N, long C, long V, const double *h, const double *W,
@@ -104,7 +124,7 @@ void ref_linear_cross_entropy(ref_ctx *ctx, long N, long C, long V, const double
             ref_ball_set_prec(&z[j], ref_first_prec(ctx));
             ref_ball_set_prec(&e[j], ref_first_prec(ctx));
         }
-        row(ctx, V, NULL, zx, m, targets[i], dloss, &losses[i], dlogits + i * V, z, e);
+        row(ctx, V, NULL, zx, 0.0, m, targets[i], dloss, &losses[i], dlogits + i * V, z, e, NULL);
     }
     for (long j = 0; j < V; j++) mpfr_clear(zx[j]);
     free(zx);

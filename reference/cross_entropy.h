@@ -5,6 +5,8 @@
  *   lse_i = log sum_j exp(z_ij),  loss_i = lse_i - z_i,t_i,
  *   dz_ij = (exp(z_ij - lse_i) - [j == t_i]) dloss
  * losses [N], dlogits [N,V] (NULL: skip) correctly rounded to double.
+ * With a logit soft-cap c > 0 (0: none) each logit l first becomes
+ * z = c tanh(l / c), and dz_ij above is multiplied by dz/dl = 1 - tanh^2(l / c).
  *
  * ref_linear_cross_entropy: z = h W^T with h [N,C], W [V,C]; the logits are
  * exact (superaccumulator), losses and dlogits correctly rounded; then
@@ -24,8 +26,8 @@
 extern "C" {
 #endif
 
-void ref_cross_entropy(ref_ctx *ctx, long N, long V, const double *logits, const int32_t *targets, double dloss,
-                       double *losses, double *dlogits);
+void ref_cross_entropy(ref_ctx *ctx, long N, long V, const double *logits, const int32_t *targets, double softcap,
+                       double dloss, double *losses, double *dlogits);
 
 void ref_linear_cross_entropy(ref_ctx *ctx, long N, long C, long V, const double *h, const double *W,
                               const int32_t *targets, double dloss, double *losses, double *dlogits, double *dh,

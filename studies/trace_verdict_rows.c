@@ -309,11 +309,6 @@ void trace_judge_cross_entropy(trace_report *r, const char *backend, const tsite
                                const double *dloss, const double *const out_a[2], const double *const out_b[2],
                                trace_bug bug)
 {
-    if (softcap > 0) {
-        snprintf(r->verdict_note, sizeof r->verdict_note,
-                 "no verdict for cross_entropy: compare_cross_entropy.h describes no logit soft-cap (cap %g)", softcap);
-        return;
-    }
     const tsite *sites[2] = {site_a, site_b};
     const double *const *outs[2] = {out_a, out_b};
     prec_format lf[2];
@@ -369,9 +364,10 @@ void trace_judge_cross_entropy(trace_report *r, const char *backend, const tsite
         double *loss = gather(outs[side][0], &p, 1, PREC_FP64, 0, &fail);
         double *dz = dloss ? gather(outs[side][1], &p, V, PREC_FP64, 0, &fail) : NULL;
         kcmp_ce_kernel k;
-        if (strcmp(backend, "cpu") == 0) k = (kcmp_ce_kernel){lf[side], PREC_FP32, V, 0, 0.0};
+        if (strcmp(backend, "cpu") == 0) k = (kcmp_ce_kernel){lf[side], PREC_FP32, V, 0, 0.0, 0.0};
         else k = kcheck_cross_entropy_kernel(sites[side]->path, sites[side]->variant, p.n, V);
         k.dloss = dloss ? (double)(float)*dloss : 0.0; /* both backends scale by it as an fp32 value */
+        k.softcap = (double)(float)softcap;             /* and cap with it as one */
         kcheck_acc rows[KCMP_CE_MAX_ROWS];
         int n_rows = fail ? -1 : kcmp_cross_entropy(&k, &(kcmp_ce_data){p.n, V, z, t, loss, dz}, shape, rows);
         fail = fail || n_rows < 0;

@@ -848,7 +848,7 @@ static int ce_call(const void *opv, int64_t R, arr *a, int alone, twin t)
 {
     const ce_case *o = opv;
     return kce_forward_backward(o->path, o->variant, R * o->N, o->V, a[0].dev, a[1].dev, a[2].dev, a[3].dev,
-                                1.0f / (float)o->N);
+                                1.0f / (float)o->N, 0.0f);
 }
 
 typedef struct {

@@ -554,46 +554,59 @@ static void test_rope_verdicts(void **state)
  * replays differ first: cross-entropy on 300 rows of 16 from the CPU
  * backend, B's copy with one dlogit of row 290 scaled by 1.5 (far over any
  * bound), is a bug in B located at that element (its index mapped back
- * from the rows judged); B equal to A is chaos. */
-static void test_large_op_judged_on_differing_rows(void **state)
+ * from the rows judged); B equal to A is chaos.  Without a logit soft-cap
+ * and with one at 3 (most logits where tanh bends): the CPU backend's
+ * capped arithmetic within compare_cross_entropy.h's capped bound, and a
+ * B that leaves out the cap's derivative (the uncapped gradient of the
+ * capped logits) a bug in B. */
+static void cpu_cross_entropy(tbackend *be, const tsite *ce, int64_t N, int64_t V, const double *z,
+                              const int32_t *targets, double softcap, double dloss, double *loss, double *dz)
 {
-    (void)state;
+    int64_t nv[2] = {N, V}, n1[1] = {N};
+    ktensor L, D, Lo;
+    void *t;
+    assert_int_equal(be->alloc(be, &L, PREC_BF16, 2, nv), 0);
+    assert_int_equal(be->alloc(be, &D, PREC_BF16, 2, nv), 0);
+    assert_int_equal(be->alloc(be, &Lo, PREC_FP32, 1, n1), 0);
+    assert_int_equal(be->alloc_raw(be, &t, (size_t)N * sizeof *targets), 0);
+    assert_int_equal(be->upload(be, &L, z), 0);
+    assert_int_equal(be->raw_upload(be, t, targets, (size_t)N * sizeof *targets), 0);
+    assert_int_equal(be->cross_entropy(be, ce, &Lo, &D, &L, t, softcap, &dloss), 0);
+    assert_int_equal(be->download(be, &D, dz), 0);
+    assert_int_equal(be->download(be, &Lo, loss), 0);
+    be->release(be, &L), be->release(be, &D), be->release(be, &Lo), be->release_raw(be, t);
+}
+
+static void large_op_judged_on_differing_rows(double softcap)
+{
     enum { N = 300, V = 16, ROW = 290, COL = 5 };
     prec_rng rng;
     prec_rng_seed(&rng, test_seed("test_large_op_judged_on_differing_rows"));
     tbackend *be = tbackend_cpu_create();
     assert_non_null(be);
-    static double z[N * V], loss[N], dz[2][N * V];
+    static double z[N * V], zc[N * V], loss[N], unused[N], dz[2][N * V];
     static int32_t targets[N];
     for (int i = 0; i < N * V; i++) z[i] = prec_rne(2.0 * prec_rng_normal(&rng), PREC_BF16);
     for (int i = 0; i < N; i++) targets[i] = (int32_t)(prec_rng_next(&rng) % V);
     const double dloss = 1.0 / N;
     tsite ce = {TSLOT_CROSS_ENTROPY, -1, TOP_CROSS_ENTROPY, NULL, KPATH_BF16, KCE_TWO_PASS};
-    {
-        int64_t nv[2] = {N, V}, n1[1] = {N};
-        ktensor L, D, Lo;
-        void *t;
-        assert_int_equal(be->alloc(be, &L, PREC_BF16, 2, nv), 0);
-        assert_int_equal(be->alloc(be, &D, PREC_BF16, 2, nv), 0);
-        assert_int_equal(be->alloc(be, &Lo, PREC_FP32, 1, n1), 0);
-        assert_int_equal(be->alloc_raw(be, &t, sizeof targets), 0);
-        assert_int_equal(be->upload(be, &L, z), 0);
-        assert_int_equal(be->raw_upload(be, t, targets, sizeof targets), 0);
-        assert_int_equal(be->cross_entropy(be, &ce, &Lo, &D, &L, t, 0.0, &dloss), 0);
-        assert_int_equal(be->download(be, &D, dz[0]), 0);
-        assert_int_equal(be->download(be, &Lo, loss), 0);
-        be->release(be, &L), be->release(be, &D), be->release(be, &Lo), be->release_raw(be, t);
-    }
+    cpu_cross_entropy(be, &ce, N, V, z, targets, softcap, dloss, loss, dz[0]);
     memcpy(dz[1], dz[0], sizeof dz[0]);
     const double *const out_a[2] = {loss, dz[0]}, *const out_b[2] = {loss, dz[1]};
-    for (int planted = 0; planted < 2; planted++) {
-        if (planted) dz[1][ROW * V + COL] = prec_rne(1.5 * dz[0][ROW * V + COL], PREC_BF16);
+    for (int planted = 0; planted < (softcap > 0 ? 3 : 2); planted++) {
+        if (planted == 1) dz[1][ROW * V + COL] = prec_rne(1.5 * dz[0][ROW * V + COL], PREC_BF16);
+        if (planted == 2) { /* the capped logits' uncapped gradient: no 1 - th^2 */
+            for (int i = 0; i < N * V; i++) zc[i] = prec_rne(softcap * tanh(z[i] / softcap), PREC_BF16);
+            cpu_cross_entropy(be, &ce, N, V, zc, targets, 0.0, dloss, unused, dz[1]);
+        }
         trace_report r;
         memset(&r, 0, sizeof r);
-        trace_judge_cross_entropy(&r, "cpu", &ce, &ce, N, V, z, targets, 0.0, &dloss, out_a, out_b, TRACE_BUG_NONE);
+        trace_judge_cross_entropy(&r, "cpu", &ce, &ce, N, V, z, targets, softcap, &dloss, out_a, out_b,
+                                  TRACE_BUG_NONE);
         char line[512];
-        print_message("%s: %s (%s)\n", planted ? "one element off" : "equal", trace_verdict_line(&r, line, sizeof line),
-                      r.verdict_note);
+        print_message("softcap %g, %s: %s (%s)\n", softcap,
+                      planted == 2 ? "no cap derivative" : planted ? "one element off" : "equal",
+                      trace_verdict_line(&r, line, sizeof line), r.verdict_note);
         assert_non_null(strstr(r.verdict_note, "256 of 300 rows (those differing first)"));
         if (!planted) {
             assert_int_equal(r.verdict, TRACE_VERDICT_CHAOS);
@@ -601,9 +614,16 @@ static void test_large_op_judged_on_differing_rows(void **state)
         }
         assert_int_equal(r.verdict, TRACE_VERDICT_BUG_B);
         assert_string_equal(r.judge[1].worst_output, "dlogits");
-        assert_int_equal(r.judge[1].worst, ROW * V + COL);
+        if (planted == 1) assert_int_equal(r.judge[1].worst, ROW * V + COL);
     }
     be->destroy(be);
+}
+
+static void test_large_op_judged_on_differing_rows(void **state)
+{
+    (void)state;
+    large_op_judged_on_differing_rows(0.0);
+    large_op_judged_on_differing_rows(3.0);
 }
 
 /* One norm backward of the CPU backend at `at` on x, dy [N, C], gain [C]

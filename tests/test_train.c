@@ -477,12 +477,16 @@ static void test_gpu_determinism(void **state)
  * inputs as |X(plan) - X(fp32 plan)|; so the bound on |X(cuda) - X(cpu)| is
  * twice that.  Later steps start from weights that already differ (a
  * trajectory, not a bound): printed, not checked.  Twin: CUDA kernels with a
- * planted dropped term must exceed the bound. */
-static int agree(tmodel_kind kind, unsigned long long seed, int planted)
+ * planted dropped term must exceed the bound.  The logit soft-cap (modern):
+ * cap on both sides agrees; a CUDA run without the CPU's cap must not (the
+ * cap of 0.1 bends most of the tiny model's initial logits: the gradient
+ * norm drops by a third). */
+static int agree(tmodel_kind kind, unsigned long long seed, int planted, double cpu_cap, double cuda_cap)
 {
     ttrain_config c;
     tiny_config(&c, kind, "bf16", seed);
     c.steps = 3;
+    c.model.softcap = cpu_cap;
     ttrain_result cpu, ref, gpu;
     run_ok(&c, &cpu);
     ttrain_config c32 = c;
@@ -490,6 +494,7 @@ static int agree(tmodel_kind kind, unsigned long long seed, int planted)
     if (tplan_init(&c32.plan, "fp32", kind, err, sizeof err)) fail_msg("%s", err);
     run_ok(&c32, &ref);
     c.backend = "cuda";
+    c.model.softcap = cuda_cap;
     kernels_set_planted_bug(planted ? KBUG_DROP_TERM : KBUG_NONE);
     int st = ttrain_run(&c, &gpu);
     kernels_set_planted_bug(KBUG_NONE);
@@ -500,7 +505,9 @@ static int agree(tmodel_kind kind, unsigned long long seed, int planted)
         return 0;
     }
     if (st) fail_msg("cuda run failed: %s", gpu.error);
-    const char *tag = planted ? " (planted drop-term)" : "";
+    char tag[96];
+    snprintf(tag, sizeof tag, "%s%s", planted ? " (planted drop-term)" : "", cpu_cap != cuda_cap ? " (cuda uncapped)" : "");
+    if (cpu_cap > 0) snprintf(tag + strlen(tag), sizeof tag - strlen(tag), " softcap %g", cpu_cap);
     for (long s = 0; s < c.steps; s++)
         print_message("%s%s step %ld: loss cpu %.9f cuda %.9f fp32 %.9f; grad norm cpu %.7g cuda %.7g fp32 %.7g\n",
                       tmodel_kind_name(kind), tag, s, cpu.loss[s], gpu.loss[s], ref.loss[s], cpu.grad_norm[s],
@@ -519,9 +526,12 @@ static void test_gpu_cpu_agree(void **state)
     TEST_REQUIRE_GPU();
     unsigned long long seed = test_seed("test_gpu_cpu_agree");
     for (int kind = 0; kind < TMODEL_COUNT; kind++) {
-        assert_true(agree((tmodel_kind)kind, seed, 0));
-        assert_false(agree((tmodel_kind)kind, seed, 1));
+        assert_true(agree((tmodel_kind)kind, seed, 0, 0.0, 0.0));
+        assert_false(agree((tmodel_kind)kind, seed, 1, 0.0, 0.0));
     }
+    assert_true(agree(TMODEL_MODERN, seed, 0, 0.1, 0.1));
+    assert_false(agree(TMODEL_MODERN, seed, 1, 0.1, 0.1));
+    assert_false(agree(TMODEL_MODERN, seed, 0, 0.1, 0.0));
 }
 
 int main(void)

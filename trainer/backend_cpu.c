@@ -970,7 +970,7 @@ static int cpu_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, kte
                                  (long long)r, (long long)V);
         }
         float mx = -INFINITY;
-        for (int64_t j = 0; j < V; j++) {
+        for (int64_t j = 0; j < V; j++) { /* the soft-cap of kernels/cross_entropy.h: cap tanhf(l / cap) */
             float l = ld(logits, r * V + j, f);
             z[j] = softcap > 0 ? (float)softcap * tanhf(l / (float)softcap) : l;
             mx = fmaxf(mx, z[j]);
@@ -982,8 +982,8 @@ static int cpu_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, kte
         if (!dlogits) continue;
         for (int64_t j = 0; j < V; j++) {
             float g = expf(z[j] - lse) - (j == tgt ? 1.0f : 0.0f);
-            if (softcap > 0) {
-                float th = z[j] / (float)softcap;
+            if (softcap > 0) { /* times dz/dl = 1 - th^2, th = tanhf(l / cap) recomputed as the kernel does */
+                float th = tanhf(ld(logits, r * V + j, f) / (float)softcap);
                 g *= 1.0f - th * th;
             }
             fdata(dlogits)[r * V + j] = rnd2(g * (float)*dloss, f, dlogits->format);

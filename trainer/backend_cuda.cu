@@ -729,16 +729,13 @@ static int cuda_transpose(tbackend *be, const tsite *at, ktensor *out, const kte
 static int cuda_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, ktensor *dlogits, const ktensor *logits,
                               const int32_t *targets, double softcap, const double *dloss)
 {
-    if (softcap > 0)
-        return tbackend_fail(be, "slot cross_entropy: the registry's kernel has no logit soft-cap (cap %g); train with "
-                                 "--softcap 0 on cuda, or on the cpu backend", softcap);
     kpath path = at->path;
     int v = at->variant;
     prec_format lf = kce_logits_format(path, v);
     ktensor L, DL;
     if (as_format(be, 0, logits, lf, &L) || (dlogits && out_begin(be, 1, dlogits, lf, &DL))) return -1;
     if (kce_forward_backward(path, v, logits->shape[0], logits->shape[1], L.data, targets, (float *)losses->data,
-                             dlogits ? DL.data : nullptr, dloss ? (float)*dloss : 0.0f))
+                             dlogits ? DL.data : nullptr, dloss ? (float)*dloss : 0.0f, (float)softcap))
         return kfail(be, at, "cross-entropy");
     return dlogits ? out_end(be, dlogits, &DL) : 0;
 }

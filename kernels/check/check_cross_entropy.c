@@ -2,8 +2,9 @@
  * (materialised logits) and linear_cross_entropy (fused with the lm_head,
  * chunked); registry entries in kernels/cross_entropy.cu.
  *
- * Materialised: logits ~ N(0, 2) (one shape N(0, 8): a wide row) in the
- * logits' format, random targets with one ignored row, dloss = 1/N.  Rows:
+ * Materialised: logits ~ N(0, 2) (one shape N(0, 8): a wide row; two with a
+ * logit soft-cap, N(0, 20) capped at 15 and N(0, 30) at 30) in the logits'
+ * format, random targets with one ignored row, dloss = 1/N.  Rows:
  * loss (fp32) and dlogits.  Linear: h ~ N(0,1), W ~ N(0, 0.5) in the path's
  * format; rows: loss, dh (path format), dW (fp32).
  *
@@ -42,10 +43,13 @@ static const int THREADS = 256; /* the row kernel's block */
 
 typedef struct {
     int64_t N, V;
-    double sigma;
+    double sigma, softcap; /* softcap 0: none */
 } ce_shape;
 
-static const ce_shape ce_shapes[] = {{3, 7, 2.0}, {5, 1000, 2.0}, {6, 4099, 8.0}, {4, 50304, 2.0}};
+/* The capped shapes put most logits where tanh bends (sigma near the cap)
+ * and some in its flat tail, where 1 - th^2 cancels. */
+static const ce_shape ce_shapes[] = {{3, 7, 2.0, 0.0},  {5, 1000, 2.0, 0.0}, {5, 997, 20.0, 15.0},
+                                     {6, 4099, 8.0, 0.0}, {4, 50304, 2.0, 0.0}, {3, 50304, 30.0, 30.0}};
 
 /* Targets: uniform over the vocabulary, the last row ignored (-1) when N > 1. */
 static void draw_targets(prec_rng *rng, int32_t *t, int64_t N, int64_t V)
@@ -88,12 +92,16 @@ static int check_ce_shape(kcheck_ctx *ctx, kpath path, int variant, const ce_sha
         kdevice_alloc(&tdev, N * sizeof(int32_t), "cross_entropy targets") || ktensor_upload(&L, z) ||
         kdevice_upload(tdev, t, N * sizeof(int32_t), "cross_entropy targets"))
         goto done;
-    if (kce_forward_backward(path, variant, N, V, L.data, tdev, Lo.data, D.data, dloss) ||
+    if (kce_forward_backward(path, variant, N, V, L.data, tdev, Lo.data, D.data, dloss, (float)s->softcap) ||
         kernels_sync("cross_entropy") || ktensor_download(&D, dz) || ktensor_download(&Lo, loss))
         goto done;
     char shape_name[96];
-    snprintf(shape_name, sizeof shape_name, "N=%lld V=%lld sigma=%g", (long long)N, (long long)V, s->sigma);
-    const kcmp_ce_kernel k = kcheck_cross_entropy_kernel(path, variant, N, V);
+    if (s->softcap > 0)
+        snprintf(shape_name, sizeof shape_name, "N=%lld V=%lld sigma=%g softcap=%g", (long long)N, (long long)V,
+                 s->sigma, s->softcap);
+    else snprintf(shape_name, sizeof shape_name, "N=%lld V=%lld sigma=%g", (long long)N, (long long)V, s->sigma);
+    kcmp_ce_kernel k = kcheck_cross_entropy_kernel(path, variant, N, V);
+    k.softcap = (double)(float)s->softcap;
     const kcmp_ce_data d = {N, V, z, t, loss, dz};
     kcheck_acc rows[KCMP_CE_MAX_ROWS];
     int n_rows = kcmp_cross_entropy(&k, &d, shape_name, rows);
@@ -113,7 +121,7 @@ done:
 int kcheck_cross_entropy(kcheck_ctx *ctx, kpath path, int variant)
 {
     int n = (int)(sizeof ce_shapes / sizeof ce_shapes[0]);
-    if (kcheck_quick(ctx)) n = 2;
+    if (kcheck_quick(ctx)) n = 3; /* the third is the first capped one */
     for (int i = 0; i < n; i++)
         if (check_ce_shape(ctx, path, variant, &ce_shapes[i]) != 0) return -1;
     return 0;
@@ -173,7 +181,7 @@ static int check_lce_shape(kcheck_ctx *ctx, kpath path, int variant, const lce_s
     const double g_logits = kmatmul_error_factor(path, KMATMUL_ACC_DEFAULT, C, &trunc_logits);
     const double g_dh = kmatmul_error_factor(path, KMATMUL_ACC_DEFAULT, V, &trunc_dh);
     /* the normaliser as the materialised kernel's two-pass row (its logits' own errors come with them) */
-    kcmp_ce_kernel lk = {f, F32, kcheck_tree_depth(V, THREADS), 0, dloss};
+    kcmp_ce_kernel lk = {f, F32, kcheck_tree_depth(V, THREADS), 0, dloss, 0.0};
     kcheck_acc al, adh, adw;
     kcheck_acc_init(&al, "loss", shape_name, u32);
     kcheck_acc_init(&adh, "dh", shape_name, u);
@@ -203,7 +211,7 @@ static int check_lce_shape(kcheck_ctx *ctx, kpath path, int variant, const lce_s
         if (trunc_logits) l.p = l.e;
         if (kcheck_acc_add(&al, i, loss[i], lossr[i], l.e, l.p, fabs(lse.v) + fabs(zt.v)))
             kcheck_acc_detail(&al, "row %lld: got %.9g ref %.17g target %d", (long long)i, loss[i], lossr[i], t[i]);
-        for (int64_t j = 0; j < V; j++) g[i * V + j] = kcmp_ce_dlogit(z[j], ez[j], lse, j == t[i], dloss, f);
+        for (int64_t j = 0; j < V; j++) g[i * V + j] = kcmp_ce_dlogit(z[j], ez[j], lse, j == t[i], NULL, dloss, f);
     }
     kcheck_acc_report(ctx, &al);
     /* dh = dz W: the rounded dz's errors through |W|, the GEMM's own model */

@@ -44,11 +44,21 @@ kval kcmp_ce_row_lse(const kcmp_ce_kernel *k, const double *z, const double *ez,
     return kval_add(mk, lg, F32);
 }
 
-kval kcmp_ce_dlogit(double zj, double ezj, kval lse, int is_target, double dloss, prec_format store)
+static double tanh_d(double x) { return tanh(x); }
+
+kval kcmp_ce_capped(double l, double cap, kval *th)
+{
+    /* tanhf: 2 ulps (CUDA C++ Programming Guide; glibc's tables list 2 for x86-64) */
+    *th = kval_monotone(kval_div(kval_exact(l), kval_exact(cap), F32), tanh_d, -INFINITY, INFINITY, 2.0, 0.0, F32);
+    return kval_mul(kval_exact(cap), *th, F32);
+}
+
+kval kcmp_ce_dlogit(double zj, double ezj, kval lse, int is_target, const kval *th, double dloss, prec_format store)
 {
     kval z = {zj, ezj, ezj};
     kval p = kval_monotone(kval_sub(z, lse, F32), exp_d, -INFINITY, INFINITY, 2.0, 0.0, F32);
     if (is_target) p = kval_sub(p, kval_exact(1.0), F32);
+    if (th) p = kval_mul(p, kval_sub(kval_exact(1.0), kval_mul(*th, *th, F32), F32), F32);
     return kval_round(kval_mul(p, kval_exact(dloss), F32), store);
 }
 
@@ -57,14 +67,17 @@ int kcmp_cross_entropy(const kcmp_ce_kernel *k, const kcmp_ce_data *d, const cha
 {
     const int64_t N = d->N, V = d->V;
     const int32_t *t = d->targets;
+    const int capped = k->softcap > 0;
     double *lossr = malloc((size_t)N * sizeof(double)), *dzr = malloc((size_t)(N * V) * sizeof(double));
-    if (!lossr || !dzr) {
-        free(lossr);
-        free(dzr);
+    /* capped: the row's logits as the kernel's sums see them, their errors, and the tanh replays */
+    double *zc = capped ? malloc((size_t)V * sizeof(double)) : NULL, *ezc = capped ? malloc((size_t)V * sizeof(double)) : NULL;
+    kval *th = capped ? malloc((size_t)V * sizeof(kval)) : NULL;
+    if (!lossr || !dzr || (capped && (!zc || !ezc || !th))) {
+        free(lossr), free(dzr), free(zc), free(ezc), free(th);
         return -1;
     }
     ref_ctx rctx = REF_CTX_DEFAULT;
-    ref_cross_entropy(&rctx, N, V, d->logits, t, k->dloss, lossr, dzr);
+    ref_cross_entropy(&rctx, N, V, d->logits, t, k->softcap, k->dloss, lossr, dzr);
     int n_rows = 0;
     kcheck_acc *al = d->loss ? &rows[n_rows++] : NULL, *ad = d->dlogits ? &rows[n_rows++] : NULL;
     if (al) kcheck_acc_init(al, "loss", shape, prec_format_get(F32)->unit_roundoff);
@@ -79,14 +92,23 @@ int kcmp_cross_entropy(const kcmp_ce_kernel *k, const kcmp_ce_data *d, const cha
                     kcheck_acc_detail(ad, "ignored row %lld col %lld: got %.9g", (long long)i, (long long)j, dz[i * V + j]);
             continue;
         }
-        double m;
-        kval lse = kcmp_ce_row_lse(k, zr, NULL, 0.0, V, &m);
-        kval l = kval_sub(lse, kval_exact(zr[t[i]]), F32);
-        if (al && kcheck_acc_add(al, i, loss[i], lossr[i], l.e, l.p, fabs(lse.v) + fabs(zr[t[i]])))
+        double m, ez_max = 0.0;
+        for (int64_t j = 0; capped && j < V; j++) {
+            kval z = kcmp_ce_capped(zr[j], k->softcap, &th[j]);
+            zc[j] = z.v;
+            ezc[j] = z.e;
+            ez_max = fmax(ez_max, z.e);
+        }
+        const double *zs = capped ? zc : zr;
+        kval lse = kcmp_ce_row_lse(k, zs, capped ? ezc : NULL, ez_max, V, &m);
+        const kval zt = {zs[t[i]], capped ? ezc[t[i]] : 0.0, capped ? ezc[t[i]] : 0.0};
+        kval l = kval_sub(lse, zt, F32);
+        if (al && kcheck_acc_add(al, i, loss[i], lossr[i], l.e, l.p, fabs(lse.v) + fabs(zt.v)))
             kcheck_acc_detail(al, "row %lld: got %.9g ref %.17g target %d z_t %.9g max %.9g", (long long)i, loss[i],
-                              lossr[i], t[i], zr[t[i]], m);
+                              lossr[i], t[i], zt.v, m);
         for (int64_t j = 0; ad && j < V; j++) {
-            kval g = kcmp_ce_dlogit(zr[j], 0.0, lse, j == t[i], k->dloss, k->logits);
+            kval g = kcmp_ce_dlogit(zs[j], capped ? ezc[j] : 0.0, lse, j == t[i], capped ? &th[j] : NULL, k->dloss,
+                                    k->logits);
             int64_t idx = i * V + j;
             double scale = fabs(dzr[idx]) + (j == t[i] ? k->dloss : 0.0);
             if (kcheck_acc_add(ad, idx, dz[idx], dzr[idx], g.e, g.p, scale))
@@ -95,7 +117,6 @@ int kcmp_cross_entropy(const kcmp_ce_kernel *k, const kcmp_ce_data *d, const cha
         }
     }
     for (int i = 0; i < n_rows; i++) kcheck_acc_finish(&rows[i]);
-    free(lossr);
-    free(dzr);
+    free(lossr), free(dzr), free(zc), free(ezc), free(th);
     return n_rows;
 }

@@ -13,7 +13,13 @@
  * rescaled once per later maximum in their thread and per tree level above
  * it (at most the sum's depth r): 2(r + 1) + r/2 ulps per term and an
  * argument error of u (|z - max| + 2 range).  An ignored row (target -1)
- * must hold exact zeros. */
+ * must hold exact zeros.
+ *
+ * Soft-cap c > 0 (an fp32 value): each logit l read becomes z = c tanhf(l / c)
+ * (the quotient rounded, tanhf within 2 ulps, the product rounded: those
+ * errors enter the row's sums as the logits' own), and the gradient is
+ * ((p - [j = t]) (1 - th th)) dloss with th = tanhf(l / c), each operation
+ * rounded in fp32, before the store. */
 #ifndef ULPSCOPE_KERNELS_CHECK_COMPARE_CROSS_ENTROPY_H
 #define ULPSCOPE_KERNELS_CHECK_COMPARE_CROSS_ENTROPY_H
 
@@ -29,6 +35,7 @@ typedef struct {
     int64_t depth;      /* longest rounding chain of the sum over V */
     int online;         /* online softmax: one pass, terms rescaled at each new maximum */
     double dloss;       /* the loss gradient the dlogits are scaled by (an fp32 value) */
+    double softcap;     /* logit soft-cap (an fp32 value; 0: none) */
 } kcmp_ce_kernel;
 
 /* logits (N, V); targets (N), -1 for an ignored row; outputs as the kernel
@@ -51,8 +58,12 @@ int kcmp_cross_entropy(const kcmp_ce_kernel *k, const kcmp_ce_data *d, const cha
  * *m_out gets the row's maximum. */
 kval kcmp_ce_row_lse(const kcmp_ce_kernel *k, const double *z, const double *ez, double ez_max, int64_t V,
                      double *m_out);
-/* dz_j as the kernel computes and stores it into format store. */
-kval kcmp_ce_dlogit(double zj, double ezj, kval lse, int is_target, double dloss, prec_format store);
+/* dz_j as the kernel computes and stores it into format store; th: the
+ * soft-cap's tanhf(l_j / c) (NULL: no cap), whose 1 - th th multiplies it. */
+kval kcmp_ce_dlogit(double zj, double ezj, kval lse, int is_target, const kval *th, double dloss, prec_format store);
+/* The soft-cap's replay of a logit l (compare_cross_entropy.h's note):
+ * *th = tanhf(l / c), returns z = c th. */
+kval kcmp_ce_capped(double l, double cap, kval *th);
 
 /* How `ulpscope check` describes its own kernel at (path, variant) for rows
  * of V (check_cross_entropy.c: links the kernels). */
