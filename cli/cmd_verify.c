@@ -22,7 +22,7 @@ static void usage(FILE *fp)
             "                       [--accum A] [--reduce R] [--col-reduce R] [--upcast U]\n"
             "                       [--variance V] [--exp F] [--function F] [--math-ulps N] [--eps E]\n"
             "                       [--layout L] [--alpha X] [--beta X]\n"
-            "                       [--gelu] [--epilogue E] [--split-k S] [--dloss X] [--online]\n"
+            "                       [--gelu] [--epilogue E] [--split-k S] [--dloss X] [--online] [--softcap C]\n"
             "                       [--lr X] [--beta1 X] [--beta2 X] [--weight-decay X] [--step T]\n"
             "                       [--order O] [--store S] [--softmax F] [--scale X] [--causal yes|no]\n"
             "                       [--coeffs C] [--form F] [--angle A] [--base X]\n"
@@ -91,6 +91,8 @@ static void usage(FILE *fp)
             "  --dloss X        cross_entropy: the loss gradient the dlogits are scaled by (1/N\n"
             "                   for a mean over N rows; an fp32 value)\n"
             "  --online         cross_entropy: one pass over the row, rescaling at each new maximum\n"
+            "  --softcap C      cross_entropy: logits capped first, C tanhf(logit / C) (an fp32 value;\n"
+            "                   the gradient times 1 - tanhf^2, each step rounded in fp32)\n"
             "  --lr, --beta1, --beta2, --weight-decay X, --step T  adamw: the step's hyperparameters\n"
             "                   (fp32 values; t >= 1 drives the bias corrections); --accum: the\n"
             "                   update's arithmetic and m, v\n"
@@ -327,7 +329,7 @@ int cmd_verify(int argc, char **argv)
                                           "--reduce", "--col-reduce", "--upcast", "--epilogue", "--layout",
                                           "--variance", "--exp", "--function", "--order", "--store", "--softmax",
                                           "--coeffs", "--form", "--angle", "--json", "--base",
-                                          "--math-ulps", "--eps", "--alpha", "--beta", "--dloss", "--lr", "--beta1", "--beta2",
+                                          "--math-ulps", "--eps", "--alpha", "--beta", "--dloss", "--softcap", "--lr", "--beta1", "--beta2",
                                           "--weight-decay", "--scale", "--split-k", "--step", "--causal", "--gelu", "--online",
                                           "--list"};
     const char **fields[] = {&inputs,   &outputs,      &k.path,     &k.pass,       &k.accum, &k.reduce,
@@ -350,7 +352,7 @@ int cmd_verify(int argc, char **argv)
             if (a[0] == '-' && a[1])
                 return base_error("verify", "unknown option '%s' (options: --inputs --outputs --path --pass --accum --reduce "
                                             "--col-reduce --upcast --variance --exp --function --math-ulps --eps --layout --alpha --beta "
-                                            "--gelu --epilogue --split-k --dloss --online --lr --beta1 --beta2 --weight-decay --step "
+                                            "--gelu --epilogue --split-k --dloss --softcap --online --lr --beta1 --beta2 --weight-decay --step "
                                             "--order --store --softmax --scale --causal --coeffs --form --angle --base --json --list --help)", a);
             if (op) return base_error("verify", "more than one op ('%s' and '%s')", op, a);
             op = a;
@@ -392,6 +394,7 @@ int cmd_verify(int argc, char **argv)
             else if (strcmp(a, "--eps") == 0) k.eps = x;
             else if (strcmp(a, "--alpha") == 0) k.alpha = x;
             else if (strcmp(a, "--dloss") == 0) k.dloss = x;
+            else if (strcmp(a, "--softcap") == 0) k.softcap = x;
             else if (strcmp(a, "--lr") == 0) k.lr = x;
             else if (strcmp(a, "--beta1") == 0) k.beta1 = x;
             else if (strcmp(a, "--beta2") == 0) k.beta2 = x;

@@ -1007,15 +1007,19 @@ static void softmax_agrees_with_check_and_twins_fail(void **state)
 
 /* ---- cross_entropy ---------------------------------------------------------------------- */
 
-enum { CE_OK, CE_DROP_TERM, CE_TRUNCATE, CE_BF16_ACC };
+enum { CE_OK, CE_DROP_TERM, CE_TRUNCATE, CE_BF16_ACC, CE_NO_CAP_DERIVATIVE };
 
 /* Cross-entropy as a one-thread-per-row kernel computes it in fp32: the row
  * maximum, s = sum expf(z - max) sequentially, lse = max + logf(s), loss =
  * lse - z_t, dz = (expf(z - lse) - [j = t]) dloss stored in format f; an
  * ignored row (t = -1) writes zeros.  Bugs on request (the dropped term is
- * the largest: a small one can vanish under the bound). */
+ * the largest: a small one can vanish under the bound).  cap > 0: each logit
+ * l is first cap tanhf(l / cap), and the gradient is multiplied by
+ * 1 - th th, th = tanhf(l / cap) (CE_NO_CAP_DERIVATIVE leaves that out). */
+static float capped(double l, float cap) { return cap > 0 ? cap * tanhf((float)l / cap) : (float)l; }
+
 static void emulate_cross_entropy(int64_t N, int64_t V, const double *z, const int32_t *t, float dloss, prec_format f,
-                                  int bug, double *loss, double *dz)
+                                  int bug, float cap, double *loss, double *dz)
 {
     const prec_rounding rz = {PREC_RZ, PREC_OVF_IEEE, false};
     const prec_format ft = f == PREC_FP32 ? PREC_BF16 : f; /* truncation: fp32 values to bf16 precision */
@@ -1026,22 +1030,27 @@ static void emulate_cross_entropy(int64_t N, int64_t V, const double *z, const i
             for (int64_t j = 0; j < V; j++) dz[i * V + j] = 0;
             continue;
         }
-        float m = (float)zr[0], s = 0;
+        float m = capped(zr[0], cap), s = 0;
         int64_t argmax = 0;
         for (int64_t j = 1; j < V; j++)
-            if ((float)zr[j] > m) {
-                m = (float)zr[j];
+            if (capped(zr[j], cap) > m) {
+                m = capped(zr[j], cap);
                 argmax = j;
             }
         for (int64_t j = 0; j < V; j++) {
             if (bug == CE_DROP_TERM && j == argmax) continue;
-            s += expf((float)zr[j] - m);
+            s += expf(capped(zr[j], cap) - m);
             if (bug == CE_BF16_ACC) s = (float)prec_rne(s, PREC_BF16);
         }
         float lse = m + logf(s);
-        loss[i] = lse - (float)zr[t[i]];
+        loss[i] = lse - capped(zr[t[i]], cap);
         for (int64_t j = 0; j < V; j++) {
-            float p = expf((float)zr[j] - lse) - (j == t[i] ? 1.0f : 0.0f), v = p * dloss;
+            float p = expf(capped(zr[j], cap) - lse) - (j == t[i] ? 1.0f : 0.0f);
+            if (cap > 0 && bug != CE_NO_CAP_DERIVATIVE) {
+                const float th = tanhf((float)zr[j] / cap);
+                p *= 1.0f - th * th;
+            }
+            const float v = p * dloss;
             dz[i * V + j] = bug == CE_TRUNCATE ? prec_round(v, ft, rz, 0) : prec_rne(v, f);
         }
     }
@@ -1087,7 +1096,7 @@ static void cross_entropy_agrees_with_check_and_twins_fail(void **state)
                     t[N - 1] = -1;
                     for (int64_t i = 0; i < N; i++) tv[i] = t[i];
                     const float dloss = 1.0f / (float)N;
-                    emulate_cross_entropy(N, V, z, t, dloss, lf, bug, loss, dz);
+                    emulate_cross_entropy(N, V, z, t, dloss, lf, bug, 0.0f, loss, dz);
                     kcmp_ce_kernel ck = kcheck_cross_entropy_kernel(paths[pi], variant, N, V);
                     ulp_kernel k = ULP_KERNEL_DEFAULT;
                     k.path = prec_format_get(lf)->name;
@@ -1126,6 +1135,48 @@ static void cross_entropy_agrees_with_check_and_twins_fail(void **state)
                     }
                     free(z); free(dz); free(loss); free(tv); free(t);
                 }
+}
+
+/* A soft-capped kernel (cap 4 on logits of sd 6: most where tanh bends or
+ * flat) passes when declared with its --softcap, and each planted bug fails
+ * under the same declaration: the dropped term, truncated stores, a bf16
+ * sum, the gradient without the cap's derivative 1 - th^2; the capped
+ * outputs declared without a cap fail too. */
+static void cross_entropy_softcap_and_twins(void **state)
+{
+    (void)state;
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("cross_entropy_softcap_and_twins"));
+    enum { N = 16, V = 300 };
+    const float cap = 4.0f, dloss = 1.0f / N;
+    static const prec_format fmts[] = {PREC_FP32, PREC_BF16};
+    double *z = malloc(N * V * sizeof(double)), *dz = malloc(N * V * sizeof(double));
+    double loss[N], tv[N];
+    int32_t t[N];
+    assert_true(z && dz);
+    for (int fi = 0; fi < 2; fi++)
+        for (int bug = CE_OK; bug <= CE_NO_CAP_DERIVATIVE + 1; bug++) {
+            const int undeclared = bug == CE_NO_CAP_DERIVATIVE + 1; /* correct kernel, cap not declared */
+            for (int64_t i = 0; i < N * V; i++) z[i] = prec_rne(6 * prec_rng_normal(&rng), fmts[fi]);
+            for (int64_t i = 0; i < N; i++) t[i] = (int32_t)(prec_rng_next(&rng) % V);
+            t[N - 1] = -1;
+            for (int64_t i = 0; i < N; i++) tv[i] = t[i];
+            emulate_cross_entropy(N, V, z, t, dloss, fmts[fi], undeclared ? CE_OK : bug, cap, loss, dz);
+            ulp_kernel k = ULP_KERNEL_DEFAULT;
+            k.path = prec_format_get(fmts[fi])->name;
+            k.accum = "fp32";
+            k.reduce = "sequential";
+            k.dloss = dloss;
+            k.softcap = undeclared ? 0.0 : cap;
+            int rc = ce_verify(N, V, z, tv, loss, dz, &k);
+            if ((bug == CE_OK) != (rc == ULP_PASS)) {
+                ulp_report_print(stdout, &ce_rep);
+                fail_msg("%s softcap bug %d%s: %s", k.path, bug, undeclared ? " (undeclared)" : "",
+                         rc == ULP_PASS ? "passed" : "failed");
+            }
+            if (bug == CE_OK) assert_non_null(strstr(ce_rep.rows[0].assumption, "--softcap 4"));
+        }
+    free(z), free(dz);
 }
 
 /* ---- activations ------------------------------------------------------------------------ */
@@ -2160,7 +2211,10 @@ static void cli_refuses_bad_input(void **state)
         {"cross_entropy --path fp32 --dloss 0.5 --inputs D/a.npy,D/t1.npy --outputs dlogits=D/a3.npy", "dlogits's shape"},
         {"cross_entropy --path fp32 --inputs D/a.npy,D/t1.npy --outputs D/a3.npy", "loss has 3 elements"},
         {"cross_entropy --path fp32 --pass bwd --inputs D/a.npy,D/t1.npy --outputs D/t1.npy", "cross_entropy has no bwd pass"},
-        {"rmsnorm --path bf16 --dloss 0.5 --inputs D/a.npy --outputs D/a.npy", "dloss and online are cross_entropy's"},
+        {"rmsnorm --path bf16 --dloss 0.5 --inputs D/a.npy --outputs D/a.npy", "dloss, online and softcap are cross_entropy's"},
+        {"softmax --path fp32 --softcap 30 --inputs D/a.npy --outputs D/a.npy", "dloss, online and softcap are cross_entropy's"},
+        {"cross_entropy --path fp32 --softcap 0.1 --inputs D/a.npy,D/t1.npy --outputs D/a3.npy", "softcap 0.10000000000000001 is not a finite fp32 value"},
+        {"cross_entropy --path fp32 --softcap -2 --inputs D/a.npy,D/t1.npy --outputs D/a3.npy", "softcap -2 is not a finite fp32 value"},
         /* the activations */
         {"gelu_tanh --path fp32 --inputs D/a.npy --outputs D/a3.npy", "y's shape differs from x's"},
         {"gelu_tanh --path fp32 --pass bwd --inputs D/a.npy --outputs D/a.npy", "missing input tensor 'dy'"},
@@ -2244,6 +2298,7 @@ int main(void)
         cmocka_unit_test(layernorm_planted_bugs_fail),
         cmocka_unit_test(softmax_agrees_with_check_and_twins_fail),
         cmocka_unit_test(cross_entropy_agrees_with_check_and_twins_fail),
+        cmocka_unit_test(cross_entropy_softcap_and_twins),
         cmocka_unit_test(activations_agree_with_check),
         cmocka_unit_test(activations_planted_bugs_fail),
         cmocka_unit_test(activations_store_grad_and_unknown),

@@ -119,7 +119,8 @@ static const vop ops[] = {
      NULL},
     {"cross_entropy", OP_CROSS_ENTROPY,
      "loss = logsumexp(logits) - logits[target] per row of V, dlogits = (softmax(logits) - onehot(target)) dloss, "
-     "both from the one pass (--dloss; --online: one pass over the row, rescaling at each new maximum)",
+     "both from the one pass (--dloss; --online: one pass over the row, rescaling at each new maximum; --softcap C: "
+     "logits capped as C tanhf(logit / C) first)",
      {{"logits (N.., V), targets (N.., integers; -1: an ignored row)",
        "loss (N.., fp32, optional), dlogits (as logits, needs --dloss, optional)",
        {{"logits", 0, T_STORAGE}, {"targets", 0, T_INDEX}}, {{"loss", 1, T_FP32}, {"dlogits", 1, T_STORAGE}}},
@@ -349,7 +350,7 @@ typedef struct {
     double math_ulps, eps, alpha, beta;
     double scale;        /* attention: 0 for fp32(1/sqrt(D)) */
     int gelu, split_k, online;
-    double dloss;
+    double dloss, softcap;
     const char *coeffs, *form; /* polar_express */
     double abc[KPE_STEPS][3];  /* its coefficients per step, as fp32 values (coeffs declared) */
     int has_coeffs;
@@ -581,6 +582,9 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
     if (!is_one_of(d->exp_form, exp_forms)) return bad(err, errlen, "unknown exp '%s' (exp, exp2, fast, unknown)", d->exp_form);
     d->dloss = k->dloss;
     d->online = k->online;
+    d->softcap = k->softcap;
+    if (!(k->softcap >= 0) || !isfinite(k->softcap) || prec_rne(k->softcap, PREC_FP32) != k->softcap)
+        return bad(err, errlen, "softcap %.17g is not a finite fp32 value >= 0 (0: none)", k->softcap);
     d->softmax = "unknown";
     if ((k->softmax && strcmp(k->softmax, "unknown") != 0) || k->scale != 0 || k->causal != 1)
         return bad(err, errlen, "softmax, scale and causal are attention's; this op has none of them");
@@ -638,8 +642,8 @@ static int check_decl(const ulp_kernel *k, op_id op, decl *d, char *err, size_t 
     if ((is_elementwise(op) || op == OP_ADAMW || op == OP_TRANSPOSE || op == OP_EMBEDDING) && !is_gelu(op) &&
         d->math_ulps != 2.0)
         return bad(err, errlen, "%s calls no math function; --math-ulps does not apply", op_names[op]);
-    if (op != OP_CROSS_ENTROPY && (d->dloss != 0 || d->online))
-        return bad(err, errlen, "dloss and online are cross_entropy's; %s has neither", op_names[op]);
+    if (op != OP_CROSS_ENTROPY && (d->dloss != 0 || d->online || d->softcap != 0))
+        return bad(err, errlen, "dloss, online and softcap are cross_entropy's; %s has none of them", op_names[op]);
     if (op == OP_CROSS_ENTROPY && d->math_ulps != 2.0)
         return bad(err, errlen, "cross_entropy's expf and logf have CUDA's figures (2 and 1 ulps); --math-ulps does not apply");
     if (!has_exp_form(op) && strcmp(d->exp_form, "unknown") != 0)
@@ -811,6 +815,7 @@ static void describe(const decl *d, const problem *pb, char *out, size_t len)
         APPEND("%s--exp %s", k ? " " : "", d->exp_form);
     } else if (op == OP_CROSS_ENTROPY) {
         APPEND(" --reduce %s%s", d->reduce, d->online ? " --online" : "");
+        if (d->softcap > 0) APPEND(" --softcap %.9g", d->softcap);
     } else if (op == OP_ROPE) {
         APPEND(" --angle %s", d->angle);
         if (strcmp(d->angle, "fp32") == 0 && d->math_ulps != 2.0) APPEND(" --math-ulps %g", d->math_ulps);
@@ -928,6 +933,7 @@ static kcmp_ce_kernel cross_entropy_kernel(const decl *d, int64_t V)
     k.depth = parse_reduce(d->reduce, V, 0);
     k.online = d->online;
     k.dloss = d->dloss;
+    k.softcap = d->softcap;
     return k;
 }
 

@@ -149,12 +149,14 @@ typedef struct {
                              fl(pos inv_freq) in fp32, then sincosf: math_ulps, inv_freq the input or within
                              math_ulps) or "unknown" */
     double base;          /* theta's base (10000) */
+    double softcap;       /* cross_entropy: the logit soft-cap c, an fp32 value (each logit l becomes
+                             c tanhf(l / c) before the loss, the gradient times 1 - tanhf^2); 0: none */
 } ulp_kernel;
 
 #define ULP_KERNEL_DEFAULT                                                                            \
     ((ulp_kernel){"fp32", "fwd", "unknown", "unknown", "unknown", "unknown", 2.0, (double)1e-5f, "unknown", \
                   "AB", 1.0, 0.0, 0, 1, "unknown", "unknown", 0.0, 0, "unknown", 0.0, 0.0, 0.0, 0.0, 0,   \
-                  "unknown", "unknown", "unknown", 0.0, 1, "unknown", "unknown", "unknown", 10000.0})
+                  "unknown", "unknown", "unknown", 0.0, 1, "unknown", "unknown", "unknown", 10000.0, 0.0})
 
 typedef struct {
     char output[16];        /* "y", "dx", ... */
