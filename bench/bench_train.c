@@ -14,13 +14,25 @@
  *           peak tensors per replica); the same with attention=flash_mma and
  *           warp_tree norms at R = 1 and 64; gpt2 depth 4, width 256,
  *           sequence 256 with R = 1 and 32
+ *   sizes   the seed table: forward and backward time of one micro-batch of
+ *           --batch sequences (8 unless given) for the gpt2 shapes of 124M,
+ *           350M, 774M, 1.5B and 2.7B parameters (vocabulary 50304, context
+ *           1024) at sequence 128, 256, 512 and 1024, bf16 and fp32 plans:
+ *           mean and sd over --reps (5) timed pairs after a warm-up pair.
+ *           A pair is a forward pass, then a forward and backward pass on the
+ *           same batch; the backward time is their difference, pair by pair.
+ *           A shape that does not fit is reported OOM, with what it needs
+ *           (tmodel_measure, plus the ops' scratch as the trainer counts it)
+ *           against the GPU's free memory; one whose allocation fails anyway
+ *           is reported with the allocator's message.
  * Times are the median step (the first, which warms cuBLASLt up, excluded).
  * MFU: model FLOPs (6 N + 12 L T C per token, lm_head in N) over 989.4 TFLOP/s
  * (dense bf16 of an H100/H200 SXM).  The text's bytes are the tokens (ids <
  * 256 in the 50304-entry vocabulary): speed does not depend on token values.
  *
- * usage: bench_train [gpt2|fp8|modern|memory|replicas|all] [--steps N] [--batch B] [--seconds S]
- *                    [--modern-steps N] [--replica-steps N] */
+ * usage: bench_train [gpt2|fp8|modern|memory|replicas|sizes|all] [--steps N] [--batch B] [--seconds S]
+ *                    [--modern-steps N] [--replica-steps N] [--reps N]
+ * (all: everything but sizes, which takes minutes of its own) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +43,9 @@
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul.h"
+#include "precision/rng.h"
+#include "trainer/backend.h"
+#include "trainer/model.h"
 #include "trainer/train.h"
 
 #define PEAK_FLOPS 989.4e12
@@ -251,12 +266,129 @@ static int bench_replicas(long steps)
     return base > 0 && bench_group("gpt2 d4 w256 T256", &g, 32, base) > 0 ? 0 : 1;
 }
 
+/* ---- sizes: the seed table -------------------------------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    int layers, width, heads;
+} gpt2_shape;
+
+/* GPT-2's four sizes (Radford et al. 2019) and GPT-3's 2.7B (Brown et al. 2020, table 2.1) */
+static const gpt2_shape gpt2_shapes[] = {
+    {"124M", 12, 768, 12}, {"350M", 24, 1024, 16}, {"774M", 36, 1280, 20}, {"1.5B", 48, 1600, 25},
+    {"2.7B", 32, 2560, 32},
+};
+
+static void mean_sd(const double *v, int n, double *mean, double *sd)
+{
+    double m = 0, q = 0;
+    for (int i = 0; i < n; i++) m += v[i] / n;
+    for (int i = 0; i < n; i++) q += (v[i] - m) * (v[i] - m);
+    *mean = m;
+    *sd = n > 1 ? sqrt(q / (n - 1)) : 0.0;
+}
+
+static double gib(size_t b) { return (double)b / 1073741824.0; }
+
+/* One cell of the table: 1 on a failure that is not the shape's own (no
+ * backend, a pass that fails); an OOM shape is a row, not a failure. */
+static int size_cell(tbackend *be, const gpt2_shape *sh, const char *preset, int B, int T, int reps)
+{
+    char err[1024], what[128] = "";
+    tmodel_config mc;
+    tplan plan;
+    if (tmodel_config_init(&mc, TMODEL_GPT2, sh->layers, sh->width, sh->heads, 50304, 1024, err, sizeof err) ||
+        tplan_init(&plan, preset, TMODEL_GPT2, err, sizeof err)) {
+        fprintf(stderr, "bench_train sizes: %s\n", err);
+        return 1;
+    }
+    printf("%-5s %-5s T%-5d B%-3d ", sh->name, preset, T, B);
+    tmodel_memory mem;
+    size_t avail = 0;
+    if (tbackend_bind_plan(be, &plan, mc.n_layer) || be->mem_available(be, &avail, what, sizeof what)) {
+        printf("failed: %s\n", tbackend_error(be));
+        return 1;
+    }
+    if (tmodel_measure(&mc, be, &plan, B, T, &mem, err, sizeof err)) {
+        printf("failed: %s\n", err);
+        return 1;
+    }
+    /* the trainer's own estimate (trainer/train_out.c): the ops' scratch and 64 MiB of library workspace */
+    const size_t need = mem.total_bytes + 2 * mem.largest_elems * sizeof(float) + ((size_t)64 << 20);
+    if (need > avail) {
+        printf("OOM: needs %.1f GiB (parameters and optimizer state %.1f GiB), %.1f GiB free\n", gib(need),
+               gib(mem.param_bytes), gib(avail));
+        fflush(stdout);
+        return 0;
+    }
+    const uint64_t seed = 1337;
+    tmodel *m = tmodel_create(&mc, be, &plan, B, T, &seed, err, sizeof err);
+    if (!m) {
+        printf("OOM or failure at allocation: %s\n", err);
+        fflush(stdout);
+        return 0;
+    }
+    const size_t n = (size_t)B * T;
+    int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
+    double *fwd = malloc((size_t)reps * sizeof *fwd), *bwd = malloc((size_t)reps * sizeof *bwd), loss = 0;
+    int rc = !tok || !tgt || !fwd || !bwd;
+    prec_rng rng;
+    prec_rng_seed(&rng, 42);
+    for (size_t i = 0; !rc && i < n; i++) tok[i] = (int32_t)(prec_rng_next(&rng) % 50257);
+    for (size_t i = 0; !rc && i < n; i++) tgt[i] = (int32_t)(prec_rng_next(&rng) % 50257);
+    const double dloss = 1.0 / (double)n;
+    for (int r = -1; r < reps && !rc; r++) { /* r = -1: the warm-up pair (kernels load, GEMM algorithms chosen) */
+        double t0 = now_s();
+        rc = tmodel_step_micro(m, tok, tgt, NULL, &loss) || be->sync(be);
+        double t1 = now_s();
+        rc = rc || tmodel_step_micro(m, tok, tgt, &dloss, &loss) || be->sync(be);
+        double t2 = now_s();
+        rc = rc || tmodel_zero_grads(m) || be->sync(be); /* untimed: gradients accumulate otherwise */
+        if (r >= 0) {
+            fwd[r] = 1e3 * (t1 - t0);
+            bwd[r] = 1e3 * ((t2 - t1) - (t1 - t0));
+        }
+    }
+    if (rc) printf("failed: %s\n", tbackend_error(be));
+    else {
+        double fm, fs, bm, bs;
+        mean_sd(fwd, reps, &fm, &fs);
+        mean_sd(bwd, reps, &bm, &bs);
+        printf("forward %9.2f ms (sd %6.2f)  backward %9.2f ms (sd %6.2f)  %10.0f tok/s fwd+bwd  loss %.3f  "
+               "tensors %.1f GiB\n", fm, fs, bm, bs, (double)n / ((fm + bm) * 1e-3), loss, gib(mem.total_bytes));
+    }
+    fflush(stdout);
+    tmodel_destroy(m);
+    free(tok), free(tgt), free(fwd), free(bwd);
+    return rc;
+}
+
+static int bench_sizes(int B, int reps)
+{
+    char why[256];
+    tbackend *be = tbackend_cuda_create(why, sizeof why);
+    if (!be) {
+        fprintf(stderr, "bench_train sizes: %s\n", why);
+        return 1;
+    }
+    printf("seed table: gpt2 shapes, one micro-batch of B sequences, mean (sd) over %d timed pairs\n", reps);
+    static const char *const presets[] = {"bf16", "fp32"};
+    static const int seqs[] = {128, 256, 512, 1024};
+    int rc = 0;
+    for (size_t p = 0; p < 2 && !rc; p++)
+        for (size_t s = 0; s < sizeof gpt2_shapes / sizeof gpt2_shapes[0] && !rc; s++)
+            for (size_t t = 0; t < sizeof seqs / sizeof seqs[0] && !rc; t++)
+                rc = size_cell(be, &gpt2_shapes[s], presets[p], B, seqs[t], reps);
+    be->destroy(be);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *what = "all";
     long steps = 20, modern_steps = 800; /* ~6 epochs of tinyshakespeare: past that a 4.8M model overfits */
     long replica_steps = 1000;
-    int batch = 8;
+    int batch = 8, reps = 5;
     double seconds = 60.0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = atol(argv[++i]);
@@ -264,6 +396,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) seconds = atof(argv[++i]);
         else if (strcmp(argv[i], "--modern-steps") == 0 && i + 1 < argc) modern_steps = atol(argv[++i]);
         else if (strcmp(argv[i], "--replica-steps") == 0 && i + 1 < argc) replica_steps = atol(argv[++i]);
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
         else what = argv[i];
     }
     char why[256];
@@ -280,5 +413,6 @@ int main(int argc, char **argv)
     }
     if (all || strcmp(what, "modern") == 0) rc |= bench_modern(seconds, modern_steps);
     if (all || strcmp(what, "replicas") == 0) rc |= bench_replicas(replica_steps);
+    if (strcmp(what, "sizes") == 0) rc |= bench_sizes(batch, reps > 0 ? reps : 1);
     return rc;
 }
