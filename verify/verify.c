@@ -1887,13 +1887,22 @@ int ulp_verify(const char *op_name, const ulp_kernel *k, const ulp_tensor *input
         int t = op_rows(&tight, &pb, rep, &vt);
         int l = t < 0 ? -1 : op_rows(&loose, &pb, rep, &vl);
         if (t < 0 || l < 0) goto oom;
-        verdict = l;
+        /* The loosest description is not the loosest at every element (attention's materialised
+         * backward rounds P where a two-pass kernel does not, so a two-pass kernel's dq can sit
+         * outside it at an element): outputs within the tightest bound everywhere pass too. */
+        verdict = l || t;
         char dt[200], dl[200];
         describe(&tight, &pb, dt, sizeof dt);
         describe(&loose, &pb, dl, sizeof dl);
-        snprintf(rep->verdict, sizeof rep->verdict, "%s against the loosest bound (%s)%s; the tightest (%s) %s",
-                 l ? "PASS" : "FAIL", dl, vl ? ", which is infinite for some outputs (no claim there)" : "", dt,
-                 t ? "holds too" : "does not hold");
+        if (l || !t)
+            snprintf(rep->verdict, sizeof rep->verdict, "%s against the loosest bound (%s)%s; the tightest (%s) %s",
+                     l ? "PASS" : "FAIL", dl, vl ? ", which is infinite for some outputs (no claim there)" : "", dt,
+                     t ? "holds too" : "does not hold");
+        else
+            snprintf(rep->verdict, sizeof rep->verdict,
+                     "PASS against the tightest bound (%s); the loosest (%s) does not hold at every element: its "
+                     "replay is not the loosest everywhere",
+                     dt, dl);
     } else {
         int vd = 0;
         int r = op_rows(&d, &pb, rep, &vd);
