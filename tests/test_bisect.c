@@ -34,7 +34,16 @@
  * with the shift and the paired sds the first real search measured (printed).
  * Ten trials each, random culprits among 20 units: one culprit and two must
  * be found in >= 9 of 10; the oracle that ignores the noise floor (one
- * culprit) and the search that stops at the first (two) must not. */
+ * culprit) and the search that stops at the first (two) must not.
+ *
+ * Windows (--windows): the surrogate's culprit moves the loss only while it
+ * is on in the last quarter of the steps (the trainer's switches applied
+ * step by step to the arm's plan); with 4 windows the last must be SHIFT and
+ * the other three not in >= 9 of 10 trials, and the twin whose window arms
+ * drop their switches must fail that.  On real training (the planted
+ * culprit alone, validation after every step) each window's runs must part
+ * from the culprit's and good's runs exactly after step 12, a replica group's
+ * runs must be single runs' bits, and a second call must run nothing. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -661,12 +670,50 @@ static void test_surrogate_windows(void **state)
     assert_true(windows_found < 9);
 }
 
+/* A culprit whose path the trainer fixes for the whole run (AdamW's state
+ * in bf16) cannot switch mid-run: its windows are skipped, saying why, and
+ * its window records carry the reason and no effect. */
+static void test_windows_fixed_slot(void **state)
+{
+    (void)state;
+    if (!calib.measured) fail_msg("the surrogate needs the real search's measurements (test_real_training first)");
+    bisect_config *c = malloc(sizeof *c);
+    assert_non_null(c);
+    char *recipe_json = NULL, err[1024], dir[160];
+    recipe(c, "optimizer.adamw=bf16:llmc", &recipe_json);
+    surrogate s = {.bad = &c->bad, .n_culprits = 1, .key = test_seed("test_windows_fixed_slot")};
+    s.culprit[0] = (tplan_unit){TSLOT_ADAMW, -1};
+    snprintf(dir, sizeof dir, "%s/fixed", results_root);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    c->results_dir = dir;
+    c->first_seed = 1;
+    c->runner = surrogate_runner;
+    c->runner_ctx = &s;
+    c->windows = 2;
+    bisect_report rep;
+    if (bisect_run(c, &rep, err, sizeof err)) fail_msg("bisect_run: %s", err);
+    bisect_print(stdout, c, &rep);
+    assert_true(found(&rep, s.culprit, 1));
+    assert_int_equal(rep.n_windows, 1);
+    assert_non_null(strstr(rep.windows[0].why, "slot optimizer.adamw holds training state"));
+    assert_int_equal(rep.windows[0].rep.n_arms, 0);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    bisect_write_records(f, c, &rep);
+    assert_int_equal(count_lines_with(f, "\"verdict\":null,\"why\":\"slot optimizer.adamw holds training state"), 2);
+    fclose(f);
+    bisect_report_free(&rep);
+    free(recipe_json);
+    free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_real_training),
         cmocka_unit_test(test_surrogate_nine_in_ten),
         cmocka_unit_test(test_surrogate_windows),
+        cmocka_unit_test(test_windows_fixed_slot),
         cmocka_unit_test(test_real_windows),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
