@@ -19,7 +19,7 @@ typedef struct {
     const char *bad, *bad_plan, *seed_schedule, *plant;
     double margin;
     uint64_t first_seed;
-    int ddmax;
+    int ddmax, windows;
     long max_judgements;
 } bisect_options;
 
@@ -37,6 +37,10 @@ static const copt bisect_opts[] = {
     {"--margin", COPT_DOUBLE, F(margin), 0, INFINITY, "bisect", "X", "(the null arm's chaos sd) equivalence margin", NULL,
      COPT_MAX_OPEN},
     {"--ddmax", COPT_FLAG, F(ddmax), 0, 0, "bisect", "", "also find the largest subset of the bad plan that is EQUIVALENT",
+     NULL, 0},
+    {"--windows", COPT_INT, F(windows), 2, BISECT_MAX_WINDOWS, "bisect", "W",
+     "(off) then each culprit on for one of W equal windows of the steps only: which part of training it matters "
+     "in (culprits x W x the largest seed count more runs)",
      NULL, 0},
     {"--max-judgements", COPT_LONG, F(max_judgements), 1, 1000000, "bisect", "N", "(1000) configuration x count budget",
      NULL, 0},
@@ -93,7 +97,9 @@ int cmd_bisect(int argc, char **argv)
                 "Finds which of the units where the plans differ (slot x layer x GEMM role) move the final validation\n"
                 "loss: stochastic delta debugging (rddmin with a growing sample schedule, as Verrou's verrou_dd) with a\n"
                 "paired comparison against the good plan as the oracle, at the noise floor a null arm measures.\n"
-                "--ddmax also finds the largest part of the bad plan that stays EQUIVALENT.\n\n");
+                "--ddmax also finds the largest part of the bad plan that stays EQUIVALENT.\n"
+                "--windows W then runs each culprit switched to bad for one of W equal windows of the steps only\n"
+                "(the trainer's plan switches), W arms against good at the largest seed count.\n\n");
         copt_help(stdout, tables, 2);
         free(s);
         return 0;
@@ -104,6 +110,8 @@ int cmd_bisect(int argc, char **argv)
     if (!status && parse_seed_schedule(s->o.seed_schedule, c))
         status = base_error("bisect", "--seed-schedule %s: increasing seed counts >= 2, comma separated (e.g. 4,8,16)",
                            s->o.seed_schedule);
+    if (!status && s->o.windows > s->t.cfg.steps)
+        status = base_error("bisect", "--windows %d: more windows than the run's %ld steps", s->o.windows, s->t.cfg.steps);
     if (!status) status = experiment_setup("bisect", &s->t, &s->o.e, CMP_VARY_BOTH, &c->train, &recipe);
     if (!status) {
         c->good = s->t.cfg.plan;
@@ -151,6 +159,7 @@ int cmd_bisect(int argc, char **argv)
         c->margin = s->o.margin;
         c->first_seed = s->o.first_seed;
         c->ddmax = s->o.ddmax;
+        c->windows = s->o.windows;
         c->max_judgements = s->o.max_judgements;
         c->results_dir = s->o.e.results_dir ? s->o.e.results_dir : tmpdir;
         c->recipe_json = recipe;

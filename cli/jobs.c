@@ -18,7 +18,9 @@
 #define JOBS_ANSWER_MAGIC 0x756c7061u  /* "ulpa" */
 #define JOBS_MAX_PER_REQUEST 65536
 
-/* A request: this header, the arm's plan (a tplan), then n cmp_job. */
+/* A request: this header, the arm's plan (a tplan), its switches' override
+ * strings (switch_len[i] bytes each, no terminator), then n cmp_job. */
+#define JOBS_MAX_SWITCH_TEXT 65536
 typedef struct {
     uint32_t magic;
     int n;
@@ -26,6 +28,9 @@ typedef struct {
     int is_null;
     int planted;           /* kbug */
     char arm[CMP_NAME_MAX];
+    int n_switches;
+    long switch_step[TTRAIN_MAX_SWITCHES];
+    int switch_len[TTRAIN_MAX_SWITCHES];
 } jobs_request;
 
 /* An answer: this header, then n cmp_run (status -1: the runner could not go
@@ -312,11 +317,20 @@ static int send_task(jobs_pool *p, worker *w, const cmp_arm *arms, const cmp_job
     h.planted = (int)p->ctx->planted[a];
     snprintf(h.arm, sizeof h.arm, "%s", arms[a].name);
     const tplan *plan = p->bug == JOBS_BUG_BASE_PLAN ? &p->ctx->base.plan : &p->ctx->plans[a];
+    const tswitch *sw = p->ctx->switches[a];
+    h.n_switches = p->ctx->n_switches[a];
+    for (int i = 0; i < h.n_switches; i++) {
+        size_t len = strlen(sw[i].overrides);
+        if (len > JOBS_MAX_SWITCH_TEXT) return -1;
+        h.switch_step[i] = sw[i].step;
+        h.switch_len[i] = (int)len;
+    }
     cmp_job *js = malloc((size_t)tasks[t].m * sizeof *js);
     if (!js) return -1;
     for (int k = 0; k < tasks[t].m; k++) js[k] = jobs[tasks[t].idx[k]];
-    int rc = write_all(w->to_worker, &h, sizeof h) || write_all(w->to_worker, plan, sizeof *plan) ||
-             write_all(w->to_worker, js, (size_t)tasks[t].m * sizeof *js);
+    int rc = write_all(w->to_worker, &h, sizeof h) || write_all(w->to_worker, plan, sizeof *plan);
+    for (int i = 0; i < h.n_switches && !rc; i++) rc = write_all(w->to_worker, sw[i].overrides, (size_t)h.switch_len[i]);
+    rc = rc || write_all(w->to_worker, js, (size_t)tasks[t].m * sizeof *js);
     free(js);
     w->task = rc ? -1 : t;
     return rc ? -1 : 0;
@@ -478,17 +492,27 @@ int jobs_serve(const char *cmd, const char *spec, cmp_train_ctx *ctx, const char
         return base_error(cmd, "--jobs-worker %s: internal to --jobs (a worker's two pipes); give --jobs N", spec);
     const uint64_t mine = recipe_hash(recipe);
     tplan *plan = malloc(sizeof *plan);
+    char *switch_text[TTRAIN_MAX_SWITCHES] = {0}; /* the request's switches, alive while its runs run */
     if (!plan) return base_error(cmd, "out of memory");
     int status = 0;
     for (;;) {
         jobs_request h;
         int got = read_all(in, &h, sizeof h);
         if (got == 1) break; /* the parent closed the pipe: done */
-        if (got || h.magic != JOBS_REQUEST_MAGIC || h.n < 1 || h.n > JOBS_MAX_PER_REQUEST ||
-            read_all(in, plan, sizeof *plan)) {
+        if (got || h.magic != JOBS_REQUEST_MAGIC || h.n < 1 || h.n > JOBS_MAX_PER_REQUEST || h.n_switches < 0 ||
+            h.n_switches > TTRAIN_MAX_SWITCHES || read_all(in, plan, sizeof *plan)) {
             status = 1;
             break;
         }
+        for (int i = 0; i < h.n_switches && !status; i++) {
+            free(switch_text[i]);
+            switch_text[i] = h.switch_len[i] >= 0 && h.switch_len[i] <= JOBS_MAX_SWITCH_TEXT
+                                 ? malloc((size_t)h.switch_len[i] + 1)
+                                 : NULL;
+            if (!switch_text[i] || read_all(in, switch_text[i], (size_t)h.switch_len[i])) status = 1;
+            else switch_text[i][h.switch_len[i]] = '\0';
+        }
+        if (status) break;
         cmp_job *jobs = malloc((size_t)h.n * sizeof *jobs);
         cmp_run *runs = calloc((size_t)h.n, sizeof *runs);
         if (!jobs || !runs || read_all(in, jobs, (size_t)h.n * sizeof *jobs)) {
@@ -510,6 +534,9 @@ int jobs_serve(const char *cmd, const char *spec, cmp_train_ctx *ctx, const char
             arm.identity = arm.name;
             ctx->plans[0] = *plan;
             ctx->planted[0] = (kbug)h.planted;
+            ctx->n_switches[0] = h.n_switches;
+            for (int i = 0; i < h.n_switches; i++)
+                ctx->switches[0][i] = (tswitch){h.switch_step[i], switch_text[i]};
             for (int k = 0; k < h.n; k++) jobs[k].arm = 0;
             cmp_runner runner;
             cmp_train_runner(&runner, ctx);
@@ -524,6 +551,7 @@ int jobs_serve(const char *cmd, const char *spec, cmp_train_ctx *ctx, const char
         }
     }
     free(plan);
+    for (int i = 0; i < TTRAIN_MAX_SWITCHES; i++) free(switch_text[i]);
     close(in);
     close(out);
     return status;

@@ -7,7 +7,7 @@
  * It parses and sets up exactly as the parent (the same recipe and base
  * config; a request under another recipe is refused), then serves requests
  * until the parent closes its pipe: a request carries one arm (its plan,
- * planted bug, null-arm flag, name) and up to the replica capacity of its
+ * plan switches, planted bug, null-arm flag, name) and up to the replica capacity of its
  * jobs; the worker runs them with the trainer's runner (compare_train.h) and
  * answers with the cmp_run results.  Both ends are one binary, so requests
  * and answers are the structs' bytes.

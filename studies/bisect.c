@@ -24,6 +24,13 @@ typedef struct {
     double t0;
 } oracle_ctx;
 
+static int in_groups(int group, const int *groups, int n)
+{
+    for (int g = 0; g < n; g++)
+        if (groups[g] == group) return 1;
+    return 0;
+}
+
 /* good with the units of the given groups switched to bad */
 static int plan_of(const bisect_config *c, const bisect_report *rep, const int *groups, int n, tplan *out, char *err,
                    size_t errlen)
@@ -32,11 +39,7 @@ static int plan_of(const bisect_config *c, const bisect_report *rep, const int *
     if (!u) return snprintf(err, errlen, "out of memory"), -1;
     int k = 0;
     for (int i = 0; i < rep->n_units; i++)
-        for (int g = 0; g < n; g++)
-            if (rep->group_of[i] == groups[g]) {
-                u[k++] = rep->units[i];
-                break;
-            }
+        if (in_groups(rep->group_of[i], groups, n)) u[k++] = rep->units[i];
     int rc = tplan_apply_units(&c->good, &c->bad, u, k, out, err, errlen);
     free(u);
     return rc;
@@ -216,6 +219,16 @@ void bisect_report_free(bisect_report *rep)
     cmp_report_free(&rep->confirm);
     for (int a = 0; a < CMP_MAX_ARMS; a++) free(rep->confirm_ids[a]);
     memset(rep->confirm_ids, 0, sizeof rep->confirm_ids);
+    for (int k = 0; k < rep->n_windows; k++) {
+        bisect_windows *ws = &rep->windows[k];
+        cmp_report_free(&ws->rep);
+        for (int a = 0; a < CMP_MAX_ARMS; a++) free(ws->ids[a]);
+        free(ws->to_bad);
+        free(ws->to_good);
+    }
+    free(rep->windows);
+    rep->windows = NULL;
+    rep->n_windows = 0;
 }
 
 /* The culprits, the rest and the ddmax set judged at the largest count. */
@@ -275,6 +288,148 @@ static int confirm(const bisect_config *c, bisect_report *rep, char *err, size_t
     return rc;
 }
 
+/* "mlp.up@0=bf16:split_k,optimizer.adamw=fp32:torch": plan p's choices for
+ * the units of the given groups, as overrides a switch applies (malloc'd) */
+static char *overrides_of(const tplan *p, const bisect_report *rep, const int *groups, int n)
+{
+    const size_t per_unit = 96 + 16 + 128 + 3; /* unit, path, variant, '=', ':', ',' */
+    size_t cap = per_unit * (size_t)rep->n_units + 1, used = 0;
+    char *s = malloc(cap);
+    if (!s) return NULL;
+    s[0] = '\0';
+    for (int i = 0; i < rep->n_units; i++) {
+        if (!in_groups(rep->group_of[i], groups, n)) continue;
+        const tplan_unit *u = &rep->units[i];
+        const tslot_choice *ch = tplan_choice_at(p, u->slot, u->layer);
+        char name[96], variant[128];
+        tplan_unit_string(u, name, sizeof name);
+        tplan_choice_variant_string(p, u->slot, ch, variant, sizeof variant);
+        used += (size_t)snprintf(s + used, cap - used, "%s%s=%s:%s", used ? "," : "", name, kpath_name(ch->path), variant);
+    }
+    return s;
+}
+
+/* Why the trainer would refuse to switch the culprit's units mid-run (""
+ * when it switches them): a slot that holds training state keeps its path
+ * (and some their variant) for the whole run, as tmodel_rebind rules; and
+ * the overrides must turn good into the culprit's plan and back. */
+static void switch_check(const bisect_config *c, const bisect_report *rep, const int *groups, int n, const tplan *on,
+                         const bisect_windows *ws, tplan *tmp, char *why, size_t len)
+{
+    why[0] = '\0';
+    for (int i = 0; i < rep->n_units; i++) {
+        if (!in_groups(rep->group_of[i], groups, n)) continue;
+        const tplan_unit *u = &rep->units[i];
+        tfixed fixed = tslot_get(u->slot)->fixed;
+        const tslot_choice *g = tplan_choice_at(&c->good, u->slot, u->layer), *b = tplan_choice_at(&c->bad, u->slot, u->layer);
+        if ((fixed != TFIXED_NO && g->path != b->path) || (fixed == TFIXED_CHOICE && g->variant != b->variant)) {
+            char name[96];
+            tplan_unit_string(u, name, sizeof name);
+            snprintf(why, len, "slot %s holds training state: the trainer fixes it for the whole run", name);
+            return;
+        }
+    }
+    char err[300] = "";
+    *tmp = c->good;
+    if (tplan_set(tmp, ws->to_bad, err, sizeof err) || !tplan_equal(tmp, on)) {
+        snprintf(why, len, "switching %.120s on good does not give the culprit's plan%s%.200s", ws->to_bad,
+                 err[0] ? ": " : "", err);
+        return;
+    }
+    *tmp = *on;
+    if (tplan_set(tmp, ws->to_good, err, sizeof err) || !tplan_equal(tmp, &c->good))
+        snprintf(why, len, "switching %.120s back does not give the good plan%s%.200s", ws->to_good, err[0] ? ": " : "",
+                 err);
+}
+
+/* plan's identity followed by its switches: "{...}|switch@12:mlp.up@0=bf16:fused" (malloc'd) */
+static char *window_identity(const tplan *plan, const tswitch *sw, int n)
+{
+    char *id = identity(plan);
+    if (!id) return NULL;
+    size_t len = strlen(id) + 1;
+    for (int i = 0; i < n; i++) len += strlen(sw[i].overrides) + 32;
+    char *s = realloc(id, len);
+    if (!s) {
+        free(id);
+        return NULL;
+    }
+    size_t used = strlen(s);
+    for (int i = 0; i < n; i++) used += (size_t)snprintf(s + used, len - used, "|switch@%ld:%s", sw[i].step, sw[i].overrides);
+    return s;
+}
+
+/* Culprit k's window arms (bisect.h) against good at the largest count. */
+static int run_windows(const bisect_config *c, bisect_report *rep, int k, bisect_windows *ws, char *err, size_t errlen)
+{
+    const dd_result *d = &rep->dd;
+    const int *groups = d->culprit_units + d->culprit_start[k];
+    const int n = d->culprit_len[k], W = c->windows;
+    const long S = c->train.base.steps;
+    ws->culprit = k;
+    for (int w = 0; w < W; w++) {
+        ws->from[w] = (long)((long long)w * S / W);
+        ws->to[w] = w == W - 1 ? S : (long)((long long)(w + 1) * S / W);
+    }
+    cmp_train_ctx *tc = malloc(sizeof *tc);
+    tplan *on = malloc(sizeof *on), *tmp = malloc(sizeof *tmp);
+    ws->to_bad = overrides_of(&c->bad, rep, groups, n);
+    ws->to_good = overrides_of(&c->good, rep, groups, n);
+    int rc = 0;
+    if (!tc || !on || !tmp || !ws->to_bad || !ws->to_good) rc = (snprintf(err, errlen, "out of memory"), 1);
+    char why[300];
+    if (!rc && plan_of(c, rep, groups, n, on, why, sizeof why))
+        snprintf(ws->why, sizeof ws->why, "the culprit's plan is refused: %s", why);
+    if (!rc && !ws->why[0]) switch_check(c, rep, groups, n, on, ws, tmp, ws->why, sizeof ws->why);
+    if (!rc && ws->why[0] && c->progress) fprintf(c->progress, "bisect: culprit %d: no windows: %s\n", k + 1, ws->why);
+    if (!rc && !ws->why[0]) {
+        cmp_config *cc = &ws->cfg;
+        memset(cc, 0, sizeof *cc);
+        *tc = c->train;
+        snprintf(cc->arms[0].name, CMP_NAME_MAX, "good");
+        tc->plans[0] = c->good;
+        ws->ids[0] = identity(&c->good);
+        cc->arms[0].identity = ws->ids[0];
+        for (int w = 0; w < W; w++) {
+            int a = w + 1, m = 0;
+            tswitch *sw = ws->switches[w];
+            /* Window 0 starts as the culprit's plan: the plan a run starts
+             * with is how the trainer sets step 0's (a switch at step 0, which
+             * the hook also takes, would rebind a model built under good's).
+             * Its runs are then the culprit's confirmation runs up to to[0]. */
+            if (w == 0) tc->plans[a] = *on;
+            else {
+                tc->plans[a] = c->good;
+                sw[m++] = (tswitch){ws->from[w], ws->to_bad};
+            }
+            if (w < W - 1) sw[m++] = (tswitch){ws->to[w], ws->to_good};
+            ws->n_switches[w] = m;
+            ws->ids[a] = window_identity(&tc->plans[a], sw, m);
+            if (c->planted_bug == BISECT_BUG_WINDOWS_IGNORE_SWITCHES) {
+                tc->plans[a] = *on;
+                m = 0;
+            }
+            memcpy(tc->switches[a], sw, (size_t)m * sizeof *sw);
+            tc->n_switches[a] = m;
+            tc->planted[a] = c->train.planted[0];
+            cc->arms[a].identity = ws->ids[a];
+            snprintf(cc->arms[a].name, CMP_NAME_MAX, "w%d [%ld,%ld)", a, ws->from[w], ws->to[w]);
+            if (!ws->ids[a]) rc = (snprintf(err, errlen, "out of memory"), 1);
+        }
+        cc->n_arms = W + 1;
+        const int smax = c->schedule[c->n_schedule - 1];
+        if (c->progress)
+            fprintf(c->progress, "bisect: culprit %d on for one of %d windows of the %ld steps at a time, at %d seeds\n",
+                    k + 1, W, S, smax);
+        if (!rc && !ws->ids[0]) rc = (snprintf(err, errlen, "out of memory"), 1);
+        if (!rc) rc = study(c, rep, cc, tc, smax, rep->margin, &ws->rep, err, errlen);
+    }
+    free(tc);
+    free(on);
+    free(tmp);
+    return rc;
+}
+
 static int search(const bisect_config *c, bisect_report *rep, double t0, char *err, size_t errlen);
 
 int bisect_run(const bisect_config *c, bisect_report *rep, char *err, size_t errlen)
@@ -290,6 +445,10 @@ static int search(const bisect_config *c, bisect_report *rep, double t0, char *e
     memset(rep, 0, sizeof *rep);
     dd_result_init(&rep->dd);
     if (!c->results_dir) return snprintf(err, errlen, "bisect needs a results directory (the run cache)"), 2;
+    if (c->windows && (c->windows < 2 || c->windows > BISECT_MAX_WINDOWS || c->windows > c->train.base.steps))
+        return snprintf(err, errlen, "%d windows: from 2 to %d and at most the %ld steps", c->windows,
+                        BISECT_MAX_WINDOWS, c->train.base.steps),
+               2;
     int n = tplan_diff(&c->good, &c->bad, c->train.base.model.n_layer, rep->units, BISECT_MAX_UNITS);
     if (n < 0) return snprintf(err, errlen, "the good and the bad plan are for different model families"), 2;
     if (n == 0) return snprintf(err, errlen, "the good and the bad plan do not differ: nothing to bisect"), 2;
@@ -364,8 +523,15 @@ static int search(const bisect_config *c, bisect_report *rep, double t0, char *e
         mx.clean = NULL;
         dd_result_free(&mx);
     }
-    if (!rep->dd.sanity_failed) return confirm(c, rep, err, errlen);
-    return 0;
+    if (rep->dd.sanity_failed) return 0;
+    int rc = confirm(c, rep, err, errlen);
+    if (!rc && c->windows && rep->dd.n_culprits > 0) {
+        rep->windows = calloc((size_t)rep->dd.n_culprits, sizeof *rep->windows);
+        if (!rep->windows) return snprintf(err, errlen, "out of memory"), 1;
+        rep->n_windows = rep->dd.n_culprits;
+        for (int k = 0; k < rep->n_windows && !rc; k++) rc = run_windows(c, rep, k, &rep->windows[k], err, errlen);
+    }
+    return rc;
 }
 
 void bisect_print(FILE *fp, const bisect_config *c, const bisect_report *rep)
@@ -405,6 +571,16 @@ void bisect_print(FILE *fp, const bisect_config *c, const bisect_report *rep)
         fprintf(fp, "\n");
         cmp_print_table(fp, &rep->confirm_cfg, &rep->confirm);
     }
+    for (int k = 0; k < rep->n_windows; k++) {
+        const bisect_windows *ws = &rep->windows[k];
+        if (ws->why[0]) {
+            fprintf(fp, "\nculprit %d over the steps: no windows: %s\n", ws->culprit + 1, ws->why);
+            continue;
+        }
+        fprintf(fp, "\nculprit %d over the steps: switched to bad for one window [from, to) of the steps only\n",
+                ws->culprit + 1);
+        cmp_print_table(fp, &ws->cfg, &ws->rep);
+    }
     fprintf(fp, "bisect: %ld judgements (%ld from the verdict cache), %d runs executed, %d from the run cache, %.1f s%s\n",
             d->judgements, d->cache_hits, rep->runs_executed, rep->runs_cached, rep->seconds,
             d->budget_exhausted ? "; stopped at --max-judgements" : "");
@@ -417,8 +593,8 @@ const cmp_arm_report *bisect_confirmed_arm(const bisect_report *rep, const char 
     return NULL;
 }
 
-/* ,"diff":..,"ci_lo":..,"ci_hi":..,"p":..,"verdict":".." of a confirmation arm at
- * the largest count (nulls when the set was not confirmed) */
+/* ,"diff":..,"ci_lo":..,"ci_hi":..,"p":..,"verdict":".." of a confirmation or
+ * window arm at the largest count (nulls when the arm did not run) */
 static void write_effect(FILE *fp, const cmp_arm_report *ar)
 {
     if (!ar || ar->pairs < 1) {
@@ -461,6 +637,18 @@ void bisect_write_records(FILE *fp, const bisect_config *c, const bisect_report 
         write_effect(fp, bisect_confirmed_arm(rep, name));
         fprintf(fp, "}\n");
     }
+    for (int k = 0; k < rep->n_windows; k++) {
+        const bisect_windows *ws = &rep->windows[k];
+        for (int w = 0; w < c->windows; w++) {
+            fprintf(fp, "{\"record\":\"window\",\"culprit\":%d,\"window\":%d,\"steps\":[%ld,%ld]", ws->culprit + 1,
+                    w + 1, ws->from[w], ws->to[w]);
+            write_effect(fp, ws->why[0] || w + 1 >= ws->rep.n_arms ? NULL : &ws->rep.arm[w + 1]);
+            fprintf(fp, ",\"why\":");
+            if (ws->why[0]) base_json_string(fp, ws->why);
+            else fprintf(fp, "null");
+            fprintf(fp, "}\n");
+        }
+    }
     fprintf(fp, "{\"record\":\"bisect\",\"units\":%d,\"groups\":%d,\"margin\":", rep->n_units, rep->n_groups);
     base_json_double(fp, rep->margin);
     fprintf(fp, ",\"margin_derived\":%s,\"chaos_sd\":", c->margin > 0 ? "false" : "true");
@@ -476,6 +664,7 @@ void bisect_write_records(FILE *fp, const bisect_config *c, const bisect_report 
     fprintf(fp, "},\"clean\":");
     if (c->ddmax) write_groups(fp, rep, d->clean, d->n_clean);
     else fprintf(fp, "null");
+    fprintf(fp, ",\"windows\":%d", c->windows);
     fprintf(fp, ",\"judgements\":%ld,\"verdict_cache_hits\":%ld,\"budget_exhausted\":%s,\"runs_executed\":%d,"
                 "\"runs_cached\":%d,\"runs_total\":%d,\"seconds\":",
             d->judgements, d->cache_hits, d->budget_exhausted ? "true" : "false", rep->runs_executed, rep->runs_cached,

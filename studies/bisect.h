@@ -17,7 +17,19 @@
  * twice (the base's runs are shared by every judgement).
  *
  * A search makes tens of judgements: the per-judgement alpha must be small
- * (0.01 by default; tests/test_delta_debug.c measured what 0.05 does). */
+ * (0.01 by default; tests/test_delta_debug.c measured what 0.05 does).
+ *
+ * Windows (windows = W >= 2): which part of training a culprit matters in.
+ * The steps are cut into W windows, [w S / W, (w + 1) S / W) rounded down,
+ * the last ending at S; for every culprit set the search found (confirmed
+ * or not), W arms run against good at the largest count: good with the
+ * culprit's units (whole groups) switched to bad's setting for that window
+ * only, through the trainer's switch hook (tswitch: a switch to bad's
+ * setting at the window's first step, one back to good's at its end).
+ * Holm adjusts over the W arms of a culprit.  Cost: culprits x W x the
+ * largest count runs.  A culprit whose units hold training state (the
+ * trainer's fixed slots) cannot switch mid-run: its windows are skipped,
+ * saying why. */
 #ifndef ULPSCOPE_STUDIES_BISECT_H
 #define ULPSCOPE_STUDIES_BISECT_H
 
@@ -35,9 +47,18 @@ extern "C" {
 
 /* Planted mistakes for the tests' twins (never set outside tests): an oracle
  * that ignores the noise floor (SHIFT whenever the mean paired difference is
- * not exactly 0), and a search that stops at the first culprit without
- * judging the complement (DD_BUG_STOP_AT_FIRST). */
-typedef enum { BISECT_BUG_NONE = 0, BISECT_BUG_IGNORE_NOISE_FLOOR, BISECT_BUG_STOP_AT_FIRST } bisect_bug;
+ * not exactly 0), a search that stops at the first culprit without judging
+ * the complement (DD_BUG_STOP_AT_FIRST), and window arms that drop their
+ * switches and run the culprit from the first step to the last. */
+typedef enum {
+    BISECT_BUG_NONE = 0,
+    BISECT_BUG_IGNORE_NOISE_FLOOR,
+    BISECT_BUG_STOP_AT_FIRST,
+    BISECT_BUG_WINDOWS_IGNORE_SWITCHES /* window arms run the culprit for the whole run */
+} bisect_bug;
+
+/* A culprit's window arms and the runs' Holm adjustment share one study. */
+#define BISECT_MAX_WINDOWS (CMP_MAX_ARMS - 1)
 
 /* The runs behind every judgement: the trainer (cmp_train_runner) unless a
  * test puts a simulated trainer in its place. */
@@ -52,6 +73,7 @@ typedef struct {
     double alpha;               /* per search (split over the schedule's looks) */
     double margin;              /* 0: measured by the null arm */
     int ddmax;                  /* also search the largest EQUIVALENT subset */
+    int windows;                /* 0: none; W in 2..min(steps, BISECT_MAX_WINDOWS): window arms per culprit */
     long max_judgements;
     const char *results_dir;    /* required: the run cache */
     const char *recipe_json;
@@ -60,6 +82,20 @@ typedef struct {
     void *runner_ctx;
     bisect_bug planted_bug;     /* BISECT_BUG_NONE outside the tests */
 } bisect_config;
+
+/* One culprit's window arms. */
+typedef struct {
+    int culprit;                /* index into the culprit sets (0-based) */
+    char why[512];              /* not empty: no window arm ran, for this reason */
+    long from[BISECT_MAX_WINDOWS], to[BISECT_MAX_WINDOWS]; /* window w: steps [from, to) */
+    char *to_bad, *to_good;     /* the switches' overrides: the culprit's units as bad, as good assign them */
+    cmp_config cfg;             /* good, then window w as arm w + 1 */
+    cmp_report rep;
+    char *ids[CMP_MAX_ARMS];
+    /* what arm w + 1 ran: its plan starts as good (window 0: the culprit switched on) and switches */
+    tswitch switches[BISECT_MAX_WINDOWS][2];
+    int n_switches[BISECT_MAX_WINDOWS];
+} bisect_windows;
 
 typedef struct {
     tplan_unit units[BISECT_MAX_UNITS];
@@ -72,6 +108,8 @@ typedef struct {
     cmp_config confirm_cfg;     /* the culprit sets, the rest and the ddmax set at the largest count */
     cmp_report confirm;         /* ... judged against good */
     char *confirm_ids[CMP_MAX_ARMS];
+    bisect_windows *windows;    /* [n_windows]: one per culprit set when c->windows (malloc'd) */
+    int n_windows;
     int runs_executed, runs_cached;
     double seconds;             /* wall time of bisect_run */
 } bisect_report;
@@ -86,9 +124,12 @@ void bisect_group_string(const bisect_report *rep, int g, char *buf, size_t len)
 void bisect_print(FILE *fp, const bisect_config *c, const bisect_report *rep);
 /* JSON Lines: one "culprit" record per culprit set (its groups, whether it
  * was confirmed, its effect against good at the largest count: diff, ci_lo,
- * ci_hi, p, verdict), one "bisect" record (units, groups, margin, noise
+ * ci_hi, p, verdict), with windows one "window" record per culprit and
+ * window (culprit: the culprit record's index; window from 1; steps [a, b);
+ * its effect likewise, p Holm-adjusted over the culprit's windows; why: null,
+ * or the reason none ran), one "bisect" record (units, groups, margin, noise
  * floor, the rest — the clean complement — with its verdict, the ddmax
- * set, judgements, runs executed and cached, seconds). */
+ * set, windows, judgements, runs executed and cached, seconds). */
 void bisect_write_records(FILE *fp, const bisect_config *c, const bisect_report *rep);
 /* The confirmation arm of set `name` ("culprit1", "rest", "largest-clean"),
  * or NULL when that set was not confirmed (none, or a duplicate plan). */

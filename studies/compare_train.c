@@ -82,6 +82,8 @@ static int run_group(cmp_train_ctx *ctx, const cmp_arm *arms, const cmp_job *job
     memset(cfg.hash_slot, 0, sizeof cfg.hash_slot);
     memset(cfg.dump_slot, 0, sizeof cfg.dump_slot);
     cfg.n_at_steps = 0;
+    cfg.n_switches = ctx->n_switches[j0->arm];
+    memcpy(cfg.switches, ctx->switches[j0->arm], sizeof cfg.switches);
     cfg.after_init = arms[j0->arm].is_null ? flip_one_weight : NULL;
     cfg.after_init_ctx = NULL;
     uint64_t *seeds = malloc((size_t)m * sizeof *seeds), *data_seeds = malloc((size_t)m * sizeof *data_seeds);

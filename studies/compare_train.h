@@ -32,6 +32,11 @@ typedef struct {
     tplan plans[CMP_MAX_ARMS];     /* each arm's plan (the null arm: the base plan) */
     kbug planted[CMP_MAX_ARMS];    /* self-test: a planted bug the arm's runs carry (kernels.h; the CPU
                                       backend honours KBUG_TRUNCATE_OUTPUT), KBUG_NONE otherwise */
+    /* each arm's plan switches (trainer/train.h: the plan changes before those steps), every run of the
+     * arm the same; they replace the base's, and the caller keeps the override strings alive.  An arm's
+     * identity must name its switches: two arms of one plan with other switches are other runs. */
+    tswitch switches[CMP_MAX_ARMS][TTRAIN_MAX_SWITCHES];
+    int n_switches[CMP_MAX_ARMS];
     FILE *progress;                /* one line per finished run; NULL: quiet */
     int replicas;                  /* runs of one arm at once in this process; 0: the backend's default */
 } cmp_train_ctx;

@@ -34,7 +34,16 @@
  * with the shift and the paired sds the first real search measured (printed).
  * Ten trials each, random culprits among 20 units: one culprit and two must
  * be found in >= 9 of 10; the oracle that ignores the noise floor (one
- * culprit) and the search that stops at the first (two) must not. */
+ * culprit) and the search that stops at the first (two) must not.
+ *
+ * Windows (--windows): the surrogate's culprit moves the loss only while it
+ * is on in the last quarter of the steps (the trainer's switches applied
+ * step by step to the arm's plan); with 4 windows the last must be SHIFT and
+ * the other three not in >= 9 of 10 trials, and the twin whose window arms
+ * drop their switches must fail that.  On real training (the planted
+ * culprit alone, validation after every step) each window's runs must part
+ * from the culprit's and good's runs exactly after step 12, a replica group's
+ * runs must be single runs' bits, and a second call must run nothing. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -171,6 +180,18 @@ static int ddmax_ok(const bisect_report *rep, const tplan_unit *planted, int n_p
     return d->n_clean >= rep->n_groups - n_planted - 2;
 }
 
+/* The window study of the culprit set that holds unit u, or NULL. */
+static const bisect_windows *windows_of(const bisect_report *rep, tplan_unit u)
+{
+    const dd_result *d = &rep->dd;
+    for (int k = 0; k < rep->n_windows; k++) {
+        int culprit = rep->windows[k].culprit;
+        if (set_has_unit(rep, d->culprit_units + d->culprit_start[culprit], d->culprit_len[culprit], u.slot, u.layer))
+            return &rep->windows[k];
+    }
+    return NULL;
+}
+
 /* ---- real training --------------------------------------------------------------------- */
 
 static int real_search(bisect_config *c, uint64_t first_seed, const char *dir, bisect_report *rep)
@@ -283,6 +304,146 @@ static void test_real_training(void **state)
     free(c);
 }
 
+/* ---- windows on real training ------------------------------------------------------------ */
+
+static const cmp_run *run_of(const cmp_report *r, int arm, int seed_index)
+{
+    return &r->runs[(size_t)arm * (size_t)r->seeds_used + (size_t)seed_index];
+}
+
+static int same_bits(double x, double y) { return memcmp(&x, &y, sizeof x) == 0; }
+
+/* Runs x and y validated after every step agree bit for bit after steps 1 ..
+ * until and differ after step until + 1: they ran alike up to step `until`
+ * and one of them switched its plan before step `until` (0-based) ran. */
+static int part_at(const cmp_run *x, const cmp_run *y, long until)
+{
+    if (x->status || y->status || x->n_curve != y->n_curve || x->n_curve <= until) return 0;
+    for (int i = 0; i < x->n_curve; i++) {
+        if (x->curve_step[i] != i + 1 || y->curve_step[i] != i + 1) return 0;
+        if (i + 1 <= until && !same_bits(x->curve_val[i], y->curve_val[i])) return 0;
+        if (i + 1 == until + 1 && same_bits(x->curve_val[i], y->curve_val[i])) return 0;
+    }
+    return 1;
+}
+
+static int count_lines_with(FILE *f, const char *what)
+{
+    char line[8192];
+    int n = 0;
+    rewind(f);
+    while (fgets(line, sizeof line, f)) n += strstr(line, what) != NULL;
+    return n;
+}
+
+/* --windows 2 on the tiny recipe with the planted culprit alone (validation
+ * after every step, so the curves show where runs part): two window records,
+ * switches at step 12 with the culprit's settings, window 1's runs are the
+ * culprit's up to step 12 and window 2's are good's, each parting right
+ * after; the replica group's runs of window 2 are single runs' bits (the
+ * replica engine honours the switches); a second call executes no run. */
+static void test_real_windows(void **state)
+{
+    (void)state;
+    uint64_t seed = test_seed("test_real_windows");
+    bisect_config *c = malloc(sizeof *c);
+    assert_non_null(c);
+    char *recipe_json = NULL, err[1024];
+    recipe(c, CULPRIT, &recipe_json);
+    c->train.base.val_every = 1;
+    free(recipe_json);
+    recipe_json = cmp_train_recipe(&c->train.base, CMP_VARY_BOTH, 0, err, sizeof err);
+    if (!recipe_json) fail_msg("%s", err);
+    c->recipe_json = recipe_json;
+    c->ddmax = 0;
+    c->windows = 2;
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/windows", results_root);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    const uint64_t first = 1 + seed % 1000000000ull;
+    bisect_report rep;
+    real_search(c, first, dir, &rep);
+    print_search("--windows 2, real training", c, &rep);
+    const tplan_unit planted = {TSLOT_ADAMW, -1};
+    assert_true(found(&rep, &planted, 1));
+    assert_int_equal(rep.n_windows, rep.dd.n_culprits);
+    const bisect_windows *ws = windows_of(&rep, planted);
+    assert_non_null(ws);
+    assert_string_equal(ws->why, "");
+    assert_int_equal(ws->rep.n_arms, 3);
+    /* the schedule: [0, 12) and [12, 24); window 1 starts as the culprit's
+     * plan and switches back, window 2 switches the culprit on */
+    assert_true(ws->from[0] == 0 && ws->to[0] == 12 && ws->from[1] == 12 && ws->to[1] == 24);
+    assert_int_equal(ws->n_switches[0], 1);
+    assert_int_equal(ws->switches[0][0].step, 12);
+    assert_string_equal(ws->switches[0][0].overrides, "optimizer.adamw=fp32:llmc");
+    assert_int_equal(ws->n_switches[1], 1);
+    assert_int_equal(ws->switches[1][0].step, 12);
+    assert_string_equal(ws->switches[1][0].overrides, "optimizer.adamw=fp32:torch");
+    /* the records */
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    bisect_write_records(f, c, &rep);
+    assert_int_equal(count_lines_with(f, "{\"record\":\"window\","), 2 * rep.dd.n_culprits);
+    assert_int_equal(count_lines_with(f, "\"windows\":2,"), 1);
+    fclose(f);
+    /* the runs switch where the schedule says, seed by seed */
+    char name[CMP_NAME_MAX];
+    snprintf(name, sizeof name, "culprit%d", ws->culprit + 1);
+    int culprit_arm = -1;
+    for (int a = 1; a < rep.confirm_cfg.n_arms; a++)
+        if (strcmp(rep.confirm_cfg.arms[a].name, name) == 0) culprit_arm = a;
+    assert_true(culprit_arm > 0);
+    assert_int_equal(ws->rep.seeds_used, rep.confirm.seeds_used);
+    for (int k = 0; k < ws->rep.seeds_used; k++) {
+        assert_true(ws->rep.seeds[k] == rep.confirm.seeds[k]);
+        if (!part_at(run_of(&ws->rep, 1, k), run_of(&rep.confirm, culprit_arm, k), 12))
+            fail_msg("seed %llu: window 1's run does not part from the culprit's after step 12",
+                     (unsigned long long)ws->rep.seeds[k]);
+        if (!part_at(run_of(&ws->rep, 2, k), run_of(&ws->rep, 0, k), 12))
+            fail_msg("seed %llu: window 2's run does not part from good's after step 12",
+                     (unsigned long long)ws->rep.seeds[k]);
+        /* the check itself tells step 12 from its neighbours */
+        if (part_at(run_of(&ws->rep, 2, k), run_of(&ws->rep, 0, k), 11) ||
+            part_at(run_of(&ws->rep, 2, k), run_of(&ws->rep, 0, k), 13))
+            fail_msg("seed %llu: the parting check passes at step 11 or 13 too", (unsigned long long)ws->rep.seeds[k]);
+    }
+    print_message("windows: every one of %d seeds' runs parts from the culprit's (window 1) and good's (window 2) "
+                  "right after step 12\n", ws->rep.seeds_used);
+    /* the replica engine: window 2's first and last seeds as single runs */
+    const kop *adamw = tplan_kop(&c->bad, TSLOT_ADAMW);
+    assert_true(ws->rep.seeds_used > 1);
+    for (int k = 0; k < ws->rep.seeds_used; k += ws->rep.seeds_used - 1) {
+        ttrain_config cfg = c->train.base;
+        cfg.plan = c->good;
+        cfg.seed = cfg.data_seed = ws->rep.seeds[k];
+        cfg.n_switches = ws->n_switches[1];
+        memcpy(cfg.switches, ws->switches[1], sizeof ws->switches[1]);
+        ttrain_result res;
+        tbackend_cpu_plant_site(TSLOT_ADAMW, -1, kregistry_variant(adamw, "torch"));
+        kernels_set_planted_bug(KBUG_TRUNCATE_OUTPUT);
+        int rc = ttrain_run(&cfg, &res);
+        kernels_set_planted_bug(KBUG_NONE);
+        tbackend_cpu_plant_site(-1, -1, -1);
+        if (rc) fail_msg("single run: %d: %s", rc, res.error);
+        const cmp_run *group_run = run_of(&ws->rep, 2, k);
+        assert_true(res.param_hash == group_run->state_hash);
+        assert_true(same_bits(res.final_val_loss, group_run->final_val_loss));
+        ttrain_result_free(&res);
+    }
+    int executed = rep.runs_executed;
+    bisect_report_free(&rep);
+    /* the same call again: every run from the cache */
+    real_search(c, first, dir, &rep);
+    print_message("the first call executed %d runs; the same call again: %d executed, %d from the cache\n", executed,
+                  rep.runs_executed, rep.runs_cached);
+    assert_int_equal(rep.runs_executed, 0);
+    assert_int_equal(rep.n_windows, rep.dd.n_culprits);
+    bisect_report_free(&rep);
+    free(recipe_json);
+    free(c);
+}
+
 /* ---- the surrogate ------------------------------------------------------------------------ */
 
 typedef struct {
@@ -313,11 +474,40 @@ static int switched(const tplan *plan, const tplan *bad, tplan_unit u)
     return a->path == b->path && a->op == b->op && a->variant == b->variant;
 }
 
+/* When a culprit matters: only while it is on in the last quarter of the
+ * steps, its shift in proportion to the share of those steps it is on.  Arm
+ * a's plan with its switches applied step by step (as the trainer applies
+ * them): sum of the culprits' shares into *shifts, and whether any culprit
+ * is on at any step. */
+static int culprits_on(const surrogate *s, int a, double *shifts)
+{
+    const cmp_train_ctx *tc = s->tc;
+    const long steps = tc->base.steps, late = steps - steps / 4;
+    tplan *plan = malloc(sizeof *plan);
+    assert_non_null(plan);
+    *plan = tc->plans[a];
+    int on = 0;
+    *shifts = 0;
+    for (long step = 0; step < steps; step++) {
+        char err[512];
+        for (int i = 0; i < tc->n_switches[a]; i++)
+            if (tc->switches[a][i].step == step && tplan_set(plan, tc->switches[a][i].overrides, err, sizeof err))
+                fail_msg("arm %d's switch at step %ld: %s", a, step, err);
+        for (int c = 0; c < s->n_culprits; c++) {
+            if (!switched(plan, s->bad, s->culprit[c])) continue;
+            on = 1;
+            if (step >= late) *shifts += 1.0 / (double)(steps - late);
+        }
+    }
+    free(plan);
+    return on;
+}
+
 /* A run of arm a at seed s: the base's loss at s (seed-to-seed spread), plus,
  * for any other plan, its paired difference: the shifts of the culprits it
- * switches and a draw with the paired sd measured for culprit-carrying or for
- * clean configurations, keyed by (plan, seed) as a rerun would be; the null
- * arm: a draw with the chaos sd. */
+ * switches (culprits_on) and a draw with the paired sd measured for
+ * culprit-carrying or for clean configurations, keyed by (plan and switches,
+ * seed) as a rerun would be; the null arm: a draw with the chaos sd. */
 static int surrogate_run(cmp_runner *r, const cmp_arm *arms, const cmp_job *jobs, int n, cmp_run *out)
 {
     const surrogate *s = r->ctx;
@@ -330,9 +520,9 @@ static int surrogate_run(cmp_runner *r, const cmp_arm *arms, const cmp_job *jobs
         uint64_t run_key = fnv(plan_key, &j->seed, sizeof j->seed);
         if (arm->is_null) loss += calib.chaos_sd * normal_at(run_key);
         else if (j->arm != 0) {
-            int k = 0;
-            for (int c = 0; c < s->n_culprits; c++) k += switched(&s->tc->plans[j->arm], s->bad, s->culprit[c]);
-            loss += k * calib.shift + (k ? calib.sd_culprit : calib.sd_clean) * normal_at(run_key);
+            double shifts;
+            int on = culprits_on(s, j->arm, &shifts);
+            loss += shifts * calib.shift + (on ? calib.sd_culprit : calib.sd_clean) * normal_at(run_key);
         }
         memset(&out[i], 0, sizeof out[i]);
         out[i].final_val_loss = loss;
@@ -351,10 +541,25 @@ static void surrogate_runner(cmp_runner *r, cmp_train_ctx *tc, void *ctx)
     r->ctx = s;
 }
 
+static int is_shift(cmp_verdict v) { return v == CMP_SHIFT_UP || v == CMP_SHIFT_DOWN; }
+
+/* The surrogate's truth at 4 windows: the last (the last quarter of the
+ * steps) SHIFT, the other three not. */
+static int windows_right(const bisect_report *rep, tplan_unit culprit)
+{
+    const bisect_windows *ws = windows_of(rep, culprit);
+    if (!ws || ws->why[0] || ws->rep.n_arms != 5) return 0;
+    for (int w = 1; w <= 3; w++)
+        if (is_shift(ws->rep.arm[w].verdict)) return 0;
+    return is_shift(ws->rep.arm[4].verdict);
+}
+
 /* Ten searches, each with fresh draws, fresh seeds and random culprits among
  * the 20 units; how many found every culprit alone (and a clean rest), and
- * how many ddmax sets excluded them. */
-static int surrogate_trials(uint64_t seed, int n_culprits, bisect_bug bug, int *ddmax_found, double *mean_runs)
+ * how many ddmax sets excluded them.  windows > 0: also how many window
+ * studies of the (first) culprit came out right (windows_right). */
+static int surrogate_trials(uint64_t seed, int n_culprits, bisect_bug bug, int windows, int *ddmax_found,
+                            int *windows_found, double *mean_runs)
 {
     bisect_config *c = malloc(sizeof *c);
     assert_non_null(c);
@@ -368,13 +573,15 @@ static int surrogate_trials(uint64_t seed, int n_culprits, bisect_bug bug, int *
     int hits = 0;
     long runs = 0;
     *ddmax_found = 0;
+    *windows_found = 0;
+    c->windows = windows;
     for (int t = 0; t < 10; t++) {
         surrogate s = {.bad = &c->bad, .n_culprits = n_culprits, .key = prec_rng_next(&rng)};
         int first = (int)(prec_rng_next(&rng) % (uint64_t)n);
         s.culprit[0] = units[first];
         if (n_culprits == 2) s.culprit[1] = units[(first + 1 + (int)(prec_rng_next(&rng) % (uint64_t)(n - 1))) % n];
         char dir[160], err[1024];
-        snprintf(dir, sizeof dir, "%s/surrogate_%d_%d_%d", results_root, n_culprits, (int)bug, t);
+        snprintf(dir, sizeof dir, "%s/surrogate_%d_%d_%d_%d", results_root, n_culprits, (int)bug, windows, t);
         assert_int_equal(mkdir(dir, 0700), 0);
         c->results_dir = dir;
         c->first_seed = 1 + prec_rng_next(&rng) % 1000000000ull;
@@ -386,6 +593,14 @@ static int surrogate_trials(uint64_t seed, int n_culprits, bisect_bug bug, int *
         int ok = found(&rep, s.culprit, n_culprits);
         hits += ok;
         *ddmax_found += ddmax_ok(&rep, s.culprit, n_culprits);
+        if (windows) {
+            int right = windows_right(&rep, s.culprit[0]);
+            *windows_found += right;
+            if (t == 0 || (!right && bug == BISECT_BUG_NONE)) {
+                print_message("trial %d: windows %s:\n", t + 1, right ? "right" : "WRONG");
+                bisect_print(stdout, c, &rep);
+            }
+        }
         if (!ok && bug == BISECT_BUG_NONE) {
             /* a miss: what the search said, to tell the statistics from a defect */
             char u[2][96];
@@ -411,26 +626,85 @@ static void test_surrogate_nine_in_ten(void **state)
                   "without; chaos sd %.6f; seed-to-seed sd %.5f\n",
                   calib.shift, calib.sd_culprit, calib.sd_clean, calib.chaos_sd, calib.seed_sd);
     uint64_t seed = test_seed("test_surrogate_nine_in_ten");
-    int ddmax_found;
+    int ddmax_found, windows_found;
     double runs;
-    int hits = surrogate_trials(seed, 1, BISECT_BUG_NONE, &ddmax_found, &runs);
+    int hits = surrogate_trials(seed, 1, BISECT_BUG_NONE, 0, &ddmax_found, &windows_found, &runs);
     print_message("one culprit among 20 units: found alone in %d of 10, ddmax excludes it in %d of 10, %.0f runs "
                   "per search\n", hits, ddmax_found, runs);
     assert_true(hits >= 9);
     assert_true(ddmax_found >= 9);
-    hits = surrogate_trials(seed, 2, BISECT_BUG_NONE, &ddmax_found, &runs);
+    hits = surrogate_trials(seed, 2, BISECT_BUG_NONE, 0, &ddmax_found, &windows_found, &runs);
     print_message("two culprits among 20 units: both found in %d of 10, ddmax excludes both in %d of 10, %.0f runs "
                   "per search\n", hits, ddmax_found, runs);
     assert_true(hits >= 9);
     assert_true(ddmax_found >= 9);
     /* twins */
-    hits = surrogate_trials(seed, 1, BISECT_BUG_IGNORE_NOISE_FLOOR, &ddmax_found, &runs);
+    hits = surrogate_trials(seed, 1, BISECT_BUG_IGNORE_NOISE_FLOOR, 0, &ddmax_found, &windows_found, &runs);
     print_message("twin (noise floor ignored): found alone in %d of 10, ddmax excludes it in %d of 10\n", hits,
                   ddmax_found);
     assert_true(hits < 9);
-    hits = surrogate_trials(seed, 2, BISECT_BUG_STOP_AT_FIRST, &ddmax_found, &runs);
+    hits = surrogate_trials(seed, 2, BISECT_BUG_STOP_AT_FIRST, 0, &ddmax_found, &windows_found, &runs);
     print_message("twin (stops at the first culprit, complement never judged): both found in %d of 10\n", hits);
     assert_true(hits < 9);
+}
+
+/* --windows 4 on the surrogate, whose culprit moves the loss only while it is
+ * on in the last quarter of the 24 steps: the last window SHIFT and the
+ * other three not, in >= 9 of 10 trials; the twin whose window arms drop
+ * their switches (the culprit on for the whole run) must fail that. */
+static void test_surrogate_windows(void **state)
+{
+    (void)state;
+    if (!calib.measured) fail_msg("the surrogate needs the real search's measurements (test_real_training first)");
+    uint64_t seed = test_seed("test_surrogate_windows");
+    int ddmax_found, windows_found;
+    double runs;
+    int hits = surrogate_trials(seed, 1, BISECT_BUG_NONE, 4, &ddmax_found, &windows_found, &runs);
+    print_message("4 windows, the culprit matters in the last quarter only: found alone in %d of 10, windows right "
+                  "(the last SHIFT, the other three not) in %d of 10, %.0f runs per search and windows\n",
+                  hits, windows_found, runs);
+    assert_true(hits >= 9);
+    assert_true(windows_found >= 9);
+    hits = surrogate_trials(seed, 1, BISECT_BUG_WINDOWS_IGNORE_SWITCHES, 4, &ddmax_found, &windows_found, &runs);
+    print_message("twin (window arms drop their switches): windows right in %d of 10\n", windows_found);
+    assert_true(windows_found < 9);
+}
+
+/* A culprit whose path the trainer fixes for the whole run (AdamW's state
+ * in bf16) cannot switch mid-run: its windows are skipped, saying why, and
+ * its window records carry the reason and no effect. */
+static void test_windows_fixed_slot(void **state)
+{
+    (void)state;
+    if (!calib.measured) fail_msg("the surrogate needs the real search's measurements (test_real_training first)");
+    bisect_config *c = malloc(sizeof *c);
+    assert_non_null(c);
+    char *recipe_json = NULL, err[1024], dir[160];
+    recipe(c, "optimizer.adamw=bf16:llmc", &recipe_json);
+    surrogate s = {.bad = &c->bad, .n_culprits = 1, .key = test_seed("test_windows_fixed_slot")};
+    s.culprit[0] = (tplan_unit){TSLOT_ADAMW, -1};
+    snprintf(dir, sizeof dir, "%s/fixed", results_root);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    c->results_dir = dir;
+    c->first_seed = 1;
+    c->runner = surrogate_runner;
+    c->runner_ctx = &s;
+    c->windows = 2;
+    bisect_report rep;
+    if (bisect_run(c, &rep, err, sizeof err)) fail_msg("bisect_run: %s", err);
+    bisect_print(stdout, c, &rep);
+    assert_true(found(&rep, s.culprit, 1));
+    assert_int_equal(rep.n_windows, 1);
+    assert_non_null(strstr(rep.windows[0].why, "slot optimizer.adamw holds training state"));
+    assert_int_equal(rep.windows[0].rep.n_arms, 0);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    bisect_write_records(f, c, &rep);
+    assert_int_equal(count_lines_with(f, "\"verdict\":null,\"why\":\"slot optimizer.adamw holds training state"), 2);
+    fclose(f);
+    bisect_report_free(&rep);
+    free(recipe_json);
+    free(c);
 }
 
 int main(void)
@@ -438,6 +712,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_real_training),
         cmocka_unit_test(test_surrogate_nine_in_ten),
+        cmocka_unit_test(test_surrogate_windows),
+        cmocka_unit_test(test_windows_fixed_slot),
+        cmocka_unit_test(test_real_windows),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

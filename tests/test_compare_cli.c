@@ -17,6 +17,8 @@
  *     killed worker ends the call with exit 1 naming it while the finished
  *     runs stay in the cache; workers end with their parent; bad --jobs
  *     values exit 2;
+ *   - bisect --jobs 2 with --windows: the window arms' switches reach the
+ *     workers (the same records as --jobs 1); bad --windows values exit 2;
  *   - bisect finds a planted culprit among three units, prints a progress
  *     line while it runs, and writes each culprit's effect (difference and
  *     interval), the clean complement, the runs and the time as JSON Lines
@@ -343,14 +345,28 @@ static void test_bad_input(void **state)
         {"--arm x=mlp.up=fp32 --jobs-worker 7,8", "internal to --jobs"},
         {"", "no --arm given"},
     };
+    /* bisect's own: whole command lines (one sets fewer steps than TINY) */
+    static const struct {
+        const char *args, *says;
+    } bisect_cases[] = {
+        {"bisect " TINY " --bad mlp.up=fp32 --windows 1", "--windows needs an integer in 2..15, got '1'"},
+        {"bisect " TINY " --bad mlp.up=fp32 --windows -3", "--windows needs an integer in 2..15, got '-3'"},
+        {"bisect " TINY " --bad mlp.up=fp32 --windows 2.5", "--windows needs an integer in 2..15, got '2.5'"},
+        {"bisect --depth 1 --width 16 --heads 2 --seq 16 --batch 4 --steps 8 --quiet --bad mlp.up=fp32 --windows 12",
+         "--windows 12: more windows than the run's 8 steps"},
+    };
     static char out[8192], err[8192];
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const size_t n_compare = sizeof cases / sizeof cases[0], n_bisect = sizeof bisect_cases / sizeof bisect_cases[0];
+    for (size_t i = 0; i < n_compare + n_bisect; i++) {
         char args[512];
-        snprintf(args, sizeof args, "compare " TINY " %s --results bad --json bad.jsonl", cases[i].args);
+        const char *given = i < n_compare ? cases[i].args : bisect_cases[i - n_compare].args;
+        const char *says = i < n_compare ? cases[i].says : bisect_cases[i - n_compare].says;
+        if (i < n_compare) snprintf(args, sizeof args, "compare " TINY " %s --results bad --json bad.jsonl", given);
+        else snprintf(args, sizeof args, "%s --results bad --json bad.jsonl", given);
         int rc = run(args, out, sizeof out, err, sizeof err);
-        if (rc != 2 || !strstr(err, cases[i].says))
-            fail_msg("'%s': exit %d, expected 2 and a message with '%s'; got: %s", cases[i].args, rc, cases[i].says, err);
-        if (strchr(err, '\n') != err + strlen(err) - 1) fail_msg("'%s': more than one line: %s", cases[i].args, err);
+        if (rc != 2 || !strstr(err, says))
+            fail_msg("'%s': exit %d, expected 2 and a message with '%s'; got: %s", given, rc, says, err);
+        if (strchr(err, '\n') != err + strlen(err) - 1) fail_msg("'%s': more than one line: %s", given, err);
         assert_false(exists("bad"));
         assert_false(exists("bad.jsonl"));
     }
@@ -599,11 +615,15 @@ static void test_jobs_bisect(void **state)
     SKIP_WITHOUT_BIN();
 #define BISECT "bisect --depth 1 --width 16 --heads 2 --seq 16 --batch 4 --steps 24 --lr 3e-3 --val-tokens 2048 --quiet " \
                "--bad mlp.up=bf16:split_k,optimizer.adamw=fp32:torch --plant-truncation optimizer.adamw:torch "       \
-               "--seed-schedule 3,6 --margin 0.001"
+               "--seed-schedule 3,6 --margin 0.001 --windows 2"
     static char out[16384], err[65536], one[65536], many[65536];
     int rc = run(BISECT " --results b1 --json b1.jsonl", out, sizeof out, err, sizeof err);
     if (rc) fail_msg("bisect failed (%d): %s", rc, err);
     assert_non_null(strstr(out, "culprit 1: optimizer.adamw\n"));
+    /* --windows 2: the window arms' switches travel in the requests (a worker
+     * that dropped them would run window 2 as good: its record below would
+     * differ from this call's) */
+    assert_non_null(strstr(out, "w2 [12,24)"));
     rc = run(BISECT " --jobs 2 --results b2 --json b2.jsonl", out, sizeof out, err, sizeof err);
     if (rc) fail_msg("bisect --jobs 2 failed (%d): %s", rc, err);
     print_message("%s", out);
@@ -611,6 +631,7 @@ static void test_jobs_bisect(void **state)
     stable_lines("b1.jsonl", one, sizeof one);
     stable_lines("b2.jsonl", many, sizeof many);
     assert_non_null(strstr(one, "\"runs_executed\":"));
+    assert_non_null(strstr(one, "{\"record\":\"window\",\"culprit\":1,\"window\":2,\"steps\":[12,24]"));
     assert_string_equal(many, one);
     rc = run(BISECT " --jobs 2 --plant-jobs-bug base-plan --results bb", out, sizeof out, err, sizeof err);
     if (rc) fail_msg("bisect with the planted base-plan failed (%d): %s", rc, err);
