@@ -144,24 +144,26 @@ template <class T, int W> __device__ __forceinline__ void load_floats(const T *p
 }
 
 // The soft-cap (cross_entropy.h): z = cap tanhf(l / cap), each step rounded
-// (no contraction); cap 0 leaves l as it is.
-__device__ __forceinline__ float capped_logit(float l, float cap)
+// (no contraction).  CAP is a template argument so that the uncapped
+// kernels are the code they were, with no test on the hot path.
+template <bool CAP> __device__ __forceinline__ float capped_logit(float l, float cap)
 {
-    return cap > 0.0f ? __fmul_rn(cap, tanhf(__fdiv_rn(l, cap))) : l;
+    if constexpr (CAP) return __fmul_rn(cap, tanhf(__fdiv_rn(l, cap)));
+    return l;
 }
 
 // dz = ((p - [j = t]) (1 - th th)) dloss with th = tanhf(l / cap); without a
 // cap, (p - [j = t]) dloss.
-__device__ __forceinline__ float logit_gradient(float l, float lse, bool target, float cap, float dloss)
+template <bool CAP> __device__ __forceinline__ float logit_gradient(float l, float lse, bool target, float cap, float dloss)
 {
     float th = 0.0f, z = l;
-    if (cap > 0.0f) {
+    if constexpr (CAP) {
         th = tanhf(__fdiv_rn(l, cap));
         z = __fmul_rn(cap, th);
     }
     const float p = expf(__fsub_rn(z, lse));
     float g = target ? __fsub_rn(p, 1.0f) : p;
-    if (cap > 0.0f) g = __fmul_rn(g, __fsub_rn(1.0f, __fmul_rn(th, th)));
+    if constexpr (CAP) g = __fmul_rn(g, __fsub_rn(1.0f, __fmul_rn(th, th)));
     return __fmul_rn(g, dloss);
 }
 
@@ -174,7 +176,7 @@ __device__ __forceinline__ float logit_gradient(float l, float lse, bool target,
 // STAGED: the row is read from global memory once, into dynamic shared memory
 // of V * sizeof(TIn) bytes (VEC: V a multiple of both formats' 16-byte
 // vectors, logits and dlogits 16-byte aligned); indices then fit in int.
-template <class TIn, class TOut, int ONLINE, bool STAGED, bool VEC>
+template <class TIn, class TOut, int ONLINE, bool STAGED, bool VEC, bool CAP>
 __global__ void __launch_bounds__(CE_THREADS)
     ce_row_kernel(const TIn *logits, const int32_t *targets, int64_t V, float *losses, TOut *dlogits, float dloss,
                   float cap, int bug)
@@ -192,7 +194,7 @@ __global__ void __launch_bounds__(CE_THREADS)
             for (int64_t j = threadIdx.x; j < V; j += blockDim.x) dz[j] = kfrom_float<TOut>(0.0f, KBUG_NONE);
         return;
     }
-    const float zt = capped_logit(kto_float(z[t]), cap);
+    const float zt = capped_logit<CAP>(kto_float(z[t]), cap);
     if (STAGED) {
         TIn *zs = reinterpret_cast<TIn *>(ce_row_smem);
         stage_row<TIn, VEC>(zs, z, (int)V);
@@ -205,7 +207,7 @@ __global__ void __launch_bounds__(CE_THREADS)
         m = -INFINITY;
         s = 0.0f;
         for (idx j = threadIdx.x; j < terms; j += blockDim.x) {
-            float x = capped_logit(kto_float(z[j]), cap);
+            float x = capped_logit<CAP>(kto_float(z[j]), cap);
             if (x > m) {
                 s = __fadd_rn(__fmul_rn(s, expf(__fsub_rn(m, x))), 1.0f);
                 m = x;
@@ -216,11 +218,11 @@ __global__ void __launch_bounds__(CE_THREADS)
         block_online(m, s, scratch_m, scratch_s);
     } else {
         m = -INFINITY;
-        for (idx j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, capped_logit(kto_float(z[j]), cap));
+        for (idx j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, capped_logit<CAP>(kto_float(z[j]), cap));
         m = block_max(m, scratch_m);
         s = 0.0f;
         for (idx j = threadIdx.x; j < terms; j += blockDim.x)
-            s = __fadd_rn(s, expf(__fsub_rn(capped_logit(kto_float(z[j]), cap), m)));
+            s = __fadd_rn(s, expf(__fsub_rn(capped_logit<CAP>(kto_float(z[j]), cap), m)));
         s = kblock_sum(s, scratch_s);
     }
     const float lse = __fadd_rn(m, logf(s));
@@ -232,12 +234,12 @@ __global__ void __launch_bounds__(CE_THREADS)
             float zv[W], g[W];
             load_floats<TIn, W>(z + base, zv);
 #pragma unroll
-            for (int k = 0; k < W; k++) g[k] = logit_gradient(zv[k], lse, base + k == t, cap, dloss);
+            for (int k = 0; k < W; k++) g[k] = logit_gradient<CAP>(zv[k], lse, base + k == t, cap, dloss);
             kvec_io<TOut, W>::store(dz + base, g, bug);
         }
     } else {
         for (idx j = threadIdx.x; j < n; j += blockDim.x)
-            dz[j] = kfrom_float<TOut>(logit_gradient(kto_float(z[j]), lse, j == t, cap, dloss), bug);
+            dz[j] = kfrom_float<TOut>(logit_gradient<CAP>(kto_float(z[j]), lse, j == t, cap, dloss), bug);
     }
 }
 
@@ -256,11 +258,11 @@ static int staged_bytes(const char *ctx, int64_t V, size_t elem, size_t *bytes)
     return 0;
 }
 
-template <class TIn, class TOut, int ONLINE, bool STAGED, bool VEC>
+template <class TIn, class TOut, int ONLINE, bool STAGED, bool VEC, bool CAP>
 static int launch_row_kernel(const char *ctx, int64_t N, int64_t V, size_t smem, const void *logits,
                              const int32_t *targets, float *losses, void *dlogits, float dloss, float cap, int bug)
 {
-    auto kernel = ce_row_kernel<TIn, TOut, ONLINE, STAGED, VEC>;
+    auto kernel = ce_row_kernel<TIn, TOut, ONLINE, STAGED, VEC, CAP>;
     if (STAGED) {
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess)
@@ -272,20 +274,20 @@ static int launch_row_kernel(const char *ctx, int64_t N, int64_t V, size_t smem,
     return klaunched(ctx, "ce_row_kernel");
 }
 
-template <class TIn, class TOut, int ONLINE>
+template <class TIn, class TOut, int ONLINE, bool CAP>
 static int launch_variant(const char *ctx, int64_t N, int64_t V, const void *logits, const int32_t *targets,
                           float *losses, void *dlogits, float dloss, float cap, int bug)
 {
     size_t smem = 0;
     if (staged_bytes(ctx, V, sizeof(TIn), &smem)) return -1;
     if (!smem)
-        return launch_row_kernel<TIn, TOut, ONLINE, false, false>(ctx, N, V, 0, logits, targets, losses, dlogits,
+        return launch_row_kernel<TIn, TOut, ONLINE, false, false, CAP>(ctx, N, V, 0, logits, targets, losses, dlogits,
                                                                  dloss, cap, bug);
     const bool aligned = (uintptr_t)logits % 16 == 0 && (uintptr_t)dlogits % 16 == 0;
     if (aligned && V % (16 / sizeof(TIn)) == 0 && V % (16 / sizeof(TOut)) == 0)
-        return launch_row_kernel<TIn, TOut, ONLINE, true, true>(ctx, N, V, smem, logits, targets, losses, dlogits,
+        return launch_row_kernel<TIn, TOut, ONLINE, true, true, CAP>(ctx, N, V, smem, logits, targets, losses, dlogits,
                                                                dloss, cap, bug);
-    return launch_row_kernel<TIn, TOut, ONLINE, true, false>(ctx, N, V, smem, logits, targets, losses, dlogits, dloss,
+    return launch_row_kernel<TIn, TOut, ONLINE, true, false, CAP>(ctx, N, V, smem, logits, targets, losses, dlogits, dloss,
                                                             cap, bug);
 }
 
@@ -294,8 +296,12 @@ static int launch_rows(const char *ctx, int online, int64_t N, int64_t V, const 
                        float *losses, void *dlogits, float dloss, float cap)
 {
     const int bug = (int)kernels_planted_bug();
-    if (online) return launch_variant<TIn, TOut, 1>(ctx, N, V, logits, targets, losses, dlogits, dloss, cap, bug);
-    return launch_variant<TIn, TOut, 0>(ctx, N, V, logits, targets, losses, dlogits, dloss, cap, bug);
+    if (cap > 0.0f) {
+        if (online) return launch_variant<TIn, TOut, 1, true>(ctx, N, V, logits, targets, losses, dlogits, dloss, cap, bug);
+        return launch_variant<TIn, TOut, 0, true>(ctx, N, V, logits, targets, losses, dlogits, dloss, cap, bug);
+    }
+    if (online) return launch_variant<TIn, TOut, 1, false>(ctx, N, V, logits, targets, losses, dlogits, dloss, cap, bug);
+    return launch_variant<TIn, TOut, 0, false>(ctx, N, V, logits, targets, losses, dlogits, dloss, cap, bug);
 }
 
 extern "C" int kce_forward_backward(kpath path, int variant, int64_t N, int64_t V, const void *logits,
