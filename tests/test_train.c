@@ -472,28 +472,24 @@ static void test_gpu_determinism(void **state)
 
 /* CPU and CUDA run the same plan on the same weights and batch.  Before any
  * update (step 0: the loss and the gradient norm) they may differ only by
- * where each rounds.  Each sits about as far from the unrounded computation
- * as the plan's own rounding takes it, which the CPU measures on these very
- * inputs as |X(plan) - X(fp32 plan)|; so the bound on |X(cuda) - X(cpu)| is
- * twice that.  One such difference of two scalars can cancel by chance (seed
- * 0x2f5c0cc34ac3c7da: the bf16 grad norm 2.1e-5 from fp32's, cuda and cpu
- * 4.9e-5 apart, where 25 other seeds' plan-to-fp32 differences were 1e-4 to
- * 7e-3), so the scale is the largest over three CPU runs of the plan that
- * round the same formats in other orders (the plan; attention flash; the
- * head's and MLP's GEMMs split-K): all three cancelling at once is rarer
- * than one.  Later steps start from weights that already differ (a
- * trajectory, not a bound): printed, not checked.  Twin: CUDA kernels with a
- * planted dropped term must exceed the bound.  The logit soft-cap (modern):
- * cap on both sides agrees; a CUDA run without the CPU's cap must not (the
- * cap of 0.1 bends most of the tiny model's initial logits: the gradient
- * norm drops by a third). */
+ * where each rounds: a few roundings that land on the other side, where the
+ * two sum in other orders.  The scale of the plan's own rounding is what the
+ * CPU measures on these very inputs as |X(plan) - X(fp32 plan)|, and the
+ * bound on |X(cuda) - X(cpu)| is AGREE_FACTOR times that.  The factor was
+ * measured on an H100 (docs/results-experiments.md, session of 2026-11-24,
+ * fifth): over 37 seeds x 3 configurations the ratio |cuda - cpu| / scale had
+ * median 0.002 (loss) and 0.004 (grad norm) but a heavy tail, 2.3 at most
+ * (seed 0x2f5c0cc34ac3c7da, gpt2's grad norm: a flipped bf16 rounding of a
+ * value many others depend on), which the factor 2 once used here failed on.
+ * The twins sit far above 8: a planted dropped term gives a grad-norm ratio
+ * of 120 or more, the uncapped CUDA run 320 or more (same 37 seeds).  Later steps start
+ * from weights that already differ (a trajectory, not a bound): printed, not
+ * checked.  The logit soft-cap (modern): cap on both sides agrees; a CUDA run
+ * without the CPU's cap must not (the cap of 0.1 bends most of the tiny
+ * model's initial logits: the gradient norm drops by a third). */
+#define AGREE_FACTOR 8.0
 static int agree(tmodel_kind kind, unsigned long long seed, int planted, double cpu_cap, double cuda_cap)
 {
-    static const char *const reorders[] = {
-        NULL, "attention=bf16:flash",
-        "lm_head=bf16:split_k,lm_head.dgrad=bf16:split_k,lm_head.wgrad=bf16:split_k,mlp.up=bf16:split_k,"
-        "mlp.up.dgrad=bf16:split_k,mlp.up.wgrad=bf16:split_k,mlp.down=bf16:split_k,mlp.down.dgrad=bf16:split_k,"
-        "mlp.down.wgrad=bf16:split_k"};
     ttrain_config c;
     tiny_config(&c, kind, "bf16", seed);
     c.steps = 3;
@@ -504,17 +500,6 @@ static int agree(tmodel_kind kind, unsigned long long seed, int planted, double 
     char err[512];
     if (tplan_init(&c32.plan, "fp32", kind, err, sizeof err)) fail_msg("%s", err);
     run_ok(&c32, &ref);
-    double scale_loss = 0, scale_gn = 0;
-    for (size_t i = 0; i < sizeof reorders / sizeof reorders[0]; i++) {
-        ttrain_result alt;
-        ttrain_config ca = c;
-        ca.steps = 1;
-        if (reorders[i] && tplan_set(&ca.plan, reorders[i], err, sizeof err)) fail_msg("%s", err);
-        run_ok(&ca, &alt);
-        scale_loss = fmax(scale_loss, fabs(alt.loss[0] - ref.loss[0]));
-        scale_gn = fmax(scale_gn, fabs(alt.grad_norm[0] - ref.grad_norm[0]));
-        ttrain_result_free(&alt);
-    }
     c.backend = "cuda";
     c.model.softcap = cuda_cap;
     kernels_set_planted_bug(planted ? KBUG_DROP_TERM : KBUG_NONE);
@@ -534,14 +519,13 @@ static int agree(tmodel_kind kind, unsigned long long seed, int planted, double 
         print_message("%s%s step %ld: loss cpu %.9f cuda %.9f fp32 %.9f; grad norm cpu %.7g cuda %.7g fp32 %.7g\n",
                       tmodel_kind_name(kind), tag, s, cpu.loss[s], gpu.loss[s], ref.loss[s], cpu.grad_norm[s],
                       gpu.grad_norm[s], ref.grad_norm[s]);
-    double dl = fabs(gpu.loss[0] - cpu.loss[0]), bl = 2 * scale_loss;
-    double dg = fabs(gpu.grad_norm[0] - cpu.grad_norm[0]), bg = 2 * scale_gn;
-    print_message("%s%s step 0: |loss cuda-cpu| %.3g (bound %.3g; the plan alone %.3g), |grad norm cuda-cpu| %.3g "
-                  "(bound %.3g; the plan alone %.3g)\n",
-                  tmodel_kind_name(kind), tag, dl, bl, 2 * fabs(cpu.loss[0] - ref.loss[0]), dg, bg,
-                  2 * fabs(cpu.grad_norm[0] - ref.grad_norm[0]));
+    double sl = fabs(cpu.loss[0] - ref.loss[0]), sg = fabs(cpu.grad_norm[0] - ref.grad_norm[0]);
+    double dl = fabs(gpu.loss[0] - cpu.loss[0]), dg = fabs(gpu.grad_norm[0] - cpu.grad_norm[0]);
+    print_message("%s%s step 0: |loss cuda-cpu| %.3g (%.3g x the plan's rounding; bound %g x), |grad norm cuda-cpu| "
+                  "%.3g (%.3g x; bound %g x)\n",
+                  tmodel_kind_name(kind), tag, dl, dl / sl, AGREE_FACTOR, dg, dg / sg, AGREE_FACTOR);
     ttrain_result_free(&cpu), ttrain_result_free(&ref), ttrain_result_free(&gpu);
-    return dl <= bl && dg <= bg;
+    return dl <= AGREE_FACTOR * sl && dg <= AGREE_FACTOR * sg;
 }
 
 static void test_gpu_cpu_agree(void **state)
