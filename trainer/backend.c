@@ -75,6 +75,26 @@ int tbackend_bind_plan(tbackend *be, const tplan *plan, int depth)
     return 0;
 }
 
+/* ---- fp8 delayed scaling ---------------------------------------------------------------------- */
+
+int64_t tbackend_fp8_history_count(const tbackend *be)
+{
+    return (int64_t)TSLOT_COUNT * (be->bound.depth + 1) * 2 * be->replicas;
+}
+
+int64_t tbackend_fp8_history_index(const tbackend *be, const tsite *at, int operand)
+{
+    int64_t site = (int64_t)at->slot * (be->bound.depth + 1) + (at->layer + 1);
+    return (site * 2 + operand) * be->replicas + be->replica_now;
+}
+
+int tbackend_fp8_delayed(const tbackend *be, const tsite *at)
+{
+    /* per-tensor scales only: block-scaled GEMMs keep their tiles' own amax */
+    return at->path == KPATH_FP8 && (at->op == TOP_MATMUL || at->op == TOP_MATMUL_FAST) &&
+           tbackend_site(be, TSLOT_FP8_SCALING, -1)->variant == TFP8_SCALING_DELAYED;
+}
+
 /* ---- host memory ----------------------------------------------------------------------------- */
 
 /* A number from the first line of a file ("max" or a missing file: -1). */

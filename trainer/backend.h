@@ -81,6 +81,8 @@ struct tbackend {
     size_t bytes_in_use, peak_bytes;
     void *impl;
     int replicas;        /* R (1: a single run) */
+    int replica_now;     /* the replica a single-replica op runs for: the replica loops set it (0 otherwise);
+                          * fp8_scaling=delayed keeps one amax history per replica */
     tbackend *one;       /* with R > 1: the backend's single-replica ops, which the replica loops call */
 
     /* 0 when the backend can run the site's (op, path, variant) in binding b */
@@ -196,6 +198,14 @@ static inline size_t tensor_image_bytes(const ktensor *t)
     return (size_t)ktensor_numel(t) * kformat_bytes(t->format) + (t->scale ? sizeof(float) : 0);
 }
 
+/* fp8_scaling=delayed: one amax history per (GEMM site, operand, replica).
+ * The index of the one for site `at`, operand 0 (A) or 1 (B), replica
+ * be->replica_now, in [0, tbackend_fp8_history_count(be)) for the bound plan's depth. */
+int64_t tbackend_fp8_history_count(const tbackend *be);
+int64_t tbackend_fp8_history_index(const tbackend *be, const tsite *at, int operand);
+/* Whether GEMMs at site `at` take their fp8 scales from amax histories. */
+int tbackend_fp8_delayed(const tbackend *be, const tsite *at);
+
 /* A CPU backend (always available). */
 tbackend *tbackend_cpu_create(void);
 /* Self-tests of the experiments (compare --plant-truncation, bisect's tests):
@@ -203,6 +213,11 @@ tbackend *tbackend_cpu_create(void);
  * truncates the stores of one site only, slot `slot` at `layer` running
  * `variant` (each -1: any; slot -1: every op, the default).  Process-wide. */
 void tbackend_cpu_plant_site(int slot, int layer, int variant);
+/* Tests of fp8_scaling=delayed: the per-tensor scales (A, B) of the CPU
+ * backend's last fp8 GEMM; and a planted mistake for their twin (on != 0):
+ * every site shares one history per operand.  Process-wide. */
+void tbackend_cpu_last_fp8_scales(float *a, float *b);
+void tbackend_cpu_plant_shared_fp8_history(int on);
 /* One stage of the CPU backend's polar express (its optimizer.muon), the
  * code its Muon runs, for `ulpscope trace` to replay stage by stage: stage 0
  * normalises X, stages 1 to 5 run that step; X [rows, cols] row-major holds

@@ -190,11 +190,21 @@ static int rep_norm_bwd(tbackend *be, const tsite *at, ktensor *dx, ktensor *dga
                                    S(6, mean), S(7, rstd)));
 }
 
+/* The only loop that says which replica runs: fp8 GEMMs keep per-replica
+ * state (amax histories, cached weight images). */
 static int rep_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
                       int b_trans, int accumulate)
 {
-    EACH_REPLICA(y, be->one->matmul(be, at, y, a, a_trans, b, b_trans, accumulate),
-                 be->one->matmul(be, at, S(0, y), S(1, a), a_trans, S(2, b), b_trans, accumulate));
+    if (!replicated(y)) return be->one->matmul(be, at, y, a, a_trans, b, b_trans, accumulate);
+    int rc = 0;
+    for (int r = 0; r < be->replicas && !rc; r++) {
+        ktensor b0, b1, b2;
+        be->replica_now = r;
+        rc = be->one->matmul(be, at, sl(be, y, r, &b0), sl(be, a, r, &b1), a_trans, sl(be, b, r, &b2), b_trans,
+                             accumulate);
+    }
+    be->replica_now = 0;
+    return rc ? -1 : 0;
 }
 
 static int rep_attention_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *lse, const ktensor *q,
