@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "precision/rng.h"
+#include "kernels/kernels.h"
 #include "tests/test_util.h"
 #include "tests/test_train_util.h"
 #include "trainer/backend.h"
@@ -217,6 +218,184 @@ static void test_delayed_replicas(void **state)
     }
 }
 
+/* ---- the weights version ------------------------------------------------------------------------ */
+
+/* Which writes bump the weights version on a model of `kind` with R
+ * replicas: each write to parameters must (init, updates of both
+ * optimizers, the lm_head copy, checkpoint-style byte writes, uploads,
+ * zeroing), the per-step traffic must not (token uploads, a forward pass,
+ * zeroing gradients).  Returns how many expectations failed. */
+static int version_misses(tmodel_kind kind, int R, unsigned long long seed)
+{
+    ttrain_config c;
+    tiny_config(&c, kind, "fp8", seed);
+    tbackend *be = tbackend_cpu_create();
+    assert_non_null(be);
+    if (tbackend_set_replicas(be, R)) fail_msg("%s", tbackend_error(be));
+    uint64_t seeds[3] = {seed, seed + 1, seed + 2};
+    char err[1024];
+    uint64_t v0 = be->weights_version;
+    tmodel *m = tmodel_create(&c.model, be, &c.plan, c.batch, c.seq, seeds, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    int misses = be->weights_version == v0; /* init wrote the weights */
+    tparam *p = tmodel_param(m, tmodel_n_params(m) - 3); /* a matrix of the last layer (Muon's in modern) */
+    tadamw_args aa[3];
+    tmuon_args ma[3];
+    for (int r = 0; r < R; r++) {
+        aa[r] = (tadamw_args){1e-3, 0.9, 0.95, 1e-8, 0.1, 1, 1.0, seed, 0};
+        ma[r] = (tmuon_args){0.02, 0.95, 0.1, 1.0, seed, 0};
+    }
+    size_t img = tensor_image_bytes(&p->w) * (size_t)R;
+    unsigned char *bytes = malloc(img);
+    int32_t *tok = calloc((size_t)R * c.batch * c.seq, sizeof *tok);
+    double loss[3];
+    assert_non_null(bytes), assert_non_null(tok);
+    struct {
+        const char *what;
+        int bumps;
+    } steps[] = {{"update", 1}, {"sync_weights (modern: lm_head copy)", kind == TMODEL_MODERN},
+                 {"write_bytes", 1}, {"zero weights", 1}, {"forward", 0}, {"zero_grads", 0}, {"raw token upload", 0}};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        uint64_t before = be->weights_version;
+        int rc = 0;
+        switch (i) {
+        case 0: rc = p->muon ? be->muon(be, p, ma) : be->adamw(be, p, aa); break;
+        case 1: rc = tmodel_sync_weights(m); break;
+        case 2: rc = be->read_bytes(be, &p->w, bytes) || be->write_bytes(be, &p->w, bytes); break;
+        case 3: rc = be->zero(be, &p->w); break;
+        case 4: rc = tmodel_step_micro(m, tok, tok, NULL, loss); break;
+        case 5: rc = tmodel_zero_grads(m); break;
+        default: rc = be->raw_upload(be, tok, tok, sizeof *tok); break;
+        }
+        if (rc) fail_msg("%s: %s", steps[i].what, tbackend_error(be));
+        int bumped = be->weights_version != before;
+        if (bumped != steps[i].bumps) {
+            print_message("%s R=%d: %s %s the weights version\n", tmodel_kind_name(kind), R, steps[i].what,
+                          bumped ? "bumped" : "did not bump");
+            misses++;
+        }
+    }
+    free(bytes), free(tok);
+    tmodel_destroy(m);
+    be->destroy(be);
+    return misses;
+}
+
+static void test_weights_version(void **state)
+{
+    (void)state;
+    unsigned long long seed = test_seed("test_weights_version");
+    for (int kind = 0; kind < TMODEL_COUNT; kind++)
+        for (int R = 1; R <= 3; R += 2) assert_int_equal(version_misses((tmodel_kind)kind, R, seed), 0);
+    /* twin: writes that never bump */
+    tbackend_plant_stale_weights(1);
+    int twin = version_misses(TMODEL_GPT2, 1, seed);
+    tbackend_plant_stale_weights(0);
+    print_message("planted stale weights: %d expectations missed\n", twin);
+    assert_true(twin > 0);
+}
+
+/* ---- GPU: the weight cache and CPU agreement --------------------------------------------------- */
+
+/* A CUDA run of the fp8 plan with the weight cache on or off (planted: on,
+ * with writes that never invalidate it).  R > 1: ttrain_run_replicas. */
+static void cuda_run(const ttrain_config *c, int cache, int planted, int R, ttrain_result *res)
+{
+    if (cache) unsetenv("ULPSCOPE_FP8_WEIGHT_CACHE");
+    else setenv("ULPSCOPE_FP8_WEIGHT_CACHE", "0", 1);
+    tbackend_plant_stale_weights(planted);
+    int st;
+    if (R == 1) st = ttrain_run(c, res);
+    else {
+        uint64_t seeds[3], data_seeds[3];
+        for (int r = 0; r < R; r++) seeds[r] = c->seed + (uint64_t)r, data_seeds[r] = c->seed ^ (uint64_t)(r + 11);
+        st = ttrain_run_replicas(c, R, seeds, data_seeds, res);
+    }
+    tbackend_plant_stale_weights(0);
+    unsetenv("ULPSCOPE_FP8_WEIGHT_CACHE");
+    if (st) fail_msg("cuda run failed (status %d): %s", st, res[0].error);
+}
+
+static int same_runs(const ttrain_result *a, const ttrain_result *b, int R, long steps)
+{
+    int same = 1;
+    for (int r = 0; r < R; r++) {
+        same &= a[r].param_hash == b[r].param_hash && same_bits(a[r].final_val_loss, b[r].final_val_loss);
+        for (long s = 0; s < steps; s++) same &= same_bits(a[r].loss[s], b[r].loss[s]);
+    }
+    return same;
+}
+
+static void test_gpu_weight_cache(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    unsigned long long seed = test_seed("test_gpu_weight_cache");
+    for (int kind = 0; kind < TMODEL_COUNT; kind++)
+        for (int R = 1; R <= 3; R += 2) {
+            ttrain_config c;
+            fp8_config(&c, (tmodel_kind)kind, "current", seed);
+            c.backend = "cuda";
+            ttrain_result on[3], off[3], stale[3];
+            cuda_run(&c, 1, 0, R, on);
+            cuda_run(&c, 0, 0, R, off);
+            cuda_run(&c, 1, 1, R, stale);
+            int same = same_runs(on, off, R, c.steps), twin = same_runs(on, stale, R, c.steps);
+            print_message("%s R=%d: cache on vs off %s (hash %016llx / %016llx, val %.9f / %.9f); planted stale "
+                          "cache %s\n", tmodel_kind_name((tmodel_kind)kind), R, same ? "identical" : "DIFFER",
+                          (unsigned long long)on[0].param_hash, (unsigned long long)off[0].param_hash,
+                          on[0].final_val_loss, off[0].final_val_loss, twin ? "IDENTICAL" : "differs");
+            assert_true(same);
+            assert_false(twin);
+            for (int r = 0; r < R; r++) ttrain_result_free(&on[r]), ttrain_result_free(&off[r]), ttrain_result_free(&stale[r]);
+        }
+}
+
+/* CPU and CUDA under delayed scaling agree as test_train's CPU/CUDA agreement
+ * asks: step 0's loss and gradient norm within twice the CPU's distance from
+ * fp32; later steps printed.  Twin: the planted drop-term on CUDA. */
+static int agree_delayed(tmodel_kind kind, unsigned long long seed, int planted)
+{
+    ttrain_config c;
+    fp8_config(&c, kind, "delayed", seed);
+    c.steps = 3;
+    ttrain_result cpu, ref, gpu;
+    run_ok(&c, &cpu);
+    ttrain_config c32 = c;
+    char err[512];
+    if (tplan_init(&c32.plan, "fp32", kind, err, sizeof err)) fail_msg("%s", err);
+    run_ok(&c32, &ref);
+    c.backend = "cuda";
+    kernels_set_planted_bug(planted ? KBUG_DROP_TERM : KBUG_NONE);
+    int st = ttrain_run(&c, &gpu);
+    kernels_set_planted_bug(KBUG_NONE);
+    if (st == 3 && planted) {
+        ttrain_result_free(&cpu), ttrain_result_free(&ref), ttrain_result_free(&gpu);
+        return 0;
+    }
+    if (st) fail_msg("cuda run failed: %s", gpu.error);
+    for (long s = 0; s < c.steps; s++)
+        print_message("%s delayed%s step %ld: loss cpu %.9f cuda %.9f fp32 %.9f\n", tmodel_kind_name(kind),
+                      planted ? " (planted drop-term)" : "", s, cpu.loss[s], gpu.loss[s], ref.loss[s]);
+    double dl = fabs(gpu.loss[0] - cpu.loss[0]), bl = 2 * fabs(cpu.loss[0] - ref.loss[0]);
+    double dg = fabs(gpu.grad_norm[0] - cpu.grad_norm[0]), bg = 2 * fabs(cpu.grad_norm[0] - ref.grad_norm[0]);
+    print_message("%s delayed%s step 0: |loss cuda-cpu| %.3g (bound %.3g), |grad norm cuda-cpu| %.3g (bound %.3g)\n",
+                  tmodel_kind_name(kind), planted ? " (planted drop-term)" : "", dl, bl, dg, bg);
+    ttrain_result_free(&cpu), ttrain_result_free(&ref), ttrain_result_free(&gpu);
+    return dl <= bl && dg <= bg;
+}
+
+static void test_gpu_cpu_agree_delayed(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    unsigned long long seed = test_seed("test_gpu_cpu_agree_delayed");
+    for (int kind = 0; kind < TMODEL_COUNT; kind++) {
+        assert_true(agree_delayed((tmodel_kind)kind, seed, 0));
+        assert_false(agree_delayed((tmodel_kind)kind, seed, 1));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -224,6 +403,9 @@ int main(void)
         cmocka_unit_test(test_history_per_site),
         cmocka_unit_test(test_delayed_training),
         cmocka_unit_test(test_delayed_replicas),
+        cmocka_unit_test(test_weights_version),
+        cmocka_unit_test(test_gpu_weight_cache),
+        cmocka_unit_test(test_gpu_cpu_agree_delayed),
     };
     cmocka_set_test_filter(getenv("ULPSCOPE_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);

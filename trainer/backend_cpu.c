@@ -1281,6 +1281,7 @@ static void cpu_destroy(tbackend *be)
 {
     cpu_histories *h = be->impl;
     free(h->amax), free(h->calls), free(h);
+    free(be->weight_ranges);
     tbinding_free(&be->bound);
     free(be);
 }
@@ -1335,5 +1336,6 @@ tbackend *tbackend_cpu_create(void)
     be->allreduce = cpu_allreduce;
     be->replicas = 1;
     be->destroy = cpu_destroy;
+    tbackend_guard_weights(be);
     return be;
 }

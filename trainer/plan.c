@@ -43,7 +43,7 @@ static const kvariant weights_variants[] = {
 static const kop weights_op = {
     "weights", "parameter storage: the working copy's format and how updates reach it",
     PATH_BIT(KPATH_FP32) | PATH_BIT(KPATH_BF16) | PATH_BIT(KPATH_FP16),
-    "fp8 GEMM slots quantise the working copy per call", weights_variants, 3};
+    "fp8 GEMM slots quantise the working copy (the CUDA backend once per update)", weights_variants, 3};
 
 static const kvariant grad_accum_variants[] = {
     {"sum", "a weight-gradient GEMM rounds its result to its own path's format, which is then added into the "

@@ -354,6 +354,8 @@ int tbackend_set_replicas(tbackend *be, int R)
     if (be->one || be->bytes_in_use) return tbackend_fail(be, "replicas: set once, before anything is allocated");
     be->one = malloc(sizeof *be->one);
     if (!be->one) return tbackend_fail(be, "out of memory");
+    /* the single ops unguarded; the guard goes over the loops and batched forms */
+    tbackend_unguard_weights(be);
     *be->one = *be;
     be->replicas = R;
     be->alloc = rep_alloc;
@@ -385,6 +387,7 @@ int tbackend_set_replicas(tbackend *be, int R)
     be->muon = rep_muon;
     be->dp_init = rep_dp_init;
     be->destroy = rep_destroy;
-    if (be->batch_replicas && be->batch_replicas(be)) return -1;
-    return 0;
+    int rc = be->batch_replicas ? be->batch_replicas(be) : 0;
+    tbackend_guard_weights(be);
+    return rc;
 }
