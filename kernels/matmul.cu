@@ -15,6 +15,7 @@
 
 #include "kernels/common/kelem.cuh"
 #include "kernels/common/klaunch.cuh"
+#include "kernels/common/ktensor_io.h"
 #include "kernels/matmul.h"
 #include "kernels/registry.h"
 #include "precision/dot_bound.h"
@@ -637,32 +638,82 @@ template <class T> __global__ void amax_kernel(const T *x, int64_t n, int64_t x_
     if (threadIdx.x == 0) atomicMax(amax_bits + blockIdx.y, __float_as_uint(m));
 }
 
-// scale[r] = amax[r] / max_finite for r < count, one thread each.
-__global__ void scale_from_amax_kernel(const unsigned *amax_bits, int64_t count, float max_finite, float *scale)
+// Where a quantiser's scale comes from, per replica z (blockIdx.z):
+//   amax     current scaling: amax bits of this tensor (amax_kernel's), scale = amax / max_finite (1 when 0)
+//   given    a scale computed before the pass (delayed scaling with the scale given)
+//   hist     delayed scaling from an amax history (single tensor): the max of the
+//            bits in slots (calls - n .. calls - 1) mod KFP8_HISTORY_SLOTS, n = min(calls, KFP8_HISTORY_LEN)
+// and what the pass writes besides q: the scale it used (scale_out[z]), this
+// tensor's amax (atomicMax into record[z], one pass), and zeros in zero[0..n_zero)
+// (block 0's thread 0: the amax buffer the next call accumulates into, so no memset launch).
+struct qscale {
+    const unsigned *amax;
+    const float *given;
+    const unsigned *hist;
+    int64_t calls;
+    float max_finite;
+    float *scale_out;
+    unsigned *record;
+    unsigned *zero;
+    int64_t n_zero;
+};
+
+__device__ __forceinline__ float scale_from_amax(float amax, float max_finite)
 {
-    int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (r >= count) return;
-    float amax = __uint_as_float(amax_bits[r]);
-    scale[r] = amax > 0.0f ? amax / max_finite : 1.0f; // NaN amax gives a NaN scale: visible downstream
+    return amax > 0.0f ? amax / max_finite : 1.0f;
+}
+
+__device__ float qscale_value(const qscale &sc, int z)
+{
+    if (sc.amax) return scale_from_amax(__uint_as_float(sc.amax[z]), sc.max_finite);
+    if (sc.given) return sc.given[z];
+    int64_t n = sc.calls < KFP8_HISTORY_LEN ? sc.calls : KFP8_HISTORY_LEN;
+    unsigned m = 0;
+    for (int64_t i = 1; i <= n; i++) m = max(m, sc.hist[(sc.calls - i) % KFP8_HISTORY_SLOTS]);
+    return scale_from_amax(__uint_as_float(m), sc.max_finite);
 }
 
 // q = sat(x / scale), x [rows, cols]; q [rows, cols] or transposed [cols, rows]
-// through a 32x32 shared tile so both sides stay coalesced.
+// through a 32x32 shared tile so both sides stay coalesced.  Block (32, 8):
+// each row of threads is one warp (the amax record reduces over it).
 template <class T>
-__global__ void quantize_kernel(const T *x, int64_t x_stride, int64_t rows, int64_t cols, int transpose,
-                                const float *scale, int e5m2, uint8_t *q, int64_t q_stride)
+__global__ void quantize_kernel(const T *x, int64_t x_stride, int64_t rows, int64_t cols, int transpose, qscale sc,
+                                int e5m2, uint8_t *q, int64_t q_stride)
 {
     __shared__ uint8_t tile[32][33];
-    x += blockIdx.z * x_stride;
-    q += blockIdx.z * q_stride;
-    float s = scale[blockIdx.z];
+    __shared__ float s_shared;
+    const int z = blockIdx.z;
+    x += z * x_stride;
+    q += z * q_stride;
+    const int first = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0;
+    if (threadIdx.x == 0 && threadIdx.y == 0) {
+        s_shared = qscale_value(sc, z);
+        if (first && sc.scale_out) sc.scale_out[z] = s_shared;
+    }
+    if (first && z == 0)
+        for (int64_t i = 0; i < sc.n_zero; i++) sc.zero[i] = 0u;
+    __syncthreads();
+    const float s = s_shared;
+    float m = 0.0f;
     int64_t r0 = (int64_t)blockIdx.y * 32, c0 = (int64_t)blockIdx.x * 32;
     for (int dy = threadIdx.y; dy < 32; dy += blockDim.y) {
         int64_t r = r0 + dy, c = c0 + threadIdx.x;
         if (r < rows && c < cols) {
-            uint8_t v = to_fp8(kto_float(x[r * cols + c]) / s, e5m2);
-            if (transpose) tile[dy][threadIdx.x] = v;
-            else q[r * cols + c] = v;
+            float v = kto_float(x[r * cols + c]);
+            m = fmaxf(m, fabsf(v));
+            uint8_t b = to_fp8(v / s, e5m2);
+            if (transpose) tile[dy][threadIdx.x] = b;
+            else q[r * cols + c] = b;
+        }
+    }
+    if (sc.record) { // one atomic a block (see amax_kernel): warps, then the block's 8 warp maxima
+        __shared__ float warp_max[8];
+        for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+        if (threadIdx.x == 0) warp_max[threadIdx.y] = m;
+        __syncthreads();
+        if (threadIdx.x == 0 && threadIdx.y == 0) {
+            for (int w = 1; w < (int)blockDim.y; w++) m = fmaxf(m, warp_max[w]);
+            atomicMax(sc.record + z, __float_as_uint(m));
         }
     }
     if (!transpose) return;
@@ -729,6 +780,55 @@ static int check_quant_batch(const char *ctx, int64_t count, int64_t x_stride, i
     return 0;
 }
 
+// The quantise launch for x in x_format (fp32 or bf16).
+static int launch_quantize(const char *ctx, const void *x, int64_t x_stride, prec_format x_format, int64_t rows,
+                           int64_t cols, int transpose, const qscale &sc, prec_format fp8, void *q, int64_t q_stride,
+                           int64_t count)
+{
+    dim3 qgrid((unsigned)((cols + 31) / 32), (unsigned)((rows + 31) / 32), (unsigned)count), qblock(32, 8);
+    int e5m2 = fp8 == PREC_E5M2;
+    if (x_format == PREC_FP32)
+        quantize_kernel<float><<<qgrid, qblock, 0, kstream()>>>((const float *)x, x_stride, rows, cols, transpose, sc,
+                                                               e5m2, (uint8_t *)q, q_stride);
+    else
+        quantize_kernel<__nv_bfloat16><<<qgrid, qblock, 0, kstream()>>>((const __nv_bfloat16 *)x, x_stride, rows,
+                                                                       cols, transpose, sc, e5m2, (uint8_t *)q,
+                                                                       q_stride);
+    KLAUNCHED(ctx, "quantize_kernel");
+    return 0;
+}
+
+static int check_quantize_args(const char *ctx, const void *x, prec_format x_format, int64_t rows, int64_t cols,
+                               prec_format fp8, const void *q, const void *scales)
+{
+    if (rows <= 0 || cols <= 0) return kernels_fail("%s: rows and cols must be positive", ctx);
+    if (!x || !q || !scales) return kernels_fail("%s: null pointer", ctx);
+    return check_quant_formats(ctx, x_format, fp8);
+}
+
+// Current scaling's amax buffers: two halves of amax_capacity counters each
+// in WS_AMAX.  A call accumulates into half amax_parity (zero), and its
+// quantise launch zeroes the other half for the next call: two launches per
+// tensor, no memset.  Fresh (or regrown) buffers are zeroed once.
+static int amax_parity;
+static int64_t amax_capacity;
+
+static int amax_halves(const char *ctx, int64_t count, unsigned **mine, unsigned **next)
+{
+    void *amax = nullptr;
+    if (count > amax_capacity) {
+        if (ws_get(ctx, WS_AMAX, (size_t)(2 * count) * sizeof(unsigned), &amax)) return -1;
+        KCUDA(ctx, cudaMemsetAsync(amax, 0, (size_t)(2 * count) * sizeof(unsigned), kstream()));
+        amax_capacity = count;
+        amax_parity = 0;
+    }
+    unsigned *base = (unsigned *)ws_ptr[WS_AMAX];
+    *mine = base + amax_parity * amax_capacity;
+    *next = base + (1 - amax_parity) * amax_capacity;
+    amax_parity ^= 1;
+    return 0;
+}
+
 extern "C" int kfp8_quantize_tensor_batched(int64_t count, const void *x, int64_t x_stride, prec_format x_format,
                                             int64_t rows, int64_t cols, int transpose, prec_format fp8, void *q,
                                             int64_t q_stride, float *scales)
@@ -737,37 +837,88 @@ extern "C" int kfp8_quantize_tensor_batched(int64_t count, const void *x, int64_
     snprintf(ctx, sizeof ctx, "fp8 quantize %s->%s rows=%lld cols=%lld transpose=%d count=%lld",
              prec_format_name(x_format), prec_format_name(fp8), (long long)rows, (long long)cols, transpose,
              (long long)count);
-    if (rows <= 0 || cols <= 0) return kernels_fail("%s: rows and cols must be positive", ctx);
-    if (!x || !q || !scales) return kernels_fail("%s: null pointer", ctx);
-    if (check_quant_formats(ctx, x_format, fp8)) return -1;
+    if (check_quantize_args(ctx, x, x_format, rows, cols, fp8, q, scales)) return -1;
     const int64_t n = rows * cols;
     if (check_quant_batch(ctx, count, x_stride, n, q_stride, n)) return -1;
-    void *amax = nullptr;
-    if (ws_get(ctx, WS_AMAX, (size_t)count * sizeof(unsigned), &amax)) return -1;
-    KCUDA(ctx, cudaMemsetAsync(amax, 0, (size_t)count * sizeof(unsigned), kstream()));
-    int e5m2 = fp8 == PREC_E5M2;
-    float max_finite = (float)prec_format_get(fp8)->max_finite;
+    unsigned *amax = nullptr, *next = nullptr;
+    if (amax_halves(ctx, count, &amax, &next)) return -1;
     dim3 agrid((unsigned)std::min(grid_for(n, 256), AMAX_BLOCKS), (unsigned)count);
-    dim3 qgrid((unsigned)((cols + 31) / 32), (unsigned)((rows + 31) / 32), (unsigned)count), qblock(32, 8);
-    const unsigned sblocks = (unsigned)((count + 255) / 256);
-    if (x_format == PREC_FP32) {
-        amax_kernel<float><<<agrid, 256, 0, kstream()>>>((const float *)x, n, x_stride, (unsigned *)amax);
+    if (x_format == PREC_FP32)
+        amax_kernel<float><<<agrid, 256, 0, kstream()>>>((const float *)x, n, x_stride, amax);
+    else
+        amax_kernel<__nv_bfloat16><<<agrid, 256, 0, kstream()>>>((const __nv_bfloat16 *)x, n, x_stride, amax);
+    KLAUNCHED(ctx, "amax_kernel");
+    qscale sc = {};
+    sc.amax = amax;
+    sc.max_finite = (float)prec_format_get(fp8)->max_finite;
+    sc.scale_out = scales;
+    sc.zero = next;
+    sc.n_zero = amax_capacity;
+    return launch_quantize(ctx, x, x_stride, x_format, rows, cols, transpose, sc, fp8, q, q_stride, count);
+}
+
+extern "C" int kfp8_quantize_tensor_scaled(const void *x, prec_format x_format, int64_t rows, int64_t cols,
+                                           int transpose, prec_format fp8, const float *scale, void *q, float *amax)
+{
+    char ctx[200];
+    snprintf(ctx, sizeof ctx, "fp8 quantize (given scale) %s->%s rows=%lld cols=%lld transpose=%d",
+             prec_format_name(x_format), prec_format_name(fp8), (long long)rows, (long long)cols, transpose);
+    if (check_quantize_args(ctx, x, x_format, rows, cols, fp8, q, scale)) return -1;
+    if (!amax) return kernels_fail("%s: null amax", ctx);
+    qscale sc = {};
+    sc.given = scale;
+    sc.record = (unsigned *)amax;
+    return launch_quantize(ctx, x, 0, x_format, rows, cols, transpose, sc, fp8, q, 0, 1);
+}
+
+extern "C" int kfp8_history_init(kfp8_history *h)
+{
+    h->calls = 0;
+    h->slots = nullptr;
+    if (kdevice_alloc((void **)&h->slots, KFP8_HISTORY_SLOTS * sizeof(float), "fp8 amax history")) return -1;
+    return kdevice_fill_bytes(h->slots, 0, KFP8_HISTORY_SLOTS * sizeof(float), "fp8 amax history");
+}
+
+extern "C" void kfp8_history_free(kfp8_history *h)
+{
+    kdevice_free(h->slots);
+    h->slots = nullptr;
+    h->calls = 0;
+}
+
+extern "C" int kfp8_quantize_tensor_delayed(const void *x, prec_format x_format, int64_t rows, int64_t cols,
+                                            int transpose, prec_format fp8, void *q, float *scale, kfp8_history *h)
+{
+    char ctx[200];
+    snprintf(ctx, sizeof ctx, "fp8 quantize (delayed, call %lld) %s->%s rows=%lld cols=%lld transpose=%d",
+             h ? (long long)h->calls : -1LL, prec_format_name(x_format), prec_format_name(fp8), (long long)rows,
+             (long long)cols, transpose);
+    if (check_quantize_args(ctx, x, x_format, rows, cols, fp8, q, scale)) return -1;
+    if (!h || !h->slots) return kernels_fail("%s: no history", ctx);
+    unsigned *slots = (unsigned *)h->slots;
+    unsigned *mine = slots + h->calls % KFP8_HISTORY_SLOTS, *next = slots + (h->calls + 1) % KFP8_HISTORY_SLOTS;
+    qscale sc = {};
+    sc.max_finite = (float)prec_format_get(fp8)->max_finite;
+    sc.scale_out = scale;
+    sc.zero = next;
+    sc.n_zero = 1;
+    if (h->calls == 0) {
+        // the first call scales by its own amax, which is also the history's first entry
+        const int64_t n = rows * cols;
+        if (x_format == PREC_FP32)
+            amax_kernel<float><<<dim3((unsigned)std::min(grid_for(n, 256), AMAX_BLOCKS), 1), 256, 0, kstream()>>>((const float *)x, n, 0, mine);
+        else
+            amax_kernel<__nv_bfloat16><<<dim3((unsigned)std::min(grid_for(n, 256), AMAX_BLOCKS), 1), 256, 0, kstream()>>>(
+                (const __nv_bfloat16 *)x, n, 0, mine);
         KLAUNCHED(ctx, "amax_kernel");
-        scale_from_amax_kernel<<<sblocks, 256, 0, kstream()>>>((const unsigned *)amax, count, max_finite, scales);
-        KLAUNCHED(ctx, "scale_from_amax_kernel");
-        quantize_kernel<float><<<qgrid, qblock, 0, kstream()>>>((const float *)x, x_stride, rows, cols, transpose,
-                                                               scales, e5m2, (uint8_t *)q, q_stride);
+        sc.amax = mine;
     } else {
-        amax_kernel<__nv_bfloat16><<<agrid, 256, 0, kstream()>>>((const __nv_bfloat16 *)x, n, x_stride,
-                                                                 (unsigned *)amax);
-        KLAUNCHED(ctx, "amax_kernel");
-        scale_from_amax_kernel<<<sblocks, 256, 0, kstream()>>>((const unsigned *)amax, count, max_finite, scales);
-        KLAUNCHED(ctx, "scale_from_amax_kernel");
-        quantize_kernel<__nv_bfloat16><<<qgrid, qblock, 0, kstream()>>>((const __nv_bfloat16 *)x, x_stride, rows,
-                                                                       cols, transpose, scales, e5m2, (uint8_t *)q,
-                                                                       q_stride);
+        sc.hist = slots;
+        sc.calls = h->calls;
+        sc.record = mine;
     }
-    KLAUNCHED(ctx, "quantize_kernel");
+    if (launch_quantize(ctx, x, 0, x_format, rows, cols, transpose, sc, fp8, q, 0, 1)) return -1;
+    h->calls++;
     return 0;
 }
 
@@ -1291,6 +1442,62 @@ extern "C" int kmatmul_quantized(kmatmul_accum accum, int variant, const kmatmul
     return kmatmul_quantized_batched(accum, variant, x, nullptr, x_format, a_fp8, b_fp8);
 }
 
+// One operand of kmatmul_quantized_ex into the K-contiguous [rows, K] layout
+// at q (workspace slot ws) with its scale at *scale_at.
+static int quantized_operand(const char *ctx, const kfp8_operand *op, int ws, int sws, const void *x, int transpose,
+                             int64_t rows, int64_t K, prec_format x_format, prec_format fp8, const void **q,
+                             const float **scale_at)
+{
+    if (op && op->q) {
+        if (!op->scale) return kernels_fail("%s: a given operand needs its scale", ctx);
+        *q = op->q;
+        *scale_at = op->scale;
+        return 0;
+    }
+    void *buf = nullptr, *sbuf = nullptr;
+    if (ws_get(ctx, ws, (size_t)(rows * K), &buf) || ws_get(ctx, sws, sizeof(float), &sbuf)) return -1;
+    // x is [rows, K], or [K, rows] (transpose = 1: transposed while quantising)
+    int rc = op && op->history
+                 ? kfp8_quantize_tensor_delayed(x, x_format, transpose ? K : rows, transpose ? rows : K, transpose, fp8,
+                                                buf, (float *)sbuf, op->history)
+                 : kfp8_quantize_tensor(x, x_format, transpose ? K : rows, transpose ? rows : K, transpose, fp8, buf,
+                                        (float *)sbuf);
+    if (rc) return -1;
+    *q = buf;
+    *scale_at = (const float *)sbuf;
+    return 0;
+}
+
+extern "C" int kmatmul_quantized_ex(kmatmul_accum accum, int variant, const kmatmul_args *x, prec_format x_format,
+                                    prec_format a_fp8, prec_format b_fp8, const kfp8_operand *a_op,
+                                    const kfp8_operand *b_op)
+{
+    char ctx[220];
+    if (!x) return kernels_fail("matmul quantized: null arguments");
+    snprintf(ctx, sizeof ctx, "matmul quantized %s x %s variant %d M=%lld N=%lld K=%lld (%s A, %s B)",
+             prec_format_name(a_fp8), prec_format_name(b_fp8), variant, (long long)x->M, (long long)x->N,
+             (long long)x->K, a_op && a_op->q ? "given" : a_op && a_op->history ? "delayed" : "current",
+             b_op && b_op->q ? "given" : b_op && b_op->history ? "delayed" : "current");
+    char why[128];
+    if (!kmatmul_supports(KPATH_FP8, accum, variant, why, sizeof why)) return kernels_fail("%s: %s", ctx, why);
+    if (accum == KMATMUL_ACC_BLOCK_SCALED) return kernels_fail("%s: per-tensor scales only (not block_scaled)", ctx);
+    if (x->M <= 0 || x->N <= 0 || x->K <= 0) return kernels_fail("%s: M, N and K must be positive", ctx);
+    if ((!x->a && !(a_op && a_op->q)) || (!x->b && !(b_op && b_op->q))) return kernels_fail("%s: null A or B", ctx);
+    kmatmul_args q = *x;
+    const float *sa = nullptr, *sb = nullptr;
+    // A [M,K] (or [K,M]); B to [N,K] (transposed unless b_trans)
+    if (quantized_operand(ctx, a_op, WS_QA, WS_SA, x->a, x->a_trans, x->M, x->K, x_format, a_fp8, &q.a, &sa) ||
+        quantized_operand(ctx, b_op, WS_QB, WS_SB, x->b, !x->b_trans, x->N, x->K, x_format, b_fp8, &q.b, &sb))
+        return -1;
+    q.a_trans = 0;
+    q.b_trans = 1;
+    q.a_format = a_fp8;
+    q.b_format = b_fp8;
+    q.a_scale = sa;
+    q.b_scale = sb;
+    return kmatmul_batched(KPATH_FP8, accum, variant, &q, nullptr);
+}
+
 extern "C" int kmatmul_time_algos(kpath path, kmatmul_accum accum, const kmatmul_args *x, int max_algos, int reps,
                                   double *ms, int *n_algos)
 {
@@ -1376,4 +1583,6 @@ extern "C" void kmatmul_release(void)
         ws_ptr[s] = nullptr;
         ws_size[s] = 0;
     }
+    amax_capacity = 0;
+    amax_parity = 0;
 }

@@ -176,7 +176,9 @@ int kmatmul_supports(kpath path, kmatmul_accum accum, int variant, char *why, si
 
 /* Per-tensor fp8 quantisation with the scale from the current amax, all on the
  * GPU: scale = amax / max_finite(fp8) (1 when amax = 0), q = round-to-nearest-
- * even(x / scale) saturated to +-max_finite.  x [rows, cols] in x_format (fp32
+ * even(x / scale) saturated to +-max_finite.  Two launches (amax, then the
+ * quantise pass, which computes the scale and zeroes the amax buffer of the
+ * next call), two reads of x.  x [rows, cols] in x_format (fp32
  * or bf16); q is [rows, cols], or [cols, rows] when transpose = 1; *scale is a
  * device float. */
 int kfp8_quantize_tensor(const void *x, prec_format x_format, int64_t rows, int64_t cols, int transpose,
@@ -186,6 +188,34 @@ int kfp8_quantize_tensor(const void *x, prec_format x_format, int64_t rows, int6
 int kfp8_quantize_tensor_batched(int64_t count, const void *x, int64_t x_stride, prec_format x_format, int64_t rows,
                                  int64_t cols, int transpose, prec_format fp8, void *q, int64_t q_stride,
                                  float *scales);
+
+/* Quantisation with a scale known before the pass (delayed scaling), in one
+ * read of x: q = round-to-nearest-even(x / *scale) saturated to
+ * +-max_finite, and x's amax recorded with an atomic max on its float bits
+ * into *amax (device; the caller zeroes it first).  A scale too small for x
+ * saturates (the fp8 casts are __NV_SATFINITE). */
+int kfp8_quantize_tensor_scaled(const void *x, prec_format x_format, int64_t rows, int64_t cols, int transpose,
+                                prec_format fp8, const float *scale, void *q, float *amax);
+
+/* Delayed scaling (NVIDIA Transformer Engine's DelayedScaling recipe, amax
+ * max over the history): one tensor's amaxes over its last KFP8_HISTORY_LEN
+ * calls, on the device in a ring of KFP8_HISTORY_SLOTS floats (two spare:
+ * the slot this call records into and the one it zeroes for the next, so one
+ * launch reads the history while recording).  calls: host count. */
+#define KFP8_HISTORY_LEN 16
+#define KFP8_HISTORY_SLOTS (KFP8_HISTORY_LEN + 2)
+typedef struct {
+    float *slots;
+    int64_t calls;
+} kfp8_history;
+int kfp8_history_init(kfp8_history *h); /* allocates zeroed slots: 0 or -1 */
+void kfp8_history_free(kfp8_history *h);
+/* q = sat(x / scale) with scale = (max of the history's last min(calls, 16)
+ * amaxes) / max_finite (1 when 0), written to *scale (device), and x's amax
+ * recorded: one launch, one read of x.  The first call (calls = 0) scales by
+ * x's own amax (amax, then quantise: two launches).  calls is incremented. */
+int kfp8_quantize_tensor_delayed(const void *x, prec_format x_format, int64_t rows, int64_t cols, int transpose,
+                                 prec_format fp8, void *q, float *scale, kfp8_history *h);
 
 /* Block-scaled quantisation into the K-contiguous layout the block_scaled
  * variant reads: q [R,K]; x is [R,K] (x_transposed = 0) or [K,R] (1); one
@@ -212,6 +242,22 @@ int kmatmul_quantized(kmatmul_accum accum, int variant, const kmatmul_args *args
  * (each replica's scales come from its own amax, kept internally). */
 int kmatmul_quantized_batched(kmatmul_accum accum, int variant, const kmatmul_args *args, const kmatmul_batch *batch,
                               prec_format x_format, prec_format a_fp8, prec_format b_fp8);
+
+/* One replica's per-tensor fp8 GEMM with a choice per operand: q non-NULL:
+ * the operand already quantised (A [M,K], B [N,K], K contiguous; 256-byte
+ * aligned like a workspace, so the GEMM's plan is the one of
+ * kmatmul_quantized) with its device scale; else history non-NULL: delayed
+ * scaling from it (kfp8_quantize_tensor_delayed); else (or op NULL) current
+ * scaling as kmatmul_quantized.  With every operand current, the bits of
+ * kmatmul_quantized; with a given operand that is what kmatmul_quantized
+ * would have made of it, the same bits again.  Not block_scaled. */
+typedef struct {
+    const void *q;
+    const float *scale;
+    kfp8_history *history;
+} kfp8_operand;
+int kmatmul_quantized_ex(kmatmul_accum accum, int variant, const kmatmul_args *args, prec_format x_format,
+                         prec_format a_fp8, prec_format b_fp8, const kfp8_operand *a_op, const kfp8_operand *b_op);
 
 /* Benchmarks: the single cuBLASLt GEMM that kmatmul(path, accum, fused)
  * issues (default or fast accumulation; no epilogue), timed for each of up to

@@ -1,7 +1,8 @@
 /* tests/test_kernels_gpu_matmul.c — GPU tests of H5's kernels beyond their
  * checks: bitwise determinism, the fp8 scale from the current amax, the
  * quantising entry point against the manual one, argument errors, stochastic
- * rounding's determinism and unbiasedness, and polar express as the
+ * rounding's determinism and unbiasedness, quantisation with a given scale
+ * (delayed scaling) and the GEMM with a given operand, and polar express as the
  * composition of its parts.  Skipped visibly without a GPU. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -127,6 +128,102 @@ static void test_quantized_entry_point(void **state)
     assert_memory_equal(y1, y2, M * N * sizeof(double));
     free(y1); free(y2);
     ktensor_free(&A); ktensor_free(&B); ktensor_free(&Y1); ktensor_free(&Y2); ktensor_free(&QA); ktensor_free(&QB);
+}
+
+/* Quantisation with a given scale (delayed scaling's one-pass kernel): with
+ * the scale the current amax gives, the bytes of the current path and its
+ * amax recorded; kmatmul_quantized_ex with B given as that image, and with
+ * a delayed history's first call, the bits of kmatmul_quantized.  Twin: a
+ * stale scale (a quarter of it) saturates values, and the comparison sees it. */
+static int given_scale_case(unsigned long long seed, float scale_factor, long *saturated)
+{
+    prec_rng rng;
+    prec_rng_seed(&rng, seed);
+    const int64_t R = 48, C = 80;
+    double *x = malloc(R * C * sizeof(double)), *q1 = malloc(R * C * sizeof(double)), *q2 = malloc(R * C * sizeof(double));
+    assert_non_null(x), assert_non_null(q1), assert_non_null(q2);
+    fill(&rng, x, R * C, PREC_BF16);
+    int64_t shp[2] = {R, C}, shq[2] = {C, R};
+    ktensor X = {0}, Q1 = {0}, Q2 = {0};
+    assert_int_equal(ktensor_alloc(&X, PREC_BF16, 2, shp), 0);
+    assert_int_equal(ktensor_alloc(&Q1, PREC_E4M3, 2, shq), 0);
+    assert_int_equal(ktensor_alloc(&Q2, PREC_E4M3, 2, shq), 0);
+    assert_int_equal(ktensor_upload(&X, x), 0);
+    assert_int_equal(kfp8_quantize_tensor(X.data, PREC_BF16, R, C, 1, PREC_E4M3, Q1.data, Q1.scale), 0);
+    double amax = 0;
+    for (int64_t i = 0; i < R * C; i++) amax = fmax(amax, fabs(x[i]));
+    assert_int_equal(ktensor_set_scale(&Q2, (float)(amax / 448.0) * scale_factor), 0);
+    float *amax_dev = NULL, amax_got = -1.0f;
+    assert_int_equal(kdevice_alloc((void **)&amax_dev, sizeof(float), "test amax"), 0);
+    assert_int_equal(kdevice_fill_bytes(amax_dev, 0, sizeof(float), "test amax"), 0);
+    assert_int_equal(kfp8_quantize_tensor_scaled(X.data, PREC_BF16, R, C, 1, PREC_E4M3, Q2.scale, Q2.data, amax_dev), 0);
+    assert_int_equal(kdevice_download(&amax_got, amax_dev, sizeof(float), "test amax"), 0);
+    assert_true(amax_got == (float)amax);
+    download_bits(&Q1, q1);
+    download_bits(&Q2, q2);
+    *saturated = 0;
+    for (int64_t i = 0; i < R * C; i++) *saturated += fabs(q2[i]) == 448.0 && fabs(q1[i]) != 448.0;
+    int same = memcmp(q1, q2, R * C * sizeof(double)) == 0;
+    kdevice_free(amax_dev);
+    free(x), free(q1), free(q2);
+    ktensor_free(&X), ktensor_free(&Q1), ktensor_free(&Q2);
+    return same;
+}
+
+static void test_given_scale(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    unsigned long long seed = test_seed("gpu fp8 given scale");
+    long sat = 0;
+    assert_true(given_scale_case(seed, 1.0f, &sat));
+    assert_int_equal(sat, 0);
+    int twin = given_scale_case(seed, 0.25f, &sat);
+    print_message("stale scale (x 1/4): %ld values saturated; bytes %s\n", sat, twin ? "equal" : "differ");
+    assert_false(twin);
+    assert_true(sat > 0);
+
+    /* the GEMM with B given as its current image, and with delayed A and B on a fresh history */
+    prec_rng rng;
+    prec_rng_seed(&rng, seed ^ 1u);
+    const int64_t M = 40, N = 64, K = 96;
+    ktensor A = upload_random(&rng, PREC_BF16, M, K), B = upload_random(&rng, PREC_BF16, K, N);
+    int64_t sy[2] = {M, N}, sqb[2] = {N, K};
+    ktensor Y1 = {0}, Y2 = {0}, Y3 = {0}, QB = {0};
+    assert_int_equal(ktensor_alloc(&Y1, PREC_BF16, 2, sy), 0);
+    assert_int_equal(ktensor_alloc(&Y2, PREC_BF16, 2, sy), 0);
+    assert_int_equal(ktensor_alloc(&Y3, PREC_BF16, 2, sy), 0);
+    assert_int_equal(ktensor_alloc(&QB, PREC_E4M3, 2, sqb), 0);
+    kmatmul_args x = {M, N, K, 0, 0, A.data, B.data, Y1.data, NULL, 1.0f, 0.0f, NULL, 0,
+                      PREC_FP32, PREC_FP32, NULL, NULL, 0};
+    assert_int_equal(kmatmul_quantized(KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &x, PREC_BF16, PREC_E4M3, PREC_E4M3), 0);
+    assert_int_equal(kfp8_quantize_tensor(B.data, PREC_BF16, K, N, 1, PREC_E4M3, QB.data, QB.scale), 0);
+    kfp8_operand given = {QB.data, QB.scale, NULL};
+    x.y = Y2.data;
+    assert_int_equal(kmatmul_quantized_ex(KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &x, PREC_BF16, PREC_E4M3, PREC_E4M3,
+                                          NULL, &given), 0);
+    kfp8_history ha, hb;
+    assert_int_equal(kfp8_history_init(&ha), 0);
+    assert_int_equal(kfp8_history_init(&hb), 0);
+    kfp8_operand da = {NULL, NULL, &ha}, db = {NULL, NULL, &hb};
+    x.y = Y3.data;
+    assert_int_equal(kmatmul_quantized_ex(KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &x, PREC_BF16, PREC_E4M3, PREC_E4M3,
+                                          &da, &db), 0);
+    assert_true(ha.calls == 1 && hb.calls == 1);
+    double *y1 = malloc(M * N * sizeof(double)), *y2 = malloc(M * N * sizeof(double)), *y3 = malloc(M * N * sizeof(double));
+    download_bits(&Y1, y1), download_bits(&Y2, y2), download_bits(&Y3, y3);
+    assert_memory_equal(y1, y2, M * N * sizeof(double));
+    assert_memory_equal(y1, y3, M * N * sizeof(double)); /* a first delayed call scales by its own amax */
+    /* the second delayed call on the same tensors: the history holds that same amax, the same bits again */
+    x.y = Y3.data;
+    assert_int_equal(ktensor_poison(&Y3), 0);
+    assert_int_equal(kmatmul_quantized_ex(KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, &x, PREC_BF16, PREC_E4M3, PREC_E4M3,
+                                          &da, &db), 0);
+    download_bits(&Y3, y3);
+    assert_memory_equal(y1, y3, M * N * sizeof(double));
+    kfp8_history_free(&ha), kfp8_history_free(&hb);
+    free(y1), free(y2), free(y3);
+    ktensor_free(&A), ktensor_free(&B), ktensor_free(&Y1), ktensor_free(&Y2), ktensor_free(&Y3), ktensor_free(&QB);
 }
 
 static void test_bad_arguments(void **state)
@@ -262,6 +359,7 @@ int main(void)
         cmocka_unit_test(test_matmul_deterministic),
         cmocka_unit_test(test_fp8_scale_from_amax),
         cmocka_unit_test(test_quantized_entry_point),
+        cmocka_unit_test(test_given_scale),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_adamw_stochastic_rounding),
         cmocka_unit_test(test_polar_express_composition),

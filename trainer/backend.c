@@ -72,7 +72,168 @@ int tbackend_bind_plan(tbackend *be, const tplan *plan, int depth)
     }
     tbinding_free(&be->bound);
     be->bound = next;
+    be->weights_version++; /* paths and scalings may differ: no cached image carries over */
     return 0;
+}
+
+/* ---- weights and the writes that change them ------------------------------------------------- */
+
+static int stale_planted;
+
+void tbackend_plant_stale_weights(int on) { stale_planted = on; }
+
+/* Every replica's copy of t. */
+static size_t all_bytes(const tbackend *be, const ktensor *t)
+{
+    int64_t n = t->replica_stride ? t->replica_stride * be->replicas : ktensor_numel(t);
+    return (size_t)n * be->elem_bytes(t->format);
+}
+
+int tbackend_mark_weights(tbackend *be, const ktensor *t)
+{
+    if (!t->data) return 0;
+    if (be->n_weight_ranges == be->cap_weight_ranges) {
+        int cap = be->cap_weight_ranges ? 2 * be->cap_weight_ranges : 64;
+        struct tweight_range *r = realloc(be->weight_ranges, (size_t)cap * sizeof *r);
+        if (!r) return tbackend_fail(be, "out of memory");
+        be->weight_ranges = r;
+        be->cap_weight_ranges = cap;
+    }
+    const char *lo = t->data;
+    be->weight_ranges[be->n_weight_ranges++] = (struct tweight_range){lo, lo + all_bytes(be, t)};
+    be->weights_version++;
+    return 0;
+}
+
+int tbackend_is_weight(const tbackend *be, const void *p, size_t bytes)
+{
+    const char *lo = p, *hi = lo + bytes;
+    for (int i = 0; i < be->n_weight_ranges; i++)
+        if (lo >= be->weight_ranges[i].lo && hi <= be->weight_ranges[i].hi) return 1;
+    return 0;
+}
+
+/* A write of [p, p + bytes) changes the weights when it overlaps one. */
+static void wrote(tbackend *be, const void *p, size_t bytes)
+{
+    const char *lo = p, *hi = lo + bytes;
+    if (stale_planted || !p) return;
+    for (int i = 0; i < be->n_weight_ranges; i++)
+        if (lo < be->weight_ranges[i].hi && hi > be->weight_ranges[i].lo) {
+            be->weights_version++;
+            return;
+        }
+}
+
+static void wrote_tensor(tbackend *be, const ktensor *t)
+{
+    if (t && t->data) wrote(be, t->data, all_bytes(be, t));
+}
+
+static void g_release(tbackend *be, ktensor *t)
+{
+    const char *lo = t->data;
+    for (int i = 0; lo && i < be->n_weight_ranges; i++)
+        if (be->weight_ranges[i].lo == lo) {
+            be->weight_ranges[i] = be->weight_ranges[--be->n_weight_ranges];
+            be->weights_version++; /* the address may come back holding something else */
+            break;
+        }
+    be->guarded.release(be, t);
+}
+
+static int g_raw_upload(tbackend *be, void *dst, const void *src, size_t bytes)
+{
+    wrote(be, dst, bytes);
+    return be->guarded.raw_upload(be, dst, src, bytes);
+}
+
+static int g_upload(tbackend *be, ktensor *t, const double *values)
+{
+    wrote_tensor(be, t);
+    return be->guarded.upload(be, t, values);
+}
+
+static int g_write_bytes(tbackend *be, ktensor *t, const void *src)
+{
+    wrote_tensor(be, t);
+    return be->guarded.write_bytes(be, t, src);
+}
+
+static int g_zero(tbackend *be, ktensor *t)
+{
+    wrote_tensor(be, t);
+    return be->guarded.zero(be, t);
+}
+
+static int g_transpose(tbackend *be, const tsite *at, ktensor *out, const ktensor *in, int accumulate)
+{
+    wrote_tensor(be, out);
+    return be->guarded.transpose(be, at, out, in, accumulate);
+}
+
+static int g_accumulate(tbackend *be, const tsite *at, ktensor *dst, const ktensor *src)
+{
+    wrote_tensor(be, dst);
+    return be->guarded.accumulate(be, at, dst, src);
+}
+
+static int g_adamw(tbackend *be, tparam *p, const tadamw_args *a)
+{
+    wrote_tensor(be, &p->w);
+    return be->guarded.adamw(be, p, a);
+}
+
+static int g_muon(tbackend *be, tparam *p, const tmuon_args *a)
+{
+    wrote_tensor(be, &p->w);
+    return be->guarded.muon(be, p, a);
+}
+
+void tbackend_guard_weights(tbackend *be)
+{
+    if (be->guarded.on) return;
+    struct tbackend_guarded *g = &be->guarded;
+    g->on = 1;
+    g->release = be->release, be->release = g_release;
+    g->raw_upload = be->raw_upload, be->raw_upload = g_raw_upload;
+    g->upload = be->upload, be->upload = g_upload;
+    g->write_bytes = be->write_bytes, be->write_bytes = g_write_bytes;
+    g->zero = be->zero, be->zero = g_zero;
+    g->transpose = be->transpose, be->transpose = g_transpose;
+    g->accumulate = be->accumulate, be->accumulate = g_accumulate;
+    g->adamw = be->adamw, be->adamw = g_adamw;
+    g->muon = be->muon, be->muon = g_muon;
+}
+
+void tbackend_unguard_weights(tbackend *be)
+{
+    struct tbackend_guarded *g = &be->guarded;
+    if (!g->on) return;
+    be->release = g->release, be->raw_upload = g->raw_upload, be->upload = g->upload;
+    be->write_bytes = g->write_bytes, be->zero = g->zero, be->transpose = g->transpose;
+    be->accumulate = g->accumulate, be->adamw = g->adamw, be->muon = g->muon;
+    memset(g, 0, sizeof *g);
+}
+
+/* ---- fp8 delayed scaling ---------------------------------------------------------------------- */
+
+int64_t tbackend_fp8_history_count(const tbackend *be)
+{
+    return (int64_t)TSLOT_COUNT * (be->bound.depth + 1) * 2 * be->replicas;
+}
+
+int64_t tbackend_fp8_history_index(const tbackend *be, const tsite *at, int operand)
+{
+    int64_t site = (int64_t)at->slot * (be->bound.depth + 1) + (at->layer + 1);
+    return (site * 2 + operand) * be->replicas + be->replica_now;
+}
+
+int tbackend_fp8_delayed(const tbackend *be, const tsite *at)
+{
+    /* per-tensor scales only: block-scaled GEMMs keep their tiles' own amax */
+    return at->path == KPATH_FP8 && (at->op == TOP_MATMUL || at->op == TOP_MATMUL_FAST) &&
+           tbackend_site(be, TSLOT_FP8_SCALING, -1)->variant == TFP8_SCALING_DELAYED;
 }
 
 /* ---- host memory ----------------------------------------------------------------------------- */

@@ -81,6 +81,29 @@ struct tbackend {
     size_t bytes_in_use, peak_bytes;
     void *impl;
     int replicas;        /* R (1: a single run) */
+    int replica_now;     /* the replica a single-replica op runs for: the replica loops set it (0 otherwise);
+                          * fp8_scaling=delayed keeps one amax history per replica */
+    /* The weights GEMMs read (parameters' working copies, the modern
+     * lm_head's transposed copy): the model marks them (tbackend_mark_weights),
+     * and weights_version counts the calls that may have written one of them
+     * (tbackend_guard_weights).  The CUDA backend's fp8 weight cache keeps a
+     * quantised image only while the version it was made at stands. */
+    uint64_t weights_version;
+    struct tweight_range { const char *lo, *hi; } *weight_ranges;
+    int n_weight_ranges, cap_weight_ranges;
+    int fp8_weight_cache;   /* the backend caches quantised fp8 weights (memory estimates count them) */
+    struct tbackend_guarded {
+        int on;
+        void (*release)(tbackend *, ktensor *);
+        int (*raw_upload)(tbackend *, void *, const void *, size_t);
+        int (*upload)(tbackend *, ktensor *, const double *);
+        int (*write_bytes)(tbackend *, ktensor *, const void *);
+        int (*zero)(tbackend *, ktensor *);
+        int (*transpose)(tbackend *, const tsite *, ktensor *, const ktensor *, int);
+        int (*accumulate)(tbackend *, const tsite *, ktensor *, const ktensor *);
+        int (*adamw)(tbackend *, tparam *, const tadamw_args *);
+        int (*muon)(tbackend *, tparam *, const tmuon_args *);
+    } guarded;
     tbackend *one;       /* with R > 1: the backend's single-replica ops, which the replica loops call */
 
     /* 0 when the backend can run the site's (op, path, variant) in binding b */
@@ -196,6 +219,31 @@ static inline size_t tensor_image_bytes(const ktensor *t)
     return (size_t)ktensor_numel(t) * kformat_bytes(t->format) + (t->scale ? sizeof(float) : 0);
 }
 
+/* Weights (see weights_version above).  mark: t's bytes (every replica's
+ * copy) are weights from now until t is released (0, or -1 out of memory).
+ * is_weight: [p, p + bytes) lies inside a marked tensor.  guard: wraps the
+ * ops that write memory a caller names (release, raw_upload, upload,
+ * write_bytes, zero, transpose, accumulate, adamw, muon) so that each bumps
+ * weights_version when what it writes overlaps a weight; the backends call
+ * it when created and tbackend_set_replicas again over its loops, so every
+ * such write through the backend counts, whoever makes it.  Binding a plan
+ * bumps it too. */
+int tbackend_mark_weights(tbackend *be, const ktensor *t);
+int tbackend_is_weight(const tbackend *be, const void *p, size_t bytes);
+void tbackend_guard_weights(tbackend *be);
+void tbackend_unguard_weights(tbackend *be);
+/* A planted mistake for the weight cache's twin (on != 0): writes never bump
+ * weights_version, so cached images go stale.  Never set outside tests. */
+void tbackend_plant_stale_weights(int on);
+
+/* fp8_scaling=delayed: one amax history per (GEMM site, operand, replica).
+ * The index of the one for site `at`, operand 0 (A) or 1 (B), replica
+ * be->replica_now, in [0, tbackend_fp8_history_count(be)) for the bound plan's depth. */
+int64_t tbackend_fp8_history_count(const tbackend *be);
+int64_t tbackend_fp8_history_index(const tbackend *be, const tsite *at, int operand);
+/* Whether GEMMs at site `at` take their fp8 scales from amax histories. */
+int tbackend_fp8_delayed(const tbackend *be, const tsite *at);
+
 /* A CPU backend (always available). */
 tbackend *tbackend_cpu_create(void);
 /* Self-tests of the experiments (compare --plant-truncation, bisect's tests):
@@ -203,6 +251,11 @@ tbackend *tbackend_cpu_create(void);
  * truncates the stores of one site only, slot `slot` at `layer` running
  * `variant` (each -1: any; slot -1: every op, the default).  Process-wide. */
 void tbackend_cpu_plant_site(int slot, int layer, int variant);
+/* Tests of fp8_scaling=delayed: the per-tensor scales (A, B) of the CPU
+ * backend's last fp8 GEMM; and a planted mistake for their twin (on != 0):
+ * every site shares one history per operand.  Process-wide. */
+void tbackend_cpu_last_fp8_scales(float *a, float *b);
+void tbackend_cpu_plant_shared_fp8_history(int on);
 /* One stage of the CPU backend's polar express (its optimizer.muon), the
  * code its Muon runs, for `ulpscope trace` to replay stage by stage: stage 0
  * normalises X, stages 1 to 5 run that step; X [rows, cols] row-major holds

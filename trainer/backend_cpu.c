@@ -482,11 +482,56 @@ static int cpu_norm_bwd(tbackend *be, const tsite *at, ktensor *dx, ktensor *dga
 
 /* ---- matmul ------------------------------------------------------------------------- */
 
+/* fp8_scaling=delayed: every (site, operand, replica)'s last TFP8_AMAX_HISTORY
+ * amaxes (ring) and how many calls recorded one (tbackend_fp8_history_index). */
+typedef struct {
+    int64_t n;
+    float *amax;     /* [n][TFP8_AMAX_HISTORY] */
+    int64_t *calls;  /* [n] */
+} cpu_histories;
+
+/* The history an fp8 operand of site `at` scales from, or NULL (current scaling). */
+typedef struct {
+    float *amax;
+    int64_t *calls;
+} amax_history;
+
+/* Test hooks (backend.h): the planted shared history, the last fp8 GEMM's scales. */
+static int shared_history_planted;
+static float last_fp8_scales[2];
+
+void tbackend_cpu_plant_shared_fp8_history(int on) { shared_history_planted = on; }
+
+void tbackend_cpu_last_fp8_scales(float *a, float *b)
+{
+    *a = last_fp8_scales[0];
+    *b = last_fp8_scales[1];
+}
+
+static int history_of(tbackend *be, const tsite *at, int operand, amax_history *out)
+{
+    cpu_histories *h = be->impl;
+    int64_t n = tbackend_fp8_history_count(be);
+    if (h->n != n) { /* first delayed GEMM, or another depth or replica count bound */
+        free(h->amax), free(h->calls);
+        h->amax = calloc((size_t)n * TFP8_AMAX_HISTORY, sizeof *h->amax);
+        h->calls = calloc((size_t)n, sizeof *h->calls);
+        h->n = h->amax && h->calls ? n : 0;
+        if (!h->n) return tbackend_fail(be, "cpu: out of memory");
+    }
+    int64_t i = shared_history_planted ? operand : tbackend_fp8_history_index(be, at, operand);
+    *out = (amax_history){h->amax + i * TFP8_AMAX_HISTORY, h->calls + i};
+    return 0;
+}
+
 /* An operand as real values [rows, K] (K contiguous), rounded into the path's
  * operand format.  fp8: per-tensor scale amax / max_finite, or with block =
- * (br, 128) one scale per br x 128 tile; scales[] gets them, q the stored values. */
+ * (br, 128) one scale per br x 128 tile; scales[] gets them, q the stored values.
+ * hist (per tensor only; NULL: current scaling): the amax in the scale is the
+ * max of the history's recorded amaxes (this tensor's own on the first call),
+ * and this tensor's amax is recorded. */
 static int gemm_operand(const ktensor *t, int trans, int64_t rows, int64_t K, prec_format f, int block_rows,
-                        float *q, float *scales)
+                        const amax_history *hist, float *q, float *scales)
 {
     /* gather real values in [rows, K] orientation */
     int fp8 = f == PREC_E4M3 || f == PREC_E5M2;
@@ -504,7 +549,15 @@ static int gemm_operand(const ktensor *t, int trans, int64_t rows, int64_t K, pr
             float amax = 0.0f;
             for (int64_t r = r0; r < r0 + br && r < rows; r++)
                 for (int64_t k = k0; k < k0 + bk && k < K; k++) amax = fmaxf(amax, fabsf(q[r * K + k]));
-            float sc = amax > 0.0f ? (float)(amax / maxf) : 1.0f;
+            float scaled_by = amax;
+            if (hist) {
+                int64_t recorded = *hist->calls < TFP8_AMAX_HISTORY ? *hist->calls : TFP8_AMAX_HISTORY;
+                if (recorded) scaled_by = 0.0f;
+                for (int64_t i = 0; i < recorded; i++) scaled_by = fmaxf(scaled_by, hist->amax[i]);
+                hist->amax[*hist->calls % TFP8_AMAX_HISTORY] = amax;
+                ++*hist->calls;
+            }
+            float sc = scaled_by > 0.0f ? (float)(scaled_by / maxf) : 1.0f;
             scales[(r0 / br) * nkb + k0 / bk] = sc;
             for (int64_t r = r0; r < r0 + br && r < rows; r++)
                 for (int64_t k = k0; k < k0 + bk && k < K; k++) q[r * K + k] = rnd(q[r * K + k] / sc, f);
@@ -579,10 +632,17 @@ static int cpu_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor *
         free(qa), free(qb), free(sa), free(sb);
         return tbackend_fail(be, "cpu: out of memory");
     }
+    amax_history ha, hb;
+    int delayed = tbackend_fp8_delayed(be, at);
+    if (delayed && (history_of(be, at, 0, &ha) || history_of(be, at, 1, &hb))) {
+        free(qa), free(qb), free(sa), free(sb);
+        return -1;
+    }
     /* B as [N, K]: transposed relative to its [K, N] math shape unless b_trans */
-    gemm_operand(a, a_trans, M, K, fa, blocked ? 1 : 0, qa, sa);
-    gemm_operand(b, !b_trans, N, K, fb, blocked ? KMATMUL_FP8_BLOCK : 0, qb, sb);
+    gemm_operand(a, a_trans, M, K, fa, blocked ? 1 : 0, delayed ? &ha : NULL, qa, sa);
+    gemm_operand(b, !b_trans, N, K, fb, blocked ? KMATMUL_FP8_BLOCK : 0, delayed ? &hb : NULL, qb, sb);
     int fp8 = path == KPATH_FP8;
+    if (fp8 && !blocked) last_fp8_scales[0] = sa[0], last_fp8_scales[1] = sb[0];
     int slices = !blocked && at->variant == KMATMUL_SPLIT_K ? KMATMUL_SPLIT_K_SLICES : 1;
     int64_t slice = (K + slices - 1) / slices;
     for (int64_t m = 0; m < M; m++)
@@ -1219,6 +1279,9 @@ static int cpu_mem_available(tbackend *be, size_t *bytes, char *what, size_t wha
 
 static void cpu_destroy(tbackend *be)
 {
+    cpu_histories *h = be->impl;
+    free(h->amax), free(h->calls), free(h);
+    free(be->weight_ranges);
     tbinding_free(&be->bound);
     free(be);
 }
@@ -1226,7 +1289,12 @@ static void cpu_destroy(tbackend *be)
 tbackend *tbackend_cpu_create(void)
 {
     tbackend *be = calloc(1, sizeof *be);
-    if (!be) return NULL;
+    cpu_histories *h = calloc(1, sizeof *h);
+    if (!be || !h) {
+        free(be), free(h);
+        return NULL;
+    }
+    be->impl = h;
     be->name = "cpu";
     be->supports = cpu_supports;
     be->elem_bytes = cpu_elem_bytes;
@@ -1268,5 +1336,6 @@ tbackend *tbackend_cpu_create(void)
     be->allreduce = cpu_allreduce;
     be->replicas = 1;
     be->destroy = cpu_destroy;
+    tbackend_guard_weights(be);
     return be;
 }

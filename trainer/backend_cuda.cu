@@ -88,7 +88,27 @@ struct cuda_impl {
     device_args skips;           // int32[R]: replicas whose step is skipped
     device_args seeds;           // uint64[R]: stochastic-rounding seeds of the current tensor
     device_args muon_steps;      // tglue_muon_replica[R]
+    // fp8 weight cache (current scaling): a weight's quantised e4m3 image [N,K]
+    // and its scale, per (weight slice, layout), valid while be->weights_version
+    // is the one it was made at
+    int cache_on;                // ULPSCOPE_FP8_WEIGHT_CACHE=0 turns it off
+    struct fp8_image *images;
+    int n_images, cap_images;
+    kfp8_history *histories;     // fp8_scaling=delayed: tbackend_fp8_history_index's
+    int64_t n_histories;
 };
+
+struct fp8_image {
+    const void *w;               // the weight (one replica's slice) it was made from
+    int64_t N, K;
+    int b_trans;
+    prec_format x_format;
+    uint64_t version;            // be->weights_version when it was made
+    void *buf;                   // [N,K] e4m3, then the scale at fp8_scale_offset(N*K)
+};
+
+// The scale after an image, 256-byte aligned as cuBLASLt wants scale pointers.
+static size_t fp8_scale_offset(int64_t nk) { return ((size_t)nk + 255) / 256 * 256; }
 
 static cuda_impl *impl_of(tbackend *be) { return (cuda_impl *)be->impl; }
 
@@ -359,6 +379,77 @@ static int cuda_matmul_mma(tbackend *be, const tsite *at, ktensor *y, const kten
     return 0;
 }
 
+// fp8_scaling=delayed: the amax history of (site, operand, replica), made on first use.
+static int fp8_history(tbackend *be, const tsite *at, int operand, kfp8_history **out)
+{
+    cuda_impl *im = impl_of(be);
+    int64_t n = tbackend_fp8_history_count(be);
+    if (im->n_histories != n) { // first delayed GEMM (the plan's depth and replicas are fixed for a run)
+        for (int64_t i = 0; i < im->n_histories; i++) kfp8_history_free(&im->histories[i]);
+        free(im->histories);
+        im->histories = (kfp8_history *)calloc((size_t)n, sizeof *im->histories);
+        im->n_histories = im->histories ? n : 0;
+        if (!im->histories) return tbackend_fail(be, "out of memory");
+    }
+    kfp8_history *h = &im->histories[tbackend_fp8_history_index(be, at, operand)];
+    if (!h->slots) {
+        if (kfp8_history_init(h)) return tbackend_fail(be, "%s", kernels_last_error());
+        be->bytes_in_use += KFP8_HISTORY_SLOTS * sizeof(float);
+        if (be->bytes_in_use > be->peak_bytes) be->peak_bytes = be->bytes_in_use;
+    }
+    *out = h;
+    return 0;
+}
+
+// Current scaling with B a weight (forward and dgrad GEMMs; never wgrad): B
+// given from its cached e4m3 image, quantised here (the kernels' own
+// quantiser, so the same bytes and scale as a per-call quantisation) when
+// the weights changed since it was made.  b: the weight as the model holds
+// it (the key); B: its values in x_format (what is quantised).  Anything
+// else leaves *op for kmatmul_quantized_ex to quantise.
+static int fp8_cached_weight(tbackend *be, const tsite *at, const ktensor *b, const ktensor *B, int b_trans,
+                             prec_format x_format, int64_t N, int64_t K, kfp8_operand *op)
+{
+    cuda_impl *im = impl_of(be);
+    if (!im->cache_on || tslot_get(at->slot)->gemm == TGEMM_WGRAD ||
+        !tbackend_is_weight(be, b->data, (size_t)ktensor_numel(b) * kformat_bytes(b->format)))
+        return 0;
+    fp8_image *e = nullptr;
+    for (int i = 0; i < im->n_images && !e; i++) {
+        fp8_image *c = &im->images[i];
+        if (c->w == b->data && c->N == N && c->K == K && c->b_trans == b_trans && c->x_format == x_format) e = c;
+    }
+    if (!e) {
+        if (im->n_images == im->cap_images) {
+            int cap = im->cap_images ? 2 * im->cap_images : 64;
+            fp8_image *grown = (fp8_image *)realloc(im->images, (size_t)cap * sizeof *grown);
+            if (!grown) return tbackend_fail(be, "out of memory");
+            im->images = grown;
+            im->cap_images = cap;
+        }
+        e = &im->images[im->n_images];
+        memset(e, 0, sizeof *e);
+        size_t bytes = fp8_scale_offset(N * K) + 256;
+        if (kdevice_alloc(&e->buf, bytes, "fp8 weight cache")) return tbackend_fail(be, "%s", kernels_last_error());
+        im->n_images++;
+        be->bytes_in_use += bytes;
+        if (be->bytes_in_use > be->peak_bytes) be->peak_bytes = be->bytes_in_use;
+        e->w = b->data, e->N = N, e->K = K, e->b_trans = b_trans, e->x_format = x_format;
+        e->version = be->weights_version - 1; // not made yet
+    }
+    float *scale = (float *)((char *)e->buf + fp8_scale_offset(N * K));
+    if (e->version != be->weights_version) {
+        // B [K,N] (b_trans = 0: transposed while quantising) or [N,K] into [N,K]
+        if (kfp8_quantize_tensor(B->data, x_format, b_trans ? N : K, b_trans ? K : N, !b_trans, PREC_E4M3, e->buf,
+                                 scale))
+            return kfail(be, at, "fp8 weight cache");
+        e->version = be->weights_version;
+    }
+    op->q = e->buf;
+    op->scale = scale;
+    return 0;
+}
+
 static int cuda_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
                        int b_trans, int accumulate)
 {
@@ -396,8 +487,20 @@ static int cuda_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor 
     prec_format x = a->format == PREC_FP32 && b->format == PREC_FP32 ? PREC_FP32 : PREC_BF16;
     if (as_format(be, 0, a, x, &A) || as_format(be, 1, b, x, &B)) return -1;
     args.a = A.data, args.b = B.data;
-    if (kmatmul_quantized(accum, variant, &args, x, tpath_operand(path, tslot_is_gradient_gemm(at->slot)), PREC_E4M3))
-        return kfail(be, at, "fp8 matmul");
+    prec_format a_fp8 = tpath_operand(path, tslot_is_gradient_gemm(at->slot));
+    if (accum == KMATMUL_ACC_BLOCK_SCALED) {
+        if (kmatmul_quantized(accum, variant, &args, x, a_fp8, PREC_E4M3)) return kfail(be, at, "fp8 matmul");
+        return 0;
+    }
+    kfp8_operand a_op, b_op;
+    memset(&a_op, 0, sizeof a_op);
+    memset(&b_op, 0, sizeof b_op);
+    if (tbackend_fp8_delayed(be, at)) {
+        if (fp8_history(be, at, 0, &a_op.history) || fp8_history(be, at, 1, &b_op.history)) return -1;
+    } else if (fp8_cached_weight(be, at, b, &B, b_trans, x, N, K, &b_op)) {
+        return -1;
+    }
+    if (kmatmul_quantized_ex(accum, variant, &args, x, a_fp8, PREC_E4M3, &a_op, &b_op)) return kfail(be, at, "fp8 matmul");
     return 0;
 }
 
@@ -1406,6 +1509,11 @@ static int cuda_batch_replicas(tbackend *be)
 static void cuda_destroy(tbackend *be)
 {
     cuda_impl *im = impl_of(be);
+    for (int i = 0; i < im->n_images; i++) kdevice_free(im->images[i].buf);
+    free(im->images);
+    for (int64_t i = 0; i < im->n_histories; i++) kfp8_history_free(&im->histories[i]);
+    free(im->histories);
+    free(be->weight_ranges);
     for (int i = 0; i < N_SCRATCH; i++) kdevice_free(im->scratch[i]);
     kdevice_free(im->positions);
     kdevice_free(im->rope_cos), kdevice_free(im->rope_sin), kdevice_free(im->rope_inv);
@@ -1481,5 +1589,9 @@ extern "C" tbackend *tbackend_cuda_create(char *why, size_t why_len)
     be->batch_replicas = cuda_batch_replicas;
     be->replicas = 1;
     be->destroy = cuda_destroy;
+    const char *cache = getenv("ULPSCOPE_FP8_WEIGHT_CACHE");
+    im->cache_on = !(cache && strcmp(cache, "0") == 0);
+    be->fp8_weight_cache = im->cache_on;
+    tbackend_guard_weights(be);
     return be;
 }

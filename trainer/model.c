@@ -350,6 +350,7 @@ static int add_param(tmodel *m, const char *name, int layer, int64_t rows, int64
     int variant = weights->variant;
     prec_format work = tpath_storage(wpath), grad = fmt_of(m, TSLOT_GRAD_ACCUM, -1);
     if (alloc2(m, &p->w, work, rows, cols)) return -1;
+    if (!m->measure_only && tbackend_mark_weights(m->be, &p->w)) return -1;
     if (wpath != KPATH_FP32 && variant == TWEIGHTS_MASTER && alloc2(m, &p->master, PREC_FP32, rows, cols)) return -1;
     /* replicas' low bits at the working copy's replica stride (tbackend_param_slice) */
     size_t low_elems = m->be->replicas > 1 ? (size_t)(p->w.replica_stride * m->be->replicas) : (size_t)(rows * (cols ? cols : 1));
@@ -422,6 +423,7 @@ static int add_params(tmodel *m, prec_rng *rng)
     if (!gpt2) {
         prec_format work = fmt_of(m, TSLOT_WEIGHTS, -1), grad = fmt_of(m, TSLOT_GRAD_ACCUM, -1);
         if (alloc2(m, &m->wlm, work, C, V) || alloc2(m, &m->dwlm, grad, C, V)) return -1;
+        if (!m->measure_only && tbackend_mark_weights(m->be, &m->wlm)) return -1;
         if (m->be->zero(m->be, &m->dwlm)) return -1;
     }
     return 0;
@@ -680,6 +682,36 @@ static int sizer_alloc_raw(tbackend *be, void **ptr, size_t bytes)
 static void sizer_release_raw(tbackend *be, void *ptr) {}
 static int sizer_zero(tbackend *be, ktensor *t) { return 0; }
 
+/* The fp8 weight cache of a backend that keeps one (tbackend.fp8_weight_cache):
+ * an e4m3 image [N,K] and a scale (256-byte aligned) per replica for every
+ * weight operand of a forward or dgrad GEMM on the fp8 path with per-tensor
+ * current scaling, which is when it caches. */
+static size_t fp8_cache_bytes(const tmodel *m)
+{
+    const tbackend *be = m->be;
+    if (!be->fp8_weight_cache || tbackend_site(be, TSLOT_FP8_SCALING, -1)->variant != TFP8_SCALING_CURRENT) return 0;
+    const int64_t C = m->cfg.n_embd, F = 4 * C, V = m->cfg.vocab;
+    /* (slot, images, N*K of each): q/k/v views forward, the stacked qkv in its dgrad */
+    const struct {
+        tslot slot;
+        int images;
+        int64_t nk;
+    } uses[] = {{TSLOT_ATTN_QKV, 3, C * C}, {TSLOT_ATTN_OUT, 1, C * C},     {TSLOT_MLP_UP, 1, F * C},
+                {TSLOT_MLP_DOWN, 1, C * F}, {TSLOT_LM_HEAD, 1, V * C},      {TSLOT_ATTN_QKV_DGRAD, 1, 3 * C * C},
+                {TSLOT_ATTN_OUT_DGRAD, 1, C * C}, {TSLOT_MLP_UP_DGRAD, 1, F * C}, {TSLOT_MLP_DOWN_DGRAD, 1, C * F},
+                {TSLOT_LM_HEAD_DGRAD, 1, V * C}};
+    size_t total = 0;
+    for (size_t u = 0; u < sizeof uses / sizeof uses[0]; u++) {
+        int per_layer = tslot_get(uses[u].slot)->per_layer;
+        for (int l = 0; l < (per_layer ? m->cfg.n_layer : 1); l++) {
+            const tsite *at = site(m, uses[u].slot, per_layer ? l : -1);
+            if (at->path != KPATH_FP8 || (at->op != TOP_MATMUL && at->op != TOP_MATMUL_FAST)) continue;
+            total += (size_t)uses[u].images * (((size_t)uses[u].nk + 255) / 256 * 256 + 256);
+        }
+    }
+    return total * (size_t)be->replicas;
+}
+
 int tmodel_measure(const tmodel_config *cfg, const tbackend *be, const tplan *plan, int B, int T, tmodel_memory *out,
                    char *err, size_t errlen)
 {
@@ -694,7 +726,7 @@ int tmodel_measure(const tmodel_config *cfg, const tbackend *be, const tplan *pl
     z.be.zero = sizer_zero;
     tmodel *m = create(cfg, &z.be, plan, B, T, NULL, 1, &out->param_bytes, err, errlen);
     if (m) {
-        out->total_bytes = z.be.peak_bytes;
+        out->total_bytes = z.be.peak_bytes + fp8_cache_bytes(m);
         out->largest_elems = z.largest;
         tmodel_destroy(m);
     }

@@ -83,7 +83,7 @@ void tmodel_destroy(tmodel *m);
  * replicas), counted without allocating or initialising anything. */
 typedef struct {
     size_t param_bytes;     /* parameters, their gradients and optimizer state */
-    size_t total_bytes;     /* everything: parameters and activations at their peak */
+    size_t total_bytes;     /* everything: parameters and activations at their peak, the fp8 weight cache */
     size_t largest_elems;   /* elements of the largest tensor (sizes the ops' scratch) */
 } tmodel_memory;
 int tmodel_measure(const tmodel_config *cfg, const tbackend *be, const tplan *plan, int B, int T, tmodel_memory *out,

@@ -43,7 +43,7 @@ static const kvariant weights_variants[] = {
 static const kop weights_op = {
     "weights", "parameter storage: the working copy's format and how updates reach it",
     PATH_BIT(KPATH_FP32) | PATH_BIT(KPATH_BF16) | PATH_BIT(KPATH_FP16),
-    "fp8 GEMM slots quantise the working copy per call", weights_variants, 3};
+    "fp8 GEMM slots quantise the working copy (the CUDA backend once per update)", weights_variants, 3};
 
 static const kvariant grad_accum_variants[] = {
     {"sum", "a weight-gradient GEMM rounds its result to its own path's format, which is then added into the "
@@ -72,6 +72,15 @@ static const kvariant loss_scale_variants[] = {
 static const kop loss_scale_op = {
     "loss_scale", "loss scaling for narrow-exponent gradients",
     PATH_BIT(KPATH_FP32), "the scale is an fp32 number", loss_scale_variants, 2};
+
+static const kvariant fp8_scaling_variants[] = {
+    {"current", "each fp8 GEMM operand scaled by its own amax at this call: amax / max_finite"},
+    {"delayed", "Transformer Engine's DelayedScaling: the max amax of the last 16 calls of this site's operand "
+                "(slot x layer x A/B x replica) / max_finite; a site's first call uses its own amax; casts saturate"},
+};
+static const kop fp8_scaling_op = {
+    "fp8_scaling", "per-tensor scales of fp8 GEMM operands",
+    PATH_BIT(KPATH_FP32), "the scales are fp32 numbers", fp8_scaling_variants, 2};
 
 static const kvariant matmul_mma_variants[TMMA_COUNT] = {
     {"v100", "V100 matrix units (fp16 only): blocks of 4 products, 23 fraction bits, RZ"},
@@ -161,6 +170,7 @@ static const struct {
     [TOP_GRAD_ACCUM] = {"grad_accum", &grad_accum_op},
     [TOP_ALLREDUCE] = {"allreduce", &allreduce_op},
     [TOP_LOSS_SCALE] = {"loss_scale", &loss_scale_op},
+    [TOP_FP8_SCALING] = {"fp8_scaling", &fp8_scaling_op},
 };
 
 const char *top_name(top_id op) { return (unsigned)op < TOP_COUNT ? op_table[op].name : "?"; }
@@ -266,6 +276,9 @@ static const tslot_info slot_table[TSLOT_COUNT] = {
     [TSLOT_WEIGHTS] = {"weights", "parameter storage", .family = SAME(TOP_WEIGHTS), .fixed = TFIXED_CHOICE},
     [TSLOT_LOSS_SCALE] = {"loss_scale", "loss scaling: none, or dynamic (halve and skip on overflow)",
                           .family = SAME(TOP_LOSS_SCALE)},
+    /* delayed scaling keeps amax histories: fixed for a run */
+    [TSLOT_FP8_SCALING] = {"fp8_scaling", "fp8 GEMM operand scales: current (this call's amax) or delayed (amax history)",
+                           .family = SAME(TOP_FP8_SCALING), .fixed = TFIXED_CHOICE},
 };
 
 const tslot_info *tslot_get(tslot s) { return (unsigned)s < TSLOT_COUNT ? &slot_table[s] : NULL; }
@@ -372,6 +385,14 @@ const tslot_choice *tplan_choice_at(const tplan *p, tslot s, int layer)
         if (i >= 0) return &p->layer_choice[i].choice;
     }
     return &p->slot[s];
+}
+
+int tplan_choice_uses_path(const tplan *p, tslot s, kpath path)
+{
+    if (p->slot[s].path == path) return 1;
+    for (int i = 0; i < p->n_layer_choices; i++)
+        if (p->layer_choice[i].slot == (short)s && p->layer_choice[i].choice.path == path) return 1;
+    return 0;
 }
 
 static int set_layer_choice(tplan *p, tslot s, int layer, const tslot_choice *c, char *err, size_t errlen)
@@ -754,6 +775,8 @@ int tplan_init(tplan *p, const char *preset, tmodel_kind model, char *err, size_
     p->slot[TSLOT_LOSS_SCALE].path = KPATH_FP32;
     p->slot[TSLOT_LOSS_SCALE].variant = which == 2 ? TLOSS_SCALE_DYNAMIC : TLOSS_SCALE_NONE;
     p->slot[TSLOT_WEIGHTS].variant = TWEIGHTS_MASTER;
+    p->slot[TSLOT_FP8_SCALING].path = KPATH_FP32;
+    p->slot[TSLOT_FP8_SCALING].variant = TFP8_SCALING_CURRENT;
     /* the transpose slot's path is that of its add (the gradient fold); its
      * copy of the weights is exact in any format */
     p->slot[TSLOT_TRANSPOSE].path = KPATH_FP32;
@@ -1230,9 +1253,11 @@ int tplan_from_json(tplan *p, const char *json, char *err, size_t errlen)
     jreader rs = {slots_at}, rl = {layers_at};
     if (!rc) rc = json_overrides(&rs, next, 0, listed, err, errlen);
     if (!rc && layers_at) rc = json_overrides(&rl, next, 1, NULL, err, errlen);
-    /* every slot of the family must be listed: a plan is explicit */
+    /* every slot of the family must be listed: a plan is explicit.  Plans
+     * written before fp8_scaling existed have none: they ran current scaling,
+     * which tplan_init left there. */
     for (int s = 0; s < TSLOT_COUNT && !rc; s++)
-        if (next->used[s] && !listed[s]) rc = tfail(err, errlen, "plan JSON: slot %s missing", slot_table[s].name);
+        if (next->used[s] && !listed[s] && s != TSLOT_FP8_SCALING) rc = tfail(err, errlen, "plan JSON: slot %s missing", slot_table[s].name);
     /* the GPU model last: the entries are read as written, never rewritten
      * by it, and must already obey it */
     next->gpu_model = gpu;
@@ -1314,6 +1339,17 @@ static void slot_formats(const tplan *p, tslot s, const tslot_choice *c, char *b
     }
     case TSLOT_MUON: snprintf(buf, len, "momentum fp32; polar express iterates %s, acc fp32", st); return;
     case TSLOT_LOSS_SCALE: snprintf(buf, len, "scale fp32"); return;
+    case TSLOT_FP8_SCALING: {
+        int fp8 = 0;
+        for (int g = 0; g < TSLOT_COUNT; g++)
+            if (p->used[g] && slot_table[g].gemm != TGEMM_NONE && tplan_choice_uses_path(p, (tslot)g, KPATH_FP8)) fp8 = 1;
+        if (!fp8) snprintf(buf, len, "no fp8 GEMM slot in this plan: no effect");
+        else if (c->variant == TFP8_SCALING_DELAYED)
+            snprintf(buf, len, "scale = max amax of the last %d calls per site, operand, replica / max_finite; casts "
+                     "saturate", TFP8_AMAX_HISTORY);
+        else snprintf(buf, len, "scale = this call's amax / max_finite");
+        return;
+    }
     case TSLOT_CROSS_ENTROPY: snprintf(buf, len, "logits read as stored; softmax fp32; loss fp32; dlogits %s", st); return;
     case TSLOT_ATTENTION:
         if (c->variant == KATT_NAIVE) snprintf(buf, len, "q, k, v %s; scores and probabilities stored %s (T x T); acc fp32; out %s", st, st, st);

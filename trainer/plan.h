@@ -75,6 +75,7 @@ typedef enum {
     TOP_GRAD_ACCUM,
     TOP_ALLREDUCE,
     TOP_LOSS_SCALE,
+    TOP_FP8_SCALING,
     TOP_COUNT
 } top_id;
 
@@ -122,6 +123,7 @@ typedef enum {
     TSLOT_MUON,
     TSLOT_WEIGHTS,
     TSLOT_LOSS_SCALE,
+    TSLOT_FP8_SCALING,
     TSLOT_COUNT
 } tslot;
 
@@ -209,6 +211,8 @@ typedef struct {
 /* The choice a plan makes for slot s in layer `layer` (-1 or a global slot:
  * the slot's own choice). */
 const tslot_choice *tplan_choice_at(const tplan *p, tslot s, int layer);
+/* 1 when slot s runs path `path` in some layer (its own choice or a per-layer one). */
+int tplan_choice_uses_path(const tplan *p, tslot s, kpath path);
 /* The op a plan runs in slot s (its layers' default), or NULL. */
 const kop *tplan_kop(const tplan *p, tslot s);
 
@@ -323,6 +327,15 @@ typedef enum { TWEIGHTS_MASTER = 0, TWEIGHTS_SR, TWEIGHTS_MANTISSA_BUFFER } twei
 typedef enum { TALLREDUCE_RING = 0, TALLREDUCE_TREE } tallreduce_variant;
 typedef enum { TGRAD_ACCUM_SUM = 0, TGRAD_ACCUM_GEMM_FP32 } tgrad_accum_variant;
 typedef enum { TLOSS_SCALE_NONE = 0, TLOSS_SCALE_DYNAMIC } tloss_scale_variant;
+/* fp8_scaling: where the per-tensor scale of an fp8 GEMM operand comes from.
+ * current: amax of this tensor at this call.  delayed: Transformer Engine's
+ * DelayedScaling recipe (NVIDIA Transformer Engine documentation,
+ * "transformer_engine.common.recipe.DelayedScaling", amax_compute_algo "max"):
+ * the max of the amaxes of the last TFP8_AMAX_HISTORY calls of this site's
+ * operand (slot x layer x operand A/B x replica), this call's amax recorded
+ * for the next ones; a site's first call uses its own amax. */
+typedef enum { TFP8_SCALING_CURRENT = 0, TFP8_SCALING_DELAYED } tfp8_scaling_variant;
+#define TFP8_AMAX_HISTORY 16
 
 /* JSON: {"preset":"bf16","model":"gpt2","slots":{"embedding":"bf16:sorted",...}}
  * (slots of the model family only), plus "layers":{"mlp.up@0-1":"fp32:fused",...}

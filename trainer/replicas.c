@@ -190,11 +190,21 @@ static int rep_norm_bwd(tbackend *be, const tsite *at, ktensor *dx, ktensor *dga
                                    S(6, mean), S(7, rstd)));
 }
 
+/* The only loop that says which replica runs: fp8 GEMMs keep per-replica
+ * state (amax histories, cached weight images). */
 static int rep_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
                       int b_trans, int accumulate)
 {
-    EACH_REPLICA(y, be->one->matmul(be, at, y, a, a_trans, b, b_trans, accumulate),
-                 be->one->matmul(be, at, S(0, y), S(1, a), a_trans, S(2, b), b_trans, accumulate));
+    if (!replicated(y)) return be->one->matmul(be, at, y, a, a_trans, b, b_trans, accumulate);
+    int rc = 0;
+    for (int r = 0; r < be->replicas && !rc; r++) {
+        ktensor b0, b1, b2;
+        be->replica_now = r;
+        rc = be->one->matmul(be, at, sl(be, y, r, &b0), sl(be, a, r, &b1), a_trans, sl(be, b, r, &b2), b_trans,
+                             accumulate);
+    }
+    be->replica_now = 0;
+    return rc ? -1 : 0;
 }
 
 static int rep_attention_fwd(tbackend *be, const tsite *at, ktensor *y, ktensor *lse, const ktensor *q,
@@ -344,6 +354,8 @@ int tbackend_set_replicas(tbackend *be, int R)
     if (be->one || be->bytes_in_use) return tbackend_fail(be, "replicas: set once, before anything is allocated");
     be->one = malloc(sizeof *be->one);
     if (!be->one) return tbackend_fail(be, "out of memory");
+    /* the single ops unguarded; the guard goes over the loops and batched forms */
+    tbackend_unguard_weights(be);
     *be->one = *be;
     be->replicas = R;
     be->alloc = rep_alloc;
@@ -375,6 +387,7 @@ int tbackend_set_replicas(tbackend *be, int R)
     be->muon = rep_muon;
     be->dp_init = rep_dp_init;
     be->destroy = rep_destroy;
-    if (be->batch_replicas && be->batch_replicas(be)) return -1;
-    return 0;
+    int rc = be->batch_replicas ? be->batch_replicas(be) : 0;
+    tbackend_guard_weights(be);
+    return rc;
 }

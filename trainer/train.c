@@ -64,6 +64,19 @@ int trun_stop_signal(const trun *r) { return r->cfg->stop ? (int)*r->cfg->stop :
 /* The group's error: runs[0]'s (every run gets it when the group fails). */
 #define group_fail(g, ...) trun_fail(&(g)->runs[0], __VA_ARGS__)
 
+/* fp8_scaling=delayed keeps amax histories in the backend, which a
+ * checkpoint does not hold: a resumed run would restart them and go
+ * another way, so neither end is offered. */
+static int check_fp8_settings(tgroup *g)
+{
+    const ttrain_config *cfg = g->cfg;
+    const char *what = cfg->ckpt_path ? "--ckpt" : cfg->resume_path ? "--resume" : NULL;
+    if (what && cfg->plan.slot[TSLOT_FP8_SCALING].variant == TFP8_SCALING_DELAYED)
+        return group_fail(g, 2, "%s: fp8_scaling=fp32:delayed keeps amax histories that checkpoints do not store; "
+                                "checkpoint runs with fp8_scaling=fp32:current", what);
+    return 0;
+}
+
 /* What replicas cannot do (single runs only). */
 static int check_replica_settings(tgroup *g)
 {
@@ -95,6 +108,7 @@ static int setup_group(tgroup *g)
     if (strcmp(cfg->backend, "cuda") == 0 && !kernels_gpu_available(err, sizeof err))
         return group_fail(g, 2, "--backend cuda needs a GPU: %s", err);
     int status = check_replica_settings(g);
+    if (!status) status = check_fp8_settings(g);
     if (!status) status = trun_check_outputs(r0);
     if (status) return status;
     if (tdata_open(&g->data, cfg->data_path, cfg->val_frac, cfg->shard_vocab, err, sizeof err))

@@ -1,0 +1,412 @@
+/* tests/test_train_fp8.c — the trainer's fp8 plan: the fp8_scaling slot
+ * (current or delayed scaling), its amax histories (one per site, operand
+ * and replica), and on the GPU the CUDA backend's weight cache (quantised
+ * weights reused until the weights change) and its agreement with the CPU.
+ *
+ * CPU: the slot's overrides and refusals; every delayed scale equals the max
+ * of its own site's recorded amaxes, computed here by hand (twin: one
+ * history shared by every site must fail); delayed differs from current on
+ * the tiny model, is deterministic, and replicas of delayed runs are single
+ * runs bit for bit.
+ * GPU (skip without one): cache on vs off bit-identical over steps with
+ * gradient accumulation, validation and replicas (twin: a cache that skips
+ * invalidation must differ); CPU and CUDA agree under delayed scaling as
+ * they do under current scaling. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "precision/rng.h"
+#include "kernels/kernels.h"
+#include "tests/test_util.h"
+#include "tests/test_train_util.h"
+#include "trainer/backend.h"
+#include "trainer/model.h"
+
+/* ---- the slot ---------------------------------------------------------------------------------- */
+
+static void test_plan_slot(void **state)
+{
+    (void)state;
+    tplan p;
+    char err[1024];
+    assert_int_equal(tplan_init(&p, "fp8", TMODEL_GPT2, err, sizeof err), 0);
+    assert_int_equal(p.slot[TSLOT_FP8_SCALING].variant, TFP8_SCALING_CURRENT); /* the preset keeps today's */
+    assert_int_equal(tplan_set(&p, "fp8_scaling=fp32:delayed", err, sizeof err), 0);
+    assert_int_equal(p.slot[TSLOT_FP8_SCALING].variant, TFP8_SCALING_DELAYED);
+    /* the JSON says it and reads back */
+    char json[TPLAN_JSON_MAX];
+    tplan_to_json(&p, json, sizeof json);
+    assert_non_null(strstr(json, "\"fp8_scaling\":\"fp32:delayed\""));
+    tplan q;
+    assert_int_equal(tplan_from_json(&q, json, err, sizeof err), 0);
+    assert_true(tplan_equal(&p, &q));
+    /* a plan written before the slot existed: current scaling */
+    char *cut = strstr(json, ",\"fp8_scaling\":\"fp32:delayed\"");
+    assert_non_null(cut);
+    memmove(cut, cut + strlen(",\"fp8_scaling\":\"fp32:delayed\""), strlen(cut + strlen(",\"fp8_scaling\":\"fp32:delayed\"")) + 1);
+    assert_int_equal(tplan_from_json(&q, json, err, sizeof err), 0);
+    assert_int_equal(q.slot[TSLOT_FP8_SCALING].variant, TFP8_SCALING_CURRENT);
+    /* refusals name the accepted values, and leave the plan as it was */
+    assert_int_equal(tplan_set(&p, "fp8_scaling=fp32:late", err, sizeof err), -1);
+    print_message("refused: %s\n", err);
+    assert_non_null(strstr(err, "variants: current, delayed"));
+    assert_int_equal(tplan_set(&p, "fp8_scaling=bf16:delayed", err, sizeof err), -1);
+    assert_non_null(strstr(err, "paths: fp32"));
+    assert_int_equal(tplan_set(&p, "fp8_scaling@0=fp32:current", err, sizeof err), -1);
+    assert_int_equal(p.slot[TSLOT_FP8_SCALING].variant, TFP8_SCALING_DELAYED);
+}
+
+/* ---- every delayed scale from its own site's history ------------------------------------------- */
+
+enum { M = 8, N = 16, K = 32, CALLS = 60 };
+
+typedef struct {
+    float amax[CALLS];
+    int n;
+} amax_list;
+
+/* What the recipe says site list's next scale is, given this call's amax. */
+static float expected_scale(const amax_list *h, float amax_now)
+{
+    float m = amax_now;
+    if (h->n) {
+        m = 0.0f;
+        for (int i = h->n - TFP8_AMAX_HISTORY < 0 ? 0 : h->n - TFP8_AMAX_HISTORY; i < h->n; i++)
+            m = fmaxf(m, h->amax[i]);
+    }
+    return m > 0.0f ? (float)(m / 448.0) : 1.0f; /* e4m3's max_finite */
+}
+
+/* CALLS forward GEMMs at mlp.up@0, mlp.up@1 and attn.out@0 in an irregular
+ * order, each operand drawn at a magnitude of its own (2^-8 .. 2^8); returns
+ * how many of the 2 * CALLS scales differ from their hand-computed value. */
+static int scales_off(unsigned long long seed, int planted)
+{
+    tbackend *be = tbackend_cpu_create();
+    assert_non_null(be);
+    tplan p;
+    char err[1024];
+    if (tplan_init(&p, "fp8", TMODEL_GPT2, err, sizeof err) || tplan_set(&p, "fp8_scaling=fp32:delayed", err, sizeof err))
+        fail_msg("%s", err);
+    if (tbackend_bind_plan(be, &p, 2)) fail_msg("%s", tbackend_error(be));
+    const int64_t sa[2] = {M, K}, sb[2] = {N, K}, sy[2] = {M, N};
+    ktensor a, b, y;
+    if (be->alloc(be, &a, PREC_BF16, 2, sa) || be->alloc(be, &b, PREC_BF16, 2, sb) || be->alloc(be, &y, PREC_BF16, 2, sy))
+        fail_msg("%s", tbackend_error(be));
+    const tsite *sites[3] = {tbackend_site(be, TSLOT_MLP_UP, 0), tbackend_site(be, TSLOT_MLP_UP, 1),
+                             tbackend_site(be, TSLOT_ATTN_OUT, 0)};
+    amax_list hist[3][2];
+    memset(hist, 0, sizeof hist);
+    prec_rng rng;
+    prec_rng_seed(&rng, seed);
+    double va[M * K], vb[N * K];
+    int off = 0;
+    tbackend_cpu_plant_shared_fp8_history(planted);
+    for (int call = 0; call < CALLS; call++) {
+        int s = (int)(prec_rng_uniform(&rng) * 3.0) % 3;
+        double mag_a = ldexp(1.0, (int)(prec_rng_uniform(&rng) * 17.0) - 8), mag_b = ldexp(1.0, (int)(prec_rng_uniform(&rng) * 17.0) - 8);
+        float amax_a = 0.0f, amax_b = 0.0f;
+        for (int i = 0; i < M * K; i++) {
+            va[i] = prec_rne(mag_a * prec_rng_normal(&rng), PREC_BF16);
+            amax_a = fmaxf(amax_a, (float)fabs(va[i]));
+        }
+        for (int i = 0; i < N * K; i++) {
+            vb[i] = prec_rne(mag_b * prec_rng_normal(&rng), PREC_BF16);
+            amax_b = fmaxf(amax_b, (float)fabs(vb[i]));
+        }
+        if (be->upload(be, &a, va) || be->upload(be, &b, vb) || be->matmul(be, sites[s], &y, &a, 0, &b, 1, 0))
+            fail_msg("%s", tbackend_error(be));
+        float got_a, got_b, want_a = expected_scale(&hist[s][0], amax_a), want_b = expected_scale(&hist[s][1], amax_b);
+        tbackend_cpu_last_fp8_scales(&got_a, &got_b);
+        off += memcmp(&got_a, &want_a, sizeof got_a) != 0;
+        off += memcmp(&got_b, &want_b, sizeof got_b) != 0;
+        hist[s][0].amax[hist[s][0].n++] = amax_a;
+        hist[s][1].amax[hist[s][1].n++] = amax_b;
+    }
+    tbackend_cpu_plant_shared_fp8_history(0);
+    be->release(be, &a), be->release(be, &b), be->release(be, &y);
+    be->destroy(be);
+    return off;
+}
+
+static void test_history_per_site(void **state)
+{
+    (void)state;
+    unsigned long long seed = test_seed("test_history_per_site");
+    int off = scales_off(seed, 0);
+    print_message("delayed scales off their site's own history: %d of %d\n", off, 2 * CALLS);
+    assert_int_equal(off, 0);
+    /* twin: one history for every site */
+    int twin = scales_off(seed, 1);
+    print_message("planted shared history: %d of %d scales off\n", twin, 2 * CALLS);
+    assert_true(twin > 0);
+}
+
+/* ---- training ------------------------------------------------------------------------------------ */
+
+static void fp8_config(ttrain_config *c, tmodel_kind kind, const char *scaling, unsigned long long seed)
+{
+    tiny_config(c, kind, "fp8", seed);
+    c->steps = 5;
+    c->accum = 2;
+    c->val_every = 2;
+    char set[64];
+    snprintf(set, sizeof set, "fp8_scaling=fp32:%s", scaling);
+    tiny_set(c, set);
+}
+
+static void test_delayed_training(void **state)
+{
+    (void)state;
+    unsigned long long seed = test_seed("test_delayed_training");
+    for (int kind = 0; kind < TMODEL_COUNT; kind++) {
+        ttrain_config cur, del;
+        fp8_config(&cur, (tmodel_kind)kind, "current", seed);
+        fp8_config(&del, (tmodel_kind)kind, "delayed", seed);
+        ttrain_result rc, rd, rd2;
+        run_ok(&cur, &rc);
+        run_ok(&del, &rd);
+        run_ok(&del, &rd2);
+        int differ = 0;
+        for (long s = 1; s < del.steps; s++) differ += !same_bits(rc.loss[s], rd.loss[s]);
+        print_message("%s: loss current %.6f delayed %.6f at the last step; %d of %ld steps after step 0 differ; "
+                      "val %.6f / %.6f\n", tmodel_kind_name((tmodel_kind)kind), rc.loss[del.steps - 1],
+                      rd.loss[del.steps - 1], differ, del.steps - 1, rc.final_val_loss, rd.final_val_loss);
+        assert_true(differ > 0);
+        assert_true(rc.param_hash != rd.param_hash);
+        /* deterministic */
+        for (long s = 0; s < del.steps; s++) assert_true(same_bits(rd.loss[s], rd2.loss[s]));
+        assert_true(rd.param_hash == rd2.param_hash);
+        assert_true(same_bits(rd.final_val_loss, rd2.final_val_loss));
+        ttrain_result_free(&rc), ttrain_result_free(&rd), ttrain_result_free(&rd2);
+    }
+}
+
+/* R = 3 replicas of delayed runs, each with its own histories: every replica
+ * is the single run of its seeds, bit for bit. */
+static void test_delayed_replicas(void **state)
+{
+    (void)state;
+    unsigned long long seed = test_seed("test_delayed_replicas");
+    enum { R = 3 };
+    ttrain_config c;
+    fp8_config(&c, TMODEL_GPT2, "delayed", seed);
+    uint64_t seeds[R], data_seeds[R];
+    ttrain_result res[R];
+    for (int r = 0; r < R; r++) seeds[r] = seed + (uint64_t)r * 7919u, data_seeds[r] = seed ^ (uint64_t)(r + 1);
+    int st = ttrain_run_replicas(&c, R, seeds, data_seeds, res);
+    if (st) fail_msg("replicas failed (status %d): %s", st, res[0].error);
+    for (int r = 0; r < R; r++) {
+        ttrain_config one = c;
+        one.seed = seeds[r];
+        one.data_seed = data_seeds[r];
+        ttrain_result single;
+        run_ok(&one, &single);
+        print_message("replica %d: hash %016llx, single run %016llx\n", r, (unsigned long long)res[r].param_hash,
+                      (unsigned long long)single.param_hash);
+        assert_true(res[r].param_hash == single.param_hash);
+        assert_true(same_bits(res[r].final_val_loss, single.final_val_loss));
+        ttrain_result_free(&single), ttrain_result_free(&res[r]);
+    }
+}
+
+/* ---- the weights version ------------------------------------------------------------------------ */
+
+/* Which writes bump the weights version on a model of `kind` with R
+ * replicas: each write to parameters must (init, updates of both
+ * optimizers, the lm_head copy, checkpoint-style byte writes, uploads,
+ * zeroing), the per-step traffic must not (token uploads, a forward pass,
+ * zeroing gradients).  Returns how many expectations failed. */
+static int version_misses(tmodel_kind kind, int R, unsigned long long seed)
+{
+    ttrain_config c;
+    tiny_config(&c, kind, "fp8", seed);
+    tbackend *be = tbackend_cpu_create();
+    assert_non_null(be);
+    if (tbackend_set_replicas(be, R)) fail_msg("%s", tbackend_error(be));
+    uint64_t seeds[3] = {seed, seed + 1, seed + 2};
+    char err[1024];
+    uint64_t v0 = be->weights_version;
+    tmodel *m = tmodel_create(&c.model, be, &c.plan, c.batch, c.seq, seeds, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    int misses = be->weights_version == v0; /* init wrote the weights */
+    tparam *p = tmodel_param(m, tmodel_n_params(m) - 3); /* a matrix of the last layer (Muon's in modern) */
+    tadamw_args aa[3];
+    tmuon_args ma[3];
+    for (int r = 0; r < R; r++) {
+        aa[r] = (tadamw_args){1e-3, 0.9, 0.95, 1e-8, 0.1, 1, 1.0, seed, 0};
+        ma[r] = (tmuon_args){0.02, 0.95, 0.1, 1.0, seed, 0};
+    }
+    size_t img = tensor_image_bytes(&p->w) * (size_t)R;
+    unsigned char *bytes = malloc(img);
+    int32_t *tok = calloc((size_t)R * c.batch * c.seq, sizeof *tok);
+    double loss[3];
+    assert_non_null(bytes), assert_non_null(tok);
+    struct {
+        const char *what;
+        int bumps;
+    } steps[] = {{"update", 1}, {"sync_weights (modern: lm_head copy)", kind == TMODEL_MODERN},
+                 {"write_bytes", 1}, {"zero weights", 1}, {"forward", 0}, {"zero_grads", 0}, {"raw token upload", 0}};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        uint64_t before = be->weights_version;
+        int rc = 0;
+        switch (i) {
+        case 0: rc = p->muon ? be->muon(be, p, ma) : be->adamw(be, p, aa); break;
+        case 1: rc = tmodel_sync_weights(m); break;
+        case 2: rc = be->read_bytes(be, &p->w, bytes) || be->write_bytes(be, &p->w, bytes); break;
+        case 3: rc = be->zero(be, &p->w); break;
+        case 4: rc = tmodel_step_micro(m, tok, tok, NULL, loss); break;
+        case 5: rc = tmodel_zero_grads(m); break;
+        default: rc = be->raw_upload(be, tok, tok, sizeof *tok); break;
+        }
+        if (rc) fail_msg("%s: %s", steps[i].what, tbackend_error(be));
+        int bumped = be->weights_version != before;
+        if (bumped != steps[i].bumps) {
+            print_message("%s R=%d: %s %s the weights version\n", tmodel_kind_name(kind), R, steps[i].what,
+                          bumped ? "bumped" : "did not bump");
+            misses++;
+        }
+    }
+    free(bytes), free(tok);
+    tmodel_destroy(m);
+    be->destroy(be);
+    return misses;
+}
+
+static void test_weights_version(void **state)
+{
+    (void)state;
+    unsigned long long seed = test_seed("test_weights_version");
+    for (int kind = 0; kind < TMODEL_COUNT; kind++)
+        for (int R = 1; R <= 3; R += 2) assert_int_equal(version_misses((tmodel_kind)kind, R, seed), 0);
+    /* twin: writes that never bump */
+    tbackend_plant_stale_weights(1);
+    int twin = version_misses(TMODEL_GPT2, 1, seed);
+    tbackend_plant_stale_weights(0);
+    print_message("planted stale weights: %d expectations missed\n", twin);
+    assert_true(twin > 0);
+}
+
+/* ---- GPU: the weight cache and CPU agreement --------------------------------------------------- */
+
+/* A CUDA run of the fp8 plan with the weight cache on or off (planted: on,
+ * with writes that never invalidate it).  R > 1: ttrain_run_replicas. */
+static void cuda_run(const ttrain_config *c, int cache, int planted, int R, ttrain_result *res)
+{
+    if (cache) unsetenv("ULPSCOPE_FP8_WEIGHT_CACHE");
+    else setenv("ULPSCOPE_FP8_WEIGHT_CACHE", "0", 1);
+    tbackend_plant_stale_weights(planted);
+    int st;
+    if (R == 1) st = ttrain_run(c, res);
+    else {
+        uint64_t seeds[3], data_seeds[3];
+        for (int r = 0; r < R; r++) seeds[r] = c->seed + (uint64_t)r, data_seeds[r] = c->seed ^ (uint64_t)(r + 11);
+        st = ttrain_run_replicas(c, R, seeds, data_seeds, res);
+    }
+    tbackend_plant_stale_weights(0);
+    unsetenv("ULPSCOPE_FP8_WEIGHT_CACHE");
+    if (st) fail_msg("cuda run failed (status %d): %s", st, res[0].error);
+}
+
+static int same_runs(const ttrain_result *a, const ttrain_result *b, int R, long steps)
+{
+    int same = 1;
+    for (int r = 0; r < R; r++) {
+        same &= a[r].param_hash == b[r].param_hash && same_bits(a[r].final_val_loss, b[r].final_val_loss);
+        for (long s = 0; s < steps; s++) same &= same_bits(a[r].loss[s], b[r].loss[s]);
+    }
+    return same;
+}
+
+static void test_gpu_weight_cache(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    unsigned long long seed = test_seed("test_gpu_weight_cache");
+    for (int kind = 0; kind < TMODEL_COUNT; kind++)
+        for (int R = 1; R <= 3; R += 2) {
+            ttrain_config c;
+            fp8_config(&c, (tmodel_kind)kind, "current", seed);
+            c.backend = "cuda";
+            ttrain_result on[3], off[3], stale[3];
+            cuda_run(&c, 1, 0, R, on);
+            cuda_run(&c, 0, 0, R, off);
+            cuda_run(&c, 1, 1, R, stale);
+            int same = same_runs(on, off, R, c.steps), twin = same_runs(on, stale, R, c.steps);
+            print_message("%s R=%d: cache on vs off %s (hash %016llx / %016llx, val %.9f / %.9f); planted stale "
+                          "cache %s\n", tmodel_kind_name((tmodel_kind)kind), R, same ? "identical" : "DIFFER",
+                          (unsigned long long)on[0].param_hash, (unsigned long long)off[0].param_hash,
+                          on[0].final_val_loss, off[0].final_val_loss, twin ? "IDENTICAL" : "differs");
+            assert_true(same);
+            assert_false(twin);
+            for (int r = 0; r < R; r++) ttrain_result_free(&on[r]), ttrain_result_free(&off[r]), ttrain_result_free(&stale[r]);
+        }
+}
+
+/* CPU and CUDA under delayed scaling agree as test_train's CPU/CUDA agreement
+ * asks: step 0's loss and gradient norm within twice the CPU's distance from
+ * fp32; later steps printed.  Twin: the planted drop-term on CUDA. */
+static int agree_delayed(tmodel_kind kind, unsigned long long seed, int planted)
+{
+    ttrain_config c;
+    fp8_config(&c, kind, "delayed", seed);
+    c.steps = 3;
+    ttrain_result cpu, ref, gpu;
+    run_ok(&c, &cpu);
+    ttrain_config c32 = c;
+    char err[512];
+    if (tplan_init(&c32.plan, "fp32", kind, err, sizeof err)) fail_msg("%s", err);
+    run_ok(&c32, &ref);
+    c.backend = "cuda";
+    kernels_set_planted_bug(planted ? KBUG_DROP_TERM : KBUG_NONE);
+    int st = ttrain_run(&c, &gpu);
+    kernels_set_planted_bug(KBUG_NONE);
+    if (st == 3 && planted) {
+        ttrain_result_free(&cpu), ttrain_result_free(&ref), ttrain_result_free(&gpu);
+        return 0;
+    }
+    if (st) fail_msg("cuda run failed: %s", gpu.error);
+    for (long s = 0; s < c.steps; s++)
+        print_message("%s delayed%s step %ld: loss cpu %.9f cuda %.9f fp32 %.9f\n", tmodel_kind_name(kind),
+                      planted ? " (planted drop-term)" : "", s, cpu.loss[s], gpu.loss[s], ref.loss[s]);
+    double dl = fabs(gpu.loss[0] - cpu.loss[0]), bl = 2 * fabs(cpu.loss[0] - ref.loss[0]);
+    double dg = fabs(gpu.grad_norm[0] - cpu.grad_norm[0]), bg = 2 * fabs(cpu.grad_norm[0] - ref.grad_norm[0]);
+    print_message("%s delayed%s step 0: |loss cuda-cpu| %.3g (bound %.3g), |grad norm cuda-cpu| %.3g (bound %.3g)\n",
+                  tmodel_kind_name(kind), planted ? " (planted drop-term)" : "", dl, bl, dg, bg);
+    ttrain_result_free(&cpu), ttrain_result_free(&ref), ttrain_result_free(&gpu);
+    return dl <= bl && dg <= bg;
+}
+
+static void test_gpu_cpu_agree_delayed(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    unsigned long long seed = test_seed("test_gpu_cpu_agree_delayed");
+    for (int kind = 0; kind < TMODEL_COUNT; kind++) {
+        assert_true(agree_delayed((tmodel_kind)kind, seed, 0));
+        assert_false(agree_delayed((tmodel_kind)kind, seed, 1));
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_slot),
+        cmocka_unit_test(test_history_per_site),
+        cmocka_unit_test(test_delayed_training),
+        cmocka_unit_test(test_delayed_replicas),
+        cmocka_unit_test(test_weights_version),
+        cmocka_unit_test(test_gpu_weight_cache),
+        cmocka_unit_test(test_gpu_cpu_agree_delayed),
+    };
+    cmocka_set_test_filter(getenv("ULPSCOPE_TEST_FILTER"));
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
