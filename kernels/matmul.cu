@@ -624,11 +624,19 @@ __device__ __forceinline__ uint8_t to_fp8(float v, int e5m2)
 static const int AMAX_BLOCKS = 1024;
 template <class T> __global__ void amax_kernel(const T *x, int64_t n, int64_t x_stride, unsigned *amax_bits)
 {
+    constexpr int V = 16 / (int)sizeof(T); // 16-byte loads where x is aligned (the max does not care about order)
     __shared__ float warp_max[32];
     x += blockIdx.y * x_stride;
+    const int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, threads = (int64_t)gridDim.x * blockDim.x;
+    const int64_t nv = (uintptr_t)x % 16 == 0 ? n / V : 0;
     float m = 0.0f;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        m = fmaxf(m, fabsf(kto_float(x[i])));
+    for (int64_t i = tid; i < nv; i += threads) {
+        uint4 u = ((const uint4 *)x)[i];
+        const T *e = (const T *)&u;
+#pragma unroll
+        for (int j = 0; j < V; j++) m = fmaxf(m, fabsf(kto_float(e[j])));
+    }
+    for (int64_t i = nv * V + tid; i < n; i += threads) m = fmaxf(m, fabsf(kto_float(x[i])));
     for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
     if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
     __syncthreads();
@@ -780,13 +788,79 @@ static int check_quant_batch(const char *ctx, int64_t count, int64_t x_stride, i
     return 0;
 }
 
+// q = sat(x / scale) for an untransposed x: the flat [rows * cols] view, V
+// elements a thread (16-byte loads, V-byte stores), replica z = blockIdx.y;
+// the same element arithmetic as quantize_kernel, so the same bytes.  x and q
+// of every replica aligned (launch_quantize checks).
+template <class T>
+__global__ void quantize_flat_kernel(const T *x, int64_t x_stride, int64_t n, qscale sc, int e5m2, uint8_t *q,
+                                     int64_t q_stride)
+{
+    constexpr int V = 16 / (int)sizeof(T);
+    __shared__ float s_shared, warp_max[32];
+    const int z = blockIdx.y;
+    x += z * x_stride;
+    q += z * q_stride;
+    const int first = blockIdx.x == 0 && threadIdx.x == 0;
+    if (threadIdx.x == 0) {
+        s_shared = qscale_value(sc, z);
+        if (first && sc.scale_out) sc.scale_out[z] = s_shared;
+    }
+    if (first && z == 0)
+        for (int64_t i = 0; i < sc.n_zero; i++) sc.zero[i] = 0u;
+    __syncthreads();
+    const float s = s_shared;
+    float m = 0.0f;
+    const int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, threads = (int64_t)gridDim.x * blockDim.x;
+    const int64_t nv = n / V;
+    for (int64_t i = tid; i < nv; i += threads) {
+        uint4 u = ((const uint4 *)x)[i];
+        const T *e = (const T *)&u;
+        uint8_t b[V];
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            float v = kto_float(e[j]);
+            m = fmaxf(m, fabsf(v));
+            b[j] = to_fp8(v / s, e5m2);
+        }
+        if (V == 8) ((uint2 *)q)[i] = *(const uint2 *)b;
+        else ((uint32_t *)q)[i] = *(const uint32_t *)b;
+    }
+    for (int64_t i = nv * V + tid; i < n; i += threads) {
+        float v = kto_float(x[i]);
+        m = fmaxf(m, fabsf(v));
+        q[i] = to_fp8(v / s, e5m2);
+    }
+    if (sc.record) { // one atomic a block
+        for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+        if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 1; w < (int)(blockDim.x >> 5); w++) m = fmaxf(m, warp_max[w]);
+            atomicMax(sc.record + z, __float_as_uint(m));
+        }
+    }
+}
+
 // The quantise launch for x in x_format (fp32 or bf16).
 static int launch_quantize(const char *ctx, const void *x, int64_t x_stride, prec_format x_format, int64_t rows,
                            int64_t cols, int transpose, const qscale &sc, prec_format fp8, void *q, int64_t q_stride,
                            int64_t count)
 {
-    dim3 qgrid((unsigned)((cols + 31) / 32), (unsigned)((rows + 31) / 32), (unsigned)count), qblock(32, 8);
     int e5m2 = fp8 == PREC_E5M2;
+    const int64_t el = x_format == PREC_FP32 ? 4 : 2, V = 16 / el, n = rows * cols;
+    if (!transpose && (uintptr_t)x % 16 == 0 && (x_stride * el) % 16 == 0 && (uintptr_t)q % V == 0 && q_stride % V == 0) {
+        dim3 fgrid((unsigned)std::min<int64_t>((n / V + 255) / 256 + 1, 2048), (unsigned)count);
+        if (x_format == PREC_FP32)
+            quantize_flat_kernel<float><<<fgrid, 256, 0, kstream()>>>((const float *)x, x_stride, n, sc, e5m2,
+                                                                      (uint8_t *)q, q_stride);
+        else
+            quantize_flat_kernel<__nv_bfloat16><<<fgrid, 256, 0, kstream()>>>((const __nv_bfloat16 *)x, x_stride, n,
+                                                                              sc, e5m2, (uint8_t *)q, q_stride);
+        KLAUNCHED(ctx, "quantize_flat_kernel");
+        return 0;
+    }
+    dim3 qgrid((unsigned)((cols + 31) / 32), (unsigned)((rows + 31) / 32), (unsigned)count), qblock(32, 8);
     if (x_format == PREC_FP32)
         quantize_kernel<float><<<qgrid, qblock, 0, kstream()>>>((const float *)x, x_stride, rows, cols, transpose, sc,
                                                                e5m2, (uint8_t *)q, q_stride);
