@@ -352,8 +352,19 @@ static void test_gpu_weight_cache(void **state)
 }
 
 /* CPU and CUDA under delayed scaling agree as test_train's CPU/CUDA agreement
- * asks: step 0's loss and gradient norm within twice the CPU's distance from
- * fp32; later steps printed.  Twin: the planted drop-term on CUDA. */
+ * asks, with two changes fp8 needs.  A rounding that lands on the other side
+ * moves an e4m3 value by up to 1/8 and an e5m2 gradient by up to 1/4, and
+ * the plan's own rounding of one scalar can cancel by chance: judged against
+ * each scalar's own |cpu - fp32|, correct runs reached 37x (seed
+ * 0xd0f1ea8c0ccf6535, gpt2's loss, whose own rounding was 1e-7) where a
+ * planted dropped term gave 38x at the least (23 seeds, H100).  So the scale
+ * is relative and shared: the larger of the loss's and the gradient norm's
+ * relative distance from fp32 (both cancelling at once is much rarer), and
+ * |cuda - cpu| of each, relative, must stay within FP8_AGREE_FACTOR times it
+ * at step 0; later steps printed.  The factor comes from the seed sweep in
+ * docs/results-experiments.md (session of 2026-11-24, fifth).  Twin: the
+ * planted drop-term on CUDA. */
+#define FP8_AGREE_FACTOR 32.0
 static int agree_delayed(tmodel_kind kind, unsigned long long seed, int planted)
 {
     ttrain_config c;
@@ -377,12 +388,15 @@ static int agree_delayed(tmodel_kind kind, unsigned long long seed, int planted)
     for (long s = 0; s < c.steps; s++)
         print_message("%s delayed%s step %ld: loss cpu %.9f cuda %.9f fp32 %.9f\n", tmodel_kind_name(kind),
                       planted ? " (planted drop-term)" : "", s, cpu.loss[s], gpu.loss[s], ref.loss[s]);
-    double dl = fabs(gpu.loss[0] - cpu.loss[0]), bl = 2 * fabs(cpu.loss[0] - ref.loss[0]);
-    double dg = fabs(gpu.grad_norm[0] - cpu.grad_norm[0]), bg = 2 * fabs(cpu.grad_norm[0] - ref.grad_norm[0]);
-    print_message("%s delayed%s step 0: |loss cuda-cpu| %.3g (bound %.3g), |grad norm cuda-cpu| %.3g (bound %.3g)\n",
-                  tmodel_kind_name(kind), planted ? " (planted drop-term)" : "", dl, bl, dg, bg);
+    double rel = fmax(fabs(cpu.loss[0] - ref.loss[0]) / fabs(cpu.loss[0]),
+                      fabs(cpu.grad_norm[0] - ref.grad_norm[0]) / cpu.grad_norm[0]);
+    double dl = fabs(gpu.loss[0] - cpu.loss[0]) / fabs(cpu.loss[0]), dg = fabs(gpu.grad_norm[0] - cpu.grad_norm[0]) / cpu.grad_norm[0];
+    print_message("%s delayed%s step 0: relative |loss cuda-cpu| %.3g (%.3g x the plan's relative rounding %.3g), "
+                  "|grad norm cuda-cpu| %.3g (%.3g x; bound %g x)\n",
+                  tmodel_kind_name(kind), planted ? " (planted drop-term)" : "", dl, dl / rel, rel, dg, dg / rel,
+                  FP8_AGREE_FACTOR);
     ttrain_result_free(&cpu), ttrain_result_free(&ref), ttrain_result_free(&gpu);
-    return dl <= bl && dg <= bg;
+    return dl <= FP8_AGREE_FACTOR * rel && dg <= FP8_AGREE_FACTOR * rel;
 }
 
 static void test_gpu_cpu_agree_delayed(void **state)
