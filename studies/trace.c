@@ -158,7 +158,8 @@ static const trace_op *find_ref(tap *t, const trace_op *k)
 
 static const char *const kind_names[TAP_COUNT] = {
     "embedding_fwd", "embedding_bwd", "norm_fwd", "norm_bwd", "matmul", "attention_fwd", "attention_bwd",
-    "rope_fwd", "rope_bwd", "activation_fwd", "activation_bwd", "residual", "cross_entropy", "transpose",
+    "rope_fwd", "rope_bwd", "activation_fwd", "activation_bwd", "residual", "cross_entropy", "linear_cross_entropy",
+    "transpose",
     "accumulate", "grad_norm", "adamw", "muon"};
 
 static void replay(tap *t, const tap_call *c, const trace_op *ra, const trace_op *rb);
@@ -528,6 +529,29 @@ static int w_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, ktens
     return rc;
 }
 
+static int w_linear_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, ktensor *dh, ktensor *dW,
+                                  const ktensor *h, const ktensor *W, const int32_t *targets, const double *dloss_in)
+{
+    /* a single run (trace runs no replicas): one dloss, or none (forward only) */
+    double dloss = dloss_in ? *dloss_in : 0.0;
+    tap_call c = {.kind = TAP_LINEAR_CROSS_ENTROPY, .ids = targets, .dloss = dloss, .has_dloss = dloss_in != NULL};
+    SITE(at);
+    int32_t *host;
+    size_t rows = (size_t)h->shape[0];
+    if (ids_copy(be, targets, rows, &host)) return -1;
+    c.t[0] = losses, c.t[1] = dh, c.t[2] = dW, c.t[3] = (ktensor *)h, c.t[4] = (ktensor *)W;
+    IN("h", h);
+    IN("W", W);
+    IN_RAW("targets", host, rows * sizeof *host);
+    IN_RAW("dloss", &dloss, sizeof dloss);
+    OUT("losses", losses);
+    OUT("dh", dh);
+    OUT("dW", dW);
+    int rc = tap_exec(be, &c);
+    free(host);
+    return rc;
+}
+
 static int w_transpose(tbackend *be, const tsite *at, ktensor *out, const ktensor *in, int accumulate)
 {
     tap_call c = {.kind = TAP_TRANSPOSE, .accumulate = accumulate};
@@ -622,6 +646,8 @@ int tap_invoke(tbackend *be, const tbackend *o, const tap_call *c, const tsite *
     case TAP_RESIDUAL: return o->residual(be, at, t[0], t[1], t[2]);
     case TAP_CROSS_ENTROPY:
         return o->cross_entropy(be, at, t[0], t[1], t[2], c->ids, c->softcap, c->has_dloss ? &c->dloss : NULL);
+    case TAP_LINEAR_CROSS_ENTROPY:
+        return o->linear_cross_entropy(be, at, t[0], t[1], t[2], t[3], t[4], c->ids, c->has_dloss ? &c->dloss : NULL);
     case TAP_TRANSPOSE: return o->transpose(be, at, t[0], t[1], c->accumulate);
     case TAP_ACCUMULATE: return o->accumulate(be, at, t[0], t[1]);
     case TAP_GRAD_NORM: return o->grad_norm(be, at, c->params, c->n_params, c->out_scalar);
@@ -653,6 +679,7 @@ static int tap_after_init(tmodel *m, void *ctx)
     be->activation_bwd = w_activation_bwd;
     be->residual = w_residual;
     be->cross_entropy = w_cross_entropy;
+    be->linear_cross_entropy = w_linear_cross_entropy;
     be->transpose = w_transpose;
     be->accumulate = w_accumulate;
     be->grad_norm = w_grad_norm;
@@ -747,7 +774,10 @@ static int clone_call(tap *t, const tap_call *c, const trace_op *rec, clone_set 
         out->param = &s->param;
     }
     if (c->ids) {
-        size_t n = (size_t)(c->kind == TAP_CROSS_ENTROPY ? c->t[2]->shape[0] : (int64_t)c->B * c->T) * sizeof(int32_t);
+        int64_t rows = c->kind == TAP_CROSS_ENTROPY          ? c->t[2]->shape[0]
+                       : c->kind == TAP_LINEAR_CROSS_ENTROPY ? c->t[3]->shape[0]
+                                                             : (int64_t)c->B * c->T;
+        size_t n = (size_t)rows * sizeof(int32_t);
         unsigned char *tmp = malloc(n);
         int rc = !tmp || t->orig.alloc_raw(t->be, &s->raw[1], n) || t->orig.raw_download(t->be, tmp, c->ids, n) ||
                  t->orig.raw_upload(t->be, s->raw[1], tmp, n);
@@ -827,6 +857,9 @@ static const char *no_verdict_reason(tap_kind kind)
     case TAP_ACCUMULATE: return "gradient accumulation is one rounded addition per element, with no shared comparison yet";
     case TAP_TRANSPOSE: return "a transpose copies (accumulating: adds) elementwise, with no shared comparison yet";
     case TAP_ADAMW: return "trace does not yet describe the backends' adamw to kernels/check/compare_adamw.h";
+    case TAP_LINEAR_CROSS_ENTROPY:
+        return "the fused head (its GEMMs and cross-entropy in chunks) has no shared comparison yet; `ulpscope check "
+               "linear_cross_entropy` checks the kernel";
     default: return "no shared comparison for it yet";
     }
 }

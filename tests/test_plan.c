@@ -574,6 +574,79 @@ static void test_slot_table(void **state)
     }
 }
 
+/* The fused head: the chunk variants name the sibling op linear_cross_entropy
+ * (alone, or after its op name), read back from JSON, and explain says the
+ * head's GEMM slots run inside it.  What cannot hold is refused, the plan
+ * left unchanged, each with the reason and the fix.  Twins: the materialised
+ * variants still name cross_entropy, and an accepted fused plan. */
+static void test_fused_head(void **state)
+{
+    (void)state;
+    char err[1024];
+    tplan p, q;
+    for (int m = 0; m < TMODEL_COUNT; m++) {
+        assert_int_equal(tplan_init(&p, "bf16", (tmodel_kind)m, err, sizeof err), 0);
+        assert_false(tplan_fused_head(&p));
+        assert_int_equal(tplan_set(&p, "cross_entropy=bf16:online", err, sizeof err), 0);
+        assert_int_equal(p.slot[TSLOT_CROSS_ENTROPY].op, TOP_CROSS_ENTROPY);
+        assert_false(tplan_fused_head(&p));
+        assert_int_equal(tplan_set(&p, "cross_entropy=bf16:chunk_128", err, sizeof err), 0);
+        assert_int_equal(p.slot[TSLOT_CROSS_ENTROPY].op, TOP_LINEAR_CROSS_ENTROPY);
+        assert_int_equal(p.slot[TSLOT_CROSS_ENTROPY].variant, KLCE_CHUNK_128);
+        assert_true(tplan_fused_head(&p));
+        char choice[160];
+        tplan_choice_string(&p, TSLOT_CROSS_ENTROPY, choice, sizeof choice);
+        assert_string_equal(choice, "bf16:linear_cross_entropy.chunk_128");
+        assert_int_equal(tplan_set(&p, "cross_entropy=fp16:linear_cross_entropy.chunk_1024,lm_head*=fp16", err,
+                                   sizeof err), 0);
+        assert_int_equal(p.slot[TSLOT_CROSS_ENTROPY].variant, KLCE_CHUNK_1024);
+        assert_int_equal(p.slot[TSLOT_CROSS_ENTROPY].path, KPATH_FP16);
+        char *json = tplan_json_alloc(&p);
+        assert_non_null(json);
+        assert_int_equal(tplan_from_json(&q, json, err, sizeof err), 0);
+        assert_true(tplan_equal(&p, &q));
+        free(json);
+    }
+    assert_int_equal(tplan_init(&p, "bf16", TMODEL_GPT2, err, sizeof err), 0);
+    /* each refusal names the problem and the fix */
+    expect_error(&p, "cross_entropy=bf16:chunk_1024,lm_head=fp32", "lm_head is fp32:fused", "lm_head*=bf16");
+    expect_error(&p, "cross_entropy=bf16:chunk_1024,lm_head.dgrad=bf16:split_k", "lm_head.dgrad is bf16:split_k",
+                 "lm_head*=bf16");
+    expect_error(&p, "cross_entropy=fp32:chunk_1024,lm_head*=fp32,lm_head.wgrad=fp32:fast",
+                 "lm_head.wgrad is fp32:matmul_fast.fused", "lm_head*=fp32");
+    expect_error(&p, "cross_entropy=bf16:chunk_1024,lm_head*=fp8", "no fp8 path", "lm_head*=bf16");
+    expect_error(&p, "cross_entropy=fp8:chunk_1024", "linear_cross_entropy has no fp8 path", "bf16");
+    expect_error(&p, "cross_entropy=bf16:chunk_1024,grad_accum=bf16,grad_norm=bf16", "grad_accum is bf16",
+                 "grad_accum=fp32");
+    expect_error(&p, "cross_entropy=bf16:chunk_1024,lm_head=bf16:mma.h100", "matmul_mma.h100", "cross_entropy=bf16");
+    expect_error(&p, "cross_entropy=bf16:chunk_1024,gpu_model=a100", "no a100 model", "cross_entropy=bf16");
+    expect_error(&p, "gpu_model=a100,cross_entropy=bf16:chunk_1024", "no a100 model", "cross_entropy=bf16");
+    expect_error(&p, "cross_entropy=bf16:chunk_64", "chunk_64", "linear_cross_entropy[.chunk_1024|chunk_128]");
+    /* the fp8 preset's head is fp8 GEMMs: refused until they are set to the fused op's path */
+    assert_int_equal(tplan_init(&q, "fp8", TMODEL_GPT2, err, sizeof err), 0);
+    expect_error(&q, "cross_entropy=bf16:chunk_1024", "lm_head is fp8:fused", "lm_head*=bf16");
+    assert_int_equal(tplan_set(&q, "cross_entropy=bf16:chunk_1024,lm_head*=bf16", err, sizeof err), 0);
+    /* fp32 under a GPU model: the plain fp32 GEMMs stay CUDA-core SGEMM, which the fused op runs */
+    assert_int_equal(tplan_init(&q, "fp32", TMODEL_GPT2, err, sizeof err), 0);
+    assert_int_equal(tplan_set(&q, "cross_entropy=fp32:chunk_128,gpu_model=h100", err, sizeof err), 0);
+    /* explain: the head's GEMM slots run inside it, the logits are not stored, modern's transpose idles */
+    for (int fused = 0; fused < 2; fused++) {
+        assert_int_equal(tplan_init(&p, "bf16", TMODEL_MODERN, err, sizeof err), 0);
+        if (fused) assert_int_equal(tplan_set(&p, "cross_entropy=bf16:chunk_1024", err, sizeof err), 0);
+        char *text = NULL;
+        size_t len = 0;
+        FILE *fp = open_memstream(&text, &len);
+        tplan_explain(&p, fp);
+        fclose(fp);
+        const char *inside = strstr(text, "computed inside cross_entropy (linear_cross_entropy)");
+        assert_int_equal(inside != NULL, fused);
+        assert_int_equal(strstr(text, "not stored (linear_cross_entropy)") != NULL, fused);
+        assert_int_equal(strstr(text, "idle: linear_cross_entropy reads E") != NULL, fused);
+        assert_int_equal(strstr(text, "per 1024-row chunk") != NULL, fused);
+        free(text);
+    }
+}
+
 /* `ulpscope plan` itself: output, exit status 2 and one line on bad input. */
 static void test_cli(void **state)
 {
@@ -619,6 +692,9 @@ static void test_cli(void **state)
         {"--set '*=fp32:'", "empty variant after ':'"},
         {"--set", "--set needs a value"},
         {"--bogus", "unknown option '--bogus'"},
+        {"--set cross_entropy=bf16:chunk_1024,lm_head=fp32", "set lm_head*=bf16"},
+        {"--plan fp8 --set cross_entropy=bf16:chunk_128", "linear_cross_entropy has no fp8 path"},
+        {"--gpu-model a100 --set cross_entropy=bf16:chunk_128", "has no a100 model"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int st = test_run_cli("plan", bad[i][0], out, sizeof out);
@@ -638,6 +714,7 @@ int main(void)
         cmocka_unit_test(test_layer_explain),   cmocka_unit_test(test_diff_apply),
         cmocka_unit_test(test_op_handles),      cmocka_unit_test(test_slot_table),
         cmocka_unit_test(test_cli),             cmocka_unit_test(test_json_rules_between_slots),
+        cmocka_unit_test(test_fused_head),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

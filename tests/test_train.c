@@ -384,6 +384,9 @@ static void test_cli(void **state)
         {"--at-steps 0", "--at-steps needs --hash-slots or --dump-slots"},
         {"--profile", "--quiet silences the progress lines --profile prints"}, /* --quiet is added below */
         {"--softcap 1", "--softcap applies to --model modern only"},
+        {"--model modern --softcap 1 --set cross_entropy=bf16:chunk_1024", "linear_cross_entropy has no logit soft-cap"},
+        {"--set cross_entropy=bf16:chunk_1024,lm_head.wgrad=fp32", "set lm_head*=bf16"},
+        {"--switch-at 1:cross_entropy=bf16:chunk_128,lm_head=fp8", "lm_head is fp8:fused"},
         /* empty overrides */
         {"--set ''", "empty override in ''"},
         {"--set ',,,'", "empty override in ',,,'"},

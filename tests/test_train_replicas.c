@@ -111,6 +111,8 @@ static const struct {
     {TMODEL_GPT2, "bf16", "lm_head=fp8:fast,mlp.up=fp8:fast", 0},
     {TMODEL_MODERN, "bf16", "attention=bf16:flash_mma,norm.*=bf16:warp_tree", 0},
     {TMODEL_GPT2, "fp16", "attention=fp16:flash_mma_exp2", 0},
+    {TMODEL_GPT2, "bf16", "cross_entropy=bf16:chunk_128", 1},  /* the fused head: a call per replica */
+    {TMODEL_MODERN, "bf16", "cross_entropy=bf16:chunk_1024", 1},
 };
 
 static void check_variant_plans(const char *backend, int width, int seq)

@@ -173,6 +173,16 @@ struct tbackend {
      * (dlogits and dloss NULL: the losses only) */
     int (*cross_entropy)(tbackend *be, const tsite *at, ktensor *losses, ktensor *dlogits, const ktensor *logits,
                          const int32_t *targets, double softcap, const double *dloss);
+    /* The fused head at the cross_entropy site running linear_cross_entropy
+     * (kernels/cross_entropy.h, klinear_ce; no soft-cap): h [N,C] and W [V,C]
+     * read in the path's format (logits = h W^T, never stored: rows in chunks
+     * of the variant's size); losses [N] fp32; dh [N,C] in the path's storage
+     * format (NULL: forward only); dW [V,C] fp32, overwritten with the fp32
+     * sum over the chunks (NULL: skip); dloss[r] each row's loss gradient in
+     * replica r (NULL when dh and dW are).  Targets in [0, V), negative: an
+     * ignored row (loss and gradients 0). */
+    int (*linear_cross_entropy)(tbackend *be, const tsite *at, ktensor *losses, ktensor *dh, ktensor *dW,
+                                const ktensor *h, const ktensor *W, const int32_t *targets, const double *dloss);
     /* out = in^T, or out += in^T */
     int (*transpose)(tbackend *be, const tsite *at, ktensor *out, const ktensor *in, int accumulate);
     /* dst += src (gradient accumulation when a GEMM's output format differs) */

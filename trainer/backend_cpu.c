@@ -253,6 +253,7 @@ static const struct {
     {TOP_ROPE, ANY_VARIANT},             {TOP_RESIDUAL, ANY_VARIANT},          {TOP_TRANSPOSE, ANY_VARIANT},
     {TOP_GELU_TANH, KGELU_TANH_TANHF},   {TOP_RELU2, ANY_VARIANT},
     {TOP_CROSS_ENTROPY, KCE_TWO_PASS},   {TOP_CROSS_ENTROPY, KCE_FP32_LOGITS},
+    {TOP_LINEAR_CROSS_ENTROPY, ANY_VARIANT}, /* the chunk size changes dW's grouping: modelled */
     {TOP_GRAD_NORM, KGRADNORM_BLOCK_TREE}, {TOP_GRAD_NORM, KGRADNORM_SEQUENTIAL},
     {TOP_ADAMW, ANY_VARIANT},            {TOP_POLAR_EXPRESS, ANY_VARIANT},     {TOP_MUON_NEWTON_SCHULZ, ANY_VARIANT},
 };
@@ -1053,6 +1054,82 @@ static int cpu_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, kte
     return 0;
 }
 
+/* The fused head, as kernels/cross_entropy.h documents klinear_ce: rows in
+ * chunks of the variant's size; per chunk the logits [r,V] in fp32 (the
+ * GEMM's fp32 accumulator, summed over C in order, as cpu_matmul), the
+ * cross-entropy on them as cpu_cross_entropy (no soft-cap), dlogits rounded
+ * into the path's format, dh[chunk] = dlogits W rounded into it, and
+ * dW = its fp32 value plus the chunk's fp32 sum dlogits^T h[chunk] (the
+ * first chunk overwrites).  Under the planted bug KBUG_DROP_TERM each row's
+ * sum leaves the last vocabulary entry out, as the kernel's does. */
+static int cpu_linear_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, ktensor *dh, ktensor *dW,
+                                    const ktensor *h, const ktensor *W, const int32_t *targets, const double *dloss)
+{
+    enter(at);
+    const prec_format f = site_fmt(at);
+    const int64_t N = h->shape[0], C = h->shape[1], V = W->shape[0];
+    const int64_t R = klce_chunk_rows(at->variant) < N ? klce_chunk_rows(at->variant) : N;
+    const int64_t terms = kernels_planted_bug() == KBUG_DROP_TERM ? V - 1 : V;
+    if (W->shape[1] != C || losses->shape[0] != N || (dh && (dh->shape[0] != N || dh->shape[1] != C)) ||
+        (dW && (dW->shape[0] != V || dW->shape[1] != C || dW->format != PREC_FP32)) || (dh && !dloss))
+        return tbackend_fail(be, "slot cross_entropy: linear_cross_entropy arguments disagree: h %lldx%lld, W "
+                             "%lldx%lld, losses %lld, dh %s, dW %s", (long long)N, (long long)C, (long long)W->shape[0],
+                             (long long)W->shape[1], (long long)losses->shape[0], dh ? "given" : "none",
+                             dW ? prec_format_name(dW->format) : "none");
+    float *hq = operand(h, f), *wq = operand(W, f);       /* [N,C], [V,C] in the path's format */
+    float *z = malloc((size_t)(R * V) * sizeof *z);      /* a chunk's logits [R,V] fp32, then its dlogits */
+    int rc = hq && wq && z ? 0 : tbackend_fail(be, "cpu: out of memory");
+    const float dl = dloss ? (float)*dloss : 0.0f;
+    for (int64_t c0 = 0; !rc && c0 < N; c0 += R) {
+        const int64_t r = N - c0 < R ? N - c0 : R;
+        for (int64_t i = 0; i < r; i++)
+            for (int64_t j = 0; j < V; j++) {
+                const float *a = hq + (c0 + i) * C, *b = wq + j * C;
+                float acc = 0.0f;
+                for (int64_t k = 0; k < C; k++) acc += a[k] * b[k];
+                z[i * V + j] = acc;
+            }
+        for (int64_t i = 0; i < r && !rc; i++) {
+            const int32_t tgt = targets[c0 + i];
+            float *zi = z + i * V;
+            if (tgt >= V) {
+                rc = tbackend_fail(be, "slot cross_entropy: target %d at row %lld outside vocabulary %lld", tgt,
+                                   (long long)(c0 + i), (long long)V);
+                break;
+            }
+            if (tgt < 0) { /* an ignored row: loss and gradients 0 */
+                fdata(losses)[c0 + i] = 0.0f;
+                for (int64_t j = 0; j < V; j++) zi[j] = 0.0f;
+                continue;
+            }
+            float mx = -INFINITY;
+            for (int64_t j = 0; j < V; j++) mx = fmaxf(mx, zi[j]);
+            float sum = 0.0f;
+            for (int64_t j = 0; j < terms; j++) sum += expf(zi[j] - mx);
+            const float lse = mx + logf(sum);
+            fdata(losses)[c0 + i] = lse - zi[tgt];
+            for (int64_t j = 0; dh && j < V; j++)
+                zi[j] = rnd((expf(zi[j] - lse) - (j == tgt ? 1.0f : 0.0f)) * dl, f);
+        }
+        if (rc || !dh) continue;
+        for (int64_t i = 0; i < r; i++) /* dh[chunk] [r,C] = dlogits [r,V] W [V,C] */
+            for (int64_t k = 0; k < C; k++) {
+                float acc = 0.0f;
+                for (int64_t j = 0; j < V; j++) acc += z[i * V + j] * wq[j * C + k];
+                fdata(dh)[(c0 + i) * C + k] = rnd2(acc, f, dh->format);
+            }
+        for (int64_t j = 0; dW && j < V; j++) /* dW [V,C] (+)= dlogits^T [V,r] h[chunk] [r,C], fp32 */
+            for (int64_t k = 0; k < C; k++) {
+                float acc = 0.0f;
+                for (int64_t i = 0; i < r; i++) acc += z[i * V + j] * hq[(c0 + i) * C + k];
+                float *dst = &fdata(dW)[j * C + k];
+                *dst = c0 > 0 ? acc + *dst : acc;
+            }
+    }
+    free(hq), free(wq), free(z);
+    return rc;
+}
+
 /* ---- gradient norm ------------------------------------------------------------------------- */
 
 /* The sequential order of kernels/grad_norm.h: each tensor summed left to
@@ -1326,6 +1403,7 @@ tbackend *tbackend_cpu_create(void)
     be->activation_bwd = cpu_activation_bwd;
     be->residual = cpu_residual;
     be->cross_entropy = cpu_cross_entropy;
+    be->linear_cross_entropy = cpu_linear_cross_entropy;
     be->transpose = cpu_transpose;
     be->accumulate = cpu_accumulate;
     be->concat_columns = cpu_concat_columns;

@@ -96,6 +96,7 @@ struct cuda_impl {
     int n_images, cap_images;
     kfp8_history *histories;     // fp8_scaling=delayed: tbackend_fp8_history_index's
     int64_t n_histories;
+    size_t lce_counted;          // klinear_ce's chunk buffers (the kernel's own) as counted in bytes_in_use
 };
 
 struct fp8_image {
@@ -843,6 +844,31 @@ static int cuda_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, kt
     return dlogits ? out_end(be, dlogits, &DL) : 0;
 }
 
+// The fused head: klinear_ce on h and W in the path's format, dh through a
+// scratch when its tensor is stored otherwise.  The kernel keeps its chunk
+// buffers between calls; what they grew by is counted here as this backend's
+// memory (peak_bytes), as the scratch buffers are.
+static int cuda_linear_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, ktensor *dh, ktensor *dW,
+                                     const ktensor *h, const ktensor *W, const int32_t *targets, const double *dloss)
+{
+    cuda_impl *im = impl_of(be);
+    prec_format f = path_fmt(at);
+    ktensor H, Wf, DH = {};
+    if (as_format(be, 0, h, f, &H) || as_format(be, 1, W, f, &Wf) || (dh && out_begin(be, 2, dh, f, &DH))) return -1;
+    if (dW && dW->format != PREC_FP32) return tbackend_fail(be, "slot cross_entropy: linear_cross_entropy writes dW in fp32");
+    if (klinear_ce(at->path, at->variant, h->shape[0], h->shape[1], W->shape[0], H.data, Wf.data, targets,
+                   (float *)losses->data, dh ? DH.data : nullptr, dW ? (float *)dW->data : nullptr,
+                   dloss ? (float)*dloss : 0.0f))
+        return kfail(be, at, "linear cross-entropy");
+    const size_t ws = klinear_ce_workspace_bytes();
+    if (ws > im->lce_counted) {
+        be->bytes_in_use += ws - im->lce_counted;
+        im->lce_counted = ws;
+        if (be->bytes_in_use > be->peak_bytes) be->peak_bytes = be->bytes_in_use;
+    }
+    return dh ? out_end(be, dh, &DH) : 0;
+}
+
 static int cuda_grad_norm(tbackend *be, const tsite *at, tparam *const *params, int n, double *norm)
 {
     cuda_impl *im = impl_of(be);
@@ -1529,6 +1555,7 @@ static void cuda_destroy(tbackend *be)
     if (im->comm) im->nccl.comm_destroy(im->comm);
     if (im->nccl.lib) dlclose(im->nccl.lib);
     kmatmul_release();
+    klinear_ce_release();
     mma_emulate_release();
     tbinding_free(&be->bound);
     free(im);
@@ -1578,6 +1605,7 @@ extern "C" tbackend *tbackend_cuda_create(char *why, size_t why_len)
     be->activation_bwd = cuda_activation_bwd;
     be->residual = cuda_residual;
     be->cross_entropy = cuda_cross_entropy;
+    be->linear_cross_entropy = cuda_linear_cross_entropy;
     be->transpose = cuda_transpose;
     be->accumulate = cuda_accumulate;
     be->concat_columns = cuda_concat_columns;

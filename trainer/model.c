@@ -50,11 +50,13 @@ struct tmodel {
     int n_params, cap_params;
     int p_wte, p_wpe, p_lnf_g, p_lnf_b;
     layer_acts *layers;
-    ktensor wlm, dwlm;                 /* modern: lm_head [C,V] = wte^T and its gradient */
+    ktensor wlm, dwlm;                 /* modern, unless the head is fused: lm_head [C,V] = wte^T and its gradient */
     /* activations (reallocated when the plan changes) */
     ktensor emb;                       /* [BT,C] */
     ktensor lnf, lnf_mean, lnf_rstd;
-    ktensor logits, dlogits, losses;   /* [BT,V], [BT,V], [BT] */
+    ktensor logits, dlogits, losses;   /* [BT,V], [BT,V] (not with the fused head), [BT] */
+    ktensor head_dw;                   /* fused head: its dW [V,C] fp32, added into the embedding's gradient */
+    void *head_chunks;                 /* tmodel_measure, fused head: klinear_ce's chunk buffers, counted */
     ktensor dlnf;                      /* [BT,C] */
     fpool attn_proj, mlp_out;          /* forward scratch [BT,C] */
     fpool dres, da, dh, dln2, dtmp_mlp, dy_att, dq, dk, dv, dq_r, dk_r, dq_n, dk_n, dln1, dtmp_attn;
@@ -420,12 +422,6 @@ static int add_params(tmodel *m, prec_rng *rng)
     m->param_ptrs = malloc((size_t)m->n_params * sizeof *m->param_ptrs);
     if (!m->param_ptrs) return tbackend_fail(m->be, "out of memory");
     for (int i = 0; i < m->n_params; i++) m->param_ptrs[i] = &m->params[i];
-    if (!gpt2) {
-        prec_format work = fmt_of(m, TSLOT_WEIGHTS, -1), grad = fmt_of(m, TSLOT_GRAD_ACCUM, -1);
-        if (alloc2(m, &m->wlm, work, C, V) || alloc2(m, &m->dwlm, grad, C, V)) return -1;
-        if (!m->measure_only && tbackend_mark_weights(m->be, &m->wlm)) return -1;
-        if (m->be->zero(m->be, &m->dwlm)) return -1;
-    }
     return 0;
 }
 
@@ -446,6 +442,12 @@ static int fp32_logits(const tmodel *m)
     return site(m, TSLOT_CROSS_ENTROPY, -1)->variant == KCE_FP32_LOGITS && site(m, TSLOT_LM_HEAD, -1)->path != KPATH_FP8;
 }
 
+/* The plan's cross_entropy slot computes the whole head (lm_head GEMM,
+ * cross-entropy, its dgrad and wgrad) in one linear_cross_entropy call on
+ * the embedding E [V,C] itself: no logits, no dlogits, and in modern no
+ * transposed copy W_lm = E^T (the transpose slot idles). */
+static int fused_head(const tmodel *m) { return tplan_fused_head(m->plan); }
+
 static void free_acts(tmodel *m)
 {
     for (int l = 0; m->layers && l < m->cfg.n_layer; l++) {
@@ -455,13 +457,16 @@ static void free_acts(tmodel *m)
                          &A->ln2_rstd, &A->h, &A->a, &A->act_g, &A->out};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) rel(m, ts[i]);
     }
-    ktensor *ts[] = {&m->emb, &m->lnf, &m->lnf_mean, &m->lnf_rstd, &m->logits, &m->dlogits, &m->losses, &m->dlnf};
+    ktensor *ts[] = {&m->emb,    &m->lnf,     &m->lnf_mean, &m->lnf_rstd, &m->logits, &m->dlogits,
+                     &m->losses, &m->dlnf,    &m->head_dw,  &m->wlm,      &m->dwlm};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) rel(m, ts[i]);
     fpool *ps[] = {&m->attn_proj, &m->mlp_out, &m->dres, &m->da, &m->dh, &m->dln2, &m->dtmp_mlp, &m->dy_att, &m->dq,
                    &m->dk, &m->dv, &m->dq_r, &m->dk_r, &m->dq_n, &m->dk_n, &m->dln1, &m->dtmp_attn, &m->dqkv};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         for (int f = 0; f < N_STORAGE; f++) rel(m, &ps[i]->by_format[f]);
     for (int i = 0; i < N_WGRAD_TMP; i++) rel(m, &m->wgrad_tmp[i]);
+    if (m->head_chunks) m->be->release_raw(m->be, m->head_chunks);
+    m->head_chunks = NULL;
 }
 
 /* The pool's buffers for every format slot s writes in some layer. */
@@ -484,6 +489,15 @@ static int alloc_acts(tmodel *m)
 #define A2(t, slot, layer, r, cc) (rc = rc ? rc : alloc2(m, (t), fmt_of(m, slot, layer), (r), (cc)))
 #define S1(t, n) (rc = rc ? rc : alloc2(m, (t), f32, (n), 0))
 #define P2(p, slot, r, cc) (rc = rc ? rc : alloc_pool(m, (p), slot, (r), (cc)))
+    if (!gpt2 && !fused_head(m)) {
+        /* the lm_head W_lm [C,V] = E^T in the working format, synced after every update (and
+         * on a rebind that brings it back), and its gradient, folded into dE once per step */
+        rc = alloc2(m, &m->wlm, fmt_of(m, TSLOT_WEIGHTS, -1), C, V) ||
+             alloc2(m, &m->dwlm, fmt_of(m, TSLOT_GRAD_ACCUM, -1), C, V) || m->be->zero(m->be, &m->dwlm) ||
+             (!m->measure_only && tbackend_mark_weights(m->be, &m->wlm));
+    }
+    /* the embedding's gradient is last written by the embedding backward, or by the transpose's fold */
+    m->params[m->p_wte].grad_slot = gpt2 || fused_head(m) ? TSLOT_EMBEDDING : TSLOT_TRANSPOSE;
     for (int l = 0; l < c->n_layer; l++) {
         layer_acts *A = &m->layers[l];
         A2(&A->ln1, TSLOT_NORM_ATTN, l, BT, C);
@@ -515,15 +529,29 @@ static int alloc_acts(tmodel *m)
     A2(&m->lnf, TSLOT_NORM_FINAL, -1, BT, C);
     if (gpt2) S1(&m->lnf_mean, BT);
     S1(&m->lnf_rstd, BT);
-    if (fp32_logits(m)) {
-        rc = rc ? rc : alloc2(m, &m->logits, f32, BT, V);
-        rc = rc ? rc : alloc2(m, &m->dlogits, f32, BT, V);
+    if (fused_head(m)) {
+        /* dW [V,C] fp32 of one call; dh is dlnf, in the fused op's path */
+        rc = rc ? rc : alloc2(m, &m->head_dw, f32, V, C);
+        A2(&m->dlnf, TSLOT_CROSS_ENTROPY, -1, BT, C);
+        if (!rc && m->measure_only) {
+            /* klinear_ce's chunk buffers: logits [R,V] fp32 and, narrower paths, dlogits [R,V] (the
+             * kernel's own, one set for every replica's call) */
+            const tsite *ce = site(m, TSLOT_CROSS_ENTROPY, -1);
+            int64_t R = klce_chunk_rows(ce->variant) < BT ? klce_chunk_rows(ce->variant) : BT;
+            size_t el = ce->path == KPATH_FP32 ? 0 : m->be->elem_bytes(tpath_storage(ce->path));
+            rc = m->be->alloc_raw(m->be, &m->head_chunks, (size_t)(R * V) * (sizeof(float) + el));
+        }
     } else {
-        A2(&m->logits, TSLOT_LM_HEAD, -1, BT, V);
-        A2(&m->dlogits, TSLOT_CROSS_ENTROPY, -1, BT, V);
+        if (fp32_logits(m)) {
+            rc = rc ? rc : alloc2(m, &m->logits, f32, BT, V);
+            rc = rc ? rc : alloc2(m, &m->dlogits, f32, BT, V);
+        } else {
+            A2(&m->logits, TSLOT_LM_HEAD, -1, BT, V);
+            A2(&m->dlogits, TSLOT_CROSS_ENTROPY, -1, BT, V);
+        }
+        A2(&m->dlnf, TSLOT_LM_HEAD_DGRAD, -1, BT, C);
     }
     S1(&m->losses, BT);
-    A2(&m->dlnf, TSLOT_LM_HEAD_DGRAD, -1, BT, C);
     P2(&m->attn_proj, TSLOT_ATTN_OUT, BT, C);
     P2(&m->mlp_out, TSLOT_MLP_DOWN, BT, C);
     P2(&m->dres, TSLOT_RESIDUAL, BT, C); /* norm.final writes it in the last layer's residual format */
@@ -563,6 +591,7 @@ static int alloc_acts(tmodel *m)
         int needed = 0;
         for (int s = 0; s < TSLOT_COUNT; s++) {
             if (tslot_get((tslot)s)->gemm != TGEMM_WGRAD || !m->plan->used[s]) continue;
+            if (s == TSLOT_LM_HEAD_WGRAD && fused_head(m)) continue; /* runs inside the fused op */
             int layers = tslot_get((tslot)s)->per_layer ? c->n_layer : 1;
             for (int l = 0; l < layers; l++) needed |= fmt_of(m, (tslot)s, tslot_get((tslot)s)->per_layer ? l : -1) == tmp_formats[i];
         }
@@ -585,6 +614,7 @@ static tmodel *create(const tmodel_config *cfg, tbackend *be, const tplan *plan,
         tfail(err, errlen, "micro-batch %d x %d: both must be positive and T <= context %d", B, T, cfg->seq_len);
         return NULL;
     }
+    if (tmodel_check_plan(cfg, plan, err, errlen)) return NULL;
     if (tbackend_bind_plan(be, plan, cfg->n_layer)) {
         tfail(err, errlen, "%s", tbackend_error(be));
         return NULL;
@@ -743,7 +773,6 @@ void tmodel_destroy(tmodel *m)
         rel(m, &p->w), rel(m, &p->master), rel(m, &p->grad), rel(m, &p->m), rel(m, &p->v);
         if (p->lowbits) m->be->release_raw(m->be, p->lowbits);
     }
-    rel(m, &m->wlm), rel(m, &m->dwlm);
     if (m->tokens_dev) m->be->release_raw(m->be, m->tokens_dev);
     if (m->targets_dev) m->be->release_raw(m->be, m->targets_dev);
     free(m->params);
@@ -752,6 +781,15 @@ void tmodel_destroy(tmodel *m)
     free(m->loss_host);
     free(m->plan);
     free(m);
+}
+
+int tmodel_check_plan(const tmodel_config *cfg, const tplan *plan, char *err, size_t errlen)
+{
+    if (tplan_fused_head(plan) && cfg->softcap > 0)
+        return tfail(err, errlen, "slot cross_entropy: linear_cross_entropy has no logit soft-cap, and the model has "
+                     "--softcap %g: use the materialised cross_entropy=%s, or no soft-cap", cfg->softcap,
+                     kpath_name(plan->slot[TSLOT_CROSS_ENTROPY].path));
+    return 0;
 }
 
 int tmodel_rebind(tmodel *m, const tplan *plan, char *err, size_t errlen)
@@ -767,10 +805,13 @@ int tmodel_rebind(tmodel *m, const tplan *plan, char *err, size_t errlen)
             return tfail(err, errlen, "slot %s is fixed for the whole run (it holds training state or the NCCL "
                                          "communicator); start a run with it instead", tslot_get((tslot)s)->name);
     }
+    if (tmodel_check_plan(&m->cfg, plan, err, errlen)) return -1;
     if (tbackend_bind_plan(m->be, plan, m->cfg.n_layer)) return tfail(err, errlen, "%s", tbackend_error(m->be));
     free_acts(m);
     *m->plan = *plan;
     if (alloc_acts(m)) return tfail(err, errlen, "%s", tbackend_error(m->be));
+    /* a rebind that brings back the modern model's W_lm copies E^T into it */
+    if (!m->measure_only && tmodel_sync_weights(m)) return tfail(err, errlen, "%s", tbackend_error(m->be));
     return 0;
 }
 
@@ -900,6 +941,15 @@ static int forward(tmodel *m, const double *dloss)
     TRY(be->norm_fwd(be, site(m, TSLOT_NORM_FINAL, -1), &m->lnf, gpt2 ? &m->lnf_mean : NULL, &m->lnf_rstd, x,
                      pw(m, m->p_lnf_g), pw(m, m->p_lnf_b), eps));
     OBS(TSLOT_NORM_FINAL, -1, "y", &m->lnf);
+    if (fused_head(m)) {
+        /* losses, dh = d(norm.final out) [BT,C] and dW [V,C] fp32 in one call on E [V,C]; dW is
+         * added into E's gradient in the backward */
+        TRY(be->linear_cross_entropy(be, site(m, TSLOT_CROSS_ENTROPY, -1), &m->losses, dloss ? &m->dlnf : NULL,
+                                     dloss ? &m->head_dw : NULL, &m->lnf, pw(m, m->p_wte), m->targets_dev, dloss));
+        OBS(TSLOT_CROSS_ENTROPY, -1, "losses", &m->losses);
+        if (dloss) OBS(TSLOT_CROSS_ENTROPY, -1, "dh", &m->dlnf);
+        return 0;
+    }
     const tsite *lm = site(m, TSLOT_LM_HEAD, -1);
     if (gpt2) TRY(be->matmul(be, lm, &m->logits, &m->lnf, 0, pw(m, m->p_wte), 1, 0)); /* [BT,C] [V,C]^T */
     else TRY(be->matmul(be, lm, &m->logits, &m->lnf, 0, &m->wlm, 0, 0));                /* [BT,C] [C,V] */
@@ -919,7 +969,11 @@ static int backward(tmodel *m)
     int64_t BT = (int64_t)B * T, C = c->n_embd, D = C / H;
     int L = c->n_layer;
     const tsite *lm_dgrad = site(m, TSLOT_LM_HEAD_DGRAD, -1), *lm_wgrad = site(m, TSLOT_LM_HEAD_WGRAD, -1);
-    if (gpt2) {
+    if (fused_head(m)) {
+        /* the fused op's fp32 dW into E's fp32 gradient (tplan_validate: grad_accum fp32) */
+        TRY(be->accumulate(be, site(m, TSLOT_GRAD_ACCUM, -1), pg(m, m->p_wte), &m->head_dw));
+        OBS(TSLOT_CROSS_ENTROPY, -1, "dW", pg(m, m->p_wte));
+    } else if (gpt2) {
         TRY(be->matmul(be, lm_dgrad, &m->dlnf, &m->dlogits, 0, pw(m, m->p_wte), 0, 0)); /* [BT,V][V,C] */
         OBS(TSLOT_LM_HEAD_DGRAD, -1, "dx", &m->dlnf);
         TRY(wgrad(m, lm_wgrad, pg(m, m->p_wte), &m->dlogits, 1, &m->lnf, 0));         /* [V,BT][BT,C] */
@@ -1043,7 +1097,7 @@ int tmodel_zero_grads(tmodel *m)
 
 int tmodel_finish_grads(tmodel *m)
 {
-    if (m->cfg.kind != TMODEL_MODERN) return 0;
+    if (!m->dwlm.data) return 0; /* gpt2, or the fused head: nothing to fold */
     TRY(m->be->transpose(m->be, site(m, TSLOT_TRANSPOSE, -1), &m->params[m->p_wte].grad, &m->dwlm, 1)); /* dE += dW_lm^T */
     if (m->obs) TRY(m->obs(m->obs_ctx, TSLOT_TRANSPOSE, -1, "dwte", &m->params[m->p_wte].grad));
     return 0;
@@ -1051,6 +1105,6 @@ int tmodel_finish_grads(tmodel *m)
 
 int tmodel_sync_weights(tmodel *m)
 {
-    if (m->cfg.kind != TMODEL_MODERN) return 0;
+    if (!m->wlm.data) return 0; /* gpt2, or the fused head: the lm_head reads E itself */
     return m->be->transpose(m->be, site(m, TSLOT_TRANSPOSE, -1), &m->wlm, &m->params[m->p_wte].w, 0); /* W_lm = E^T */
 }

@@ -12,7 +12,8 @@
  *           MLP, optional logit soft-cap cap*tanh(z/cap); the lm_head is a
  *           transposed copy of the embedding [C, V] kept in sync by
  *           transpose-copy after each update and transpose-add of its
- *           gradient; Muon (polar express) on the block matrices, AdamW on
+ *           gradient (with the fused head, linear_cross_entropy, the
+ *           embedding [V, C] itself and no copy); Muon (polar express) on the block matrices, AdamW on
  *           the embedding and gains.
  *
  * Every op runs at the site (slot and layer) the plan binds it to; every
@@ -88,6 +89,11 @@ typedef struct {
 } tmodel_memory;
 int tmodel_measure(const tmodel_config *cfg, const tbackend *be, const tplan *plan, int B, int T, tmodel_memory *out,
                    char *err, size_t errlen);
+
+/* The rules between a plan and a model configuration: the fused head
+ * (linear_cross_entropy) has no logit soft-cap.  0, or -1 with a message;
+ * tmodel_create and tmodel_rebind check it. */
+int tmodel_check_plan(const tmodel_config *cfg, const tplan *plan, char *err, size_t errlen);
 
 /* Switch to another plan mid-run (copied): activations are reallocated in
  * the new formats.  Slots that own state (tslot_info.fixed: weights,

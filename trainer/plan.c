@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
 #include "kernels/matmul.h"
 #include "kernels/rmsnorm.h"
 
@@ -160,6 +161,7 @@ static const struct {
     [TOP_GELU_TANH] = {"gelu_tanh", NULL},
     [TOP_RELU2] = {"relu2", NULL},
     [TOP_CROSS_ENTROPY] = {"cross_entropy", NULL},
+    [TOP_LINEAR_CROSS_ENTROPY] = {"linear_cross_entropy", NULL},
     [TOP_TRANSPOSE] = {"transpose", NULL},
     [TOP_GRAD_NORM] = {"grad_norm", NULL},
     [TOP_ADAMW] = {"adamw", NULL},
@@ -188,6 +190,7 @@ const kop *top_lookup(top_id op)
 #define SAME(op) {{op}, {op}}
 #define BY_MODEL(gpt2, modern) {{gpt2}, {modern}}
 #define GEMM_OPS {TOP_MATMUL, TOP_MATMUL_FAST, TOP_MATMUL_BLOCK_FP8, TOP_MATMUL_MMA}
+#define CE_OPS {TOP_CROSS_ENTROPY, TOP_LINEAR_CROSS_ENTROPY}
 #define GEMM(role, fwd) .family = {GEMM_OPS, GEMM_OPS}, .gemm = (role), .forward = (fwd)
 #define BOTH_MODELS 3u
 #define GPT2_ONLY 1u
@@ -240,8 +243,9 @@ static const tslot_info slot_table[TSLOT_COUNT] = {
                           .tensors = {{"norm.final out", "B*T x C", ACT, BOTH_MODELS, 15}}},
     [TSLOT_LM_HEAD] = {"lm_head", "logits = x W_lm (the embedding, tied)", GEMM(TGEMM_FORWARD, TSLOT_LM_HEAD),
                        .tensors = {{"logits", "B*T x V", ACT, BOTH_MODELS, 16}}},
-    [TSLOT_CROSS_ENTROPY] = {"cross_entropy", "(soft-capped) logits -> per-token loss and dlogits",
-                             .family = SAME(TOP_CROSS_ENTROPY),
+    [TSLOT_CROSS_ENTROPY] = {"cross_entropy", "(soft-capped) logits -> per-token loss and dlogits; or "
+                             "linear_cross_entropy: the whole head fused, logits never stored",
+                             .family = {CE_OPS, CE_OPS},
                              .tensors = {{"per-token loss", "B*T", STAT, BOTH_MODELS, 17},
                                          {"dlogits", "B*T x V", GRAD, BOTH_MODELS, 18}}},
     [TSLOT_LM_HEAD_DGRAD] = {"lm_head.dgrad", "dx = dlogits W_lm^T", GEMM(TGEMM_DGRAD, TSLOT_LM_HEAD),
@@ -280,6 +284,11 @@ static const tslot_info slot_table[TSLOT_COUNT] = {
     [TSLOT_FP8_SCALING] = {"fp8_scaling", "fp8 GEMM operand scales: current (this call's amax) or delayed (amax history)",
                            .family = SAME(TOP_FP8_SCALING), .fixed = TFIXED_CHOICE},
 };
+
+int tplan_fused_head(const tplan *p)
+{
+    return p->used[TSLOT_CROSS_ENTROPY] && p->slot[TSLOT_CROSS_ENTROPY].op == TOP_LINEAR_CROSS_ENTROPY;
+}
 
 const tslot_info *tslot_get(tslot s) { return (unsigned)s < TSLOT_COUNT ? &slot_table[s] : NULL; }
 
@@ -510,6 +519,10 @@ static int gpu_model_map(tslot s, int layer, tslot_choice *c, tgpu_model g, tgpu
         return tfail(err, errlen, "gpu_model=%s: slot %s: %s runs this GPU's own matrix units and has no %s model: use "
                      "%s=%s:%s (CUDA cores)", gen, name, katt_variants[c->variant].name, gen, name, kpath_name(c->path),
                      katt_is_exp2(c->variant) ? "flash_exp2" : "flash");
+    if (s == TSLOT_CROSS_ENTROPY && c->op == TOP_LINEAR_CROSS_ENTROPY && c->path != KPATH_FP32)
+        return tfail(err, errlen, "gpu_model=%s: slot %s: linear_cross_entropy runs its %s GEMMs on this GPU's own "
+                     "matrix units (cuBLAS) and has no %s model: use %s=%s (materialised; the lm_head then runs "
+                     "matmul_mma.%s)", gen, name, kpath_name(c->path), gen, name, kpath_name(c->path), gen);
     if (s == TSLOT_MUON && c->path != KPATH_FP32)
         return tfail(err, errlen, "gpu_model=%s: slot %s: its %s GEMMs run this GPU's own matrix units (cuBLAS) and have "
                      "no %s model: use %s=fp32 (CUDA-core SGEMM)", gen, name, kpath_name(c->path), gen, name);
@@ -596,7 +609,10 @@ void tplan_gpu_model_note(const tplan *p, tslot s, const tslot_choice *c, char *
         }
         return;
     }
-    if (s == TSLOT_MUON)
+    if (s == TSLOT_CROSS_ENTROPY && c->op == TOP_LINEAR_CROSS_ENTROPY)
+        snprintf(buf, len, "fused head: fp32 SGEMMs on CUDA cores (cuBLAS's K order on a real %s not modelled); the "
+                 "cross-entropy as an sm_80 build", gen);
+    else if (s == TSLOT_MUON)
         snprintf(buf, len, "fp32 SGEMMs on CUDA cores (cuBLAS's K order on a real %s not modelled); the rest as an sm_80 "
                  "build", gen);
     else if (s == TSLOT_ALLREDUCE)
@@ -656,6 +672,43 @@ static int check_choice(const tplan *p, tslot s, tslot_choice c, char *err, size
     return 0;
 }
 
+static void choice_string(const tplan *p, tslot s, const tslot_choice *c, char *buf, size_t len);
+
+/* cross_entropy running linear_cross_entropy (choice c) computes the whole
+ * head in one call: the lm_head GEMM, its dgrad and its wgrad run inside it,
+ * as kmatmul's plain fused GEMM on the op's own path, so those slots must say
+ * exactly that (a plan never claims what does not run); its weight gradient
+ * is fp32, added into fp32 gradients only. */
+static int check_fused_head(const tplan *p, tslot_choice c, char *err, size_t errlen)
+{
+    static const tslot head[] = {TSLOT_LM_HEAD, TSLOT_LM_HEAD_DGRAD, TSLOT_LM_HEAD_WGRAD};
+    const char *path = kpath_name(c.path);
+    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) {
+        const tslot_choice *h = &p->slot[head[i]];
+        const char *name = slot_table[head[i]].name;
+        char had[160];
+        choice_string(p, head[i], h, had, sizeof had);
+        if (h->op == TOP_MATMUL_MMA)
+            return tfail(err, errlen, "slot cross_entropy: linear_cross_entropy runs its GEMMs on this GPU's own units, "
+                         "but %s is %s (a matrix-unit model%s): the fused op has no model form; use the materialised "
+                         "cross_entropy=%s under a GPU model", name, had,
+                         p->gpu_model != TGPU_NATIVE ? ", from gpu_model" : "", path);
+        if (h->path == KPATH_FP8)
+            return tfail(err, errlen, "slot cross_entropy: linear_cross_entropy has no fp8 path, and %s is %s: an fp8 "
+                         "lm_head is matmul's fp8 path followed by the materialised cross_entropy (to fuse the head "
+                         "on %s: lm_head*=%s sets the three)", name, had, path, path);
+        if (h->op != TOP_MATMUL || h->variant != KMATMUL_FUSED || h->path != c.path)
+            return tfail(err, errlen, "slot cross_entropy: linear_cross_entropy computes lm_head, lm_head.dgrad and "
+                         "lm_head.wgrad inside it (plain matmul, fused, on its path %s), but %s is %s: set lm_head*=%s",
+                         path, name, had, path);
+    }
+    if (p->slot[TSLOT_GRAD_ACCUM].path != KPATH_FP32)
+        return tfail(err, errlen, "slot cross_entropy: linear_cross_entropy writes the embedding's gradient dW [V,C] in "
+                     "fp32, which is added into fp32 gradients only: grad_accum is %s, set grad_accum=fp32",
+                     kpath_name(p->slot[TSLOT_GRAD_ACCUM].path));
+    return 0;
+}
+
 /* The rules between slots: the optimizer's path against the weights', grad_norm's against grad_accum's.
  * Checked on a whole plan only (tplan_validate, after every override of a tplan_set or a JSON): plan
  * JSON lists the slots in table order, optimizer.adamw before weights, so checking an entry against the
@@ -676,6 +729,7 @@ static int check_between_slots(const tplan *p, tslot s, tslot_choice c, char *er
             return tfail(err, errlen, "slot optimizer.adamw: path %s must be fp32 (update the fp32 master) or the "
                         "weights' %s (update them with the master beside)", kpath_name(c.path), kpath_name(w));
     }
+    if (s == TSLOT_CROSS_ENTROPY && c.op == TOP_LINEAR_CROSS_ENTROPY && check_fused_head(p, c, err, errlen)) return -1;
     if (s == TSLOT_GRAD_NORM && c.path != p->slot[TSLOT_GRAD_ACCUM].path)
         return tfail(err, errlen, "slot grad_norm: path %s must match grad_accum's %s (it reads those gradients); "
                     "set both, e.g. grad_accum=%s,grad_norm=%s", kpath_name(c.path),
@@ -801,7 +855,16 @@ int tplan_init(tplan *p, const char *preset, tmodel_kind model, char *err, size_
 
 /* ---- overrides -------------------------------------------------------------------- */
 
-/* Parse "PATH[:VARIANT]" for one slot. */
+static int op_has_variant(const kop *op, const char *name)
+{
+    for (int v = 0; op && v < op->n_variants; v++)
+        if (strcmp(op->variants[v].name, name) == 0) return 1;
+    return 0;
+}
+
+/* Parse "PATH[:VARIANT]" for one slot: VARIANT is a variant of the slot's
+ * op, a sibling op ("fast", "matmul_fast"), a sibling op's variant
+ * ("mma.h100"), or a variant name only a sibling has ("chunk_1024"). */
 static int parse_choice(const tplan *p, tslot s, const char *value, tslot_choice *out, char *err, size_t errlen)
 {
     char path_str[32];
@@ -849,8 +912,15 @@ static int parse_choice(const tplan *p, tslot s, const char *value, tslot_choice
         for (int k = 0; k < TSLOT_FAMILY_MAX && family[k] != TOP_NONE; k++)
             if (top_lookup(family[k]) && strcmp(top_name(family[k]), opname) == 0) chosen = family[k];
         if (chosen == TOP_NONE && !dot) {
+            /* a variant of the slot's op; else a variant name only a sibling has names that sibling
+             * (cross_entropy=bf16:chunk_1024 is linear_cross_entropy.chunk_1024) */
             chosen = family[0];
             vname = vs;
+            for (int k = 1; !op_has_variant(top_lookup(family[0]), vs) && k < TSLOT_FAMILY_MAX && family[k] != TOP_NONE; k++)
+                if (op_has_variant(top_lookup(family[k]), vs)) {
+                    chosen = family[k];
+                    break;
+                }
         }
         const kop *vop = chosen != TOP_NONE ? top_lookup(chosen) : NULL;
         variant = vop && !vname ? 0 : -1;
@@ -1275,6 +1345,16 @@ static void slot_formats(const tplan *p, tslot s, const tslot_choice *c, char *b
     kpath path = c->path;
     const char *st = prec_format_name(tpath_storage(path));
     tgemm_role role = slot_table[s].gemm;
+    if (role != TGEMM_NONE && tplan_fused_head(p) && slot_table[s].forward == TSLOT_LM_HEAD) {
+        snprintf(buf, len, "computed inside cross_entropy (linear_cross_entropy), chunk by chunk");
+        return;
+    }
+    if (s == TSLOT_CROSS_ENTROPY && c->op == TOP_LINEAR_CROSS_ENTROPY) {
+        snprintf(buf, len, "h %s, W %s; per %lld-row chunk: logits fp32 (the GEMM's accumulator, never stored), "
+                 "softmax fp32, loss fp32, dlogits %s; dh %s; dW fp32 summed over the chunks, then added into the "
+                 "fp32 grads", st, st, (long long)klce_chunk_rows(c->variant), st, st);
+        return;
+    }
     if (role != TGEMM_NONE) {
         int dgrad = role == TGEMM_DGRAD, wgrad = role == TGEMM_WGRAD;
         const char *a = prec_format_name(tpath_operand(path, dgrad || wgrad));
@@ -1366,7 +1446,8 @@ static void slot_formats(const tplan *p, tslot s, const tslot_choice *c, char *b
                  prec_format_name(tpath_storage(p->slot[TSLOT_GRAD_ACCUM].path)));
         return;
     case TSLOT_TRANSPOSE:
-        snprintf(buf, len, "W_lm = E^T copied exactly (working format); dW_lm^T added into dE in %s", st);
+        if (tplan_fused_head(p)) snprintf(buf, len, "idle: linear_cross_entropy reads E [V,C] and adds into dE itself");
+        else snprintf(buf, len, "W_lm = E^T copied exactly (working format); dW_lm^T added into dE in %s", st);
         return;
     default: snprintf(buf, len, "in %s; compute fp32; out %s", st, st); return;
     }
@@ -1463,6 +1544,11 @@ void tplan_explain(const tplan *p, FILE *fp)
                 }
         if (!t) break;
         if (!(t->models & (1u << p->model))) continue;
+        if (tplan_fused_head(p) && (writer == TSLOT_LM_HEAD || (writer == TSLOT_CROSS_ENTROPY && t->kind == GRAD))) {
+            fprintf(fp, "%-38s %-14s %-6s %s\n", t->label, t->shape, "-", "not stored (linear_cross_entropy)");
+            continue;
+        }
+        if (tplan_fused_head(p) && writer == TSLOT_LM_HEAD_DGRAD) writer = TSLOT_CROSS_ENTROPY;
         prec_format f = t->kind == TTENSOR_STATISTIC ? PREC_FP32 : tpath_storage(p->slot[writer].path);
         fprintf(fp, "%-38s %-14s %-6s %s\n", t->label, t->shape, prec_format_name(f), slot_table[writer].name);
     }

@@ -65,6 +65,7 @@ typedef enum {
     TOP_GELU_TANH,
     TOP_RELU2,
     TOP_CROSS_ENTROPY,
+    TOP_LINEAR_CROSS_ENTROPY, /* lm_head GEMM, cross-entropy, dgrad and wgrad in one chunked call */
     TOP_TRANSPOSE,
     TOP_GRAD_NORM,
     TOP_ADAMW,
@@ -207,6 +208,15 @@ typedef struct {
      * may equal the slot's choice (it still names a layer the depth must have) */
     tlayer_choice layer_choice[TPLAN_MAX_LAYER_CHOICES];
 } tplan;
+
+/* The plan's cross_entropy slot runs linear_cross_entropy: the lm_head GEMM,
+ * the cross-entropy, lm_head.dgrad and lm_head.wgrad in one chunked call
+ * (kernels/cross_entropy.h, klinear_ce) that never stores the logits.  Its
+ * rules (tplan_validate): lm_head, lm_head.dgrad and lm_head.wgrad say what
+ * runs inside it, the plain fused matmul on its path (so no fp8 and no
+ * matmul_mma: no GPU model but on fp32), and grad_accum is fp32 (its dW
+ * [V,C] is fp32).  The model also needs no logit soft-cap (the op has none). */
+int tplan_fused_head(const tplan *p);
 
 /* The choice a plan makes for slot s in layer `layer` (-1 or a global slot:
  * the slot's own choice). */

@@ -263,6 +263,16 @@ static int rep_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, kte
                                         softcap, dloss ? dloss + r : NULL));
 }
 
+/* klinear_ce multiplies by one W: a call per replica (kernels/cross_entropy.h) */
+static int rep_linear_cross_entropy(tbackend *be, const tsite *at, ktensor *losses, ktensor *dh, ktensor *dW,
+                                    const ktensor *h, const ktensor *W, const int32_t *targets, const double *dloss)
+{
+    size_t rows = (size_t)h->shape[0];
+    EACH_REPLICA(losses, be->one->linear_cross_entropy(be, at, losses, dh, dW, h, W, targets, dloss),
+                 be->one->linear_cross_entropy(be, at, S(0, losses), S(1, dh), S(2, dW), S(3, h), S(4, W),
+                                               targets + r * rows, dloss ? dloss + r : NULL));
+}
+
 static int rep_transpose(tbackend *be, const tsite *at, ktensor *out, const ktensor *in, int accumulate)
 {
     EACH_REPLICA(out, be->one->transpose(be, at, out, in, accumulate),
@@ -379,6 +389,7 @@ int tbackend_set_replicas(tbackend *be, int R)
     be->activation_bwd = rep_activation_bwd;
     be->residual = rep_residual;
     be->cross_entropy = rep_cross_entropy;
+    be->linear_cross_entropy = rep_linear_cross_entropy;
     be->transpose = rep_transpose;
     be->accumulate = rep_accumulate;
     be->concat_columns = rep_concat_columns;

@@ -101,7 +101,8 @@ static int setup_group(tgroup *g)
     for (int i = 0; i < g->R; i++)
         if (ttrain_settings_check(g->runs[i].cfg, err, sizeof err)) return group_fail(g, 2, "%s", err);
     if (tplan_check_layers(&cfg->plan, cfg->model.n_layer, err, sizeof err) ||
-        tplan_check_head_dim(&cfg->plan, cfg->model.n_embd / cfg->model.n_head, err, sizeof err))
+        tplan_check_head_dim(&cfg->plan, cfg->model.n_embd / cfg->model.n_head, err, sizeof err) ||
+        tmodel_check_plan(&cfg->model, &cfg->plan, err, sizeof err))
         return group_fail(g, 2, "%s", err);
     if (strcmp(cfg->backend, "cpu") != 0 && strcmp(cfg->backend, "cuda") != 0)
         return group_fail(g, 2, "unknown backend '%s' (backends: cpu, cuda)", cfg->backend);
