@@ -35,9 +35,13 @@
  * (before any update) each sits about as far from the unrounded computation
  * as the plan's own rounding takes it, which the CPU measures on these
  * inputs as |X(base) - X(fp32 plan)|; the bound on |X(compared) - X(base)|
- * is twice that (tests/test_train.c's agree()).  planted: the compared run
- * with the planted dropped vocabulary term (the last entry left out of each
- * row's sum, in the kernel and in the CPU's fused head alike). */
+ * is AGREE_FACTOR times that, the factor tests/test_train.c's agree()
+ * measured for cuda against cpu on the bf16 plan (8; twice had failed one
+ * seed in about 100 there).  planted: the compared run with the planted
+ * dropped vocabulary term (the last entry left out of each row's sum, in the
+ * kernel and in the CPU's fused head alike); a run it stops on a NaN
+ * (status 3) disagrees as far as a run can. */
+#define AGREE_FACTOR 8.0
 static int agrees(tmodel_kind kind, unsigned long long seed, const char *base_set, const char *cmp_set,
                   const char *cmp_backend, int planted)
 {
@@ -57,9 +61,14 @@ static int agrees(tmodel_kind kind, unsigned long long seed, const char *base_se
     kernels_set_planted_bug(planted ? KBUG_DROP_TERM : KBUG_NONE);
     int st = ttrain_run(&cc, &cmp);
     kernels_set_planted_bug(KBUG_NONE);
+    if (st == 3 && planted) {
+        print_message("%s %s (planted drop-term): %s\n", tmodel_kind_name(kind), cmp_set, cmp.error);
+        ttrain_result_free(&base), ttrain_result_free(&ref), ttrain_result_free(&cmp);
+        return 0;
+    }
     if (st) fail_msg("%s run failed (status %d): %s", cmp_backend, st, cmp.error);
-    double dl = fabs(cmp.loss[0] - base.loss[0]), bl = 2 * fabs(base.loss[0] - ref.loss[0]);
-    double dg = fabs(cmp.grad_norm[0] - base.grad_norm[0]), bg = 2 * fabs(base.grad_norm[0] - ref.grad_norm[0]);
+    double dl = fabs(cmp.loss[0] - base.loss[0]), bl = AGREE_FACTOR * fabs(base.loss[0] - ref.loss[0]);
+    double dg = fabs(cmp.grad_norm[0] - base.grad_norm[0]), bg = AGREE_FACTOR * fabs(base.grad_norm[0] - ref.grad_norm[0]);
     print_message("%s cpu %s vs %s %s%s step 0: loss %.9f %.9f (fp32 %.9f); grad norm %.7g %.7g (fp32 %.7g)\n",
                   tmodel_kind_name(kind), base_set ? base_set : "materialised", cmp_backend, cmp_set,
                   planted ? " (planted drop-term)" : "", base.loss[0], cmp.loss[0], ref.loss[0], base.grad_norm[0],
