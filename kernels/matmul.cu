@@ -948,6 +948,7 @@ extern "C" int kfp8_quantize_tensor_scaled(const void *x, prec_format x_format, 
 extern "C" int kfp8_history_init(kfp8_history *h)
 {
     h->calls = 0;
+    h->frozen = 0;
     h->slots = nullptr;
     if (kdevice_alloc((void **)&h->slots, KFP8_HISTORY_SLOTS * sizeof(float), "fp8 amax history")) return -1;
     return kdevice_fill_bytes(h->slots, 0, KFP8_HISTORY_SLOTS * sizeof(float), "fp8 amax history");
@@ -974,6 +975,12 @@ extern "C" int kfp8_quantize_tensor_delayed(const void *x, prec_format x_format,
     qscale sc = {};
     sc.max_finite = (float)prec_format_get(fp8)->max_finite;
     sc.scale_out = scale;
+    if (h->frozen) { // read the history, record nothing (its ring and count stay as they are)
+        if (h->calls == 0) return kfp8_quantize_tensor(x, x_format, rows, cols, transpose, fp8, q, scale);
+        sc.hist = slots;
+        sc.calls = h->calls;
+        return launch_quantize(ctx, x, 0, x_format, rows, cols, transpose, sc, fp8, q, 0, 1);
+    }
     sc.zero = next;
     sc.n_zero = 1;
     if (h->calls == 0) {

@@ -207,6 +207,9 @@ int kfp8_quantize_tensor_scaled(const void *x, prec_format x_format, int64_t row
 typedef struct {
     float *slots;
     int64_t calls;
+    int frozen; /* set by the caller for forward-only passes (validation): the scale comes from the history
+                 * (a history with no call yet: the tensor's own amax, as current scaling) and nothing is
+                 * recorded, calls unchanged */
 } kfp8_history;
 int kfp8_history_init(kfp8_history *h); /* allocates zeroed slots: 0 or -1 */
 void kfp8_history_free(kfp8_history *h);

@@ -192,6 +192,54 @@ static void test_delayed_training(void **state)
 
 /* R = 3 replicas of delayed runs, each with its own histories: every replica
  * is the single run of its seeds, bit for bit. */
+/* Validation reads the delayed histories and records nothing, so how often
+ * a run validates does not change what it trains: validating after every
+ * step or only at the end gives the same training losses, gradient norms
+ * and final state, on both models (accumulation 2, as fp8_config).  Twin:
+ * validation that records its amaxes (the planted mistake) must change them. */
+static void validation_schedule(const char *backend, unsigned long long seed)
+{
+    for (int kind = 0; kind < TMODEL_COUNT; kind++) {
+        ttrain_config often, rarely;
+        fp8_config(&often, (tmodel_kind)kind, "delayed", seed);
+        fp8_config(&rarely, (tmodel_kind)kind, "delayed", seed);
+        often.backend = rarely.backend = backend;
+        often.val_every = 1;
+        rarely.val_every = rarely.steps;
+        ttrain_result a, b, planted;
+        run_ok(&often, &a);
+        run_ok(&rarely, &b);
+        ttrain_plant_replica_bug(TTRAIN_BUG_VALIDATION_RECORDS_FP8);
+        run_ok(&often, &planted);
+        ttrain_plant_replica_bug(TTRAIN_BUG_NONE);
+        int same = a.param_hash == b.param_hash, twin_same = a.param_hash == planted.param_hash;
+        for (long s = 0; s < often.steps; s++) {
+            same &= same_bits(a.loss[s], b.loss[s]) && same_bits(a.grad_norm[s], b.grad_norm[s]);
+            twin_same &= same_bits(a.loss[s], planted.loss[s]);
+        }
+        print_message("%s %s delayed: validating every step vs at the end: %s; validation that records: %s\n",
+                      backend, tmodel_kind_name((tmodel_kind)kind), same ? "the same training bits" : "DIFFERENT",
+                      twin_same ? "THE SAME" : "different bits");
+        assert_true(same);
+        assert_false(twin_same);
+        ttrain_result_free(&a), ttrain_result_free(&b), ttrain_result_free(&planted);
+    }
+}
+
+static void test_delayed_validation_schedule(void **state)
+{
+    (void)state;
+    validation_schedule("cpu", test_seed("test_delayed_validation_schedule"));
+}
+
+/* The same on CUDA (the kernel's frozen history: kfp8_quantize_tensor_delayed). */
+static void test_gpu_delayed_validation_schedule(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    validation_schedule("cuda", test_seed("test_gpu_delayed_validation_schedule"));
+}
+
 static void test_delayed_replicas(void **state)
 {
     (void)state;
@@ -416,10 +464,12 @@ int main(void)
         cmocka_unit_test(test_plan_slot),
         cmocka_unit_test(test_history_per_site),
         cmocka_unit_test(test_delayed_training),
+        cmocka_unit_test(test_delayed_validation_schedule),
         cmocka_unit_test(test_delayed_replicas),
         cmocka_unit_test(test_weights_version),
         cmocka_unit_test(test_gpu_weight_cache),
         cmocka_unit_test(test_gpu_cpu_agree_delayed),
+        cmocka_unit_test(test_gpu_delayed_validation_schedule),
     };
     cmocka_set_test_filter(getenv("ULPSCOPE_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -83,6 +83,8 @@ struct tbackend {
     int replicas;        /* R (1: a single run) */
     int replica_now;     /* the replica a single-replica op runs for: the replica loops set it (0 otherwise);
                           * fp8_scaling=delayed keeps one amax history per replica */
+    int fp8_frozen;      /* forward-only passes (validation): fp8_scaling=delayed scales from its histories
+                          * and records nothing, so a run's training does not depend on when it validates */
     /* The weights GEMMs read (parameters' working copies, the modern
      * lm_head's transposed copy): the model marks them (tbackend_mark_weights),
      * and weights_version counts the calls that may have written one of them

@@ -495,6 +495,7 @@ typedef struct {
 typedef struct {
     float *amax;
     int64_t *calls;
+    int frozen; /* be->fp8_frozen: scale from the history, record nothing */
 } amax_history;
 
 /* Test hooks (backend.h): the planted shared history, the last fp8 GEMM's scales. */
@@ -521,7 +522,7 @@ static int history_of(tbackend *be, const tsite *at, int operand, amax_history *
         if (!h->n) return tbackend_fail(be, "cpu: out of memory");
     }
     int64_t i = shared_history_planted ? operand : tbackend_fp8_history_index(be, at, operand);
-    *out = (amax_history){h->amax + i * TFP8_AMAX_HISTORY, h->calls + i};
+    *out = (amax_history){h->amax + i * TFP8_AMAX_HISTORY, h->calls + i, be->fp8_frozen};
     return 0;
 }
 
@@ -555,8 +556,10 @@ static int gemm_operand(const ktensor *t, int trans, int64_t rows, int64_t K, pr
                 int64_t recorded = *hist->calls < TFP8_AMAX_HISTORY ? *hist->calls : TFP8_AMAX_HISTORY;
                 if (recorded) scaled_by = 0.0f;
                 for (int64_t i = 0; i < recorded; i++) scaled_by = fmaxf(scaled_by, hist->amax[i]);
-                hist->amax[*hist->calls % TFP8_AMAX_HISTORY] = amax;
-                ++*hist->calls;
+                if (!hist->frozen) {
+                    hist->amax[*hist->calls % TFP8_AMAX_HISTORY] = amax;
+                    ++*hist->calls;
+                }
             }
             float sc = scaled_by > 0.0f ? (float)(scaled_by / maxf) : 1.0f;
             scales[(r0 / br) * nkb + k0 / bk] = sc;

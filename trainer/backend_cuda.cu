@@ -398,6 +398,7 @@ static int fp8_history(tbackend *be, const tsite *at, int operand, kfp8_history 
         be->bytes_in_use += KFP8_HISTORY_SLOTS * sizeof(float);
         if (be->bytes_in_use > be->peak_bytes) be->peak_bytes = be->bytes_in_use;
     }
+    h->frozen = be->fp8_frozen;
     *out = h;
     return 0;
 }

@@ -77,7 +77,8 @@ static const kop loss_scale_op = {
 static const kvariant fp8_scaling_variants[] = {
     {"current", "each fp8 GEMM operand scaled by its own amax at this call: amax / max_finite"},
     {"delayed", "Transformer Engine's DelayedScaling: the max amax of the last 16 calls of this site's operand "
-                "(slot x layer x A/B x replica) / max_finite; a site's first call uses its own amax; casts saturate"},
+                "(slot x layer x A/B x replica) / max_finite; a site's first call uses its own amax; validation "
+                "reads the histories and records nothing; casts saturate"},
 };
 static const kop fp8_scaling_op = {
     "fp8_scaling", "per-tensor scales of fp8 GEMM operands",

@@ -169,10 +169,17 @@ void ttrain_result_free(ttrain_result *res);
  * nonzero of: the group's status (bad settings, a failure of the backend
  * or of I/O, a signal), then the runs' statuses in order; else 0. */
 #define TTRAIN_REPLICAS_MAX 4096
-/* Planted mistakes for the replica tests' twins (never set outside tests):
- * every replica takes replica 0's data order, or replica 0's init seed. */
-typedef enum { TTRAIN_BUG_NONE = 0, TTRAIN_BUG_SHARED_DATA_ORDER, TTRAIN_BUG_SHARED_INIT_SEED } ttrain_bug;
+/* Planted mistakes for the tests' twins (never set outside tests): every
+ * replica takes replica 0's data order, or replica 0's init seed; validation
+ * records its amaxes into the delayed fp8 histories as training does. */
+typedef enum {
+    TTRAIN_BUG_NONE = 0,
+    TTRAIN_BUG_SHARED_DATA_ORDER,
+    TTRAIN_BUG_SHARED_INIT_SEED,
+    TTRAIN_BUG_VALIDATION_RECORDS_FP8
+} ttrain_bug;
 void ttrain_plant_replica_bug(ttrain_bug bug);
+ttrain_bug ttrain_planted_bug(void);
 int ttrain_run_replicas(const ttrain_config *cfg, int R, const uint64_t *seeds, const uint64_t *data_seeds,
                         ttrain_result *res);
 

@@ -395,7 +395,20 @@ int tgroup_step(tgroup *g, long s, tstep_out *out)
 
 /* ---- validation and the state hash ------------------------------------------------------------- */
 
+/* Validation is forward-only: delayed fp8 scaling reads its amax histories
+ * there and records nothing (be->fp8_frozen), so that how often a run
+ * validates never changes what it trains. */
+static int validate_passes(tgroup *g, double *val);
+
 int tgroup_validate(tgroup *g, double *val)
+{
+    g->be->fp8_frozen = ttrain_planted_bug() != TTRAIN_BUG_VALIDATION_RECORDS_FP8;
+    int rc = validate_passes(g, val);
+    g->be->fp8_frozen = 0;
+    return rc;
+}
+
+static int validate_passes(tgroup *g, double *val)
 {
     const ttrain_config *cfg = g->cfg;
     const size_t BT = (size_t)cfg->batch * cfg->seq;
