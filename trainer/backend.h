@@ -85,6 +85,13 @@ struct tbackend {
                           * fp8_scaling=delayed keeps one amax history per replica */
     int fp8_frozen;      /* forward-only passes (validation): fp8_scaling=delayed scales from its histories
                           * and records nothing, so a run's training does not depend on when it validates */
+    /* fp8_scaling=delayed: keep a copy of every amax history (save) and put it
+     * back (restore).  A step saves them before its micro-batches; the NaN
+     * audit's replay and the surviving replicas' rerun restore them first, so
+     * the survivors record the step once, as without the NaN.  0 when no
+     * history exists yet. */
+    int (*fp8_histories_save)(tbackend *be);
+    int (*fp8_histories_restore)(tbackend *be);
     /* The weights GEMMs read (parameters' working copies, the modern
      * lm_head's transposed copy): the model marks them (tbackend_mark_weights),
      * and weights_version counts the calls that may have written one of them

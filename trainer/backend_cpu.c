@@ -489,6 +489,9 @@ typedef struct {
     int64_t n;
     float *amax;     /* [n][TFP8_AMAX_HISTORY] */
     int64_t *calls;  /* [n] */
+    float *saved_amax;     /* fp8_histories_save's copy (NULL: none yet) */
+    int64_t *saved_calls;
+    int64_t saved_n;
 } cpu_histories;
 
 /* The history an fp8 operand of site `at` scales from, or NULL (current scaling). */
@@ -1357,10 +1360,45 @@ static int cpu_mem_available(tbackend *be, size_t *bytes, char *what, size_t wha
     return tbackend_host_available(bytes, what, what_len) ? tbackend_fail(be, "cannot read the available memory") : 0;
 }
 
+/* saved_n 0: the save found no history yet (restore empties them). */
+static int cpu_fp8_histories_save(tbackend *be)
+{
+    cpu_histories *h = be->impl;
+    if (h->n && h->saved_n != h->n) {
+        free(h->saved_amax), free(h->saved_calls);
+        h->saved_amax = malloc((size_t)h->n * TFP8_AMAX_HISTORY * sizeof *h->saved_amax);
+        h->saved_calls = malloc((size_t)h->n * sizeof *h->saved_calls);
+        if (!h->saved_amax || !h->saved_calls) {
+            h->saved_n = 0;
+            return tbackend_fail(be, "cpu: out of memory");
+        }
+    }
+    h->saved_n = h->n;
+    if (!h->n) return 0;
+    memcpy(h->saved_amax, h->amax, (size_t)h->n * TFP8_AMAX_HISTORY * sizeof *h->amax);
+    memcpy(h->saved_calls, h->calls, (size_t)h->n * sizeof *h->calls);
+    return 0;
+}
+
+static int cpu_fp8_histories_restore(tbackend *be)
+{
+    cpu_histories *h = be->impl;
+    if (!h->n) return 0;
+    if (!h->saved_n) {
+        memset(h->amax, 0, (size_t)h->n * TFP8_AMAX_HISTORY * sizeof *h->amax);
+        memset(h->calls, 0, (size_t)h->n * sizeof *h->calls);
+        return 0;
+    }
+    if (h->saved_n != h->n) return tbackend_fail(be, "cpu: fp8 amax histories restored from a save of another size");
+    memcpy(h->amax, h->saved_amax, (size_t)h->n * TFP8_AMAX_HISTORY * sizeof *h->amax);
+    memcpy(h->calls, h->saved_calls, (size_t)h->n * sizeof *h->calls);
+    return 0;
+}
+
 static void cpu_destroy(tbackend *be)
 {
     cpu_histories *h = be->impl;
-    free(h->amax), free(h->calls), free(h);
+    free(h->amax), free(h->calls), free(h->saved_amax), free(h->saved_calls), free(h);
     free(be->weight_ranges);
     tbinding_free(&be->bound);
     free(be);
@@ -1417,6 +1455,8 @@ tbackend *tbackend_cpu_create(void)
     be->allreduce = cpu_allreduce;
     be->replicas = 1;
     be->destroy = cpu_destroy;
+    be->fp8_histories_save = cpu_fp8_histories_save;
+    be->fp8_histories_restore = cpu_fp8_histories_restore;
     tbackend_guard_weights(be);
     return be;
 }

@@ -94,8 +94,13 @@ struct cuda_impl {
     int cache_on;                // ULPSCOPE_FP8_WEIGHT_CACHE=0 turns it off
     struct fp8_image *images;
     int n_images, cap_images;
-    kfp8_history *histories;     // fp8_scaling=delayed: tbackend_fp8_history_index's
-    int64_t n_histories;
+    kfp8_history *histories;     // fp8_scaling=delayed: tbackend_fp8_history_index's, their slots
+    int64_t n_histories;         // in one device array (history_slots: n x KFP8_HISTORY_SLOTS floats)
+    float *history_slots;
+    float *saved_slots;          // fp8_histories_save's copy; saved_calls on the host; saved_n 0: the save
+    int64_t *saved_calls;        // found no history yet
+    int64_t saved_n;
+    size_t saved_bytes;
     size_t lce_counted;          // klinear_ce's chunk buffers (the kernel's own) as counted in bytes_in_use
 };
 
@@ -386,20 +391,73 @@ static int fp8_history(tbackend *be, const tsite *at, int operand, kfp8_history 
     cuda_impl *im = impl_of(be);
     int64_t n = tbackend_fp8_history_count(be);
     if (im->n_histories != n) { // first delayed GEMM (the plan's depth and replicas are fixed for a run)
-        for (int64_t i = 0; i < im->n_histories; i++) kfp8_history_free(&im->histories[i]);
+        const size_t bytes = (size_t)n * KFP8_HISTORY_SLOTS * sizeof(float);
+        if (im->n_histories) be->bytes_in_use -= (size_t)im->n_histories * KFP8_HISTORY_SLOTS * sizeof(float);
+        kdevice_free(im->history_slots);
         free(im->histories);
+        im->history_slots = nullptr;
         im->histories = (kfp8_history *)calloc((size_t)n, sizeof *im->histories);
-        im->n_histories = im->histories ? n : 0;
+        im->n_histories = 0;
         if (!im->histories) return tbackend_fail(be, "out of memory");
-    }
-    kfp8_history *h = &im->histories[tbackend_fp8_history_index(be, at, operand)];
-    if (!h->slots) {
-        if (kfp8_history_init(h)) return tbackend_fail(be, "%s", kernels_last_error());
-        be->bytes_in_use += KFP8_HISTORY_SLOTS * sizeof(float);
+        if (kdevice_alloc((void **)&im->history_slots, bytes, "fp8 amax histories") ||
+            kdevice_fill_bytes(im->history_slots, 0, bytes, "fp8 amax histories"))
+            return tbackend_fail(be, "%s", kernels_last_error());
+        for (int64_t i = 0; i < n; i++) im->histories[i].slots = im->history_slots + i * KFP8_HISTORY_SLOTS;
+        im->n_histories = n;
+        be->bytes_in_use += bytes;
         if (be->bytes_in_use > be->peak_bytes) be->peak_bytes = be->bytes_in_use;
     }
+    kfp8_history *h = &im->histories[tbackend_fp8_history_index(be, at, operand)];
     h->frozen = be->fp8_frozen;
     *out = h;
+    return 0;
+}
+
+// fp8_histories_save / restore (backend.h): one device copy of all the slots, the counts on the host.
+static int cuda_fp8_histories_save(tbackend *be)
+{
+    cuda_impl *im = impl_of(be);
+    const int64_t n = im->n_histories;
+    const size_t bytes = (size_t)n * KFP8_HISTORY_SLOTS * sizeof(float);
+    if (n && im->saved_n != n) {
+        if (im->saved_slots) be->bytes_in_use -= im->saved_bytes;
+        kdevice_free(im->saved_slots);
+        free(im->saved_calls);
+        im->saved_slots = nullptr;
+        im->saved_bytes = 0;
+        im->saved_n = 0;
+        im->saved_calls = (int64_t *)malloc((size_t)n * sizeof *im->saved_calls);
+        if (!im->saved_calls) return tbackend_fail(be, "out of memory");
+        if (kdevice_alloc((void **)&im->saved_slots, bytes, "fp8 amax histories (saved)"))
+            return tbackend_fail(be, "%s", kernels_last_error());
+        im->saved_bytes = bytes;
+        be->bytes_in_use += bytes;
+        if (be->bytes_in_use > be->peak_bytes) be->peak_bytes = be->bytes_in_use;
+    }
+    im->saved_n = n;
+    if (!n) return 0;
+    if (kdevice_copy(im->saved_slots, im->history_slots, bytes, "fp8 amax histories (save)"))
+        return tbackend_fail(be, "%s", kernels_last_error());
+    for (int64_t i = 0; i < n; i++) im->saved_calls[i] = im->histories[i].calls;
+    return 0;
+}
+
+static int cuda_fp8_histories_restore(tbackend *be)
+{
+    cuda_impl *im = impl_of(be);
+    const int64_t n = im->n_histories;
+    const size_t bytes = (size_t)n * KFP8_HISTORY_SLOTS * sizeof(float);
+    if (!n) return 0;
+    if (!im->saved_n) { // saved before any history existed: empty again
+        if (kdevice_fill_bytes(im->history_slots, 0, bytes, "fp8 amax histories (restore)"))
+            return tbackend_fail(be, "%s", kernels_last_error());
+        for (int64_t i = 0; i < n; i++) im->histories[i].calls = 0;
+        return 0;
+    }
+    if (im->saved_n != n) return tbackend_fail(be, "fp8 amax histories restored from a save of another size");
+    if (kdevice_copy(im->history_slots, im->saved_slots, bytes, "fp8 amax histories (restore)"))
+        return tbackend_fail(be, "%s", kernels_last_error());
+    for (int64_t i = 0; i < n; i++) im->histories[i].calls = im->saved_calls[i];
     return 0;
 }
 
@@ -1538,8 +1596,10 @@ static void cuda_destroy(tbackend *be)
     cuda_impl *im = impl_of(be);
     for (int i = 0; i < im->n_images; i++) kdevice_free(im->images[i].buf);
     free(im->images);
-    for (int64_t i = 0; i < im->n_histories; i++) kfp8_history_free(&im->histories[i]);
     free(im->histories);
+    kdevice_free(im->history_slots);
+    kdevice_free(im->saved_slots);
+    free(im->saved_calls);
     free(be->weight_ranges);
     for (int i = 0; i < N_SCRATCH; i++) kdevice_free(im->scratch[i]);
     kdevice_free(im->positions);
@@ -1618,6 +1678,8 @@ extern "C" tbackend *tbackend_cuda_create(char *why, size_t why_len)
     be->batch_replicas = cuda_batch_replicas;
     be->replicas = 1;
     be->destroy = cuda_destroy;
+    be->fp8_histories_save = cuda_fp8_histories_save;
+    be->fp8_histories_restore = cuda_fp8_histories_restore;
     const char *cache = getenv("ULPSCOPE_FP8_WEIGHT_CACHE");
     im->cache_on = !(cache && strcmp(cache, "0") == 0);
     be->fp8_weight_cache = im->cache_on;

@@ -171,12 +171,14 @@ void ttrain_result_free(ttrain_result *res);
 #define TTRAIN_REPLICAS_MAX 4096
 /* Planted mistakes for the tests' twins (never set outside tests): every
  * replica takes replica 0's data order, or replica 0's init seed; validation
- * records its amaxes into the delayed fp8 histories as training does. */
+ * records its amaxes into the delayed fp8 histories as training does; a NaN
+ * audit's replays record into them again (no restore). */
 typedef enum {
     TTRAIN_BUG_NONE = 0,
     TTRAIN_BUG_SHARED_DATA_ORDER,
     TTRAIN_BUG_SHARED_INIT_SEED,
-    TTRAIN_BUG_VALIDATION_RECORDS_FP8
+    TTRAIN_BUG_VALIDATION_RECORDS_FP8,
+    TTRAIN_BUG_REPLAY_RECORDS_FP8
 } ttrain_bug;
 void ttrain_plant_replica_bug(ttrain_bug bug);
 ttrain_bug ttrain_planted_bug(void);

@@ -193,6 +193,14 @@ static int run_micro_batches(tgroup *g, long step, const double *dloss)
 /* Replay step `step` with every slot output of replica `rep` checked; names
  * the first non-finite value in that run's where_*.  The replay recomputes
  * every replica's gradients from the same weights and batches: the same bits. */
+/* fp8_scaling=delayed: the amax histories as the step found them (saved by
+ * tgroup_step), so that a replay records the step once, as the first run did. */
+static int restore_fp8_histories(tbackend *be)
+{
+    if (ttrain_planted_bug() == TTRAIN_BUG_REPLAY_RECORDS_FP8) return 0;
+    return be->fp8_histories_restore ? be->fp8_histories_restore(be) : 0;
+}
+
 static int audit_step(tgroup *g, int rep, long step, const double *dloss)
 {
     trun *r = &g->runs[rep];
@@ -214,7 +222,7 @@ static int audit_step(tgroup *g, int rep, long step, const double *dloss)
             return 0;
         }
     }
-    if (tmodel_zero_grads(m)) return -1;
+    if (tmodel_zero_grads(m) || restore_fp8_histories(be)) return -1;
     g->audit_replica = rep;
     r->audit = 1;
     int rc = run_micro_batches(g, step, dloss);
@@ -332,7 +340,8 @@ int tgroup_step(tgroup *g, long s, tstep_out *out)
         g->dloss[k] = g->runs[k].st.loss_scale / g->runs[k].tokens_per_step;
     }
     r0->hooks_now = at_hook_step(cfg, s);
-    int rc = tmodel_zero_grads(m);
+    int rc = be->fp8_histories_save ? be->fp8_histories_save(be) : 0;
+    if (!rc) rc = tmodel_zero_grads(m);
     if (!rc) rc = run_micro_batches(g, s, g->dloss);
     r0->hooks_now = 0;
     if (rc == TRUN_ABANDONED) {
@@ -376,6 +385,7 @@ int tgroup_step(tgroup *g, long s, tstep_out *out)
         /* the audit stopped its replay at the first NaN: the other replicas'
          * gradients again, in full (the same bits as before the replay) */
         rc = tmodel_zero_grads(m);
+        if (!rc) rc = restore_fp8_histories(be);
         if (!rc) rc = run_micro_batches(g, s, g->dloss);
         if (rc == TRUN_ABANDONED) return rc;
         if (!rc) rc = tmodel_finish_grads(m);
