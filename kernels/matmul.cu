@@ -622,10 +622,24 @@ __device__ __forceinline__ uint8_t to_fp8(float v, int e5m2)
 // single address (up to 2^19 for an 8192 x 3072 operand) had made the
 // quantisation take 10 times the GEMM's time on an H100.
 static const int AMAX_BLOCKS = 1024;
+// The max of every thread's m, valid in the thread of lane 0 of warp 0: each
+// warp by shuffles, then the warps' maxima through shared memory.  Every
+// thread of the block calls it (it synchronises).  The max is exact, so the
+// order of the tree does not matter.
+__device__ float block_max(float m, int warp, int lane, int n_warps)
+{
+    __shared__ float warp_max[32];
+    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    if (lane == 0) warp_max[warp] = m;
+    __syncthreads();
+    if (warp == 0 && lane == 0)
+        for (int w = 1; w < n_warps; w++) m = fmaxf(m, warp_max[w]);
+    return m;
+}
+
 template <class T> __global__ void amax_kernel(const T *x, int64_t n, int64_t x_stride, unsigned *amax_bits)
 {
     constexpr int V = 16 / (int)sizeof(T); // 16-byte loads where x is aligned (the max does not care about order)
-    __shared__ float warp_max[32];
     x += blockIdx.y * x_stride;
     const int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, threads = (int64_t)gridDim.x * blockDim.x;
     const int64_t nv = (uintptr_t)x % 16 == 0 ? n / V : 0;
@@ -637,12 +651,7 @@ template <class T> __global__ void amax_kernel(const T *x, int64_t n, int64_t x_
         for (int j = 0; j < V; j++) m = fmaxf(m, fabsf(kto_float(e[j])));
     }
     for (int64_t i = nv * V + tid; i < n; i += threads) m = fmaxf(m, fabsf(kto_float(x[i])));
-    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
-    __syncthreads();
-    if (threadIdx.x >= 32) return;
-    m = threadIdx.x < (blockDim.x >> 5) ? warp_max[threadIdx.x] : 0.0f;
-    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    m = block_max(m, threadIdx.x >> 5, threadIdx.x & 31, blockDim.x >> 5);
     if (threadIdx.x == 0) atomicMax(amax_bits + blockIdx.y, __float_as_uint(m));
 }
 
@@ -681,6 +690,23 @@ __device__ float qscale_value(const qscale &sc, int z)
     return scale_from_amax(__uint_as_float(m), sc.max_finite);
 }
 
+// A quantiser's scale for replica z, read once a block (leader: the thread
+// that reads it) and shared; the first block's leader also writes scale_out[z]
+// and, for replica 0, zeroes the amax words the next call accumulates into.
+// Every thread of the block calls it (it synchronises).
+__device__ float quantizer_scale(const qscale &sc, int z, bool leader, bool first_block)
+{
+    __shared__ float s_shared;
+    if (leader) {
+        s_shared = qscale_value(sc, z);
+        if (first_block && sc.scale_out) sc.scale_out[z] = s_shared;
+        if (first_block && z == 0)
+            for (int64_t i = 0; i < sc.n_zero; i++) sc.zero[i] = 0u;
+    }
+    __syncthreads();
+    return s_shared;
+}
+
 // q = sat(x / scale), x [rows, cols]; q [rows, cols] or transposed [cols, rows]
 // through a 32x32 shared tile so both sides stay coalesced.  Block (32, 8):
 // each row of threads is one warp (the amax record reduces over it).
@@ -689,19 +715,10 @@ __global__ void quantize_kernel(const T *x, int64_t x_stride, int64_t rows, int6
                                 int e5m2, uint8_t *q, int64_t q_stride)
 {
     __shared__ uint8_t tile[32][33];
-    __shared__ float s_shared;
     const int z = blockIdx.z;
     x += z * x_stride;
     q += z * q_stride;
-    const int first = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0;
-    if (threadIdx.x == 0 && threadIdx.y == 0) {
-        s_shared = qscale_value(sc, z);
-        if (first && sc.scale_out) sc.scale_out[z] = s_shared;
-    }
-    if (first && z == 0)
-        for (int64_t i = 0; i < sc.n_zero; i++) sc.zero[i] = 0u;
-    __syncthreads();
-    const float s = s_shared;
+    const float s = quantizer_scale(sc, z, threadIdx.x == 0 && threadIdx.y == 0, blockIdx.x == 0 && blockIdx.y == 0);
     float m = 0.0f;
     int64_t r0 = (int64_t)blockIdx.y * 32, c0 = (int64_t)blockIdx.x * 32;
     for (int dy = threadIdx.y; dy < 32; dy += blockDim.y) {
@@ -714,15 +731,9 @@ __global__ void quantize_kernel(const T *x, int64_t x_stride, int64_t rows, int6
             else q[r * cols + c] = b;
         }
     }
-    if (sc.record) { // one atomic a block (see amax_kernel): warps, then the block's 8 warp maxima
-        __shared__ float warp_max[8];
-        for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-        if (threadIdx.x == 0) warp_max[threadIdx.y] = m;
-        __syncthreads();
-        if (threadIdx.x == 0 && threadIdx.y == 0) {
-            for (int w = 1; w < (int)blockDim.y; w++) m = fmaxf(m, warp_max[w]);
-            atomicMax(sc.record + z, __float_as_uint(m));
-        }
+    if (sc.record) { // one atomic a block (see amax_kernel); a row of threads is a warp
+        m = block_max(m, threadIdx.y, threadIdx.x, blockDim.y);
+        if (threadIdx.x == 0 && threadIdx.y == 0) atomicMax(sc.record + z, __float_as_uint(m));
     }
     if (!transpose) return;
     __syncthreads();
@@ -797,19 +808,10 @@ __global__ void quantize_flat_kernel(const T *x, int64_t x_stride, int64_t n, qs
                                      int64_t q_stride)
 {
     constexpr int V = 16 / (int)sizeof(T);
-    __shared__ float s_shared, warp_max[32];
     const int z = blockIdx.y;
     x += z * x_stride;
     q += z * q_stride;
-    const int first = blockIdx.x == 0 && threadIdx.x == 0;
-    if (threadIdx.x == 0) {
-        s_shared = qscale_value(sc, z);
-        if (first && sc.scale_out) sc.scale_out[z] = s_shared;
-    }
-    if (first && z == 0)
-        for (int64_t i = 0; i < sc.n_zero; i++) sc.zero[i] = 0u;
-    __syncthreads();
-    const float s = s_shared;
+    const float s = quantizer_scale(sc, z, threadIdx.x == 0, blockIdx.x == 0);
     float m = 0.0f;
     const int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, threads = (int64_t)gridDim.x * blockDim.x;
     const int64_t nv = n / V;
@@ -832,13 +834,8 @@ __global__ void quantize_flat_kernel(const T *x, int64_t x_stride, int64_t n, qs
         q[i] = to_fp8(v / s, e5m2);
     }
     if (sc.record) { // one atomic a block
-        for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-        if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            for (int w = 1; w < (int)(blockDim.x >> 5); w++) m = fmaxf(m, warp_max[w]);
-            atomicMax(sc.record + z, __float_as_uint(m));
-        }
+        m = block_max(m, threadIdx.x >> 5, threadIdx.x & 31, blockDim.x >> 5);
+        if (threadIdx.x == 0) atomicMax(sc.record + z, __float_as_uint(m));
     }
 }
 

@@ -151,9 +151,9 @@ static void check_batched_equals_single(const char *backend)
     static const ttrain_bug bugs[2] = {TTRAIN_BUG_SHARED_INIT_SEED, TTRAIN_BUG_SHARED_DATA_ORDER};
     for (int k = 0; k < 2; k++) {
         cmp_report twin;
-        ttrain_plant_replica_bug(bugs[k]);
+        ttrain_plant_bug(bugs[k]);
         run_study(&s, 8, &twin, &sp);
-        ttrain_plant_replica_bug(TTRAIN_BUG_NONE);
+        ttrain_plant_bug(TTRAIN_BUG_NONE);
         int diff = differing_runs(&one, &twin);
         print_message("twin %d (shared %s): %d of %d runs differ\n", k, k ? "data order" : "init seed", diff,
                       N_ARMS * N_SEEDS);

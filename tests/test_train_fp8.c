@@ -209,9 +209,9 @@ static void validation_schedule(const char *backend, unsigned long long seed)
         ttrain_result a, b, planted;
         run_ok(&often, &a);
         run_ok(&rarely, &b);
-        ttrain_plant_replica_bug(TTRAIN_BUG_VALIDATION_RECORDS_FP8);
+        ttrain_plant_bug(TTRAIN_BUG_VALIDATION_RECORDS_FP8);
         run_ok(&often, &planted);
-        ttrain_plant_replica_bug(TTRAIN_BUG_NONE);
+        ttrain_plant_bug(TTRAIN_BUG_NONE);
         int same = a.param_hash == b.param_hash, twin_same = a.param_hash == planted.param_hash;
         for (long s = 0; s < often.steps; s++) {
             same &= same_bits(a.loss[s], b.loss[s]) && same_bits(a.grad_norm[s], b.grad_norm[s]);

@@ -156,9 +156,9 @@ static void check_twin(ttrain_bug bug, const char *what)
     c.steps = 3;
     uint64_t seeds[R_TEST], data_seeds[R_TEST];
     replica_seeds(base, seeds, data_seeds);
-    ttrain_plant_replica_bug(bug);
+    ttrain_plant_bug(bug);
     int differ = replicas_vs_singles(&c, seeds, data_seeds);
-    ttrain_plant_replica_bug(TTRAIN_BUG_NONE);
+    ttrain_plant_bug(TTRAIN_BUG_NONE);
     print_message("planted: replicas sharing %s: %d of %d replicas differ (must be %d)\n", what, differ, R_TEST,
                   R_TEST - 1);
     assert_int_equal(differ, R_TEST - 1);
@@ -221,9 +221,9 @@ static int check_nan_replica_plan(const char *backend, int width, int seq, const
     poison p = {1};
     c.after_init = poison_weight;
     c.after_init_ctx = &p;
-    ttrain_plant_replica_bug(planted);
+    ttrain_plant_bug(planted);
     st = ttrain_run_replicas(&c, R_TEST, seeds, data_seeds, hit);
-    ttrain_plant_replica_bug(TTRAIN_BUG_NONE);
+    ttrain_plant_bug(TTRAIN_BUG_NONE);
     print_message("%s %s%s%s%s: poisoned replica 1: group status %d; replica 1: %s\n", backend, preset, set ? " " : "",
                   set ? set : "", planted ? " (planted: replays record)" : "", st, hit[1].error);
     assert_int_equal(st, 3);

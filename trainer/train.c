@@ -319,7 +319,7 @@ static void free_group(tgroup *g)
 }
 
 static ttrain_bug planted_bug; /* tests' twins only */
-void ttrain_plant_replica_bug(ttrain_bug bug) { planted_bug = bug; }
+void ttrain_plant_bug(ttrain_bug bug) { planted_bug = bug; }
 ttrain_bug ttrain_planted_bug(void) { return planted_bug; }
 
 int ttrain_run_replicas(const ttrain_config *cfg, int R, const uint64_t *seeds, const uint64_t *data_seeds,

@@ -180,7 +180,7 @@ typedef enum {
     TTRAIN_BUG_VALIDATION_RECORDS_FP8,
     TTRAIN_BUG_REPLAY_RECORDS_FP8
 } ttrain_bug;
-void ttrain_plant_replica_bug(ttrain_bug bug);
+void ttrain_plant_bug(ttrain_bug bug);
 ttrain_bug ttrain_planted_bug(void);
 int ttrain_run_replicas(const ttrain_config *cfg, int R, const uint64_t *seeds, const uint64_t *data_seeds,
                         ttrain_result *res);
