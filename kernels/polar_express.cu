@@ -22,6 +22,8 @@ extern "C" const kvariant kpe_variants[KPE_NVARIANTS] = {
     {"wide_split", "A = X X^T, T = B X rounded, then X' = a X + T elementwise: two roundings"},
     {"tall_fused", "A = X^T X (cols x cols), X' = X B + a X in one GEMM"},
     {"tall_split", "A = X^T X, T = X B rounded, then X' = a X + T elementwise"},
+    {"small_fused", "the smaller Gram matrix (wide_fused when rows <= cols, else tall_fused), as modded-nanogpt"},
+    {"small_split", "the smaller Gram matrix (wide_split when rows <= cols, else tall_split)"},
 };
 
 // ---- registry entry (kernels/registry.h): name, paths, fp8 note, variants ----
@@ -216,8 +218,7 @@ extern "C" int kpolar_express_normalize(kpath path, int64_t rows, int64_t cols, 
 static int step_batched(const char *ctx, kpath path, int variant, int64_t count, int64_t rows, int64_t cols, float a,
                         float b, float c, const void *X, int64_t x_stride, void *Xn, int64_t xn_stride)
 {
-    const int wide = variant == KPE_WIDE_FUSED || variant == KPE_WIDE_SPLIT;
-    const int fused = variant == KPE_WIDE_FUSED || variant == KPE_TALL_FUSED;
+    const int wide = !kpe_is_tall(variant, rows, cols), fused = kpe_is_fused(variant);
     const int64_t g = wide ? rows : cols; // Gram matrix edge
     const int64_t gs = padded(g * g, path), ts = padded(rows * cols, path);
     const size_t el = elem_bytes(path);

@@ -564,7 +564,6 @@ static void polar_express_agrees_with_check_and_twins_fail(void **state)
     prec_rng_seed(&rng, test_seed("polar_express_agrees_with_check_and_twins_fail"));
     static const int64_t shapes[2][2] = {{8, 13}, {13, 8}};
     static const kpath kpaths[2] = {KPATH_FP32, KPATH_BF16};
-    static const char *const forms[KPE_NVARIANTS] = {"wide", "wide", "tall", "tall"};
     char what[96];
     for (int s = 0; s < 2; s++)
         for (int pi = 0; pi < 2; pi++) {
@@ -574,7 +573,7 @@ static void polar_express_agrees_with_check_and_twins_fail(void **state)
             for (int st = 0; st < 6; st++) xs[st] = alloc_doubles(n);
             for (int64_t i = 0; i < n; i++) G[i] = prec_rne(prec_rng_normal(&rng), f);
             for (int variant = 0; variant < KPE_NVARIANTS; variant++) {
-                const int tall = variant >= KPE_TALL_FUSED, fused = variant == KPE_WIDE_FUSED || variant == KPE_TALL_FUSED;
+                const int tall = kpe_is_tall(variant, R, C), fused = kpe_is_fused(variant);
                 emulate_pe(G, R, C, tall, fused, f, OK, xs);
                 /* check's description of its own kernel (tensor cores off fp32), on the same data */
                 const kcmp_pe_kernel ck = kcheck_polar_express_kernel(kpaths[pi], variant, R, C);
@@ -585,7 +584,7 @@ static void polar_express_agrees_with_check_and_twins_fail(void **state)
                 k.path = paths[pi];
                 k.accum = pi ? "tensor-core" : "fp32";
                 k.reduce = reduce;
-                k.form = forms[variant];
+                k.form = tall ? "tall" : "wide";
                 k.epilogue = fused ? "single" : "rounded";
                 k.coeffs = "polar-express";
                 k.upcast = "fp32";

@@ -1298,9 +1298,8 @@ static int polar_express_stage(float *X, int r, int c, prec_format f, kpe_coeffs
 static int site_polar_express_stage(const tsite *at, float *X, int r, int c, int stage)
 {
     kpe_coeffs which = at->op == TOP_MUON_NEWTON_SCHULZ ? KPE_MUON_QUINTIC : KPE_POLAR_EXPRESS;
-    int tall = at->variant == KPE_TALL_FUSED || at->variant == KPE_TALL_SPLIT;
-    int split = at->variant == KPE_WIDE_SPLIT || at->variant == KPE_TALL_SPLIT;
-    return polar_express_stage(X, r, c, site_fmt(at), which, tall, split, stage);
+    return polar_express_stage(X, r, c, site_fmt(at), which, kpe_is_tall(at->variant, r, c), !kpe_is_fused(at->variant),
+                               stage);
 }
 
 int tbackend_cpu_polar_express_stage(const tsite *at, float *X, int rows, int cols, int stage)

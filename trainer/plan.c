@@ -12,6 +12,7 @@
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/matmul.h"
+#include "kernels/polar_express.h"
 #include "kernels/rmsnorm.h"
 
 /* ---- model families --------------------------------------------------------- */
@@ -851,6 +852,11 @@ int tplan_init(tplan *p, const char *preset, tmodel_kind model, char *err, size_
      * block on a row of head-dimension width (17% of a 1-minute-recipe step
      * at R = 64 on an H100 with block_tree) */
     if (p->used[TSLOT_NORM_QK]) p->slot[TSLOT_NORM_QK].variant = KRMSNORM_WARP_TREE;
+    /* Muon: the smaller Gram matrix of each weight, as the published recipe
+     * transposes a tall one (modded-nanogpt); wide_fused formed the modern
+     * model's 4C x 4C Gram matrix for mlp.up, 5.5x the flops of a 1-minute-
+     * recipe step's polar express (docs/results-experiments.md) */
+    if (p->used[TSLOT_MUON]) p->slot[TSLOT_MUON].variant = KPE_SMALL_FUSED;
     return tplan_validate(p, err, errlen);
 }
 

@@ -32,8 +32,8 @@ kcmp_pe_kernel kcheck_polar_express_kernel(kpath path, int variant, int64_t rows
 {
     kcmp_pe_kernel k = {0};
     k.storage = kcheck_path_format(path);
-    k.tall = variant == KPE_TALL_FUSED || variant == KPE_TALL_SPLIT;
-    k.fused = variant == KPE_WIDE_FUSED || variant == KPE_TALL_FUSED;
+    k.tall = kpe_is_tall(variant, rows, cols);
+    k.fused = kpe_is_fused(variant);
     /* kmatmul_error_factor's model of the default accumulation: SIMT FFMA on fp32, tensor cores otherwise */
     k.gemm = (prec_dot_model){path == KPATH_FP32 ? PREC_DOT_ROUNDED : PREC_DOT_TENSOR_CORE, F32, 0, 0.0, 0};
     k.norm_depth = kpe_norm_depth(rows * cols);
