@@ -11,9 +11,8 @@
  *   replicas  the replica engine: the 1-minute recipe for --replica-steps
  *           (1000) steps with R = 1, 8, 16, 32, 64 (wall time of the whole
  *           call, training tokens/s of all replicas, speed-up over R = 1,
- *           peak tensors per replica); the same with attention=flash_mma and
- *           warp_tree norms at R = 1 and 64; gpt2 depth 4, width 256,
- *           sequence 256 with R = 1 and 32
+ *           peak tensors per replica); gpt2 depth 4, width 256, sequence
+ *           256 with R = 1 and 32
  *   sizes   the seed table: forward and backward time of one micro-batch of
  *           --batch sequences (8 unless given) for the gpt2 shapes of 124M,
  *           350M, 774M, 1.5B and 2.7B parameters (vocabulary 50304, context
@@ -213,9 +212,9 @@ static double bench_group(const char *name, const ttrain_config *c, int R, doubl
         double mean = 0;
         for (int i = 0; i < R; i++) mean += res[i].final_val_loss / R;
         printf("%-22s R=%3d  %5ld steps  wall %7.1f s (training %7.1f s)  %10.0f tok/s  x%5.2f of R=1  "
-               "val mean %.4f  peak tensors %6.1f MiB/replica  GEMMs strided %lld loop %lld\n",
+               "val mean %.4f  peak tensors %6.1f MiB/replica  GEMMs strided %lld (checked algorithm %lld) loop %lld\n",
                name, R, res[0].steps_done, wall, res[0].train_seconds, tps, base_tps > 0 ? tps / base_tps : 1.0, mean,
-               (double)res[0].peak_bytes / 1048576.0 / R, (long long)bs.strided,
+               (double)res[0].peak_bytes / 1048576.0 / R, (long long)bs.strided, (long long)bs.strided_checked,
                (long long)(bs.loop_fallback + bs.loop_fp8));
         fflush(stdout);
     }
@@ -234,17 +233,6 @@ static int bench_replicas(long steps)
     for (size_t i = 0; i < sizeof Rs / sizeof Rs[0]; i++) {
         double tps = bench_group("modern 4.8M B32 T256", &c, Rs[i], base);
         if (Rs[i] == 1) base = tps;
-        if (tps <= 0) return 1;
-    }
-    /* the same recipe with the faster variants of its two slowest non-GEMM
-     * slots (tensor-core attention, a warp per norm row): another plan, so
-     * its own R = 1 */
-    if (tplan_set(&c.plan, "attention=bf16:flash_mma,norm.*=bf16:warp_tree", NULL, 0)) return 1;
-    base = 0;
-    static const int Rfast[] = {1, 64};
-    for (size_t i = 0; i < sizeof Rfast / sizeof Rfast[0]; i++) {
-        double tps = bench_group("modern fast variants", &c, Rfast[i], base);
-        if (Rfast[i] == 1) base = tps;
         if (tps <= 0) return 1;
     }
     char err[512];

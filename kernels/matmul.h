@@ -69,11 +69,15 @@
  * activations [R, M, K].  Replica r gets exactly the bits kmatmul gives on
  * replica r's operands alone, for every path, scheme and variant:
  *   - cuBLASLt GEMMs (each K slice of split_k too) run as one strided-batched
- *     call with the algorithm the batch-1 problem's heuristic chose (pinned:
- *     the heuristic is never asked about the batched problem, whose choice
- *     could differ); if cublasLtMatmulAlgoCheck refuses that algorithm for
- *     the batched layouts, the GEMM runs as R single calls on the same
- *     stream (counted in kmatmul_batch_stats);
+ *     call with the algorithm the batch-1 problem's heuristic chose (pinned),
+ *     or with a faster one the heuristic ranks for the batched problem that a
+ *     probe, on the plan's first call, found to give the pinned algorithm's
+ *     bytes on operands built to expose any other order of the sum (bf16
+ *     plans where cuBLASLt adds along K in the same order with other tiles;
+ *     ULPSCOPE_BATCHED_GEMM_PINNED=1 keeps the pinned one); if
+ *     cublasLtMatmulAlgoCheck refuses the algorithm for the batched layouts,
+ *     the GEMM runs as R single calls on the same stream (counted in
+ *     kmatmul_batch_stats);
  *   - fp8 with per-tensor scales: cuBLASLt takes one scale per operand per
  *     call, so the GEMM runs as R single calls, each with its replica's
  *     scales (counted);
@@ -157,10 +161,13 @@ int kmatmul_batched(kpath path, kmatmul_accum accum, int variant, const kmatmul_
 /* How the batched GEMMs of the calls so far ran, one count per cuBLASLt GEMM
  * of R > 1 replicas (a split_k call has one per K slice). */
 typedef struct {
-    int64_t strided;       /* one strided-batched call with the pinned algorithm */
-    int64_t loop_fallback; /* R single calls: the pinned algorithm refused for the batched layouts */
+    int64_t strided;         /* one strided-batched call with the pinned algorithm */
+    int64_t strided_checked; /* one strided-batched call with another algorithm the probe found bit-identical */
+    int64_t loop_fallback;   /* R single calls: the pinned algorithm refused for the batched layouts */
     int64_t loop_fp8;      /* R single calls: fp8 per-tensor scales (by design) */
     int64_t kernel;        /* block-scaled fp8: our kernel with the replica as a grid dimension */
+    int64_t probes;         /* candidate algorithms the probe ran (once per batched plan) */
+    int64_t probe_refusals; /* of which some output byte differed from the pinned algorithm's */
 } kmatmul_batch_stats;
 void kmatmul_batch_stats_get(kmatmul_batch_stats *stats);
 void kmatmul_batch_stats_reset(void);
@@ -170,6 +177,9 @@ void kmatmul_batch_stats_reset(void);
  * or none where it had some), so each replica's sums are formed in another
  * order than a single call's.  Never set outside tests. */
 void kmatmul_plant_batched_algo_change(int on);
+/* The probe's twin (on != 0): the candidates it tries read an operand with
+ * one element changed, so it must refuse them all.  Tests only. */
+void kmatmul_plant_probe_perturbation(int on);
 
 /* 1 when (path, accum, variant) exists, else 0 with the reason in why. */
 int kmatmul_supports(kpath path, kmatmul_accum accum, int variant, char *why, size_t why_len);

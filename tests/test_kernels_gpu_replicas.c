@@ -325,7 +325,8 @@ static int mm_call(const void *opv, int64_t R, arr *a, int alone, twin t)
     return rc;
 }
 
-static void mm_check(const mm_case *o, prec_rng *rng, const twin *twins, int n_twins)
+/* The case's arrays (s[MM_ARRS]) and its label. */
+static void mm_spec(const mm_case *o, arr *s, char *label, size_t label_len)
 {
     const prec_format pf = path_format(o->path);
     const prec_format yf = o->path == KPATH_FP8 ? PREC_BF16 : o->y_fp32 ? PREC_FP32 : pf;
@@ -333,7 +334,6 @@ static void mm_check(const mm_case *o, prec_rng *rng, const twin *twins, int n_t
     const prec_format bf = o->quantized ? PREC_BF16 : o->path == KPATH_FP8 ? o->bf : pf;
     const int block = o->acc == KMATMUL_ACC_BLOCK_SCALED;
     const int64_t G = (o->K + 127) / 128, nb = (o->N + 127) / 128;
-    arr s[MM_ARRS];
     s[MA] = fp(af, o->M * o->K, IN, -2, 2);
     s[MB] = fp(bf, o->N * o->K, IN, -2, 2);
     s[MY] = fp(yf, o->M * o->N, o->beta_c == 2 ? INOUT : OUT, -2, 2);
@@ -344,13 +344,68 @@ static void mm_check(const mm_case *o, prec_rng *rng, const twin *twins, int n_t
     for (int i = 0; i < MM_ARRS; i++) s[i].pad = 1;
     s[MA].shift = 1;
     s[MB].share = 1;
-    char label[200];
-    snprintf(label, sizeof label, "matmul %s/%s/%s%s %s x %s M=%lld N=%lld K=%lld trans=%d%d%s%s%s%s",
+    snprintf(label, label_len, "matmul %s/%s/%s%s %s x %s M=%lld N=%lld K=%lld trans=%d%d%s%s%s%s",
              kpath_name(o->path), kmatmul_accum_name(o->acc), kmatmul_variants[o->variant].name,
              o->quantized ? " quantized" : "", prec_format_name(af), prec_format_name(bf), (long long)o->M,
              (long long)o->N, (long long)o->K, o->a_trans, o->b_trans, o->bias ? " bias" : "", o->gelu ? " gelu" : "",
              o->beta_c == 2 ? " y+=" : o->beta_c ? " beta*C" : "", o->y_fp32 ? " y_fp32" : "");
+}
+
+static void mm_check(const mm_case *o, prec_rng *rng, const twin *twins, int n_twins)
+{
+    arr s[MM_ARRS];
+    char label[200];
+    mm_spec(o, s, label, sizeof label);
     check_case(label, mm_call, o, s, MM_ARRS, rng, twins, n_twins);
+}
+
+/* The batched GEMM's checked algorithm (kernels/matmul.cu): at R = 32 the
+ * heuristic ranks, for the Muon polar express's and a weight gradient's
+ * batched shapes, other kernels than the pinned batch-1 one; the probe
+ * adopts one only where its bytes equal the pinned algorithm's.  Each case
+ * then gives every replica the single call's bytes (fresh data, not the
+ * probe's), and some case adopts a checked algorithm.  Twin: the probe's
+ * candidates read an operand with one element changed (a candidate with
+ * other bits), and it must refuse every one of them. */
+static void test_matmul_checked_algorithm(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("matmul checked algorithm"));
+    const mm_case cases[] = {
+        /* polar express, tall form of a [768, 256] weight: A = X^T X, B = cAA + bA, X' = X B + aX */
+        {KPATH_BF16, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, 256, 256, 768, 1, 0, 0, 0, 0, 0, PREC_FP32, PREC_FP32, 0},
+        {KPATH_BF16, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, 256, 256, 256, 0, 0, 0, 0, 1, 0, PREC_FP32, PREC_FP32, 0},
+        {KPATH_BF16, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, 768, 256, 256, 0, 0, 0, 0, 1, 0, PREC_FP32, PREC_FP32, 0},
+        /* mlp.up.wgrad of the modern model (C = 256, 2048 tokens), accumulated into fp32 */
+        {KPATH_BF16, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, 1024, 256, 2048, 1, 0, 0, 0, 2, 1, PREC_FP32, PREC_FP32, 0},
+        {KPATH_FP16, KMATMUL_ACC_DEFAULT, KMATMUL_FUSED, 256, 256, 768, 1, 0, 0, 0, 0, 0, PREC_FP32, PREC_FP32, 0},
+    };
+    const int n = (int)(sizeof cases / sizeof cases[0]);
+    kmatmul_batch_stats st[2];
+    for (int planted = 0; planted < 2; planted++) {
+        kmatmul_release(); /* fresh plans: each is probed again */
+        kmatmul_batch_stats_reset();
+        kmatmul_plant_probe_perturbation(planted);
+        for (int i = 0; i < n; i++) {
+            arr s[MM_ARRS];
+            char label[200];
+            mm_spec(&cases[i], s, label, sizeof label);
+            assert_int_equal(replicas_differ(label, mm_call, &cases[i], s, MM_ARRS, 32, &rng, TWIN_NONE), 0);
+        }
+        kmatmul_plant_probe_perturbation(0);
+        kmatmul_batch_stats_get(&st[planted]);
+        print_message("%s: %lld batched calls pinned, %lld with a checked algorithm; the probe ran %lld candidates "
+                      "and refused %lld\n", planted ? "planted perturbation" : "probe", (long long)st[planted].strided,
+                      (long long)st[planted].strided_checked, (long long)st[planted].probes,
+                      (long long)st[planted].probe_refusals);
+    }
+    kmatmul_release(); /* the twin's plans (all pinned) are not the next test's */
+    assert_true(st[0].strided_checked > 0);
+    assert_true(st[1].probes > 0);
+    assert_int_equal(st[1].strided_checked, 0);
+    assert_int_equal(st[1].probe_refusals, st[1].probes);
 }
 
 static void test_matmul_replicas(void **state)
@@ -390,10 +445,10 @@ static void test_matmul_replicas(void **state)
     }
     kmatmul_batch_stats st;
     kmatmul_batch_stats_get(&st);
-    print_message("batched GEMMs so far: %lld strided (pinned), %lld fallbacks to single calls, %lld fp8 loops, "
-                  "%lld own kernel\n", (long long)st.strided, (long long)st.loop_fallback, (long long)st.loop_fp8,
-                  (long long)st.kernel);
-    assert_true(st.strided > 0);
+    print_message("batched GEMMs so far: %lld strided (pinned), %lld strided (checked), %lld fallbacks to single "
+                  "calls, %lld fp8 loops, %lld own kernel\n", (long long)st.strided, (long long)st.strided_checked,
+                  (long long)st.loop_fallback, (long long)st.loop_fp8, (long long)st.kernel);
+    assert_true(st.strided + st.strided_checked > 0);
     /* The algorithm twin plants a split-K configuration; on an H100 none of
      * cuBLASLt's candidates for these shapes offers split-K (all 15 cases
      * refused it, 2026-11-23), and other tile configurations add along K in
@@ -1303,6 +1358,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_replicas),
+        cmocka_unit_test(test_matmul_checked_algorithm),
         cmocka_unit_test(test_replica_arguments_refused),
         cmocka_unit_test(test_norm_replicas),
         cmocka_unit_test(test_embedding_replicas),
