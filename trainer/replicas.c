@@ -124,14 +124,16 @@ static int rep_write_bytes(tbackend *be, ktensor *t, const void *src)
     return 0;
 }
 
+/* A replicated tensor is one flat allocation of R strides (rep_alloc, no
+ * scale): zeroed in one call, the padding between replicas with it.  One
+ * call per replica took 8.9 ms a step at R = 64 on an H100 (3500 memsets). */
 static int rep_zero(tbackend *be, ktensor *t)
 {
     if (!replicated(t)) return be->one->zero(be, t);
-    for (int r = 0; r < be->replicas; r++) {
-        ktensor s = tbackend_slice(be, t, r);
-        if (be->one->zero(be, &s)) return -1;
-    }
-    return 0;
+    ktensor flat = tbackend_slice(be, t, 0);
+    flat.ndim = 1;
+    flat.shape[0] = t->replica_stride * be->replicas;
+    return be->one->zero(be, &flat);
 }
 
 static int rep_count_nonfinite(tbackend *be, const ktensor *t, int64_t *count)

@@ -298,7 +298,6 @@ static void finish_run(trun *r)
         res->mfu = cfg->peak_flops > 0 ? r->flops_per_token * res->tokens_per_s / cfg->peak_flops : NAN;
     }
     if (r->replica == 0) trun_profile_report(r);
-    res->param_hash = trun_state_hash(r);
     res->peak_bytes = r->be->peak_bytes;
     size_t mem_after = 0;
     const size_t before = r->g->runs[0].mem_before;
@@ -362,11 +361,16 @@ int ttrain_run_replicas(const ttrain_config *cfg, int R, const uint64_t *seeds, 
         status = trun_log_flush(&runs[0]);
     }
     if (!status) status = train_steps(g);
+    uint64_t *hashes = status ? NULL : calloc((size_t)R, sizeof *hashes);
+    if (hashes) tgroup_state_hashes(g, hashes);
     for (int i = 0; i < R; i++) {
         trun *r = &runs[i];
         int own = status ? status : r->res->status;
         r->res->steps_done = r->st.steps_done;
-        if (!own) finish_run(r);
+        if (!own) {
+            r->res->param_hash = hashes ? hashes[i] : trun_state_hash(r);
+            finish_run(r);
+        }
         if (i == 0) r->res->status = own;
         else if (status) { /* the group's failure, recorded once (replica 0) */
             memcpy(r->res->error, res[0].error, sizeof r->res->error);

@@ -324,14 +324,16 @@ void trun_profile_report(trun *r)
     FILE *fp = r->cfg->progress;
     if (!r->cfg->profile || !fp) return;
     double total = 0;
-    for (int i = 0; i < TSLOT_COUNT + 2; i++) total += r->prof_ms[i];
+    for (int i = 0; i < TPROF_ROWS; i++) total += r->prof_ms[i];
     fprintf(fp, "where the steps' time went (%ld step%s%s; synchronised after every slot; a slot's time runs from "
                 "the previous slot's end; ms per step):\n", r->prof_steps, r->prof_steps == 1 ? "" : "s",
             r->prof_seen > r->prof_steps ? ", the first left out: it loads kernels and picks GEMM algorithms" : "");
-    for (int i = 0; i < TSLOT_COUNT + 2; i++) {
+    for (int i = 0; i < TPROF_ROWS; i++) {
         if (r->prof_ms[i] <= 0) continue;
-        const char *name = i < TSLOT_COUNT ? tslot_get((tslot)i)->name
-                           : i == TSLOT_COUNT ? "optimizer update" : "grad norm, all-reduce";
+        const char *name = i < TSLOT_COUNT     ? tslot_get((tslot)i)->name
+                           : i == TPROF_UPDATE ? "optimizer update"
+                           : i == TPROF_NORM   ? "grad norm, all-reduce"
+                                               : "zero grads, batches";
         fprintf(fp, "  %-24s %10.3f ms  %5.1f%%\n", name, r->prof_ms[i] / (r->prof_steps ? r->prof_steps : 1),
                 100 * r->prof_ms[i] / total);
     }

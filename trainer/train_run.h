@@ -20,6 +20,9 @@ extern "C" {
 
 /* ---- one run ---------------------------------------------------------------------- */
 
+/* --profile rows past the slots */
+enum { TPROF_UPDATE = TSLOT_COUNT, TPROF_NORM, TPROF_SETUP, TPROF_ROWS };
+
 typedef struct tgroup tgroup;
 
 typedef struct {
@@ -52,7 +55,9 @@ typedef struct {
     int where_layer;
     int failed;             /* an observer hit an I/O error */
     /* timing */
-    double prof_ms[TSLOT_COUNT + 2]; /* per slot, then the optimizer and the rest of the step */
+    /* per slot, then the optimizer update, the gradient norm with the
+     * all-reduce, and the step's set-up (zeroed gradients, the batches) */
+    double prof_ms[TPROF_ROWS];
     double prof_last;
     int prof_on;            /* inside a profiled training step (validation is not profiled) */
     long prof_seen;         /* steps this process began: the first (kernel loading, GEMM algorithm
@@ -132,6 +137,7 @@ int tgroup_step(tgroup *g, long s, tstep_out *out);
 int tgroup_validate(tgroup *g, double *val);
 /* FNV-1a of every parameter's and optimizer state's bytes. */
 uint64_t trun_state_hash(trun *r);
+void tgroup_state_hashes(tgroup *g, uint64_t *out);
 
 /* ---- records (train_log.c) --------------------------------------------------------------- */
 
