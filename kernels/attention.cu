@@ -549,6 +549,7 @@ static int att_get(const char *ctx, int slot, size_t bytes, void **out)
 
 extern "C" void kattention_release(void)
 {
+    kernels_note_free(); // a graph that read these workspaces must not be replayed
     for (int s = 0; s < 3; s++) {
         if (att_ws[s]) cudaFree(att_ws[s]);
         att_ws[s] = nullptr;

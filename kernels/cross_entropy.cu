@@ -336,6 +336,7 @@ extern "C" size_t klinear_ce_workspace_bytes(void) { return chunk_logits_bytes +
 
 extern "C" void klinear_ce_release(void)
 {
+    kernels_note_free(); // a graph that read these workspaces must not be replayed
     if (chunk_logits) cudaFree(chunk_logits);
     if (chunk_dlogits) cudaFree(chunk_dlogits);
     chunk_logits = chunk_dlogits = nullptr;

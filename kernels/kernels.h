@@ -65,6 +65,12 @@ const char *kbug_name(kbug bug); /* "none", "drop-term", "truncate-output" */
 void kernels_set_stream(void *cuda_stream);
 void *kernels_stream(void);
 
+/* Device frees so far (kdevice_free, a workspace's growth).  A CUDA graph
+ * captured when the count was c reads and writes only memory that is still
+ * allocated as it was while the count is c: replay it only then. */
+unsigned long long kernels_free_count(void);
+void kernels_note_free(void);
+
 /* The last error, or "" when none (per thread). */
 const char *kernels_last_error(void);
 /* Record an error (printf-style); returns -1 so callers can `return kernels_fail(...)`. */

@@ -1872,6 +1872,7 @@ extern "C" size_t kmatmul_workspace_bytes(void)
 
 extern "C" void kmatmul_release(void)
 {
+    kernels_note_free(); // a graph that read these workspaces must not be replayed
     for (auto &kv : lt_plans) {
         cublasLtMatmulDescDestroy(kv.second.desc);
         cublasLtMatrixLayoutDestroy(kv.second.la);

@@ -445,6 +445,7 @@ extern "C" int64_t mma_emulate_batched_calls(void) { return batched_calls; }
 
 extern "C" void mma_emulate_release(void)
 {
+    kernels_note_free(); // a graph that read these workspaces must not be replayed
     if (ws_ptr) cudaFree(ws_ptr);
     ws_ptr = nullptr;
     ws_size = 0;

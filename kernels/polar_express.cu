@@ -126,6 +126,7 @@ static int pe_get(const char *ctx, int slot, size_t bytes, void **out)
 
 extern "C" void kpolar_express_release(void)
 {
+    kernels_note_free(); // a graph that read these workspaces must not be replayed
     for (int s = 0; s < PE_COUNT; s++) {
         if (pe_ws[s]) cudaFree(pe_ws[s]);
         pe_ws[s] = nullptr;

@@ -473,6 +473,71 @@ static void test_gpu_determinism(void **state)
     }
 }
 
+/* The micro-batch's CUDA graph (trainer/model.c): runs with it (captured on
+ * the second micro-batch, replayed after) give the bits of runs without it
+ * (ULPSCOPE_CUDA_GRAPH=0): every step's loss and gradient norm and the final
+ * state, for both families, one run and three replicas, two micro-batches a
+ * step (a replay per micro-batch, each on its own batch).  The fp8 plan runs
+ * without a graph.  Twin: replays that skip the batch's upload (the graph
+ * reading the previous micro-batch's tokens) must give other losses. */
+static void graph_run(const ttrain_config *c, int R, int graph, ttrain_result *res)
+{
+    uint64_t seeds[3] = {c->seed, c->seed + 1, c->seed + 2};
+    if (graph) unsetenv("ULPSCOPE_CUDA_GRAPH");
+    else setenv("ULPSCOPE_CUDA_GRAPH", "0", 1);
+    int st = ttrain_run_replicas(c, R, seeds, seeds, res);
+    unsetenv("ULPSCOPE_CUDA_GRAPH");
+    if (st) fail_msg("graph run (R=%d, graph %d): %s", R, graph, res[0].error);
+}
+
+static int same_run(const ttrain_result *a, const ttrain_result *b, long steps)
+{
+    for (long s = 0; s < steps; s++)
+        if (!same_bits(a->loss[s], b->loss[s]) || !same_bits(a->grad_norm[s], b->grad_norm[s])) return 0;
+    return a->param_hash == b->param_hash;
+}
+
+static void test_gpu_graph_same_bits(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    unsigned long long seed = test_seed("test_gpu_graph_same_bits");
+    for (int kind = 0; kind < TMODEL_COUNT; kind++)
+        for (int R = 1; R <= 3; R += 2) {
+            ttrain_config c;
+            tiny_config(&c, (tmodel_kind)kind, "bf16", seed);
+            c.backend = "cuda";
+            c.accum = 2;
+            ttrain_result with[3], without[3], stale[3];
+            graph_run(&c, R, 1, with);
+            graph_run(&c, R, 0, without);
+            tmodel_plant_graph_stale_batch(1);
+            graph_run(&c, R, 1, stale);
+            tmodel_plant_graph_stale_batch(0);
+            print_message("%s R=%d: graph captured %ld, replayed %ld micro-batches, %ld failed captures\n",
+                          kind ? "modern" : "gpt2", R, with[0].graph_captures, with[0].graph_replays,
+                          with[0].graph_failures);
+            assert_int_equal(with[0].graph_failures, 0);
+            assert_true(with[0].graph_captures >= 1);
+            assert_true(with[0].graph_replays >= 2 * c.steps - 2);
+            assert_int_equal(without[0].graph_replays, 0);
+            for (int r = 0; r < R; r++) {
+                assert_true(same_run(&with[r], &without[r], c.steps));
+                assert_false(same_run(&stale[r], &without[r], c.steps));
+            }
+            for (int r = 0; r < R; r++)
+                ttrain_result_free(&with[r]), ttrain_result_free(&without[r]), ttrain_result_free(&stale[r]);
+        }
+    /* fp8 plans run without a graph */
+    ttrain_config c;
+    tiny_config(&c, TMODEL_GPT2, "fp8", seed);
+    c.backend = "cuda";
+    ttrain_result f;
+    graph_run(&c, 1, 1, &f);
+    assert_int_equal(f.graph_replays, 0);
+    ttrain_result_free(&f);
+}
+
 /* CPU and CUDA run the same plan on the same weights and batch.  Before any
  * update (step 0: the loss and the gradient norm) they may differ only by
  * where each rounds: a few roundings that land on the other side, where the
@@ -552,7 +617,8 @@ int main(void)
         cmocka_unit_test(test_nonfinite_names_slot), cmocka_unit_test(test_loss_scaling),
         cmocka_unit_test(test_hash_hooks),    cmocka_unit_test(test_switch_at),
         cmocka_unit_test(test_dump_hook),     cmocka_unit_test(test_cli),
-        cmocka_unit_test(test_gpu_determinism), cmocka_unit_test(test_gpu_cpu_agree),
+        cmocka_unit_test(test_gpu_determinism), cmocka_unit_test(test_gpu_graph_same_bits),
+        cmocka_unit_test(test_gpu_cpu_agree),
     };
     cmocka_set_test_filter(getenv("ULPSCOPE_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);

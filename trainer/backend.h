@@ -92,6 +92,17 @@ struct tbackend {
      * history exists yet. */
     int (*fp8_histories_save)(tbackend *be);
     int (*fp8_histories_restore)(tbackend *be);
+    /* A CUDA graph of the ops between graph_begin and graph_end (NULL where
+     * the backend has none).  graph_begin: the ops that follow are recorded,
+     * not run; graph_end: 0 and the recording is the backend's graph, or -1
+     * when the capture failed (nothing recorded has run: run the ops again).
+     * graph_replay runs the graph as recorded: the same device addresses and
+     * the host-side values (scalars, shapes) the ops had; -1 when memory it
+     * uses was freed since (graph_valid 0). */
+    int (*graph_begin)(tbackend *be);
+    int (*graph_end)(tbackend *be);
+    int (*graph_valid)(tbackend *be);
+    int (*graph_replay)(tbackend *be);
     /* The weights GEMMs read (parameters' working copies, the modern
      * lm_head's transposed copy): the model marks them (tbackend_mark_weights),
      * and weights_version counts the calls that may have written one of them

@@ -31,6 +31,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
 #include "kernels/grad_norm.h"
+#include "kernels/common/kgraph.h"
 #include "kernels/common/ktensor_io.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
@@ -102,6 +103,9 @@ struct cuda_impl {
     int64_t saved_n;
     size_t saved_bytes;
     size_t lce_counted;          // klinear_ce's chunk buffers (the kernel's own) as counted in bytes_in_use
+    void *graph_stream;          // the capture's stream (blocking: ordered with the legacy stream the rest uses)
+    kgraph *graph;               // the micro-batch's graph
+    unsigned long long graph_frees; // kernels_free_count() when it was captured
 };
 
 struct fp8_image {
@@ -1591,9 +1595,52 @@ static int cuda_batch_replicas(tbackend *be)
     return 0;
 }
 
+// ---- a CUDA graph of the micro-batch (trainer/model.c) -------------------------------------------
+//
+// The trainer runs on the legacy default stream, which cannot be captured:
+// the ops are recorded on a stream of our own (blocking, so a replay waits
+// for the batch upload before it on the legacy stream, and the loss
+// download after it waits for the replay).
+
+static int cuda_graph_begin(tbackend *be)
+{
+    cuda_impl *im = impl_of(be);
+    if (!im->graph_stream && kstream_create(&im->graph_stream, 0)) return tbackend_fail(be, "%s", kernels_last_error());
+    if (kgraph_capture_begin(im->graph_stream)) return tbackend_fail(be, "%s", kernels_last_error());
+    kernels_set_stream(im->graph_stream);
+    return 0;
+}
+
+static int cuda_graph_end(tbackend *be)
+{
+    cuda_impl *im = impl_of(be);
+    kernels_set_stream(nullptr);
+    kgraph *g = nullptr;
+    if (kgraph_capture_end(im->graph_stream, &g)) return tbackend_fail(be, "%s", kernels_last_error());
+    kgraph_destroy(im->graph);
+    im->graph = g;
+    im->graph_frees = kernels_free_count();
+    return 0;
+}
+
+static int cuda_graph_valid(tbackend *be)
+{
+    cuda_impl *im = impl_of(be);
+    return im->graph && im->graph_frees == kernels_free_count();
+}
+
+static int cuda_graph_replay(tbackend *be)
+{
+    cuda_impl *im = impl_of(be);
+    if (!cuda_graph_valid(be)) return tbackend_fail(be, "CUDA graph: none, or memory it uses was freed since its capture");
+    return kgraph_launch(im->graph, im->graph_stream) ? tbackend_fail(be, "%s", kernels_last_error()) : 0;
+}
+
 static void cuda_destroy(tbackend *be)
 {
     cuda_impl *im = impl_of(be);
+    kgraph_destroy(im->graph);
+    kstream_destroy(im->graph_stream);
     for (int i = 0; i < im->n_images; i++) kdevice_free(im->images[i].buf);
     free(im->images);
     free(im->histories);
@@ -1649,6 +1696,10 @@ extern "C" tbackend *tbackend_cuda_create(char *why, size_t why_len)
     be->read_bytes = cuda_read_bytes;
     be->write_bytes = cuda_write_bytes;
     be->zero = cuda_zero;
+    be->graph_begin = cuda_graph_begin;
+    be->graph_end = cuda_graph_end;
+    be->graph_valid = cuda_graph_valid;
+    be->graph_replay = cuda_graph_replay;
     be->count_nonfinite = cuda_count_nonfinite;
     be->sync = cuda_sync;
     be->mem_used = cuda_mem_used;

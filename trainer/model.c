@@ -68,6 +68,10 @@ struct tmodel {
     tobserve_fn obs;
     void *obs_ctx;
     int measure_only;                  /* tmodel_measure: allocations counted, nothing initialised */
+    /* CUDA graph of the training micro-batch (tmodel_set_graph) */
+    int graph_on, graph_warm, graph_ready, graph_broken;
+    double *graph_dloss;               /* [R]: the dloss it was recorded with */
+    long graph_captures, graph_replays, graph_failures;
 };
 
 /* ---- configuration --------------------------------------------------------------------- */
@@ -775,6 +779,7 @@ void tmodel_destroy(tmodel *m)
     }
     if (m->tokens_dev) m->be->release_raw(m->be, m->tokens_dev);
     if (m->targets_dev) m->be->release_raw(m->be, m->targets_dev);
+    free(m->graph_dloss);
     free(m->params);
     free(m->param_ptrs);
     free(m->layers);
@@ -794,6 +799,7 @@ int tmodel_check_plan(const tmodel_config *cfg, const tplan *plan, char *err, si
 
 int tmodel_rebind(tmodel *m, const tplan *plan, char *err, size_t errlen)
 {
+    m->graph_ready = 0; /* recorded with the old plan's variants */
     /* state, or (allreduce) the NCCL communicator, fixed when the run starts;
      * those slots are global (tslot_info.fixed) */
     if (plan->model != m->plan->model) return tfail(err, errlen, "plan is for another model family");
@@ -1064,16 +1070,71 @@ static int backward(tmodel *m)
     return 0;
 }
 
+void tmodel_set_graph(tmodel *m, int on) { m->graph_on = on; }
+
+void tmodel_graph_stats(const tmodel *m, long *captures, long *replays, long *failures)
+{
+    *captures = m->graph_captures;
+    *replays = m->graph_replays;
+    *failures = m->graph_failures;
+}
+
+static int planted_graph_stale_batch;
+void tmodel_plant_graph_stale_batch(int on) { planted_graph_stale_batch = on; }
+
+/* A training micro-batch through the CUDA graph: *ran = 1 when the graph ran
+ * it (recorded now or before), 0 when the caller runs it eagerly (no graph
+ * here, the first micro-batch, or a failed capture: nothing recorded ran). */
+static int graph_micro(tmodel *m, const double *dloss, int *ran)
+{
+    tbackend *be = m->be;
+    const size_t dl = (size_t)be->replicas * sizeof *dloss;
+    *ran = 0;
+    if (!m->graph_on || !dloss || !be->graph_replay || m->graph_broken) return 0;
+    if (!m->graph_ready || !be->graph_valid(be) || memcmp(m->graph_dloss, dloss, dl)) {
+        if (!m->graph_warm) { /* this one eagerly: it makes the workspaces and GEMM plans */
+            m->graph_warm = 1;
+            return 0;
+        }
+        m->graph_ready = 0;
+        if (!m->graph_dloss && !(m->graph_dloss = malloc(dl))) return tbackend_fail(be, "out of memory");
+        if (be->graph_begin(be)) {
+            m->graph_broken = 1, m->graph_failures++;
+            return 0;
+        }
+        int rc = forward(m, dloss);
+        if (!rc) rc = backward(m);
+        if (be->graph_end(be) || rc) { /* an op refused the capture (rc: or failed; it fails again eagerly) */
+            m->graph_broken = 1, m->graph_failures++;
+            return 0;
+        }
+        memcpy(m->graph_dloss, dloss, dl);
+        m->graph_ready = 1;
+        m->graph_captures++;
+    }
+    TRY(be->graph_replay(be));
+    m->graph_replays++;
+    *ran = 1;
+    return 0;
+}
+
 int tmodel_step_micro(tmodel *m, const int32_t *tokens, const int32_t *targets, const double *dloss, double *loss)
 {
     tbackend *be = m->be;
     const int R = be->replicas;
     const int64_t BT = (int64_t)m->B * m->T;
     size_t bytes = (size_t)(R * BT) * sizeof(int32_t);
-    TRY(be->raw_upload(be, m->tokens_dev, tokens, bytes));
-    TRY(be->raw_upload(be, m->targets_dev, targets, bytes));
-    TRY(forward(m, dloss));
-    if (dloss) TRY(backward(m));
+    int stale = planted_graph_stale_batch && m->graph_ready && dloss && m->graph_on;
+    if (!stale) {
+        TRY(be->raw_upload(be, m->tokens_dev, tokens, bytes));
+        TRY(be->raw_upload(be, m->targets_dev, targets, bytes));
+    }
+    int ran = 0;
+    TRY(graph_micro(m, dloss, &ran));
+    if (!ran) {
+        TRY(forward(m, dloss));
+        if (dloss) TRY(backward(m));
+    }
     /* the replicas' losses back to back: one copy; else one per replica */
     int one_copy = R == 1 || m->losses.replica_stride == BT;
     if (one_copy) TRY(be->raw_download(be, m->loss_host, m->losses.data, (size_t)(R * BT) * sizeof(float)));

@@ -109,6 +109,21 @@ void tmodel_set_observer(tmodel *m, tobserve_fn fn, void *ctx);
  * loss gradient being dloss[r] per token (the caller folds in
  * 1/(B*T*accumulation) and the loss scale); NULL: forward only. */
 int tmodel_step_micro(tmodel *m, const int32_t *tokens, const int32_t *targets, const double *dloss, double *loss);
+/* CUDA graphs of the training micro-batch (the backend's graph_* hooks):
+ * with on = 1, tmodel_step_micro records its forward and backward as a graph
+ * on the second training micro-batch it runs (the first grows every
+ * workspace and makes every GEMM plan) and replays it on the ones after,
+ * while dloss is the recorded one and no memory the graph uses was freed;
+ * else it captures again.  The caller turns it off where something observes
+ * the slots (profile, hooks, the NaN audit): a replay runs none of the
+ * observer calls.  The same bits either way. */
+void tmodel_set_graph(tmodel *m, int on);
+/* Graphs captured and micro-batches replayed so far; failed captures (the
+ * model then runs without a graph). */
+void tmodel_graph_stats(const tmodel *m, long *captures, long *replays, long *failures);
+/* The graph test's twin (never set outside tests): replays run without the
+ * batch's upload, on the previous micro-batch's tokens. */
+void tmodel_plant_graph_stale_batch(int on);
 /* Zero parameter gradients (start of a step). */
 int tmodel_zero_grads(tmodel *m);
 /* Gradient work after the last micro-batch (modern: transpose-add of the

@@ -363,10 +363,13 @@ int ttrain_run_replicas(const ttrain_config *cfg, int R, const uint64_t *seeds, 
     if (!status) status = train_steps(g);
     uint64_t *hashes = status ? NULL : calloc((size_t)R, sizeof *hashes);
     if (hashes) tgroup_state_hashes(g, hashes);
+    long captures = 0, replays = 0, failures = 0;
+    if (g->m) tmodel_graph_stats(g->m, &captures, &replays, &failures);
     for (int i = 0; i < R; i++) {
         trun *r = &runs[i];
         int own = status ? status : r->res->status;
         r->res->steps_done = r->st.steps_done;
+        r->res->graph_captures = captures, r->res->graph_replays = replays, r->res->graph_failures = failures;
         if (!own) {
             r->res->param_hash = hashes ? hashes[i] : trun_state_hash(r);
             finish_run(r);

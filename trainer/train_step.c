@@ -168,6 +168,31 @@ int tgroup_switch_plan(tgroup *g, long s)
 
 /* ---- the step ------------------------------------------------------------------------------------ */
 
+/* CUDA graphs of the micro-batch (tmodel_set_graph) where the plan allows:
+ * not with fp8 GEMMs (their scales' histories and the weight cache keep
+ * host-side state a replay would not see) nor under another GPU's matrix-unit
+ * model; ULPSCOPE_CUDA_GRAPH=0 turns them off (the same bits). */
+static int graph_plan(const tplan *p)
+{
+    const char *env = getenv("ULPSCOPE_CUDA_GRAPH");
+    if (env && strcmp(env, "0") == 0) return 0;
+    if (p->gpu_model != TGPU_NATIVE) return 0;
+    for (int s = 0; s < TSLOT_COUNT; s++)
+        if (p->used[s] && p->slot[s].path == KPATH_FP8) return 0;
+    for (int i = 0; i < p->n_layer_choices; i++)
+        if (p->layer_choice[i].choice.path == KPATH_FP8) return 0;
+    return 1;
+}
+
+/* Hash or dump hooks read slot outputs at this step. */
+static int hooked(const trun *r0)
+{
+    if (!r0->hooks_now) return 0;
+    for (int s = 0; s < TSLOT_COUNT; s++)
+        if (r0->cfg->hash_slot[s] || r0->cfg->dump_slot[s]) return 1;
+    return 0;
+}
+
 /* Every replica's micro-batches: replica r's batch from its data-order seed;
  * g->loss[r] = its mean training loss.  dloss NULL: forward only. */
 static int run_micro_batches(tgroup *g, long step, const double *dloss)
@@ -190,6 +215,9 @@ static int run_micro_batches(tgroup *g, long step, const double *dloss)
             r0->prof_ms[TPROF_SETUP] += 1e3 * (now - r0->prof_last);
             r0->prof_last = now;
         }
+        /* a replay calls no observer: not where one looks */
+        tmodel_set_graph(g->m, graph_plan(&g->plan) && !r0->prof_on && !hooked(r0) &&
+                                   !g->runs[g->audit_replica].audit);
         int rc = tmodel_step_micro(g->m, g->tok, g->tgt, dloss, g->loss);
         if (rc) return rc;
         for (int r = 0; r < g->R; r++) g->sum[r] += g->loss[r];

@@ -32,6 +32,7 @@ inline int kworkspace_grow(const char *ctx, void **p, size_t *have, size_t want)
         return kernels_fail("%s: a workspace must grow from %zu to %zu bytes while the stream is captured into a CUDA "
                             "graph; make the same calls once before capturing (a warm-up)", ctx, *have, want);
     if (*p) {
+        kernels_note_free();
         e = cudaFree(*p);
         if (e != cudaSuccess) return kernels_fail("%s: cudaFree failed: %s", ctx, cudaGetErrorString(e));
     }

@@ -34,7 +34,9 @@ extern "C" int kdevice_alloc(void **ptr, size_t bytes, const char *what)
 
 extern "C" void kdevice_free(void *ptr)
 {
-    if (ptr) cudaFree(ptr); // freeing is not checked: nothing useful to do on failure
+    if (!ptr) return;
+    kernels_note_free();
+    cudaFree(ptr); // freeing is not checked: nothing useful to do on failure
 }
 
 // Uploads from pageable host memory are staged before cudaMemcpyAsync

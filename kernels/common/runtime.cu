@@ -27,6 +27,10 @@ static cudaStream_t current_stream = nullptr;
 extern "C" void kernels_set_stream(void *cuda_stream) { current_stream = (cudaStream_t)cuda_stream; }
 extern "C" void *kernels_stream(void) { return (void *)current_stream; }
 
+static unsigned long long free_count;
+extern "C" unsigned long long kernels_free_count(void) { return free_count; }
+extern "C" void kernels_note_free(void) { free_count++; }
+
 static kbug planted_bug = KBUG_NONE;
 
 extern "C" void kernels_set_planted_bug(kbug bug) { planted_bug = bug; }
