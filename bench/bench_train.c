@@ -23,7 +23,10 @@
  *           A shape that does not fit is reported OOM, with what it needs
  *           (tmodel_measure, plus the ops' scratch as the trainer counts it)
  *           against the GPU's free memory; one whose allocation fails anyway
- *           is reported with the allocator's message.
+ *           is reported with the allocator's message.  The weights are
+ *           filled on the device (tmodel_create_for_timing: the same spread
+ *           as the seeded draws, made in a blink rather than minutes on one
+ *           host thread); the loss it prints is that model's.
  * Times are the median step (the first, which warms cuBLASLt up, excluded).
  * MFU: model FLOPs (6 N + 12 L T C per token, lm_head in N) over 989.4 TFLOP/s
  * (dense bf16 of an H100/H200 SXM).  The text's bytes are the tokens (ids <
@@ -309,8 +312,7 @@ static int size_cell(tbackend *be, const gpt2_shape *sh, const char *preset, int
         fflush(stdout);
         return 0;
     }
-    const uint64_t seed = 1337;
-    tmodel *m = tmodel_create(&mc, be, &plan, B, T, &seed, err, sizeof err);
+    tmodel *m = tmodel_create_for_timing(&mc, be, &plan, B, T, err, sizeof err);
     if (!m) {
         printf("OOM or failure at allocation: %s\n", err);
         fflush(stdout);

@@ -448,6 +448,64 @@ static void test_cli(void **state)
     assert_int_equal(switched, 1);
 }
 
+/* tmodel_create_for_timing (bench_train sizes): every parameter filled with
+ * its initial spread, not a constant: gains ones, biases and the modern
+ * output projections zeros, the rest within +-sqrt(3) x the draw's standard
+ * deviation (+-0.02 sqrt(3) for gpt2's normal draws) with a sample standard
+ * deviation within 10% of it; and the model runs (a finite loss). */
+static void test_timing_fill(void **state)
+{
+    (void)state;
+    for (int kind = 0; kind < TMODEL_COUNT; kind++) {
+        ttrain_config c;
+        tiny_config(&c, (tmodel_kind)kind, "bf16", 1);
+        tbackend *be = tbackend_cpu_create();
+        assert_non_null(be);
+        char err[512];
+        tmodel *m = tmodel_create_for_timing(&c.model, be, &c.plan, c.batch, c.seq, err, sizeof err);
+        if (!m) fail_msg("%s", err);
+        int spread = 0;
+        for (int i = 0; i < tmodel_n_params(m); i++) {
+            tparam *p = tmodel_param(m, i);
+            int64_t n = ktensor_numel(&p->w);
+            double *v = malloc((size_t)n * sizeof *v), sum = 0, sq = 0, lo = INFINITY, hi = -INFINITY;
+            assert_non_null(v);
+            assert_int_equal(be->download(be, &p->w, v), 0);
+            for (int64_t k = 0; k < n; k++) {
+                sum += v[k], sq += v[k] * v[k];
+                lo = v[k] < lo ? v[k] : lo, hi = v[k] > hi ? v[k] : hi;
+            }
+            free(v);
+            double mean = sum / n, sd = sqrt(sq / n - mean * mean);
+            if (strstr(p->name, "norm.") && strstr(p->name, ".g")) assert_true(lo == 1.0 && hi == 1.0);
+            else if (strstr(p->name, "norm.") || (kind == TMODEL_MODERN && (strstr(p->name, "attn.out") ||
+                                                                          strstr(p->name, "mlp.down"))))
+                assert_true(lo == 0.0 && hi == 0.0); /* biases; modern's output projections */
+            else {
+                /* the draw's standard deviation: gpt2 0.02 (0.02 / sqrt(2L) for the projections into the
+                 * residual stream), modern 0.5 / sqrt(cols) */
+                int proj = strstr(p->name, "attn.out") || strstr(p->name, "mlp.down");
+                double want = p->muon ? 0.5 / sqrt((double)p->cols) : proj ? 0.02 / sqrt(2.0 * c.model.n_layer) : 0.02;
+                if (fabs(sd - want) > 0.1 * want)
+                    fail_msg("%s: sd %g, the draw's is %g (range %g..%g)", p->name, sd, want, lo, hi);
+                assert_true(fabs(mean) < 4 * want / sqrt((double)n));
+                spread++;
+            }
+        }
+        assert_true(spread >= 3);
+        const size_t BT = (size_t)c.batch * c.seq;
+        int32_t *tok = calloc(BT, sizeof *tok);
+        assert_non_null(tok);
+        for (size_t i = 0; i < BT; i++) tok[i] = (int32_t)(i * 7 % 256);
+        double loss = NAN;
+        assert_int_equal(tmodel_step_micro(m, tok, tok, NULL, &loss), 0);
+        assert_true(isfinite(loss));
+        free(tok);
+        tmodel_destroy(m);
+        be->destroy(be);
+    }
+}
+
 /* ---- GPU ------------------------------------------------------------------------------- */
 
 /* Same seed, same GPU: bit-identical, for both families. */
@@ -617,6 +675,7 @@ int main(void)
         cmocka_unit_test(test_nonfinite_names_slot), cmocka_unit_test(test_loss_scaling),
         cmocka_unit_test(test_hash_hooks),    cmocka_unit_test(test_switch_at),
         cmocka_unit_test(test_dump_hook),     cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_timing_fill),
         cmocka_unit_test(test_gpu_determinism), cmocka_unit_test(test_gpu_graph_same_bits),
         cmocka_unit_test(test_gpu_cpu_agree),
     };

@@ -145,6 +145,9 @@ struct tbackend {
     int (*read_bytes)(tbackend *be, const ktensor *t, void *dst);
     int (*write_bytes)(tbackend *be, ktensor *t, const void *src);
     int (*zero)(tbackend *be, ktensor *t);
+    /* t's elements from a hash of (seed, index): uniform in [lo, hi], rounded
+     * into t's format (tmodel_create_for_timing; replica r with seed + r) */
+    int (*fill_uniform)(tbackend *be, ktensor *t, uint64_t seed, float lo, float hi);
     int (*count_nonfinite)(tbackend *be, const ktensor *t, int64_t *count);
     int (*sync)(tbackend *be);
     /* device memory in use now, everything the process holds (0 on the CPU) */

@@ -212,6 +212,24 @@ static int cpu_zero(tbackend *be, ktensor *t)
     return 0;
 }
 
+/* The CUDA fill's hash (kernels/common/ktensor_io.cu): splitmix64 of
+ * (seed, i), 24 bits of it as u in [0, 1), lo + (hi - lo) u. */
+static int cpu_fill_uniform(tbackend *be, ktensor *t, uint64_t seed, float lo, float hi)
+{
+    (void)be;
+    float *x = t->data;
+    for (int64_t i = 0; i < numel(t); i++) {
+        uint64_t z = seed + 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        float u = (float)(z >> 40) * 0x1p-24f;
+        x[i] = rnd(lo + (hi - lo) * u, t->format);
+    }
+    if (t->scale) *t->scale = 1.0f;
+    return 0;
+}
+
 static int cpu_count_nonfinite(tbackend *be, const ktensor *t, int64_t *count)
 {
     int64_t n = numel(t), c = 0;
@@ -1426,6 +1444,7 @@ tbackend *tbackend_cpu_create(void)
     be->read_bytes = cpu_read_bytes;
     be->write_bytes = cpu_write_bytes;
     be->zero = cpu_zero;
+    be->fill_uniform = cpu_fill_uniform;
     be->count_nonfinite = cpu_count_nonfinite;
     be->sync = cpu_sync;
     be->mem_used = cpu_mem_used;

@@ -325,6 +325,11 @@ static int cuda_zero(tbackend *be, ktensor *t)
     return t->scale ? ktensor_set_scale(t, 1.0f) : 0;
 }
 
+static int cuda_fill_uniform(tbackend *be, ktensor *t, uint64_t seed, float lo, float hi)
+{
+    return ktensor_fill_uniform(t, seed, lo, hi) ? tbackend_fail(be, "%s", kernels_last_error()) : 0;
+}
+
 static int cuda_count_nonfinite(tbackend *be, const ktensor *t, int64_t *count)
 {
     return tglue_count_nonfinite(t->data, t->format, ktensor_numel(t), count) ? tbackend_fail(be, "%s", kernels_last_error())
@@ -1696,6 +1701,7 @@ extern "C" tbackend *tbackend_cuda_create(char *why, size_t why_len)
     be->read_bytes = cuda_read_bytes;
     be->write_bytes = cuda_write_bytes;
     be->zero = cuda_zero;
+    be->fill_uniform = cuda_fill_uniform;
     be->graph_begin = cuda_graph_begin;
     be->graph_end = cuda_graph_end;
     be->graph_valid = cuda_graph_valid;

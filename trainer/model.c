@@ -68,6 +68,7 @@ struct tmodel {
     tobserve_fn obs;
     void *obs_ctx;
     int measure_only;                  /* tmodel_measure: allocations counted, nothing initialised */
+    int timing_fill;                   /* tmodel_create_for_timing: values filled by the backend, not drawn */
     /* CUDA graph of the training micro-batch (tmodel_set_graph) */
     int graph_on, graph_warm, graph_ready, graph_broken;
     double *graph_dloss;               /* [R]: the dloss it was recorded with */
@@ -309,6 +310,27 @@ static int init_param(tmodel *m, tparam *p, init_kind kind, double scale, prec_r
     return rc ? -1 : 0;
 }
 
+/* tmodel_create_for_timing's values: uniform from a hash of (parameter,
+ * index) with the draw's spread (normal: +-sqrt(3) scale, the same standard
+ * deviation; uniform: +-scale), ones, zeros; the master copy and the working
+ * copy the same numbers, rounded.  No seed decides them. */
+static int fill_param(tmodel *m, tparam *p, init_kind kind, double scale)
+{
+    tbackend *be = m->be;
+    if (p->lowbits) return tbackend_fail(be, "a timing model cannot fill the mantissa_buffer weights' low bits");
+    const float half = (float)(kind == INIT_NORMAL ? sqrt(3.0) * scale : scale);
+    const float lo = kind == INIT_ONES ? 1.0f : kind == INIT_ZEROS ? 0.0f : -half;
+    const float hi = kind == INIT_ONES ? 1.0f : kind == INIT_ZEROS ? 0.0f : half;
+    const uint64_t seed = 0x7131ull << 32 | (uint64_t)m->n_params;
+    int rc = be->fill_uniform(be, &p->w, seed, lo, hi);
+    if (!rc && p->master.data) rc = be->fill_uniform(be, &p->master, seed, lo, hi);
+    if (!rc) rc = be->zero(be, &p->grad);
+    if (!rc) rc = be->zero(be, &p->m);
+    if (!rc && p->v.data) rc = be->zero(be, &p->v);
+    be->weights_version++; /* what tbackend_guard_weights does for any write to the weights */
+    return rc;
+}
+
 /* What a parameter is: decides its optimizer, weight decay and initial values. */
 typedef enum {
     PARAM_EMBEDDING,  /* wte, wpe: AdamW, no decay */
@@ -376,7 +398,8 @@ static int add_param(tmodel *m, const char *name, int layer, int64_t rows, int64
     } else if (role.kind == PARAM_OUT_PROJ) {
         scale = 0.02 / sqrt(2.0 * (double)m->cfg.n_layer);
     }
-    if (!m->measure_only && init_param(m, p, kind, scale, rng)) return -1;
+    if (!m->measure_only && (m->timing_fill ? fill_param(m, p, kind, scale) : init_param(m, p, kind, scale, rng)))
+        return -1;
     return m->n_params++;
 }
 
@@ -607,7 +630,7 @@ static int alloc_acts(tmodel *m)
 /* ---- lifecycle -------------------------------------------------------------------------- */
 
 static tmodel *create(const tmodel_config *cfg, tbackend *be, const tplan *plan, int B, int T, const uint64_t *seeds,
-                      int measure_only, size_t *param_bytes, char *err, size_t errlen)
+                      int measure_only, int timing_fill, size_t *param_bytes, char *err, size_t errlen)
 {
     if (plan->model != cfg->kind) {
         tfail(err, errlen, "plan is for model %s, model is %s", tmodel_kind_name(plan->model),
@@ -631,6 +654,7 @@ static tmodel *create(const tmodel_config *cfg, tbackend *be, const tplan *plan,
     m->cfg = *cfg;
     m->be = be;
     m->measure_only = measure_only;
+    m->timing_fill = timing_fill;
     m->plan = malloc(sizeof *m->plan);
     if (m->plan) *m->plan = *plan;
     m->B = B;
@@ -657,7 +681,13 @@ static tmodel *create(const tmodel_config *cfg, tbackend *be, const tplan *plan,
 tmodel *tmodel_create(const tmodel_config *cfg, tbackend *be, const tplan *plan, int B, int T, const uint64_t *seeds,
                       char *err, size_t errlen)
 {
-    return create(cfg, be, plan, B, T, seeds, 0, NULL, err, errlen);
+    return create(cfg, be, plan, B, T, seeds, 0, 0, NULL, err, errlen);
+}
+
+tmodel *tmodel_create_for_timing(const tmodel_config *cfg, tbackend *be, const tplan *plan, int B, int T, char *err,
+                                 size_t errlen)
+{
+    return create(cfg, be, plan, B, T, NULL, 0, 1, NULL, err, errlen);
 }
 
 /* ---- measuring ------------------------------------------------------------------------------- */
@@ -758,7 +788,7 @@ int tmodel_measure(const tmodel_config *cfg, const tbackend *be, const tplan *pl
     z.be.alloc_raw = sizer_alloc_raw;
     z.be.release_raw = sizer_release_raw;
     z.be.zero = sizer_zero;
-    tmodel *m = create(cfg, &z.be, plan, B, T, NULL, 1, &out->param_bytes, err, errlen);
+    tmodel *m = create(cfg, &z.be, plan, B, T, NULL, 1, 0, &out->param_bytes, err, errlen);
     if (m) {
         out->total_bytes = z.be.peak_bytes + fp8_cache_bytes(m);
         out->largest_elems = z.largest;

@@ -78,6 +78,12 @@ typedef struct tmodel tmodel;
  * plan and binds the backend to it. */
 tmodel *tmodel_create(const tmodel_config *cfg, tbackend *be, const tplan *plan, int B, int T, const uint64_t *seeds,
                       char *err, size_t errlen);
+/* The same model with values a benchmark can time: filled by the backend
+ * (uniform with each parameter's initial spread, ones, zeros), not drawn on
+ * the host from a seed, which takes minutes for a 1.5B-parameter model on
+ * one thread.  Not a run's start: nothing else should use it. */
+tmodel *tmodel_create_for_timing(const tmodel_config *cfg, tbackend *be, const tplan *plan, int B, int T, char *err,
+                                 size_t errlen);
 void tmodel_destroy(tmodel *m);
 
 /* What tmodel_create would allocate on backend be (its element sizes and

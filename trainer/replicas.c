@@ -136,6 +136,16 @@ static int rep_zero(tbackend *be, ktensor *t)
     return be->one->zero(be, &flat);
 }
 
+static int rep_fill_uniform(tbackend *be, ktensor *t, uint64_t seed, float lo, float hi)
+{
+    if (!replicated(t)) return be->one->fill_uniform(be, t, seed, lo, hi);
+    for (int r = 0; r < be->replicas; r++) {
+        ktensor s = tbackend_slice(be, t, r);
+        if (be->one->fill_uniform(be, &s, seed + (uint64_t)r, lo, hi)) return -1;
+    }
+    return 0;
+}
+
 static int rep_count_nonfinite(tbackend *be, const ktensor *t, int64_t *count)
 {
     if (!replicated(t)) return be->one->count_nonfinite(be, t, count);
@@ -377,6 +387,7 @@ int tbackend_set_replicas(tbackend *be, int R)
     be->read_bytes = rep_read_bytes;
     be->write_bytes = rep_write_bytes;
     be->zero = rep_zero;
+    be->fill_uniform = rep_fill_uniform;
     be->count_nonfinite = rep_count_nonfinite;
     be->embedding_fwd = rep_embedding_fwd;
     be->embedding_bwd = rep_embedding_bwd;
