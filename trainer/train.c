@@ -381,6 +381,7 @@ int ttrain_run_replicas(const ttrain_config *cfg, int R, const uint64_t *seeds, 
             r->res->status = status;
         } else r->res->status = trun_log_close(r, own);
     }
+    free(hashes);
     /* replica 0 owns the shared log: it closes it last */
     res[0].status = trun_log_close(&runs[0], res[0].status);
     free_group(g);
