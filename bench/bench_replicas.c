@@ -12,8 +12,9 @@
  * loop of R single-replica calls on the same buffers (replica r's operands
  * at its offset).  The GEMM column "how" says how the batched GEMMs ran
  * (kmatmul_batch_stats: one strided-batched cuBLASLt call pinned to the
- * single call's algorithm, or single calls where cuBLASLt refused the pinned
- * algorithm for the batched layout).  Inputs are random (never zeros),
+ * single call's algorithm, or with one the probe found bit-identical to it
+ * (kernels/matmul.h), or single calls where cuBLASLt refused the algorithm
+ * for the batched layout).  Inputs are random (never zeros),
  * allocated once per op for R = 64.  Without a GPU: one line, exit 0. */
 #include <math.h>
 #include <stdio.h>
@@ -309,7 +310,10 @@ static int run(bop *o, prec_rng *rng, ktimer *tm)
         kmatmul_batch_stats st;
         kmatmul_batch_stats_get(&st);
         if (time_one(o, R, 1, tm, &s)) return -1;
-        const char *how = !o->gemm || R == 1 ? "" : st.loop_fallback ? "single calls (fallback)" : "strided, pinned";
+        const char *how = !o->gemm || R == 1       ? ""
+                          : st.loop_fallback         ? "single calls (fallback)"
+                          : st.strided_checked       ? "strided, checked algorithm"
+                                                     : "strided, pinned";
         printf("%-24s %-24s %3lld %11.4f %11.4f %8.2fx %11.2f  %s\n", o->name, o->shape, (long long)R, b, s, s / b,
                1e3 * b / (double)R, how);
     }
