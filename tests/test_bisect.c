@@ -260,10 +260,16 @@ static void test_real_training(void **state)
                       culprit ? culprit->paired.se * sqrt(culprit->pairs) : NAN, rest ? rest->paired.estimate : NAN,
                       rest ? rest->paired.se * sqrt(rest->pairs) : NAN, rep.chaos_sd, rep.dd.judgements,
                       rep.runs_executed, rep.runs_cached, rep.seconds);
-        if (t == 0 && culprit && rest) {
+        /* the surrogate's calibration: the first trial whose equivalent units
+         * moved the loss at all (for about one trial's seeds in 20 none of the
+         * rest's reorderings changes a bit: a clean paired sd of 0 would make
+         * the surrogate's clean configurations exact, and its noise-floor twin
+         * could not go wrong; CI met it at ULPSCOPE_SEED=0x2396efdc38dc21c7) */
+        const double rest_sd = rest ? rest->paired.se * sqrt(rest->pairs) : 0.0;
+        if (culprit && rest && (!calib.measured || (calib.sd_clean == 0.0 && rest_sd > 0.0))) {
             calib.shift = culprit->paired.estimate;
             calib.sd_culprit = culprit->paired.se * sqrt(culprit->pairs);
-            calib.sd_clean = rest->paired.se * sqrt(rest->pairs);
+            calib.sd_clean = rest_sd;
             calib.chaos_sd = rep.chaos_sd;
             calib.seed_sd = rep.confirm.seed_sd;
             calib.base_loss = rep.confirm.arm[0].loss_mean;
@@ -625,6 +631,7 @@ static void test_surrogate_nine_in_ten(void **state)
     print_message("surrogate calibrated from real training: shift %+.5f, paired sd %.5f with the culprit, %.6f "
                   "without; chaos sd %.6f; seed-to-seed sd %.5f\n",
                   calib.shift, calib.sd_culprit, calib.sd_clean, calib.chaos_sd, calib.seed_sd);
+    if (calib.sd_clean == 0.0) fail_msg("no real trial's equivalent units moved the loss: nothing to calibrate the twin on");
     uint64_t seed = test_seed("test_surrogate_nine_in_ten");
     int ddmax_found, windows_found;
     double runs;
