@@ -12,7 +12,8 @@
 # (llm.c's padded GPT-2 vocabulary), sequence 1024, batch 8 and 16, random
 # init, bf16 (llm.c: bf16 activations, fp32 master weights; ulpscope: the bf16
 # preset, plus each attention variant named in ATTENTION, each alone and with
-# each of the --set lists in EXTRA_SETS, space-separated), one token shard in
+# each of the --set lists in EXTRA_SETS, space-separated; each preset named in
+# PLANS, default bf16, e.g. PLANS="bf16 fp8"), one token shard in
 # llm.c's format holding TEXT's bytes as tokens (speed does not depend on the
 # token values).  Each trainer runs STEPS steps (default 30); the figure is the
 # median step time of steps 3..STEPS-1 (warm-up and the last step excluded),
@@ -26,6 +27,7 @@ set -eu
 llmc=$1 u=$2 out=$3 text=${4:-data/tinyshakespeare.txt}
 steps=${STEPS:-30}
 attention=${ATTENTION:-"flash flash_mma flash_mma_exp2"}
+plans=${PLANS:-bf16}
 extra_sets=${EXTRA_SETS:-}
 [ -f "$llmc/train_gpt2.cu" ] || { echo "llmc_side_by_side: $llmc has no train_gpt2.cu (give an llm.c checkout)" >&2; exit 2; }
 [ -x "$u" ] || { echo "llmc_side_by_side: $u is not an executable ulpscope" >&2; exit 2; }
@@ -84,20 +86,22 @@ for b in 8 16; do
         if (s[2] + 0 >= 3 && s[2] + 0 <= n - 2) { sub(/ ms.*/, "", f[5]); print f[5] + 0 }}' | median)
     printf '%-34s %6d %10.2f %12.0f %10s %10d\n' "llm.c train_gpt2cu" $b "$lms" \
         "$(awk -v b=$b -v ms="$lms" 'BEGIN {print b * 1024 * 1000 / ms}')" 1.00 $lpeak >>"$out/side_by_side.txt"
+    for p in $plans; do
     for a in $attention; do
     for x in - $extra_sets; do
-        if [ "$x" = - ]; then set_list="attention=bf16:$a" tag=$a label="attention $a"
-        else set_list="attention=bf16:$a,$x" tag=$a+$(echo "$x" | tr -c 'a-zA-Z0-9_\n' _) label="$a, $x"; fi
+        if [ "$x" = - ]; then set_list="attention=bf16:$a" tag=$p+$a label="$p, attention $a"
+        else set_list="attention=bf16:$a,$x" tag=$p+$a+$(echo "$x" | tr -c 'a-zA-Z0-9_\n' _) label="$p, $a, $x"; fi
         log=$out/ulpscope_b${b}_$tag.jsonl
         peak_of "$u" train --backend cuda --model gpt2 --depth 12 --width 768 --heads 12 --vocab 50304 --context 1024 \
-            --seq 1024 --batch $b --steps $steps --lr 3e-4 --data "$work/shard.bin" --set "$set_list" \
+            --seq 1024 --batch $b --steps $steps --lr 3e-4 --data "$work/shard.bin" --plan $p --set "$set_list" \
             --log "$log" --quiet >"$out/ulpscope_b${b}_$tag.txt" 2>&1
         upeak=$(( $(cat "$out/peak.tmp") - base ))
         ums=$(grep '"record":"step"' "$log" | sed 's/.*"step":\([0-9]*\),.*"ms":\([0-9.e+-]*\),.*/\1 \2/' |
             awk -v n="$steps" '$1 >= 3 && $1 <= n - 2 {print $2}' | median)
-        printf '%-34s %6d %10.2f %12.0f %10.2f %10d\n' "ulpscope bf16, $label" $b "$ums" \
+        printf '%-34s %6d %10.2f %12.0f %10.2f %10d\n' "ulpscope $label" $b "$ums" \
             "$(awk -v b=$b -v ms="$ums" 'BEGIN {print b * 1024 * 1000 / ms}')" \
             "$(awk -v l="$lms" -v u="$ums" 'BEGIN {print l / u}')" $upeak >>"$out/side_by_side.txt"
+    done
     done
     done
 done

@@ -968,6 +968,68 @@ __global__ void quantize_kernel(const T *x, int64_t x_stride, int64_t rows, int6
     }
 }
 
+// The transposing quantiser for tensors whose sides are multiples of 64 (every
+// trainer GEMM operand of a realistic shape): a 64 x 64 tile a block, 16-byte
+// loads of x, the tile's fp8 bytes through shared memory, 16-byte stores of
+// q [cols, rows]; and, where qf is given, the untransposed bytes qf [rows,
+// cols] too (8- or 4-byte stores), so a tensor that a GEMM needs in both
+// layouts (a gradient: dgrad reads it [M,N], wgrad [N,M]) is read once.  The
+// element arithmetic is quantize_kernel's (to_fp8(v / s)), so the bytes are
+// the same; it replaced quantize_kernel's 32 x 32 tiles of 2-byte loads and
+// 1-byte stores, which ran at about a quarter of the H100's bandwidth and were
+// a fifth of the fp8 plan's gpt2 step (docs/results-experiments.md).
+// Block 256 threads; grid (cols / 64, rows / 64, count).
+constexpr int QT_TILE = 64;
+static int planted_tile_transpose_bug;
+extern "C" void kfp8_plant_tile_transpose_bug(int on) { planted_tile_transpose_bug = on != 0; }
+
+template <class T>
+__global__ void quantize_tile_kernel(const T *x, int64_t x_stride, int64_t rows, int64_t cols, qscale sc, int e5m2,
+                                     uint8_t *q, int64_t q_stride, uint8_t *qf, int64_t qf_stride, int bug)
+{
+    constexpr int V = 16 / (int)sizeof(T), VPR = QT_TILE / V; // elements a 16-byte load, loads a tile row
+    __shared__ uint8_t tile[QT_TILE][QT_TILE + 1];             // +1: the column gathers below hit distinct banks
+    const int z = blockIdx.z;
+    x += z * x_stride;
+    q += z * q_stride;
+    if (qf) qf += z * qf_stride;
+    const float s = quantizer_scale(sc, z, threadIdx.x == 0, blockIdx.x == 0 && blockIdx.y == 0);
+    const int64_t r0 = (int64_t)blockIdx.y * QT_TILE, c0 = (int64_t)blockIdx.x * QT_TILE;
+    float m = 0.0f;
+    for (int u = threadIdx.x; u < QT_TILE * VPR; u += blockDim.x) {
+        const int row = u / VPR, cv = (u % VPR) * V;
+        uint4 raw = *(const uint4 *)(x + (r0 + row) * cols + c0 + cv);
+        const T *e = (const T *)&raw;
+        uint8_t b[V];
+#pragma unroll
+        for (int j = 0; j < V; j++) {
+            float v = kto_float(e[j]);
+            m = fmaxf(m, fabsf(v));
+            b[j] = to_fp8(v / s, e5m2);
+            tile[row][cv + j] = b[j];
+        }
+        if (qf) {
+            uint8_t *dst = qf + (r0 + row) * cols + c0 + cv;
+            if (V == 8) *(uint2 *)dst = *(const uint2 *)b;
+            else *(uint32_t *)dst = *(const uint32_t *)b;
+        }
+    }
+    if (sc.record) { // one atomic a block, as amax_kernel
+        m = block_max(m, threadIdx.x >> 5, threadIdx.x & 31, blockDim.x >> 5);
+        if (threadIdx.x == 0) atomicMax(sc.record + z, __float_as_uint(m));
+    }
+    __syncthreads();
+    // q[c][r0 .. r0+63]: 64 bytes a column of the tile, four threads of 16 bytes each
+    for (int t = threadIdx.x; t < QT_TILE * 4; t += blockDim.x) {
+        const int c = t / 4, rr = (t % 4) * 16;
+        uint8_t out[16];
+#pragma unroll
+        for (int k = 0; k < 16; k++) out[k] = tile[rr + k][c];
+        const int rw = bug ? rr ^ 16 : rr; // the planted twin: two row chunks swapped
+        *(uint4 *)(q + (c0 + c) * rows + r0 + rw) = *(const uint4 *)out;
+    }
+}
+
 // One block per tile of block_rows x 128 of the K-contiguous [R,K] view:
 // amax, scale = amax / max_finite, then the quantised tile.
 template <class T>
@@ -1064,13 +1126,33 @@ __global__ void quantize_flat_kernel(const T *x, int64_t x_stride, int64_t n, qs
     }
 }
 
-// The quantise launch for x in x_format (fp32 or bf16).
+// The quantise launch for x in x_format (fp32 or bf16): q [rows, cols], or
+// [cols, rows] when transpose; with qf (transpose only) the untransposed
+// bytes too, in the same pass where quantize_tile_kernel takes the shape.
 static int launch_quantize(const char *ctx, const void *x, int64_t x_stride, prec_format x_format, int64_t rows,
                            int64_t cols, int transpose, const qscale &sc, prec_format fp8, void *q, int64_t q_stride,
-                           int64_t count)
+                           int64_t count, void *qf = nullptr, int64_t qf_stride = 0)
 {
     int e5m2 = fp8 == PREC_E5M2;
     const int64_t el = x_format == PREC_FP32 ? 4 : 2, V = 16 / el, n = rows * cols;
+    const bool tile = transpose && rows % QT_TILE == 0 && cols % QT_TILE == 0 && rows / QT_TILE <= 65535 &&
+                      (uintptr_t)x % 16 == 0 && (x_stride * el) % 16 == 0 && (uintptr_t)q % 16 == 0 &&
+                      q_stride % 16 == 0 && (!qf || ((uintptr_t)qf % V == 0 && qf_stride % V == 0));
+    if (tile) {
+        dim3 grid((unsigned)(cols / QT_TILE), (unsigned)(rows / QT_TILE), (unsigned)count);
+        const int bug = planted_tile_transpose_bug;
+        if (x_format == PREC_FP32)
+            quantize_tile_kernel<float><<<grid, 256, 0, kstream()>>>((const float *)x, x_stride, rows, cols, sc, e5m2,
+                                                                     (uint8_t *)q, q_stride, (uint8_t *)qf, qf_stride,
+                                                                     bug);
+        else
+            quantize_tile_kernel<__nv_bfloat16><<<grid, 256, 0, kstream()>>>((const __nv_bfloat16 *)x, x_stride, rows,
+                                                                             cols, sc, e5m2, (uint8_t *)q, q_stride,
+                                                                             (uint8_t *)qf, qf_stride, bug);
+        KLAUNCHED(ctx, "quantize_tile_kernel");
+        return 0;
+    }
+    if (qf && launch_quantize(ctx, x, x_stride, x_format, rows, cols, 0, sc, fp8, qf, qf_stride, count)) return -1;
     if (!transpose && (uintptr_t)x % 16 == 0 && (x_stride * el) % 16 == 0 && (uintptr_t)q % V == 0 && q_stride % V == 0) {
         dim3 fgrid((unsigned)std::min<int64_t>((n / V + 255) / 256 + 1, 2048), (unsigned)count);
         if (x_format == PREC_FP32)
@@ -1125,14 +1207,11 @@ static int amax_halves(const char *ctx, int64_t count, unsigned **mine, unsigned
     return 0;
 }
 
-extern "C" int kfp8_quantize_tensor_batched(int64_t count, const void *x, int64_t x_stride, prec_format x_format,
-                                            int64_t rows, int64_t cols, int transpose, prec_format fp8, void *q,
-                                            int64_t q_stride, float *scales)
+// Current scaling: the amax pass, then the quantise pass (qf: launch_quantize's).
+static int quantize_current(const char *ctx, int64_t count, const void *x, int64_t x_stride, prec_format x_format,
+                            int64_t rows, int64_t cols, int transpose, prec_format fp8, void *q, int64_t q_stride,
+                            float *scales, void *qf)
 {
-    char ctx[200];
-    snprintf(ctx, sizeof ctx, "fp8 quantize %s->%s rows=%lld cols=%lld transpose=%d count=%lld",
-             prec_format_name(x_format), prec_format_name(fp8), (long long)rows, (long long)cols, transpose,
-             (long long)count);
     if (check_quantize_args(ctx, x, x_format, rows, cols, fp8, q, scales)) return -1;
     const int64_t n = rows * cols;
     if (check_quant_batch(ctx, count, x_stride, n, q_stride, n)) return -1;
@@ -1150,7 +1229,30 @@ extern "C" int kfp8_quantize_tensor_batched(int64_t count, const void *x, int64_
     sc.scale_out = scales;
     sc.zero = next;
     sc.n_zero = amax_capacity;
-    return launch_quantize(ctx, x, x_stride, x_format, rows, cols, transpose, sc, fp8, q, q_stride, count);
+    return launch_quantize(ctx, x, x_stride, x_format, rows, cols, transpose, sc, fp8, q, q_stride, count, qf,
+                           q_stride);
+}
+
+extern "C" int kfp8_quantize_tensor_batched(int64_t count, const void *x, int64_t x_stride, prec_format x_format,
+                                            int64_t rows, int64_t cols, int transpose, prec_format fp8, void *q,
+                                            int64_t q_stride, float *scales)
+{
+    char ctx[200];
+    snprintf(ctx, sizeof ctx, "fp8 quantize %s->%s rows=%lld cols=%lld transpose=%d count=%lld",
+             prec_format_name(x_format), prec_format_name(fp8), (long long)rows, (long long)cols, transpose,
+             (long long)count);
+    return quantize_current(ctx, count, x, x_stride, x_format, rows, cols, transpose, fp8, q, q_stride, scales,
+                            nullptr);
+}
+
+extern "C" int kfp8_quantize_tensor_dual(const void *x, prec_format x_format, int64_t rows, int64_t cols,
+                                         prec_format fp8, void *q, void *q_t, float *scale)
+{
+    char ctx[200];
+    snprintf(ctx, sizeof ctx, "fp8 quantize (both layouts) %s->%s rows=%lld cols=%lld", prec_format_name(x_format),
+             prec_format_name(fp8), (long long)rows, (long long)cols);
+    if (!q_t) return kernels_fail("%s: null pointer", ctx);
+    return quantize_current(ctx, 1, x, 0, x_format, rows, cols, 1, fp8, q_t, 0, scale, q);
 }
 
 extern "C" int kfp8_quantize_tensor_scaled(const void *x, prec_format x_format, int64_t rows, int64_t cols,

@@ -199,6 +199,17 @@ int kfp8_quantize_tensor_batched(int64_t count, const void *x, int64_t x_stride,
                                  int64_t cols, int transpose, prec_format fp8, void *q, int64_t q_stride,
                                  float *scales);
 
+/* kfp8_quantize_tensor's current scaling into both layouts at once: q [rows,
+ * cols] and q_t [cols, rows], the bytes of two calls (transpose 0 and 1), with
+ * one amax pass and, where both sides are multiples of 64, one read of x.
+ * For a tensor two GEMMs read in both orientations (a gradient's dgrad and
+ * wgrad). */
+int kfp8_quantize_tensor_dual(const void *x, prec_format x_format, int64_t rows, int64_t cols, prec_format fp8,
+                              void *q, void *q_t, float *scale);
+/* The planted twin of the 64 x 64 transposing quantiser's test (on != 0): two
+ * 16-row chunks of each transposed tile column swapped. */
+void kfp8_plant_tile_transpose_bug(int on);
+
 /* Quantisation with a scale known before the pass (delayed scaling), in one
  * read of x: q = round-to-nearest-even(x / *scale) saturated to
  * +-max_finite, and x's amax recorded with an atomic max on its float bits

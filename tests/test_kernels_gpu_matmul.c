@@ -1,5 +1,6 @@
 /* tests/test_kernels_gpu_matmul.c — GPU tests of H5's kernels beyond their
  * checks: bitwise determinism, the fp8 scale from the current amax, the
+ * transposing quantisers (tile and 32 x 32, one layout or both), the
  * quantising entry point against the manual one, argument errors, stochastic
  * rounding's determinism and unbiasedness, quantisation with a given scale
  * (delayed scaling) and the GEMM with a given operand, and polar express as the
@@ -97,6 +98,74 @@ static void test_fp8_scale_from_amax(void **state)
         }
     free(x); free(q);
     ktensor_free(&X); ktensor_free(&Q);
+}
+
+/* Mismatches of the transposing quantiser's output q [C,R] (and, given, of
+ * the untransposed qf [R,C]) against round(x / scale) computed here, with
+ * the scale checked against amax / max_finite; outputs poisoned first.
+ * Shapes with sides multiples of 64 run the 64 x 64 tile kernel, the others
+ * the 32 x 32 one. */
+static int64_t tile_quantiser_mismatches(prec_rng *rng, prec_format xf, prec_format fp8, int64_t R, int64_t C, int dual)
+{
+    double *x = malloc(R * C * sizeof(double)), *q = malloc(R * C * sizeof(double)), *qf = malloc(R * C * sizeof(double));
+    assert_non_null(x), assert_non_null(q), assert_non_null(qf);
+    for (int64_t i = 0; i < R * C; i++) x[i] = prec_rne(ldexp(prec_rng_normal(rng), (int)(i % 7) - 3), xf);
+    int64_t shp[2] = {R, C}, shq[2] = {C, R};
+    ktensor X = {0}, Q = {0}, QF = {0};
+    assert_int_equal(ktensor_alloc(&X, xf, 2, shp), 0);
+    assert_int_equal(ktensor_alloc(&Q, fp8, 2, shq), 0);
+    assert_int_equal(ktensor_alloc(&QF, fp8, 2, shp), 0);
+    assert_int_equal(ktensor_upload(&X, x), 0);
+    assert_int_equal(kdevice_fill_bytes(Q.data, 0x7f, (size_t)(R * C), "poison"), 0);
+    assert_int_equal(kdevice_fill_bytes(QF.data, 0x7f, (size_t)(R * C), "poison"), 0);
+    if (dual) assert_int_equal(kfp8_quantize_tensor_dual(X.data, xf, R, C, fp8, QF.data, Q.data, Q.scale), 0);
+    else assert_int_equal(kfp8_quantize_tensor(X.data, xf, R, C, 1, fp8, Q.data, Q.scale), 0);
+    float scale;
+    assert_int_equal(ktensor_get_scale(&Q, &scale), 0);
+    download_bits(&Q, q);
+    if (dual) download_bits(&QF, qf);
+    double amax = 0;
+    for (int64_t i = 0; i < R * C; i++) amax = fmax(amax, fabs(x[i]));
+    assert_true(scale == (float)(amax / prec_format_get(fp8)->max_finite));
+    prec_rounding sat = {PREC_RNE, PREC_OVF_SATURATE, false};
+    int64_t bad = 0;
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t c = 0; c < C; c++) {
+            double want = prec_round((double)((float)x[r * C + c] / scale), fp8, sat, 0);
+            bad += !(q[c * R + r] == want);
+            if (dual) bad += !(qf[r * C + c] == want);
+        }
+    free(x), free(q), free(qf);
+    ktensor_free(&X), ktensor_free(&Q), ktensor_free(&QF);
+    return bad;
+}
+
+/* Every element of both quantisers (tile and 32 x 32), transposed and in both
+ * layouts at once, bf16 and fp32 in, e4m3 and e5m2 out, is round(x / scale);
+ * the twin, two row chunks of the tile kernel's output swapped, must miss. */
+static void test_fp8_transposing_quantisers(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("gpu fp8 transposing quantisers"));
+    const int64_t shapes[][2] = {{33, 48}, {128, 192}, {64, 320}, {192, 72}};
+    const prec_format xfs[] = {PREC_BF16, PREC_FP32}, fp8s[] = {PREC_E4M3, PREC_E5M2};
+    for (int s = 0; s < 4; s++)
+        for (int xi = 0; xi < 2; xi++)
+            for (int fi = 0; fi < 2; fi++)
+                for (int dual = 0; dual < 2; dual++) {
+                    int64_t bad = tile_quantiser_mismatches(&rng, xfs[xi], fp8s[fi], shapes[s][0], shapes[s][1], dual);
+                    if (bad) print_message("%lld x %lld %s->%s%s: %lld mismatches\n", (long long)shapes[s][0],
+                                           (long long)shapes[s][1], prec_format_name(xfs[xi]),
+                                           prec_format_name(fp8s[fi]), dual ? " (both layouts)" : "", (long long)bad);
+                    assert_int_equal(bad, 0);
+                }
+    kfp8_plant_tile_transpose_bug(1);
+    int64_t planted = tile_quantiser_mismatches(&rng, PREC_BF16, PREC_E4M3, 128, 192, 1);
+    kfp8_plant_tile_transpose_bug(0);
+    print_message("planted tile transpose bug: %lld mismatches\n", (long long)planted);
+    assert_true(planted > 0);
 }
 
 static void test_quantized_entry_point(void **state)
@@ -358,6 +427,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_deterministic),
         cmocka_unit_test(test_fp8_scale_from_amax),
+        cmocka_unit_test(test_fp8_transposing_quantisers),
         cmocka_unit_test(test_quantized_entry_point),
         cmocka_unit_test(test_given_scale),
         cmocka_unit_test(test_bad_arguments),

@@ -10,8 +10,9 @@
  * runs bit for bit.
  * GPU (skip without one): cache on vs off bit-identical over steps with
  * gradient accumulation, validation and replicas (twin: a cache that skips
- * invalidation must differ); CPU and CUDA agree under delayed scaling as
- * they do under current scaling. */
+ * invalidation must differ); the fp8 operand memo changes no bit and
+ * serves GEMMs (twin: a memo that outlives writes must differ); CPU and CUDA
+ * agree under delayed scaling as they do under current scaling. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -399,6 +400,50 @@ static void test_gpu_weight_cache(void **state)
         }
 }
 
+/* The fp8 operand memo: a CUDA run of the fp8 plan (current scaling) with
+ * ULPSCOPE_FP8_MEMO on or off, or on with the planted stale memo (entries
+ * that outlive the writes that should drop them). */
+static void memo_run(const ttrain_config *c, int memo, int planted, ttrain_result *res)
+{
+    if (memo) unsetenv("ULPSCOPE_FP8_MEMO");
+    else setenv("ULPSCOPE_FP8_MEMO", "0", 1);
+    tbackend_cuda_plant_stale_memo(planted);
+    int st = ttrain_run(c, res);
+    tbackend_cuda_plant_stale_memo(0);
+    unsetenv("ULPSCOPE_FP8_MEMO");
+    if (st) fail_msg("cuda run failed (status %d): %s", st, res->error);
+}
+
+/* The memo changes no bit: on vs off identical over steps with gradient
+ * accumulation and validation, with GEMMs served from it (the forward's k and
+ * v, each wgrad's transposed gradient from the second step on); the twin, a
+ * memo that outlives writes, must differ. */
+static void test_gpu_fp8_memo(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    unsigned long long seed = test_seed("test_gpu_fp8_memo");
+    for (int kind = 0; kind < TMODEL_COUNT; kind++) {
+        ttrain_config c;
+        fp8_config(&c, (tmodel_kind)kind, "current", seed);
+        c.backend = "cuda";
+        ttrain_result on, off, stale;
+        memo_run(&c, 1, 0, &on);
+        memo_run(&c, 0, 0, &off);
+        memo_run(&c, 1, 1, &stale);
+        int same = same_runs(&on, &off, 1, c.steps), twin = same_runs(&on, &stale, 1, c.steps);
+        print_message("%s: memo on vs off %s (hash %016llx / %016llx, %ld / %ld GEMMs served from it); planted stale "
+                      "memo %s\n", tmodel_kind_name((tmodel_kind)kind), same ? "identical" : "DIFFER",
+                      (unsigned long long)on.param_hash, (unsigned long long)off.param_hash, on.fp8_memo_hits,
+                      off.fp8_memo_hits, twin ? "IDENTICAL" : "differs");
+        assert_true(same);
+        assert_true(on.fp8_memo_hits > 0);
+        assert_true(off.fp8_memo_hits == 0);
+        assert_false(twin);
+        ttrain_result_free(&on), ttrain_result_free(&off), ttrain_result_free(&stale);
+    }
+}
+
 /* CPU and CUDA under delayed scaling agree as test_train's CPU/CUDA agreement
  * asks, with two changes fp8 needs.  A rounding that lands on the other side
  * moves an e4m3 value by up to 1/8 and an e5m2 gradient by up to 1/4, and
@@ -468,6 +513,7 @@ int main(void)
         cmocka_unit_test(test_delayed_replicas),
         cmocka_unit_test(test_weights_version),
         cmocka_unit_test(test_gpu_weight_cache),
+        cmocka_unit_test(test_gpu_fp8_memo),
         cmocka_unit_test(test_gpu_cpu_agree_delayed),
         cmocka_unit_test(test_gpu_delayed_validation_schedule),
     };

@@ -112,6 +112,7 @@ struct tbackend {
     struct tweight_range { const char *lo, *hi; } *weight_ranges;
     int n_weight_ranges, cap_weight_ranges;
     int fp8_weight_cache;   /* the backend caches quantised fp8 weights (memory estimates count them) */
+    int64_t fp8_memo_hits;  /* GEMMs that took their first operand's fp8 image from the CUDA backend's memo */
     struct tbackend_guarded {
         int on;
         void (*release)(tbackend *, ktensor *);
@@ -268,6 +269,10 @@ void tbackend_unguard_weights(tbackend *be);
 /* A planted mistake for the weight cache's twin (on != 0): writes never bump
  * weights_version, so cached images go stale.  Never set outside tests. */
 void tbackend_plant_stale_weights(int on);
+/* The fp8 operand memo's twin (CUDA backend; on != 0): entries outlive the
+ * writes that should drop them (the fence is ignored).  Never set outside
+ * tests. */
+void tbackend_cuda_plant_stale_memo(int on);
 
 /* fp8_scaling=delayed: one amax history per (GEMM site, operand, replica).
  * The index of the one for site `at`, operand 0 (A) or 1 (B), replica

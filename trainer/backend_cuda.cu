@@ -103,6 +103,15 @@ struct cuda_impl {
     int64_t saved_n;
     size_t saved_bytes;
     size_t lce_counted;          // klinear_ce's chunk buffers (the kernel's own) as counted in bytes_in_use
+    // fp8 operand memo (current scaling, one replica): the quantised first
+    // operands of the last GEMMs, reused by a GEMM that reads the same
+    // tensor while nothing has written it (the fence)
+    int memo_on;                 // ULPSCOPE_FP8_MEMO=0 turns it off
+    uint64_t fence;              // bumped by every op but matmul (fenced<>), so an entry lives between matmuls only
+    struct fp8_memo *memo;       // FP8_MEMO_ENTRIES of them
+    int memo_next;               // the entry a miss takes when none is invalid
+    unsigned char *memo_wants_t; // per site (memo_site): a later GEMM read its first operand transposed
+    int64_t n_memo_sites;
     void *graph_stream;          // the capture's stream (blocking: ordered with the legacy stream the rest uses)
     kgraph *graph;               // the micro-batch's graph
     unsigned long long graph_frees; // kernels_free_count() when it was captured
@@ -116,6 +125,25 @@ struct fp8_image {
     uint64_t version;            // be->weights_version when it was made
     void *buf;                   // [N,K] e4m3, then the scale at fp8_scale_offset(N*K)
 };
+
+// One memo entry: src [rows, cols] (as the model holds it, in src_format)
+// quantised from its x_format copy to fp8 by current scaling, untransposed
+// (flat), transposed (t) or both, with their one scale; valid while the fence
+// stands at epoch and no GEMM has written over src.  buf: flat image, then the
+// transposed one, then the scale, each at a 256-byte boundary.
+struct fp8_memo {
+    const void *src;
+    size_t src_bytes;
+    prec_format src_format, x_format, fp8;
+    int64_t rows, cols;
+    int has_flat, has_t;
+    int64_t site;                // memo_site of the GEMM that made it
+    uint64_t epoch;
+    int valid;
+    void *buf;
+    size_t cap;
+};
+static const int FP8_MEMO_ENTRIES = 4;
 
 // The scale after an image, 256-byte aligned as cuBLASLt wants scale pointers.
 static size_t fp8_scale_offset(int64_t nk) { return ((size_t)nk + 255) / 256 * 256; }
@@ -519,6 +547,139 @@ static int fp8_cached_weight(tbackend *be, const tsite *at, const ktensor *b, co
     return 0;
 }
 
+// ---- the fp8 operand memo ----------------------------------------------------------------------
+//
+// Current scaling quantises a GEMM's first operand on every call: an amax pass
+// and a quantise pass over it.  Two patterns read the same tensor twice with
+// nothing written in between: the forward's q, k and v GEMMs all read the
+// norm's output, and a gradient dY is read by its dgrad as [M,N] and then by
+// its wgrad as [N,M].  The memo keeps those images: the q GEMM's is reused by
+// k and v, and a dgrad whose wgrad asked for its dY transposed (learnt at the
+// first step: the modern lm_head's wgrad reads dY as its second operand, in
+// another format) quantises dY into both layouts in one pass
+// (kfp8_quantize_tensor_dual) for the wgrad that follows.  The bytes and the
+// scale are what the second call would have made itself (same tensor, same
+// quantiser), so the bits of a run do not change (test_train_fp8 compares
+// ULPSCOPE_FP8_MEMO=0).  An entry is valid only while the fence stands: every
+// backend op but matmul bumps it (fenced<> below), and a GEMM whose output
+// overlaps an entry's source drops that entry.  One replica only: the
+// replica loops interleave their calls (no entry would be hit).
+
+static int stale_memo_planted;
+extern "C" void tbackend_cuda_plant_stale_memo(int on) { stale_memo_planted = on != 0; }
+
+// No op but GEMMs since the entry was made (the planted twin: always).
+static int memo_alive(const cuda_impl *im, const fp8_memo *e) { return e->epoch == im->fence || stale_memo_planted; }
+
+static void memo_drop_overlapping(cuda_impl *im, const void *p, size_t bytes)
+{
+    const char *lo = (const char *)p, *hi = lo + bytes;
+    for (int i = 0; im->memo && !stale_memo_planted && i < FP8_MEMO_ENTRIES; i++) {
+        fp8_memo *e = &im->memo[i];
+        const char *elo = (const char *)e->src, *ehi = elo + e->src_bytes;
+        if (e->valid && lo < ehi && hi > elo) e->valid = 0;
+    }
+}
+
+// A site's index in memo_wants_t.
+static int64_t memo_site(const tbackend *be, const tsite *at)
+{
+    return (int64_t)at->slot * (be->bound.depth + 1) + (at->layer + 1);
+}
+
+// A's fp8 image for the GEMM at `at` from the memo, made there on a miss: a
+// as the model holds it ([M,K], or [K,M] when a_trans), A its x-format copy
+// (as_format'd here on a miss only).  Leaves op empty (kmatmul_quantized_ex
+// quantises) when the memo is off.
+static int fp8_memo_operand(tbackend *be, const tsite *at, const ktensor *a, int a_trans, prec_format x,
+                            prec_format fp8, int64_t M, int64_t K, kfp8_operand *op)
+{
+    cuda_impl *im = impl_of(be);
+    if (!im->memo_on || be->replicas != 1) return 0;
+    if (!im->memo) {
+        im->memo = (fp8_memo *)calloc(FP8_MEMO_ENTRIES, sizeof *im->memo);
+        if (!im->memo) return tbackend_fail(be, "out of memory");
+    }
+    const int64_t n_sites = (int64_t)TSLOT_COUNT * (be->bound.depth + 1);
+    if (im->n_memo_sites != n_sites) {
+        free(im->memo_wants_t);
+        im->memo_wants_t = (unsigned char *)calloc((size_t)n_sites, 1);
+        if (!im->memo_wants_t) return tbackend_fail(be, "out of memory");
+        im->n_memo_sites = n_sites;
+        for (int i = 0; i < FP8_MEMO_ENTRIES; i++) im->memo[i].valid = 0; // their sites index the old array
+    }
+    const int64_t rows = a_trans ? K : M, cols = a_trans ? M : K;
+    fp8_memo *refill = nullptr;
+    for (int i = 0; i < FP8_MEMO_ENTRIES; i++) {
+        fp8_memo *e = &im->memo[i];
+        if (!e->valid || !memo_alive(im, e) || e->src != a->data || e->src_format != a->format ||
+            e->x_format != x || e->fp8 != fp8 || e->rows != rows || e->cols != cols)
+            continue;
+        if (a_trans ? e->has_t : e->has_flat) {
+            size_t n = fp8_scale_offset(rows * cols);
+            op->q = (const char *)e->buf + (a_trans && e->has_flat ? n : 0);
+            op->scale = (const float *)((const char *)e->buf + (e->has_flat && e->has_t ? 2 : 1) * n);
+            be->fp8_memo_hits++;
+            return 0;
+        }
+        if (a_trans) { // its maker quantises both layouts from now on; its buffer takes this image now
+            im->memo_wants_t[e->site] = 1;
+            refill = e;
+        }
+    }
+    fp8_memo *e = refill;
+    for (int i = 0; i < FP8_MEMO_ENTRIES && !e; i++)
+        if (!im->memo[i].valid || !memo_alive(im, &im->memo[i])) e = &im->memo[i];
+    if (!e) {
+        e = &im->memo[im->memo_next];
+        im->memo_next = (im->memo_next + 1) % FP8_MEMO_ENTRIES;
+    }
+    e->valid = 0;
+    const int dual = !a_trans && im->memo_wants_t[memo_site(be, at)];
+    const size_t n = fp8_scale_offset(rows * cols), need = (dual ? 2 : 1) * n + 256;
+    if (e->cap < need) {
+        kdevice_free(e->buf);
+        be->bytes_in_use -= e->cap;
+        e->buf = nullptr;
+        e->cap = 0;
+        if (kdevice_alloc(&e->buf, need, "fp8 operand memo")) return tbackend_fail(be, "%s", kernels_last_error());
+        e->cap = need;
+        be->bytes_in_use += need;
+        if (be->bytes_in_use > be->peak_bytes) be->peak_bytes = be->bytes_in_use;
+    }
+    ktensor A;
+    if (as_format(be, 0, a, x, &A)) return -1;
+    char *img = (char *)e->buf;
+    float *scale = (float *)(img + (dual ? 2 : 1) * n);
+    int rc = dual ? kfp8_quantize_tensor_dual(A.data, x, rows, cols, fp8, img, img + n, scale)
+                  : kfp8_quantize_tensor(A.data, x, rows, cols, a_trans, fp8, img, scale);
+    if (rc) return kfail(be, at, "fp8 operand memo");
+    e->src = a->data;
+    e->src_bytes = (size_t)ktensor_numel(a) * kformat_bytes(a->format);
+    e->src_format = a->format, e->x_format = x, e->fp8 = fp8;
+    e->rows = rows, e->cols = cols;
+    e->has_flat = !a_trans, e->has_t = a_trans || dual;
+    e->site = memo_site(be, at);
+    e->epoch = im->fence;
+    e->valid = 1;
+    op->q = img;
+    op->scale = scale;
+    return 0;
+}
+
+static void fp8_memo_free(tbackend *be)
+{
+    cuda_impl *im = impl_of(be);
+    for (int i = 0; im->memo && i < FP8_MEMO_ENTRIES; i++) {
+        kdevice_free(im->memo[i].buf);
+        be->bytes_in_use -= im->memo[i].cap;
+    }
+    free(im->memo);
+    im->memo = nullptr;
+    free(im->memo_wants_t);
+    im->memo_wants_t = nullptr;
+}
+
 static int cuda_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
                        int b_trans, int accumulate)
 {
@@ -534,6 +695,7 @@ static int cuda_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor 
         return tbackend_fail(be, "%s: output %lldx%lld %s, expected %lldx%lld %s", name,
                              (long long)y->shape[0], (long long)y->shape[1], prec_format_name(y->format), (long long)M,
                              (long long)N, prec_format_name(tpath_storage(path)));
+    memo_drop_overlapping(impl_of(be), y->data, (size_t)ktensor_numel(y) * kformat_bytes(y->format));
     if (at->op == TOP_MATMUL_MMA) return cuda_matmul_mma(be, at, y, a, a_trans, b, b_trans, M, N, K, accumulate);
     kmatmul_args args;
     memset(&args, 0, sizeof args);
@@ -553,18 +715,22 @@ static int cuda_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor 
         return 0;
     }
     // fp8: both operands handed over in one format (fp32 if both are, else bf16) and quantised inside
+    // (the first from the memo where it has it: then A is never converted)
     prec_format x = a->format == PREC_FP32 && b->format == PREC_FP32 ? PREC_FP32 : PREC_BF16;
-    if (as_format(be, 0, a, x, &A) || as_format(be, 1, b, x, &B)) return -1;
-    args.a = A.data, args.b = B.data;
     prec_format a_fp8 = tpath_operand(path, tslot_is_gradient_gemm(at->slot));
+    kfp8_operand a_op, b_op;
+    memset(&a_op, 0, sizeof a_op);
+    memset(&b_op, 0, sizeof b_op);
+    const int delayed = tbackend_fp8_delayed(be, at);
+    if (accum != KMATMUL_ACC_BLOCK_SCALED && !delayed && fp8_memo_operand(be, at, a, a_trans, x, a_fp8, M, K, &a_op))
+        return -1;
+    if ((!a_op.q && as_format(be, 0, a, x, &A)) || as_format(be, 1, b, x, &B)) return -1;
+    args.a = a_op.q ? nullptr : A.data, args.b = B.data;
     if (accum == KMATMUL_ACC_BLOCK_SCALED) {
         if (kmatmul_quantized(accum, variant, &args, x, a_fp8, PREC_E4M3)) return kfail(be, at, "fp8 matmul");
         return 0;
     }
-    kfp8_operand a_op, b_op;
-    memset(&a_op, 0, sizeof a_op);
-    memset(&b_op, 0, sizeof b_op);
-    if (tbackend_fp8_delayed(be, at)) {
+    if (delayed) {
         if (fp8_history(be, at, 0, &a_op.history) || fp8_history(be, at, 1, &b_op.history)) return -1;
     } else if (fp8_cached_weight(be, at, b, &B, b_trans, x, N, K, &b_op)) {
         return -1;
@@ -1662,6 +1828,7 @@ static void cuda_destroy(tbackend *be)
     device_args_free(&im->skips);
     device_args_free(&im->seeds);
     device_args_free(&im->muon_steps);
+    fp8_memo_free(be);
     free(im->loop);
     kattention_release();
     kpolar_express_release();
@@ -1674,6 +1841,18 @@ static void cuda_destroy(tbackend *be)
     free(im);
     free(be);
 }
+
+// An op that may write device memory, wrapped to bump the fp8 memo's fence
+// first (see the memo above): every op of the backend but matmul, whose
+// output is checked against the entries instead, and the ones that only read.
+template <auto F> struct fenced;
+template <class R, class... A, R (*F)(tbackend *, A...)> struct fenced<F> {
+    static R call(tbackend *be, A... args)
+    {
+        impl_of(be)->fence++;
+        return F(be, args...);
+    }
+};
 
 extern "C" tbackend *tbackend_cuda_create(char *why, size_t why_len)
 {
@@ -1690,53 +1869,55 @@ extern "C" tbackend *tbackend_cuda_create(char *why, size_t why_len)
     be->impl = im;
     be->supports = cuda_supports;
     be->elem_bytes = cuda_elem_bytes;
-    be->alloc = cuda_alloc;
-    be->release = cuda_release;
-    be->alloc_raw = cuda_alloc_raw;
-    be->release_raw = cuda_release_raw;
-    be->raw_upload = cuda_raw_upload;
+    be->alloc = fenced<cuda_alloc>::call;
+    be->release = fenced<cuda_release>::call;
+    be->alloc_raw = fenced<cuda_alloc_raw>::call;
+    be->release_raw = fenced<cuda_release_raw>::call;
+    be->raw_upload = fenced<cuda_raw_upload>::call;
     be->raw_download = cuda_raw_download;
-    be->upload = cuda_upload;
+    be->upload = fenced<cuda_upload>::call;
     be->download = cuda_download;
     be->read_bytes = cuda_read_bytes;
-    be->write_bytes = cuda_write_bytes;
-    be->zero = cuda_zero;
-    be->fill_uniform = cuda_fill_uniform;
-    be->graph_begin = cuda_graph_begin;
-    be->graph_end = cuda_graph_end;
+    be->write_bytes = fenced<cuda_write_bytes>::call;
+    be->zero = fenced<cuda_zero>::call;
+    be->fill_uniform = fenced<cuda_fill_uniform>::call;
+    be->graph_begin = fenced<cuda_graph_begin>::call;
+    be->graph_end = fenced<cuda_graph_end>::call;
     be->graph_valid = cuda_graph_valid;
-    be->graph_replay = cuda_graph_replay;
+    be->graph_replay = fenced<cuda_graph_replay>::call;
     be->count_nonfinite = cuda_count_nonfinite;
     be->sync = cuda_sync;
     be->mem_used = cuda_mem_used;
     be->mem_available = cuda_mem_available;
-    be->embedding_fwd = cuda_embedding_fwd;
-    be->embedding_bwd = cuda_embedding_bwd;
-    be->norm_fwd = cuda_norm_fwd;
-    be->norm_bwd = cuda_norm_bwd;
+    be->embedding_fwd = fenced<cuda_embedding_fwd>::call;
+    be->embedding_bwd = fenced<cuda_embedding_bwd>::call;
+    be->norm_fwd = fenced<cuda_norm_fwd>::call;
+    be->norm_bwd = fenced<cuda_norm_bwd>::call;
     be->matmul = cuda_matmul;
-    be->attention_fwd = cuda_attention_fwd;
-    be->attention_bwd = cuda_attention_bwd;
-    be->rope_fwd = cuda_rope_fwd;
-    be->rope_bwd = cuda_rope_bwd;
-    be->activation_fwd = cuda_activation_fwd;
-    be->activation_bwd = cuda_activation_bwd;
-    be->residual = cuda_residual;
-    be->cross_entropy = cuda_cross_entropy;
-    be->linear_cross_entropy = cuda_linear_cross_entropy;
-    be->transpose = cuda_transpose;
-    be->accumulate = cuda_accumulate;
-    be->concat_columns = cuda_concat_columns;
-    be->grad_norm = cuda_grad_norm;
-    be->adamw = cuda_adamw;
-    be->muon = cuda_muon;
-    be->dp_init = cuda_dp_init;
-    be->allreduce = cuda_allreduce;
+    be->attention_fwd = fenced<cuda_attention_fwd>::call;
+    be->attention_bwd = fenced<cuda_attention_bwd>::call;
+    be->rope_fwd = fenced<cuda_rope_fwd>::call;
+    be->rope_bwd = fenced<cuda_rope_bwd>::call;
+    be->activation_fwd = fenced<cuda_activation_fwd>::call;
+    be->activation_bwd = fenced<cuda_activation_bwd>::call;
+    be->residual = fenced<cuda_residual>::call;
+    be->cross_entropy = fenced<cuda_cross_entropy>::call;
+    be->linear_cross_entropy = fenced<cuda_linear_cross_entropy>::call;
+    be->transpose = fenced<cuda_transpose>::call;
+    be->accumulate = fenced<cuda_accumulate>::call;
+    be->concat_columns = fenced<cuda_concat_columns>::call;
+    be->grad_norm = fenced<cuda_grad_norm>::call;
+    be->adamw = fenced<cuda_adamw>::call;
+    be->muon = fenced<cuda_muon>::call;
+    be->dp_init = fenced<cuda_dp_init>::call;
+    be->allreduce = fenced<cuda_allreduce>::call;
     be->batch_replicas = cuda_batch_replicas;
     be->replicas = 1;
     be->destroy = cuda_destroy;
-    be->fp8_histories_save = cuda_fp8_histories_save;
-    be->fp8_histories_restore = cuda_fp8_histories_restore;
+    be->fp8_histories_save = fenced<cuda_fp8_histories_save>::call;
+    be->fp8_histories_restore = fenced<cuda_fp8_histories_restore>::call;
+    const char *memo = getenv("ULPSCOPE_FP8_MEMO");
+    im->memo_on = !(memo && strcmp(memo, "0") == 0);
     const char *cache = getenv("ULPSCOPE_FP8_WEIGHT_CACHE");
     im->cache_on = !(cache && strcmp(cache, "0") == 0);
     be->fp8_weight_cache = im->cache_on;
