@@ -16,7 +16,7 @@
 
 typedef struct {
     experiment_options e;
-    const char *bad, *bad_plan, *seed_schedule, *plant;
+    const char *bad, *bad_plan, *seed_schedule, *plant, *group_by;
     double margin;
     uint64_t first_seed;
     int ddmax, windows;
@@ -37,6 +37,10 @@ static const copt bisect_opts[] = {
     {"--margin", COPT_DOUBLE, F(margin), 0, INFINITY, "bisect", "X", "(the null arm's chaos sd) equivalence margin", NULL,
      COPT_MAX_OPEN},
     {"--ddmax", COPT_FLAG, F(ddmax), 0, 0, "bisect", "", "also find the largest subset of the bad plan that is EQUIVALENT",
+     NULL, 0},
+    {"--group-by", COPT_STRING, F(group_by), 0, 0, "bisect", "unit|layer|slot|role",
+     "(unit) search over coarser groups: each layer's units, each GEMM's roles in every layer, or the forward, dgrad "
+     "and wgrad GEMMs each together; then bisect inside a culprit with --bad",
      NULL, 0},
     {"--windows", COPT_INT, F(windows), 2, BISECT_MAX_WINDOWS, "bisect", "W",
      "(off) then each culprit on for one of W equal windows of the steps only: which part of training it matters "
@@ -110,6 +114,8 @@ int cmd_bisect(int argc, char **argv)
     if (!status && parse_seed_schedule(s->o.seed_schedule, c))
         status = base_error("bisect", "--seed-schedule %s: increasing seed counts >= 2, comma separated (e.g. 4,8,16)",
                            s->o.seed_schedule);
+    if (!status && s->o.group_by && bisect_grouping_parse(s->o.group_by, &c->group_by))
+        status = base_error("bisect", "--group-by %s: unit, layer, slot or role", s->o.group_by);
     if (!status && s->o.windows > s->t.cfg.steps)
         status = base_error("bisect", "--windows %d: more windows than the run's %ld steps", s->o.windows, s->t.cfg.steps);
     if (!status) status = experiment_setup("bisect", &s->t, &s->o.e, CMP_VARY_BOTH, &c->train, &recipe);

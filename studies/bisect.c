@@ -158,8 +158,43 @@ static int judge(void *vctx, const dd_config *configs, int count, int samples, d
     return rc ? -1 : 0;
 }
 
+static const char *const grouping_names[] = {"unit", "layer", "slot", "role"};
+
+const char *bisect_grouping_name(bisect_grouping g)
+{
+    return g >= BISECT_GROUP_UNIT && g <= BISECT_GROUP_ROLE ? grouping_names[g] : "?";
+}
+
+int bisect_grouping_parse(const char *s, bisect_grouping *g)
+{
+    for (int i = 0; i <= BISECT_GROUP_ROLE; i++)
+        if (strcmp(s, grouping_names[i]) == 0) return *g = (bisect_grouping)i, 0;
+    return -1;
+}
+
+/* The key units share when they are grouped together (bisect_grouping). */
+static int grouping_key(bisect_grouping g, tplan_unit u)
+{
+    const tslot_info *info = tslot_get(u.slot);
+    switch (g) {
+    case BISECT_GROUP_LAYER: return u.layer;
+    case BISECT_GROUP_SLOT: return info->gemm != TGEMM_NONE ? (int)info->forward : (int)u.slot;
+    case BISECT_GROUP_ROLE: return info->gemm != TGEMM_NONE ? TSLOT_COUNT + (int)info->gemm : (int)u.slot;
+    default: return -1;
+    }
+}
+
+/* Units i and j into one group. */
+static void join_groups(bisect_report *rep, int i, int j)
+{
+    int gi = rep->group_of[i], gj = rep->group_of[j];
+    for (int k = 0; k < rep->n_units; k++)
+        if (rep->group_of[k] == gi) rep->group_of[k] = gj;
+}
+
 /* Groups: a unit the trainer refuses alone joins the first unit that makes
- * it valid (union-find over such pairs). */
+ * it valid (union-find over such pairs); then, coarser than units, the units
+ * that share c->group_by's key. */
 static int group_units(const bisect_config *c, bisect_report *rep, char *err, size_t errlen)
 {
     int n = rep->n_units;
@@ -173,9 +208,7 @@ static int group_units(const bisect_config *c, bisect_report *rep, char *err, si
             if (j == i) continue;
             tplan_unit pair[2] = {rep->units[i], rep->units[j]};
             if (tplan_apply_units(&c->good, &c->bad, pair, 2, &tmp, NULL, 0) == 0) {
-                int gi = rep->group_of[i], gj = rep->group_of[j];
-                for (int k = 0; k < n; k++)
-                    if (rep->group_of[k] == gi) rep->group_of[k] = gj;
+                join_groups(rep, i, j);
                 joined = 1;
             }
         }
@@ -187,6 +220,13 @@ static int group_units(const bisect_config *c, bisect_report *rep, char *err, si
             return -1;
         }
     }
+    if (c->group_by != BISECT_GROUP_UNIT)
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < i; j++)
+                if (grouping_key(c->group_by, rep->units[i]) == grouping_key(c->group_by, rep->units[j])) {
+                    join_groups(rep, i, j);
+                    break;
+                }
     /* renumber groups 0..n_groups-1 in unit order */
     int *map = malloc((size_t)n * sizeof *map);
     if (!map) return snprintf(err, errlen, "out of memory"), -1;
@@ -458,8 +498,9 @@ static int search(const bisect_config *c, bisect_report *rep, double t0, char *e
     /* the noise floor: the null arm at the largest count */
     const int smax = c->schedule[c->n_schedule - 1];
     if (c->progress)
-        fprintf(c->progress, "bisect: %d units differ (%d groups); the noise floor: the null arm at %d seeds\n", n,
-                rep->n_groups, smax);
+        fprintf(c->progress, "bisect: %d units differ (%d groups%s%s); the noise floor: the null arm at %d seeds\n", n,
+                rep->n_groups, c->group_by != BISECT_GROUP_UNIT ? " by " : "",
+                c->group_by != BISECT_GROUP_UNIT ? bisect_grouping_name(c->group_by) : "", smax);
     {
         cmp_config cc;
         memset(&cc, 0, sizeof cc);
@@ -538,8 +579,9 @@ void bisect_print(FILE *fp, const bisect_config *c, const bisect_report *rep)
 {
     const dd_result *d = &rep->dd;
     char buf[2048];
-    fprintf(fp, "%d units differ (%d groups); margin %.5f%s\n", rep->n_units, rep->n_groups, rep->margin,
-            c->margin > 0 ? "" : " (the null arm's chaos sd)");
+    fprintf(fp, "%d units differ (%d groups%s%s); margin %.5f%s\n", rep->n_units, rep->n_groups,
+            c->group_by != BISECT_GROUP_UNIT ? " by " : "", c->group_by != BISECT_GROUP_UNIT ? bisect_grouping_name(c->group_by) : "",
+            rep->margin, c->margin > 0 ? "" : " (the null arm's chaos sd)");
     if (d->sanity_failed == 1) fprintf(fp, "sanity: the good plan against itself came out SHIFT: no bisection\n");
     if (d->sanity_failed == 2) fprintf(fp, "sanity: the whole bad plan does not SHIFT against the good one: nothing to find\n");
     for (int k = 0; k < d->n_culprits; k++) {
@@ -649,7 +691,8 @@ void bisect_write_records(FILE *fp, const bisect_config *c, const bisect_report 
             fprintf(fp, "}\n");
         }
     }
-    fprintf(fp, "{\"record\":\"bisect\",\"units\":%d,\"groups\":%d,\"margin\":", rep->n_units, rep->n_groups);
+    fprintf(fp, "{\"record\":\"bisect\",\"units\":%d,\"groups\":%d,\"group_by\":\"%s\",\"margin\":", rep->n_units,
+            rep->n_groups, bisect_grouping_name(c->group_by));
     base_json_double(fp, rep->margin);
     fprintf(fp, ",\"margin_derived\":%s,\"chaos_sd\":", c->margin > 0 ? "false" : "true");
     base_json_double(fp, rep->chaos_sd);

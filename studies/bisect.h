@@ -57,6 +57,20 @@ typedef enum {
     BISECT_BUG_WINDOWS_IGNORE_SWITCHES /* window arms run the culprit for the whole run */
 } bisect_bug;
 
+/* How the units are grouped for the search (--group-by).  A plan that
+ * differs in every GEMM of a deep model has 12 units a layer: a search over
+ * all of them costs hundreds of judgements when the effect is spread, so a
+ * user can ask the coarse question first and bisect inside the culprit
+ * afterwards (--bad with that group's units).  UNIT: each unit (and the
+ * groups the trainer needs); LAYER: the units of one layer together (the
+ * global slots, layer -1, one group); SLOT: a GEMM's three roles in every
+ * layer together (mlp.up, mlp.up.dgrad and mlp.up.wgrad of all layers),
+ * other slots each over its layers; ROLE: every forward GEMM, every dgrad,
+ * every wgrad, other slots each alone. */
+typedef enum { BISECT_GROUP_UNIT = 0, BISECT_GROUP_LAYER, BISECT_GROUP_SLOT, BISECT_GROUP_ROLE } bisect_grouping;
+const char *bisect_grouping_name(bisect_grouping g); /* "unit", "layer", "slot", "role" */
+int bisect_grouping_parse(const char *s, bisect_grouping *g); /* 0, or -1 for an unknown name */
+
 /* A culprit's window arms and the runs' Holm adjustment share one study. */
 #define BISECT_MAX_WINDOWS (CMP_MAX_ARMS - 1)
 
@@ -73,6 +87,7 @@ typedef struct {
     double alpha;               /* per search (split over the schedule's looks) */
     double margin;              /* 0: measured by the null arm */
     int ddmax;                  /* also search the largest EQUIVALENT subset */
+    bisect_grouping group_by;   /* BISECT_GROUP_UNIT: the finest */
     int windows;                /* 0: none; W in 2..min(steps, BISECT_MAX_WINDOWS): window arms per culprit */
     long max_judgements;
     const char *results_dir;    /* required: the run cache */

@@ -36,6 +36,11 @@
  * be found in >= 9 of 10; the oracle that ignores the noise floor (one
  * culprit) and the search that stops at the first (two) must not.
  *
+ * --group-by: on the surrogate at 3 layers (39 GEMM units), groups by layer,
+ * slot and role hold only units that share the key, and searches under each
+ * name the culprit's group alone in >= 9 of 10 trials; the oracle that
+ * ignores the noise floor must not.
+ *
  * Windows (--windows): the surrogate's culprit moves the loss only while it
  * is on in the last quarter of the steps (the trainer's switches applied
  * step by step to the arm's plan); with 4 windows the last must be SHIFT and
@@ -98,15 +103,24 @@ static int teardown(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
-/* The recipe's training settings, the good plan (bf16 preset) and the bad one. */
+/* The recipe's training settings at `depth` layers, the good plan (bf16
+ * preset) and the bad one. */
+static void recipe_at(bisect_config *c, const char *bad_overrides, int depth, char **recipe_json);
+
+/* ... at one layer */
 static void recipe(bisect_config *c, const char *bad_overrides, char **recipe_json)
+{
+    recipe_at(c, bad_overrides, 1, recipe_json);
+}
+
+static void recipe_at(bisect_config *c, const char *bad_overrides, int depth, char **recipe_json)
 {
     char err[1024];
     memset(c, 0, sizeof *c);
     ttrain_config *t = &c->train.base;
     ttrain_config_defaults(t);
     t->backend = "cpu";
-    t->model.n_layer = 1;
+    t->model.n_layer = depth;
     t->model.n_embd = 16;
     t->model.n_head = 2;
     t->model.seq_len = 16;
@@ -655,6 +669,113 @@ static void test_surrogate_nine_in_ten(void **state)
     assert_true(hits < 9);
 }
 
+/* ---- --group-by ---------------------------------------------------------------------------- */
+
+/* every GEMM role of every layer split_k: 3 layers x 4 GEMMs x 3 roles + lm_head's 3 */
+#define GEMM_UNITS "attn.*=bf16:split_k,mlp.*=bf16:split_k,lm_head*=bf16:split_k"
+
+/* Group g holds unit u, and every unit of g shares u's key under the grouping. */
+static int group_is_keyed(const bisect_report *rep, int g, tplan_unit u, bisect_grouping by)
+{
+    int holds = 0;
+    for (int i = 0; i < rep->n_units; i++) {
+        if (rep->group_of[i] != g) continue;
+        tplan_unit v = rep->units[i];
+        const tslot_info *a = tslot_get(u.slot), *b = tslot_get(v.slot);
+        int same = by == BISECT_GROUP_LAYER ? v.layer == u.layer
+                   : by == BISECT_GROUP_SLOT ? a->forward == b->forward
+                                              : a->gemm == b->gemm;
+        if (!same) return 0;
+        holds |= v.slot == u.slot && v.layer == u.layer;
+    }
+    return holds;
+}
+
+/* Ten surrogate searches at 3 layers grouped by `by`, a random culprit unit
+ * each: how many confirmed exactly one culprit set, the one group that holds
+ * the culprit, with a clean rest. */
+static int group_trials(uint64_t seed, bisect_grouping by, bisect_bug bug, int *n_groups, double *mean_runs)
+{
+    bisect_config *c = malloc(sizeof *c);
+    assert_non_null(c);
+    char *recipe_json = NULL;
+    recipe_at(c, GEMM_UNITS, 3, &recipe_json);
+    c->group_by = by;
+    tplan_unit units[BISECT_MAX_UNITS];
+    int n = tplan_diff(&c->good, &c->bad, 3, units, BISECT_MAX_UNITS);
+    assert_int_equal(n, 39);
+    prec_rng rng;
+    prec_rng_seed(&rng, seed);
+    int hits = 0;
+    long runs = 0;
+    for (int t = 0; t < 10; t++) {
+        surrogate s = {.bad = &c->bad, .n_culprits = 1, .key = prec_rng_next(&rng)};
+        s.culprit[0] = units[prec_rng_next(&rng) % (uint64_t)n];
+        char dir[160], err[1024];
+        snprintf(dir, sizeof dir, "%s/group_%d_%d_%d", results_root, (int)by, (int)bug, t);
+        assert_int_equal(mkdir(dir, 0700), 0);
+        c->results_dir = dir;
+        c->first_seed = 1 + prec_rng_next(&rng) % 1000000000ull;
+        c->runner = surrogate_runner;
+        c->runner_ctx = &s;
+        c->planted_bug = bug;
+        bisect_report rep;
+        if (bisect_run(c, &rep, err, sizeof err)) fail_msg("bisect_run: %s", err);
+        const dd_result *d = &rep.dd;
+        int confirmed = 0, right = 0;
+        for (int k = 0; k < d->n_culprits; k++) {
+            if (!d->culprit_confirmed[k]) continue;
+            confirmed++;
+            right += d->culprit_len[k] == 1 && group_is_keyed(&rep, d->culprit_units[d->culprit_start[k]], s.culprit[0], by);
+        }
+        const cmp_arm_report *rest = bisect_confirmed_arm(&rep, "rest");
+        int ok = !d->sanity_failed && d->rest_verdict != DD_SHIFT && confirmed == 1 && right == 1 &&
+                 (!rest || !is_shift(rest->verdict) || rest->within_margin);
+        if (!ok && bug == BISECT_BUG_NONE) {
+            char u[96];
+            tplan_unit_string(&s.culprit[0], u, sizeof u);
+            print_message("trial %d missed (planted: %s):\n", t + 1, u);
+            bisect_print(stdout, c, &rep);
+        }
+        hits += ok;
+        *n_groups = rep.n_groups;
+        runs += rep.runs_executed;
+        bisect_report_free(&rep);
+    }
+    *mean_runs = runs / 10.0;
+    free(recipe_json);
+    free(c);
+    return hits;
+}
+
+/* --group-by on the surrogate at 3 layers, 39 units: 4 groups by layer
+ * (the head's 3 units one), 5 by slot, 3 by role, each holding only units
+ * that share the key; searches under each name the culprit's group alone in
+ * >= 9 of 10 trials; the twin whose oracle ignores the noise floor (by
+ * layer) must not. */
+static void test_surrogate_group_by(void **state)
+{
+    (void)state;
+    if (!calib.measured) fail_msg("the surrogate needs the real search's measurements (test_real_training first)");
+    uint64_t seed = test_seed("test_surrogate_group_by");
+    const bisect_grouping by[3] = {BISECT_GROUP_LAYER, BISECT_GROUP_SLOT, BISECT_GROUP_ROLE};
+    const int want_groups[3] = {4, 5, 3};
+    for (int i = 0; i < 3; i++) {
+        int n_groups = 0;
+        double runs;
+        int hits = group_trials(seed + (uint64_t)i, by[i], BISECT_BUG_NONE, &n_groups, &runs);
+        print_message("group by %s: %d groups; the culprit's group named alone in %d of 10, %.0f runs per search\n",
+                      bisect_grouping_name(by[i]), n_groups, hits, runs);
+        assert_int_equal(n_groups, want_groups[i]);
+        assert_true(hits >= 9);
+    }
+    int n_groups;
+    double runs;
+    int hits = group_trials(seed, BISECT_GROUP_LAYER, BISECT_BUG_IGNORE_NOISE_FLOOR, &n_groups, &runs);
+    print_message("twin (noise floor ignored), by layer: the culprit's group named alone in %d of 10\n", hits);
+    assert_true(hits < 9);
+}
+
 /* --windows 4 on the surrogate, whose culprit moves the loss only while it is
  * on in the last quarter of the 24 steps: the last window SHIFT and the
  * other three not, in >= 9 of 10 trials; the twin whose window arms drop
@@ -720,6 +841,7 @@ int main(void)
         cmocka_unit_test(test_real_training),
         cmocka_unit_test(test_surrogate_nine_in_ten),
         cmocka_unit_test(test_surrogate_windows),
+        cmocka_unit_test(test_surrogate_group_by),
         cmocka_unit_test(test_windows_fixed_slot),
         cmocka_unit_test(test_real_windows),
     };
