@@ -271,7 +271,9 @@ void bisect_report_free(bisect_report *rep)
     rep->n_windows = 0;
 }
 
-/* The culprits, the rest and the ddmax set judged at the largest count. */
+/* The culprits, the rest and the ddmax set judged at the largest count; when
+ * the whole bad plan did not SHIFT (sanity 2), the whole bad plan ("bad"),
+ * so the report says by how much it moved the loss and how sure that is. */
 static int confirm(const bisect_config *c, bisect_report *rep, char *err, size_t errlen)
 {
     cmp_config *cc = &rep->confirm_cfg;
@@ -291,6 +293,14 @@ static int confirm(const bisect_config *c, bisect_report *rep, char *err, size_t
         char name[CMP_NAME_MAX];
     } sets[CMP_MAX_ARMS];
     int ns = 0;
+    int *all = malloc((size_t)rep->n_groups * sizeof *all);
+    if (!all) return free(tc), snprintf(err, errlen, "out of memory"), 1;
+    for (int g = 0; g < rep->n_groups; g++) all[g] = g;
+    if (d->sanity_failed == 2) {
+        sets[ns].groups = all;
+        sets[ns].n = rep->n_groups;
+        snprintf(sets[ns++].name, CMP_NAME_MAX, "bad");
+    }
     for (int k = 0; k < d->n_culprits && ns < CMP_MAX_ARMS - 3; k++) {
         sets[ns].groups = d->culprit_units + d->culprit_start[k];
         sets[ns].n = d->culprit_len[k];
@@ -325,6 +335,7 @@ static int confirm(const bisect_config *c, bisect_report *rep, char *err, size_t
     }
     if (cc->n_arms > 1) rc = study(c, rep, cc, tc, c->schedule[c->n_schedule - 1], rep->margin, &rep->confirm, err, errlen);
     free(tc);
+    free(all);
     return rc;
 }
 
@@ -564,7 +575,7 @@ static int search(const bisect_config *c, bisect_report *rep, double t0, char *e
         mx.clean = NULL;
         dd_result_free(&mx);
     }
-    if (rep->dd.sanity_failed) return 0;
+    if (rep->dd.sanity_failed == 1) return 0;
     int rc = confirm(c, rep, err, errlen);
     if (!rc && c->windows && rep->dd.n_culprits > 0) {
         rep->windows = calloc((size_t)rep->dd.n_culprits, sizeof *rep->windows);
@@ -583,7 +594,8 @@ void bisect_print(FILE *fp, const bisect_config *c, const bisect_report *rep)
             c->group_by != BISECT_GROUP_UNIT ? " by " : "", c->group_by != BISECT_GROUP_UNIT ? bisect_grouping_name(c->group_by) : "",
             rep->margin, c->margin > 0 ? "" : " (the null arm's chaos sd)");
     if (d->sanity_failed == 1) fprintf(fp, "sanity: the good plan against itself came out SHIFT: no bisection\n");
-    if (d->sanity_failed == 2) fprintf(fp, "sanity: the whole bad plan does not SHIFT against the good one: nothing to find\n");
+    if (d->sanity_failed == 2)
+        fprintf(fp, "sanity: the whole bad plan does not SHIFT against the good one (arm bad below): nothing to bisect\n");
     for (int k = 0; k < d->n_culprits; k++) {
         size_t m = 0;
         for (int i = 0; i < d->culprit_len[k]; i++) {
@@ -704,6 +716,9 @@ void bisect_write_records(FILE *fp, const bisect_config *c, const bisect_report 
     const cmp_arm_report *rest = bisect_confirmed_arm(rep, "rest");
     fprintf(fp, ",\"rest_effect\":{\"pairs\":%d", rest ? rest->pairs : 0);
     write_effect(fp, rest);
+    const cmp_arm_report *whole = bisect_confirmed_arm(rep, "bad");
+    fprintf(fp, "},\"bad_effect\":{\"pairs\":%d", whole ? whole->pairs : 0);
+    write_effect(fp, whole);
     fprintf(fp, "},\"clean\":");
     if (c->ddmax) write_groups(fp, rep, d->clean, d->n_clean);
     else fprintf(fp, "null");

@@ -142,11 +142,13 @@ void bisect_print(FILE *fp, const bisect_config *c, const bisect_report *rep);
  * ci_hi, p, verdict), with windows one "window" record per culprit and
  * window (culprit: the culprit record's index; window from 1; steps [a, b);
  * its effect likewise, p Holm-adjusted over the culprit's windows; why: null,
- * or the reason none ran), one "bisect" record (units, groups, margin, noise
- * floor, the rest — the clean complement — with its verdict, the ddmax
- * set, windows, judgements, runs executed and cached, seconds). */
+ * or the reason none ran), one "bisect" record (units, groups, group_by,
+ * margin, noise floor, the rest — the clean complement — with its verdict,
+ * bad_effect: the whole bad plan's effect when it did not SHIFT (sanity 2),
+ * the ddmax set, windows, judgements, runs executed and cached, seconds). */
 void bisect_write_records(FILE *fp, const bisect_config *c, const bisect_report *rep);
-/* The confirmation arm of set `name` ("culprit1", "rest", "largest-clean"),
+/* The confirmation arm of set `name` ("culprit1", "rest", "largest-clean",
+ * "bad": the whole bad plan where it did not SHIFT),
  * or NULL when that set was not confirmed (none, or a duplicate plan). */
 const cmp_arm_report *bisect_confirmed_arm(const bisect_report *rep, const char *name);
 

@@ -776,6 +776,47 @@ static void test_surrogate_group_by(void **state)
     assert_true(hits < 9);
 }
 
+/* No culprit on the surrogate: the whole bad plan does not SHIFT (sanity 2),
+ * and the report still says by how much it moved the loss: the "bad" arm
+ * with its interval at the largest count, and no culprit.  Twin: the oracle
+ * that ignores the noise floor calls the whole plan a SHIFT. */
+static int nothing_to_find(uint64_t seed, bisect_bug bug)
+{
+    bisect_config *c = malloc(sizeof *c);
+    assert_non_null(c);
+    char *recipe_json = NULL;
+    recipe(c, SURROGATE_UNITS, &recipe_json);
+    surrogate s = {.bad = &c->bad, .n_culprits = 0, .key = seed};
+    char dir[160], err[1024];
+    snprintf(dir, sizeof dir, "%s/nothing_%d", results_root, (int)bug);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    c->results_dir = dir;
+    c->first_seed = 1 + seed % 1000000000ull;
+    c->runner = surrogate_runner;
+    c->runner_ctx = &s;
+    c->planted_bug = bug;
+    bisect_report rep;
+    if (bisect_run(c, &rep, err, sizeof err)) fail_msg("bisect_run: %s", err);
+    bisect_print(stdout, c, &rep);
+    const cmp_arm_report *whole = bisect_confirmed_arm(&rep, "bad");
+    int ok = rep.dd.sanity_failed == 2 && rep.dd.n_culprits == 0 && whole &&
+             whole->pairs == c->schedule[c->n_schedule - 1] && isfinite(whole->paired.ci_lo) &&
+             isfinite(whole->paired.ci_hi);
+    bisect_report_free(&rep);
+    free(recipe_json);
+    free(c);
+    return ok;
+}
+
+static void test_surrogate_nothing_to_find(void **state)
+{
+    (void)state;
+    if (!calib.measured) fail_msg("the surrogate needs the real search's measurements (test_real_training first)");
+    uint64_t seed = test_seed("test_surrogate_nothing_to_find");
+    assert_true(nothing_to_find(seed, BISECT_BUG_NONE));
+    assert_false(nothing_to_find(seed, BISECT_BUG_IGNORE_NOISE_FLOOR));
+}
+
 /* --windows 4 on the surrogate, whose culprit moves the loss only while it is
  * on in the last quarter of the 24 steps: the last window SHIFT and the
  * other three not, in >= 9 of 10 trials; the twin whose window arms drop
@@ -842,6 +883,7 @@ int main(void)
         cmocka_unit_test(test_surrogate_nine_in_ten),
         cmocka_unit_test(test_surrogate_windows),
         cmocka_unit_test(test_surrogate_group_by),
+        cmocka_unit_test(test_surrogate_nothing_to_find),
         cmocka_unit_test(test_windows_fixed_slot),
         cmocka_unit_test(test_real_windows),
     };
