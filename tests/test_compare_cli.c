@@ -299,6 +299,10 @@ static void test_bisect_progress_and_json(void **state)
              sizeof out, err, sizeof err);
     assert_int_equal(rc, 2);
     assert_non_null(strstr(err, "unknown schedule '4,8' (schedules: cosine, linear)"));
+    rc = run("bisect " TINY " --bad attn.qkv=bf16:split_k --group-by layers --results bad2 --json bad2.jsonl", out,
+             sizeof out, err, sizeof err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "--group-by layers: unit, layer, slot or role"));
     assert_false(exists("bad2"));
     assert_false(exists("bad2.jsonl"));
 }
