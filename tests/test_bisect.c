@@ -561,6 +561,20 @@ static void surrogate_runner(cmp_runner *r, cmp_train_ctx *tc, void *ctx)
     r->ctx = s;
 }
 
+/* One bisect over the surrogate s, its runs cached in a fresh directory dir. */
+static void surrogate_search(bisect_config *c, surrogate *s, const char *dir, uint64_t first_seed, bisect_bug bug,
+                             bisect_report *rep)
+{
+    char err[1024];
+    assert_int_equal(mkdir(dir, 0700), 0);
+    c->results_dir = dir;
+    c->first_seed = first_seed;
+    c->runner = surrogate_runner;
+    c->runner_ctx = s;
+    c->planted_bug = bug;
+    if (bisect_run(c, rep, err, sizeof err)) fail_msg("bisect_run: %s", err);
+}
+
 static int is_shift(cmp_verdict v) { return v == CMP_SHIFT_UP || v == CMP_SHIFT_DOWN; }
 
 /* The surrogate's truth at 4 windows: the last (the last quarter of the
@@ -600,16 +614,10 @@ static int surrogate_trials(uint64_t seed, int n_culprits, bisect_bug bug, int w
         int first = (int)(prec_rng_next(&rng) % (uint64_t)n);
         s.culprit[0] = units[first];
         if (n_culprits == 2) s.culprit[1] = units[(first + 1 + (int)(prec_rng_next(&rng) % (uint64_t)(n - 1))) % n];
-        char dir[160], err[1024];
+        char dir[160];
         snprintf(dir, sizeof dir, "%s/surrogate_%d_%d_%d_%d", results_root, n_culprits, (int)bug, windows, t);
-        assert_int_equal(mkdir(dir, 0700), 0);
-        c->results_dir = dir;
-        c->first_seed = 1 + prec_rng_next(&rng) % 1000000000ull;
-        c->runner = surrogate_runner;
-        c->runner_ctx = &s;
-        c->planted_bug = bug;
         bisect_report rep;
-        if (bisect_run(c, &rep, err, sizeof err)) fail_msg("bisect_run: %s", err);
+        surrogate_search(c, &s, dir, 1 + prec_rng_next(&rng) % 1000000000ull, bug, &rep);
         int ok = found(&rep, s.culprit, n_culprits);
         hits += ok;
         *ddmax_found += ddmax_ok(&rep, s.culprit, n_culprits);
@@ -711,16 +719,10 @@ static int group_trials(uint64_t seed, bisect_grouping by, bisect_bug bug, int *
     for (int t = 0; t < 10; t++) {
         surrogate s = {.bad = &c->bad, .n_culprits = 1, .key = prec_rng_next(&rng)};
         s.culprit[0] = units[prec_rng_next(&rng) % (uint64_t)n];
-        char dir[160], err[1024];
+        char dir[160];
         snprintf(dir, sizeof dir, "%s/group_%d_%d_%d", results_root, (int)by, (int)bug, t);
-        assert_int_equal(mkdir(dir, 0700), 0);
-        c->results_dir = dir;
-        c->first_seed = 1 + prec_rng_next(&rng) % 1000000000ull;
-        c->runner = surrogate_runner;
-        c->runner_ctx = &s;
-        c->planted_bug = bug;
         bisect_report rep;
-        if (bisect_run(c, &rep, err, sizeof err)) fail_msg("bisect_run: %s", err);
+        surrogate_search(c, &s, dir, 1 + prec_rng_next(&rng) % 1000000000ull, bug, &rep);
         const dd_result *d = &rep.dd;
         int confirmed = 0, right = 0;
         for (int k = 0; k < d->n_culprits; k++) {
@@ -787,16 +789,10 @@ static int nothing_to_find(uint64_t seed, bisect_bug bug)
     char *recipe_json = NULL;
     recipe(c, SURROGATE_UNITS, &recipe_json);
     surrogate s = {.bad = &c->bad, .n_culprits = 0, .key = seed};
-    char dir[160], err[1024];
+    char dir[160];
     snprintf(dir, sizeof dir, "%s/nothing_%d", results_root, (int)bug);
-    assert_int_equal(mkdir(dir, 0700), 0);
-    c->results_dir = dir;
-    c->first_seed = 1 + seed % 1000000000ull;
-    c->runner = surrogate_runner;
-    c->runner_ctx = &s;
-    c->planted_bug = bug;
     bisect_report rep;
-    if (bisect_run(c, &rep, err, sizeof err)) fail_msg("bisect_run: %s", err);
+    surrogate_search(c, &s, dir, 1 + seed % 1000000000ull, bug, &rep);
     bisect_print(stdout, c, &rep);
     const cmp_arm_report *whole = bisect_confirmed_arm(&rep, "bad");
     int ok = rep.dd.sanity_failed == 2 && rep.dd.n_culprits == 0 && whole &&
