@@ -1207,6 +1207,21 @@ static int amax_halves(const char *ctx, int64_t count, unsigned **mine, unsigned
     return 0;
 }
 
+// Both halves zeroed and the parity back to 0, on the current stream.  A CUDA
+// graph's replay must find the amax words as its capture assumed them (the
+// parity is host state, baked into the captured launches): the trainer's
+// graphs call this first and last in each capture, so every replay starts and
+// ends with both halves zero, and once more eagerly after the capture (which
+// ran nothing, so the words are as before it while the parity moved on).
+extern "C" int kfp8_amax_rewind(void)
+{
+    amax_parity = 0;
+    if (!amax_capacity) return 0;
+    KCUDA("fp8 amax rewind",
+          cudaMemsetAsync(ws_ptr[WS_AMAX], 0, (size_t)(2 * amax_capacity) * sizeof(unsigned), kstream()));
+    return 0;
+}
+
 // Current scaling: the amax pass, then the quantise pass (qf: launch_quantize's).
 static int quantize_current(const char *ctx, int64_t count, const void *x, int64_t x_stride, prec_format x_format,
                             int64_t rows, int64_t cols, int transpose, prec_format fp8, void *q, int64_t q_stride,

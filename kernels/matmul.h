@@ -198,6 +198,11 @@ int kfp8_quantize_tensor(const void *x, prec_format x_format, int64_t rows, int6
 int kfp8_quantize_tensor_batched(int64_t count, const void *x, int64_t x_stride, prec_format x_format, int64_t rows,
                                  int64_t cols, int transpose, prec_format fp8, void *q, int64_t q_stride,
                                  float *scales);
+/* Current scaling keeps two halves of amax words and a host-side parity (one
+ * launch fewer a call).  This zeroes both and resets the parity, on the
+ * current stream: what a CUDA graph of quantising calls needs at the start
+ * and end of its capture, and eagerly after it. */
+int kfp8_amax_rewind(void);
 
 /* kfp8_quantize_tensor's current scaling into both layouts at once: q [rows,
  * cols] and q_t [cols, rows], the bytes of two calls (transpose 0 and 1), with

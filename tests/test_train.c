@@ -532,12 +532,14 @@ static void test_gpu_determinism(void **state)
 }
 
 /* The micro-batch's CUDA graph (trainer/model.c): runs with it (captured on
- * the second micro-batch, replayed after) give the bits of runs without it
+ * the third micro-batch, replayed after) give the bits of runs without it
  * (ULPSCOPE_CUDA_GRAPH=0): every step's loss and gradient norm and the final
- * state, for both families, one run and three replicas, two micro-batches a
- * step (a replay per micro-batch, each on its own batch).  The fp8 plan runs
- * without a graph.  Twin: replays that skip the batch's upload (the graph
- * reading the previous micro-batch's tokens) must give other losses. */
+ * state, for both families, the bf16 and fp8 plans, one run and three
+ * replicas, two micro-batches a step (a replay per micro-batch, each on its
+ * own batch).  Twins: replays that skip the batch's upload (the graph reading
+ * the previous micro-batch's tokens), and for fp8 replays that skip the
+ * weight images' refresh (GEMMs reading an earlier update's weights), must
+ * give other losses.  fp8 under delayed scaling runs without a graph. */
 static void graph_run(const ttrain_config *c, int R, int graph, ttrain_result *res)
 {
     uint64_t seeds[3] = {c->seed, c->seed + 1, c->seed + 2};
@@ -555,40 +557,55 @@ static int same_run(const ttrain_result *a, const ttrain_result *b, long steps)
     return a->param_hash == b->param_hash;
 }
 
+static void free_runs(ttrain_result *res, int R)
+{
+    for (int r = 0; r < R; r++) ttrain_result_free(&res[r]);
+}
+
 static void test_gpu_graph_same_bits(void **state)
 {
     (void)state;
     TEST_REQUIRE_GPU();
     unsigned long long seed = test_seed("test_gpu_graph_same_bits");
-    for (int kind = 0; kind < TMODEL_COUNT; kind++)
-        for (int R = 1; R <= 3; R += 2) {
-            ttrain_config c;
-            tiny_config(&c, (tmodel_kind)kind, "bf16", seed);
-            c.backend = "cuda";
-            c.accum = 2;
-            ttrain_result with[3], without[3], stale[3];
-            graph_run(&c, R, 1, with);
-            graph_run(&c, R, 0, without);
-            tmodel_plant_graph_stale_batch(1);
-            graph_run(&c, R, 1, stale);
-            tmodel_plant_graph_stale_batch(0);
-            print_message("%s R=%d: graph captured %ld, replayed %ld micro-batches, %ld failed captures\n",
-                          kind ? "modern" : "gpt2", R, with[0].graph_captures, with[0].graph_replays,
-                          with[0].graph_failures);
-            assert_int_equal(with[0].graph_failures, 0);
-            assert_true(with[0].graph_captures >= 1);
-            assert_true(with[0].graph_replays >= 2 * c.steps - 2);
-            assert_int_equal(without[0].graph_replays, 0);
-            for (int r = 0; r < R; r++) {
-                assert_true(same_run(&with[r], &without[r], c.steps));
-                assert_false(same_run(&stale[r], &without[r], c.steps));
+    const char *plans[] = {"bf16", "fp8"};
+    for (int p = 0; p < 2; p++)
+        for (int kind = 0; kind < TMODEL_COUNT; kind++)
+            for (int R = 1; R <= 3; R += 2) {
+                const int fp8 = p == 1;
+                ttrain_config c;
+                tiny_config(&c, (tmodel_kind)kind, plans[p], seed);
+                c.backend = "cuda";
+                c.accum = 2;
+                ttrain_result with[3], without[3], stale[3], stale_w[3];
+                graph_run(&c, R, 1, with);
+                graph_run(&c, R, 0, without);
+                tmodel_plant_graph_stale_batch(1);
+                graph_run(&c, R, 1, stale);
+                tmodel_plant_graph_stale_batch(0);
+                if (fp8) {
+                    tbackend_cuda_plant_stale_graph_weights(1);
+                    graph_run(&c, R, 1, stale_w);
+                    tbackend_cuda_plant_stale_graph_weights(0);
+                }
+                print_message("%s %s R=%d: graph captured %ld, replayed %ld micro-batches, %ld failed captures\n",
+                              plans[p], kind ? "modern" : "gpt2", R, with[0].graph_captures, with[0].graph_replays,
+                              with[0].graph_failures);
+                assert_int_equal(with[0].graph_failures, 0);
+                assert_true(with[0].graph_captures >= 1);
+                assert_true(with[0].graph_replays >= 2 * c.steps - 2);
+                assert_int_equal(without[0].graph_replays, 0);
+                for (int r = 0; r < R; r++) {
+                    assert_true(same_run(&with[r], &without[r], c.steps));
+                    assert_false(same_run(&stale[r], &without[r], c.steps));
+                    if (fp8) assert_false(same_run(&stale_w[r], &without[r], c.steps));
+                }
+                free_runs(with, R), free_runs(without, R), free_runs(stale, R);
+                if (fp8) free_runs(stale_w, R);
             }
-            for (int r = 0; r < R; r++)
-                ttrain_result_free(&with[r]), ttrain_result_free(&without[r]), ttrain_result_free(&stale[r]);
-        }
-    /* fp8 plans run without a graph */
+    /* fp8 under delayed scaling runs without a graph */
     ttrain_config c;
     tiny_config(&c, TMODEL_GPT2, "fp8", seed);
+    tiny_set(&c, "fp8_scaling=fp32:delayed");
     c.backend = "cuda";
     ttrain_result f;
     graph_run(&c, 1, 1, &f);

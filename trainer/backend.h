@@ -273,6 +273,10 @@ void tbackend_plant_stale_weights(int on);
  * writes that should drop them (the fence is ignored).  Never set outside
  * tests. */
 void tbackend_cuda_plant_stale_memo(int on);
+/* The fp8 graph's twin (CUDA backend; on != 0): a replay does not refresh the
+ * weight images, so its GEMMs read the ones of an earlier update.  Never set
+ * outside tests. */
+void tbackend_cuda_plant_stale_graph_weights(int on);
 
 /* fp8_scaling=delayed: one amax history per (GEMM site, operand, replica).
  * The index of the one for site `at`, operand 0 (A) or 1 (B), replica

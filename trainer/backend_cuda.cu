@@ -119,6 +119,7 @@ struct cuda_impl {
 
 struct fp8_image {
     const void *w;               // the weight (one replica's slice) it was made from
+    ktensor src;                 // that weight as the GEMM got it (a graph replay requantises from it)
     int64_t N, K;
     int b_trans;
     prec_format x_format;
@@ -498,6 +499,16 @@ static int cuda_fp8_histories_restore(tbackend *be)
     return 0;
 }
 
+static float *fp8_image_scale(const fp8_image *e) { return (float *)((char *)e->buf + fp8_scale_offset(e->N * e->K)); }
+
+// The image from B, the weight's values in e->x_format: B [K,N] (b_trans = 0:
+// transposed while quantising) or [N,K], into [N,K].
+static int fp8_image_make(fp8_image *e, const void *B)
+{
+    return kfp8_quantize_tensor(B, e->x_format, e->b_trans ? e->N : e->K, e->b_trans ? e->K : e->N, !e->b_trans,
+                                PREC_E4M3, e->buf, fp8_image_scale(e));
+}
+
 // Current scaling with B a weight (forward and dgrad GEMMs; never wgrad): B
 // given from its cached e4m3 image, quantised here (the kernels' own
 // quantiser, so the same bytes and scale as a per-call quantisation) when
@@ -532,18 +543,34 @@ static int fp8_cached_weight(tbackend *be, const tsite *at, const ktensor *b, co
         be->bytes_in_use += bytes;
         if (be->bytes_in_use > be->peak_bytes) be->peak_bytes = be->bytes_in_use;
         e->w = b->data, e->N = N, e->K = K, e->b_trans = b_trans, e->x_format = x_format;
+        e->src = *b;
         e->version = be->weights_version - 1; // not made yet
     }
-    float *scale = (float *)((char *)e->buf + fp8_scale_offset(N * K));
     if (e->version != be->weights_version) {
-        // B [K,N] (b_trans = 0: transposed while quantising) or [N,K] into [N,K]
-        if (kfp8_quantize_tensor(B->data, x_format, b_trans ? N : K, b_trans ? K : N, !b_trans, PREC_E4M3, e->buf,
-                                 scale))
-            return kfail(be, at, "fp8 weight cache");
+        if (fp8_image_make(e, B->data)) return kfail(be, at, "fp8 weight cache");
         e->version = be->weights_version;
     }
     op->q = e->buf;
-    op->scale = scale;
+    op->scale = fp8_image_scale(e);
+    return 0;
+}
+
+// A CUDA graph replays its GEMMs without this backend's host logic, so the
+// weight images they read are brought up to date eagerly before each replay
+// (and before a capture, which then records no weight quantisation): every
+// image whose weight changed since it was made and is still a weight.
+static int fp8_weights_refresh(tbackend *be)
+{
+    cuda_impl *im = impl_of(be);
+    for (int i = 0; i < im->n_images; i++) {
+        fp8_image *e = &im->images[i];
+        const size_t bytes = (size_t)ktensor_numel(&e->src) * kformat_bytes(e->src.format);
+        if (e->version == be->weights_version || !tbackend_is_weight(be, e->w, bytes)) continue;
+        ktensor B;
+        if (as_format(be, 1, &e->src, e->x_format, &B)) return -1;
+        if (fp8_image_make(e, B.data)) return tbackend_fail(be, "fp8 weight cache: %s", kernels_last_error());
+        e->version = be->weights_version;
+    }
     return 0;
 }
 
@@ -566,6 +593,8 @@ static int fp8_cached_weight(tbackend *be, const tsite *at, const ktensor *b, co
 // replica loops interleave their calls (no entry would be hit).
 
 static int stale_memo_planted;
+static int stale_graph_weights_planted;
+extern "C" void tbackend_cuda_plant_stale_graph_weights(int on) { stale_graph_weights_planted = on != 0; }
 extern "C" void tbackend_cuda_plant_stale_memo(int on) { stale_memo_planted = on != 0; }
 
 // No op but GEMMs since the entry was made (the planted twin: always).
@@ -1773,21 +1802,46 @@ static int cuda_batch_replicas(tbackend *be)
 // for the batch upload before it on the legacy stream, and the loss
 // download after it waits for the replay).
 
+// fp8 (current scaling) in a graph: the weight images are refreshed eagerly
+// before the capture and before each replay (fp8_weights_refresh), and the
+// quantisers' amax words are rewound at both ends of the capture
+// (kfp8_amax_rewind), so each replay finds them as the capture did.
+// fp8_scaling=delayed keeps host-side history counts: the trainer runs it
+// without graphs.
 static int cuda_graph_begin(tbackend *be)
 {
     cuda_impl *im = impl_of(be);
+    if (fp8_weights_refresh(be)) return -1;
     if (!im->graph_stream && kstream_create(&im->graph_stream, 0)) return tbackend_fail(be, "%s", kernels_last_error());
     if (kgraph_capture_begin(im->graph_stream)) return tbackend_fail(be, "%s", kernels_last_error());
     kernels_set_stream(im->graph_stream);
+    if (kfp8_amax_rewind()) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", kernels_last_error());
+        kernels_set_stream(nullptr);
+        kgraph *g = nullptr;
+        kgraph_capture_end(im->graph_stream, &g);
+        kgraph_destroy(g);
+        return tbackend_fail(be, "%s", why);
+    }
     return 0;
 }
 
 static int cuda_graph_end(tbackend *be)
 {
     cuda_impl *im = impl_of(be);
+    int rewound = kfp8_amax_rewind() == 0;
     kernels_set_stream(nullptr);
     kgraph *g = nullptr;
-    if (kgraph_capture_end(im->graph_stream, &g)) return tbackend_fail(be, "%s", kernels_last_error());
+    int rc = kgraph_capture_end(im->graph_stream, &g) || !rewound;
+    // the capture ran nothing: the amax words are as before it, the parity not
+    if (kfp8_amax_rewind()) rc = 1;
+    if (rc) {
+        kgraph_destroy(g);
+        // a weight image made during a capture that failed was marked current but never computed
+        for (int i = 0; i < im->n_images; i++) im->images[i].version = be->weights_version - 1;
+        return tbackend_fail(be, "%s", kernels_last_error());
+    }
     kgraph_destroy(im->graph);
     im->graph = g;
     im->graph_frees = kernels_free_count();
@@ -1804,6 +1858,7 @@ static int cuda_graph_replay(tbackend *be)
 {
     cuda_impl *im = impl_of(be);
     if (!cuda_graph_valid(be)) return tbackend_fail(be, "CUDA graph: none, or memory it uses was freed since its capture");
+    if (!stale_graph_weights_planted && fp8_weights_refresh(be)) return -1;
     return kgraph_launch(im->graph, im->graph_stream) ? tbackend_fail(be, "%s", kernels_last_error()) : 0;
 }
 

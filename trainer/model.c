@@ -1122,8 +1122,11 @@ static int graph_micro(tmodel *m, const double *dloss, int *ran)
     *ran = 0;
     if (!m->graph_on || !dloss || !be->graph_replay || m->graph_broken) return 0;
     if (!m->graph_ready || !be->graph_valid(be) || memcmp(m->graph_dloss, dloss, dl)) {
-        if (!m->graph_warm) { /* this one eagerly: it makes the workspaces and GEMM plans */
-            m->graph_warm = 1;
+        if (m->graph_warm < 2) { /* the first two eagerly: they make the workspaces and GEMM plans, and
+                                  * the fp8 memo learns at the first which gradients its wgrads read
+                                  * transposed and sizes their two-layout images at the second (a
+                                  * buffer grown inside a capture would fail it) */
+            m->graph_warm++;
             return 0;
         }
         m->graph_ready = 0;

@@ -169,14 +169,18 @@ int tgroup_switch_plan(tgroup *g, long s)
 /* ---- the step ------------------------------------------------------------------------------------ */
 
 /* CUDA graphs of the micro-batch (tmodel_set_graph) where the plan allows:
- * not with fp8 GEMMs (their scales' histories and the weight cache keep
- * host-side state a replay would not see) nor under another GPU's matrix-unit
- * model; ULPSCOPE_CUDA_GRAPH=0 turns them off (the same bits). */
+ * not with fp8 GEMMs under delayed scaling (the amax histories' call counts
+ * are host-side state a replay would not advance) nor under another GPU's
+ * matrix-unit model; ULPSCOPE_CUDA_GRAPH=0 turns them off (the same bits).
+ * fp8 under current scaling runs in graphs: the CUDA backend refreshes its
+ * weight images before each replay and rewinds the quantisers' amax words
+ * around each capture. */
 static int graph_plan(const tplan *p)
 {
     const char *env = getenv("ULPSCOPE_CUDA_GRAPH");
     if (env && strcmp(env, "0") == 0) return 0;
     if (p->gpu_model != TGPU_NATIVE) return 0;
+    if (p->slot[TSLOT_FP8_SCALING].variant == TFP8_SCALING_CURRENT) return 1;
     for (int s = 0; s < TSLOT_COUNT; s++)
         if (p->used[s] && p->slot[s].path == KPATH_FP8) return 0;
     for (int i = 0; i < p->n_layer_choices; i++)
