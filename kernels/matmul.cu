@@ -1815,12 +1815,19 @@ extern "C" int kmatmul_quantized_batched(kmatmul_accum accum, int variant, const
     // spreads them.  A single call keeps its one contiguous scale.
     const int64_t spread = (!block && R > 1) ? 256 / (int64_t)sizeof(float) : 0;
     const int64_t sa_stride = block ? x->M * G : spread ? spread : 1, sb_stride = block ? nb * G : spread ? spread : 1;
+    // Scale floats: block-scaled, R tile grids; per tensor, the spread area
+    // (R * spread) and after it the R contiguous scales the quantiser writes.
+    // (Sized as block-scaled grids before, the per-tensor area ran past the
+    // end for small operands at R = 16: the 1-minute recipe's replicas then
+    // differed from their single runs.)
+    const int64_t sa_floats = block ? (R - 1) * sa_stride + x->M * G : R * spread + R;
+    const int64_t sb_floats = block ? (R - 1) * sb_stride + nb * G : R * spread + R;
     void *qa = nullptr, *qb = nullptr, *sa = nullptr, *sb = nullptr;
     if (ws_get(ctx, WS_QA, (size_t)((R - 1) * qa_stride + x->M * x->K), &qa) ||
         ws_get(ctx, WS_QB, (size_t)((R - 1) * qb_stride + x->N * x->K), &qb))
         return -1;
-    if (ws_get(ctx, WS_SA, (size_t)((R - 1) * sa_stride + x->M * G + R) * sizeof(float), &sa) ||
-        ws_get(ctx, WS_SB, (size_t)((R - 1) * sb_stride + nb * G + R) * sizeof(float), &sb))
+    if (ws_get(ctx, WS_SA, (size_t)sa_floats * sizeof(float), &sa) ||
+        ws_get(ctx, WS_SB, (size_t)sb_floats * sizeof(float), &sb))
         return -1;
     if (block) {
         if (kfp8_quantize_blocks_batched(R, x->a, b->stride_a, x_format, x->M, x->K, x->a_trans, 1, a_fp8, qa,

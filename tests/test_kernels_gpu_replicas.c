@@ -492,6 +492,38 @@ static void test_matmul_replicas(void **state)
     assert_true(st.kernel > 0);
 }
 
+/* kmatmul_quantized_batched at the trainer's replica counts: the 1-minute
+ * recipe's GEMM shapes (width 256, 8192 tokens, 16 replicas) in the forward
+ * and wgrad orientations, per tensor and block-scaled; every replica must have
+ * its single call's bytes.  Its per-tensor scales once overran their
+ * workspace at R = 16 (sized for block-scaled grids), and the replicas of a
+ * 1-minute-recipe run differed from their single runs. */
+static void test_matmul_quantized_many_replicas(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    if (device_cc() < 89) {
+        print_message("skipping: fp8 needs compute capability 8.9\n");
+        return;
+    }
+    prec_rng rng;
+    prec_rng_seed(&rng, test_seed("matmul quantized many replicas"));
+    const int64_t shapes[3][3] = {{8192, 256, 256}, {8192, 1024, 256}, {256, 1024, 8192}}; /* M, N, K */
+    const int accs[2] = {KMATMUL_ACC_DEFAULT, KMATMUL_ACC_BLOCK_SCALED};
+    for (int a = 0; a < 2; a++)
+        for (int sh = 0; sh < 3; sh++) {
+            const int wgrad = sh == 2;
+            if (!kmatmul_supports(KPATH_FP8, (kmatmul_accum)accs[a], KMATMUL_FUSED, NULL, 0)) continue;
+            mm_case q = {KPATH_FP8, (kmatmul_accum)accs[a], KMATMUL_FUSED, shapes[sh][0], shapes[sh][1],
+                         shapes[sh][2], wgrad, !wgrad, 0, 0, wgrad ? 2 : 0, 0,
+                         wgrad ? PREC_E5M2 : PREC_E4M3, PREC_E4M3, 1};
+            arr s[MM_ARRS];
+            char label[200];
+            mm_spec(&q, s, label, sizeof label);
+            assert_int_equal(replicas_differ(label, mm_call, &q, s, MM_ARRS, 16, &rng, TWIN_NONE), 0);
+        }
+}
+
 /* Replica arguments that cannot work are refused with a message before any
  * device work, so this runs without a GPU too (the pointers are never
  * touched). */
@@ -1364,6 +1396,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_replicas),
         cmocka_unit_test(test_matmul_checked_algorithm),
+        cmocka_unit_test(test_matmul_quantized_many_replicas),
         cmocka_unit_test(test_replica_arguments_refused),
         cmocka_unit_test(test_norm_replicas),
         cmocka_unit_test(test_embedding_replicas),

@@ -92,9 +92,10 @@ static void check_plans(const char *backend, int width, int seq)
     }
 }
 
-/* Variants each take their own road through the engine (fp8 runs per
- * replica, the emulated matrix units through their own batched calls, the
- * others batched or folded): replica s
+/* Variants each take their own road through the engine (fp8 quantises
+ * every replica in one launch a pass and runs a GEMM per replica, the
+ * emulated matrix units go through their own batched calls, the others
+ * batched or folded): replica s
  * must equal the single run with seed s under each.  cpu_too: the CPU backend
  * models the variants too. */
 static const struct {
@@ -109,6 +110,9 @@ static const struct {
     {TMODEL_MODERN, "bf16", "optimizer.muon=bf16:tall_fused,activation=bf16:store_grad,attention=bf16:naive", 1},
     {TMODEL_GPT2, "bf16", "lm_head=fp8,mlp.up=fp8", 1},
     {TMODEL_GPT2, "bf16", "lm_head=fp8:fast,mlp.up=fp8:fast", 0},
+    {TMODEL_GPT2, "fp8", "fp8_scaling=fp32:current", 0},
+    {TMODEL_MODERN, "fp8", "fp8_scaling=fp32:current", 0},
+    {TMODEL_GPT2, "bf16", "mlp.up=fp8:blockwise,lm_head=fp8:blockwise", 0},
     {TMODEL_MODERN, "bf16", "attention=bf16:flash_mma,norm.*=bf16:warp_tree", 0},
     {TMODEL_GPT2, "fp16", "attention=fp16:flash_mma_exp2", 0},
     {TMODEL_GPT2, "bf16", "cross_entropy=bf16:chunk_128", 1},  /* the fused head: a call per replica */
@@ -301,6 +305,8 @@ static void test_replicas_equal_singles_cuda(void **state)
                   (long long)stats.strided, (long long)stats.loop_fallback, (long long)stats.loop_fp8,
                   (long long)mma_calls);
     assert_true(stats.strided > 0);
+    assert_true(stats.loop_fp8 > 0); /* the fp8 plans' replicas went through kmatmul_quantized_batched */
+    assert_true(stats.kernel > 0);   /* and the block-scaled one through its replica grid */
     assert_true(mma_calls > 0);
 }
 

@@ -1379,6 +1379,47 @@ static int batched_matmul_mma(tbackend *be, const tsite *at, ktensor *y, const k
     return 0;
 }
 
+// fp8 (current scaling, per tensor or block-scaled): every replica's operands
+// quantised by one launch per pass (kmatmul_quantized_batched; each replica's
+// scales from its own amax, so the bytes of its single call), then one GEMM
+// per replica, as the single calls run it.  The loop (a quantisation per
+// replica and operand, the weights from the cache) where the operands are
+// not both replicated in the quantiser's input format, under delayed scaling
+// (one history per replica), or for outputs cuda_matmul would refuse.
+static int batched_matmul_fp8(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans,
+                              const ktensor *b, int b_trans, int accumulate, int y_fp32)
+{
+    tbackend *loop = impl_of(be)->loop;
+    const prec_format x = a->format == PREC_FP32 && b->format == PREC_FP32 ? PREC_FP32 : PREC_BF16;
+    int64_t M = a_trans ? a->shape[1] : a->shape[0], K = a_trans ? a->shape[0] : a->shape[1];
+    int64_t N = b_trans ? b->shape[0] : b->shape[1];
+    if (!(at->op == TOP_MATMUL || at->op == TOP_MATMUL_FAST || at->op == TOP_MATMUL_BLOCK_FP8) ||
+        tbackend_fp8_delayed(be, at) || !in_format(a, x) || !in_format(b, x) ||
+        (y->format != tpath_storage(KPATH_FP8) && !y_fp32) || !a->replica_stride || !b->replica_stride ||
+        y->shape[0] != M || y->shape[1] != N)
+        return loop->matmul(be, at, y, a, a_trans, b, b_trans, accumulate);
+    kmatmul_args args;
+    memset(&args, 0, sizeof args);
+    args.M = M, args.N = N, args.K = K;
+    args.a_trans = a_trans, args.b_trans = b_trans;
+    args.a = a->data, args.b = b->data;
+    args.y = y->data;
+    args.c = accumulate ? y->data : nullptr;
+    args.alpha = 1.0f;
+    args.beta = accumulate ? 1.0f : 0.0f;
+    args.y_fp32 = y_fp32;
+    kmatmul_batch batch;
+    memset(&batch, 0, sizeof batch);
+    batch.count = be->replicas;
+    batch.stride_a = a->replica_stride, batch.stride_b = b->replica_stride;
+    batch.stride_y = y->replica_stride;
+    batch.stride_c = accumulate ? y->replica_stride : 0;
+    prec_format a_fp8 = tpath_operand(KPATH_FP8, tslot_is_gradient_gemm(at->slot));
+    if (kmatmul_quantized_batched(accum_of(at->op), matmul_variant(at), &args, &batch, x, a_fp8, PREC_E4M3))
+        return kfail(be, at, "fp8 matmul (replicas)");
+    return 0;
+}
+
 static int batched_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
                           int b_trans, int accumulate)
 {
@@ -1388,10 +1429,10 @@ static int batched_matmul(tbackend *be, const tsite *at, ktensor *y, const ktens
     prec_format f = tpath_storage(path);
     int y_fp32 = y->format == PREC_FP32 && (path == KPATH_BF16 || path == KPATH_FP16);
     if (at->op == TOP_MATMUL_MMA) return batched_matmul_mma(be, at, y, a, a_trans, b, b_trans, accumulate, y_fp32);
-    // fp8 quantises each replica's operands with its own scales: the loop.
+    if (path == KPATH_FP8) return batched_matmul_fp8(be, at, y, a, a_trans, b, b_trans, accumulate, y_fp32);
     // Only the ops kmatmul_batched implements may reach it.
-    if (!(at->op == TOP_MATMUL || at->op == TOP_MATMUL_FAST || at->op == TOP_MATMUL_BLOCK_FP8) || path == KPATH_FP8 || !in_format(a, f) || !in_format(b, f) || (y->format != f && !y_fp32) ||
-        !a->replica_stride || !b->replica_stride)
+    if (!(at->op == TOP_MATMUL || at->op == TOP_MATMUL_FAST) || !in_format(a, f) || !in_format(b, f) ||
+        (y->format != f && !y_fp32) || !a->replica_stride || !b->replica_stride)
         return loop->matmul(be, at, y, a, a_trans, b, b_trans, accumulate);
     int64_t M = a_trans ? a->shape[1] : a->shape[0], K = a_trans ? a->shape[0] : a->shape[1];
     int64_t N = b_trans ? b->shape[0] : b->shape[1];
