@@ -117,8 +117,9 @@ void tmodel_set_observer(tmodel *m, tobserve_fn fn, void *ctx);
 int tmodel_step_micro(tmodel *m, const int32_t *tokens, const int32_t *targets, const double *dloss, double *loss);
 /* CUDA graphs of the training micro-batch (the backend's graph_* hooks):
  * with on = 1, tmodel_step_micro records its forward and backward as a graph
- * on the second training micro-batch it runs (the first grows every
- * workspace and makes every GEMM plan) and replays it on the ones after,
+ * on the third training micro-batch it runs (the first two grow every
+ * workspace, make every GEMM plan and size the fp8 memo's images) and
+ * replays it on the ones after,
  * while dloss is the recorded one and no memory the graph uses was freed;
  * else it captures again.  The caller turns it off where something observes
  * the slots (profile, hooks, the NaN audit): a replay runs none of the
