@@ -932,6 +932,22 @@ __device__ float quantizer_scale(const qscale &sc, int z, bool leader, bool firs
     return s_shared;
 }
 
+// The element arithmetic of every per-tensor quantiser, on one 16-byte load
+// of x (16 / sizeof(T) elements): b[j] = sat(x_j / s), and the running |x| max
+// m updated (returned).
+template <class T>
+__device__ __forceinline__ float quantize_16_bytes(const uint4 &raw, float s, int e5m2, uint8_t *b, float m)
+{
+    const T *e = (const T *)&raw;
+#pragma unroll
+    for (int j = 0; j < 16 / (int)sizeof(T); j++) {
+        float v = kto_float(e[j]);
+        m = fmaxf(m, fabsf(v));
+        b[j] = to_fp8(v / s, e5m2);
+    }
+    return m;
+}
+
 // q = sat(x / scale), x [rows, cols]; q [rows, cols] or transposed [cols, rows]
 // through a 32x32 shared tile so both sides stay coalesced.  Block (32, 8):
 // each row of threads is one warp (the amax record reduces over it).
@@ -998,16 +1014,10 @@ __global__ void quantize_tile_kernel(const T *x, int64_t x_stride, int64_t rows,
     float m = 0.0f;
     for (int u = threadIdx.x; u < QT_TILE * VPR; u += blockDim.x) {
         const int row = u / VPR, cv = (u % VPR) * V;
-        uint4 raw = *(const uint4 *)(x + (r0 + row) * cols + c0 + cv);
-        const T *e = (const T *)&raw;
         uint8_t b[V];
+        m = quantize_16_bytes<T>(*(const uint4 *)(x + (r0 + row) * cols + c0 + cv), s, e5m2, b, m);
 #pragma unroll
-        for (int j = 0; j < V; j++) {
-            float v = kto_float(e[j]);
-            m = fmaxf(m, fabsf(v));
-            b[j] = to_fp8(v / s, e5m2);
-            tile[row][cv + j] = b[j];
-        }
+        for (int j = 0; j < V; j++) tile[row][cv + j] = b[j];
         if (qf) {
             uint8_t *dst = qf + (r0 + row) * cols + c0 + cv;
             if (V == 8) *(uint2 *)dst = *(const uint2 *)b;
@@ -1103,15 +1113,8 @@ __global__ void quantize_flat_kernel(const T *x, int64_t x_stride, int64_t n, qs
     const int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, threads = (int64_t)gridDim.x * blockDim.x;
     const int64_t nv = n / V;
     for (int64_t i = tid; i < nv; i += threads) {
-        uint4 u = ((const uint4 *)x)[i];
-        const T *e = (const T *)&u;
         uint8_t b[V];
-#pragma unroll
-        for (int j = 0; j < V; j++) {
-            float v = kto_float(e[j]);
-            m = fmaxf(m, fabsf(v));
-            b[j] = to_fp8(v / s, e5m2);
-        }
+        m = quantize_16_bytes<T>(((const uint4 *)x)[i], s, e5m2, b, m);
         if (V == 8) ((uint2 *)q)[i] = *(const uint2 *)b;
         else ((uint32_t *)q)[i] = *(const uint32_t *)b;
     }

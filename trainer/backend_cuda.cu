@@ -555,21 +555,46 @@ static int fp8_cached_weight(tbackend *be, const tsite *at, const ktensor *b, co
     return 0;
 }
 
+// The stale image of the same weight in the other layout (a forward GEMM
+// reads W [N,K] as it is, its dgrad as W^T), or NULL.
+static fp8_image *fp8_image_twin(cuda_impl *im, const fp8_image *e, uint64_t version)
+{
+    for (int i = 0; i < im->n_images; i++) {
+        fp8_image *t = &im->images[i];
+        if (t != e && t->w == e->w && t->b_trans != e->b_trans && t->N == e->K && t->K == e->N &&
+            t->x_format == e->x_format && t->src.format == e->src.format && t->version != version)
+            return t;
+    }
+    return nullptr;
+}
+
 // A CUDA graph replays its GEMMs without this backend's host logic, so the
 // weight images they read are brought up to date eagerly before each replay
 // (and before a capture, which then records no weight quantisation): every
-// image whose weight changed since it was made and is still a weight.
+// image whose weight changed since it was made and is still a weight.  A
+// weight with both layouts cached is quantised into both in one pass (one
+// amax and, for sides that are multiples of 64, one read of W): the bytes and
+// scale of the two single passes.
 static int fp8_weights_refresh(tbackend *be)
 {
     cuda_impl *im = impl_of(be);
+    const uint64_t now = be->weights_version;
     for (int i = 0; i < im->n_images; i++) {
         fp8_image *e = &im->images[i];
         const size_t bytes = (size_t)ktensor_numel(&e->src) * kformat_bytes(e->src.format);
-        if (e->version == be->weights_version || !tbackend_is_weight(be, e->w, bytes)) continue;
+        if (e->version == now || !tbackend_is_weight(be, e->w, bytes)) continue;
         ktensor B;
         if (as_format(be, 1, &e->src, e->x_format, &B)) return -1;
-        if (fp8_image_make(e, B.data)) return tbackend_fail(be, "fp8 weight cache: %s", kernels_last_error());
-        e->version = be->weights_version;
+        // the untransposed image is the one with b_trans: W [N,K] read as [N,K]
+        fp8_image *twin = fp8_image_twin(im, e, now);
+        fp8_image *flat = twin && e->b_trans ? e : twin, *t = twin && e->b_trans ? twin : e;
+        int rc = twin ? kfp8_quantize_tensor_dual(B.data, e->x_format, flat->N, flat->K, PREC_E4M3, flat->buf, t->buf,
+                                                  fp8_image_scale(flat)) ||
+                            kdevice_copy(fp8_image_scale(t), fp8_image_scale(flat), sizeof(float), "fp8 weight scale")
+                      : fp8_image_make(e, B.data);
+        if (rc) return tbackend_fail(be, "fp8 weight cache: %s", kernels_last_error());
+        e->version = now;
+        if (twin) twin->version = now;
     }
     return 0;
 }
