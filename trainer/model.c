@@ -749,7 +749,9 @@ static int sizer_zero(tbackend *be, ktensor *t) { return 0; }
 /* The fp8 weight cache of a backend that keeps one (tbackend.fp8_weight_cache):
  * an e4m3 image [N,K] and a scale (256-byte aligned) per replica for every
  * weight operand of a forward or dgrad GEMM on the fp8 path with per-tensor
- * current scaling, which is when it caches. */
+ * current scaling, which is when it caches.  An upper bound for replicas: the
+ * CUDA backend's batched fp8 GEMMs quantise their weights per call and cache
+ * only where they fall back to the replica loop. */
 static size_t fp8_cache_bytes(const tmodel *m)
 {
     const tbackend *be = m->be;
