@@ -19,7 +19,7 @@ typedef struct {
     const char *bad, *bad_plan, *seed_schedule, *plant, *group_by;
     double margin;
     uint64_t first_seed;
-    int ddmax, windows;
+    int ddmax, windows, refine;
     long max_judgements;
 } bisect_options;
 
@@ -40,8 +40,10 @@ static const copt bisect_opts[] = {
      NULL, 0},
     {"--group-by", COPT_STRING, F(group_by), 0, 0, "bisect", "unit|layer|slot|role",
      "(unit) search over coarser groups: each layer's units, each GEMM's roles in every layer, or the forward, dgrad "
-     "and wgrad GEMMs each together; then bisect inside a culprit with --bad",
+     "and wgrad GEMMs each together; then bisect inside a culprit with --refine (or --bad)",
      NULL, 0},
+    {"--refine", COPT_FLAG, F(refine), 0, 0, "bisect", "",
+     "with --group-by layer|slot|role: then search each culprit group unit by unit (its own runs only)", NULL, 0},
     {"--windows", COPT_INT, F(windows), 2, BISECT_MAX_WINDOWS, "bisect", "W",
      "(off) then each culprit on for one of W equal windows of the steps only: which part of training it matters "
      "in (culprits x W x the largest seed count more runs)",
@@ -116,6 +118,9 @@ int cmd_bisect(int argc, char **argv)
                            s->o.seed_schedule);
     if (!status && s->o.group_by && bisect_grouping_parse(s->o.group_by, &c->group_by))
         status = base_error("bisect", "--group-by %s: unit, layer, slot or role", s->o.group_by);
+    if (!status && s->o.refine && c->group_by == BISECT_GROUP_UNIT)
+        status = base_error("bisect", "--refine searches inside the culprit groups of --group-by layer, slot or role: "
+                                      "give one of those");
     if (!status && s->o.windows > s->t.cfg.steps)
         status = base_error("bisect", "--windows %d: more windows than the run's %ld steps", s->o.windows, s->t.cfg.steps);
     if (!status) status = experiment_setup("bisect", &s->t, &s->o.e, CMP_VARY_BOTH, &c->train, &recipe);
@@ -166,6 +171,7 @@ int cmd_bisect(int argc, char **argv)
         c->first_seed = s->o.first_seed;
         c->ddmax = s->o.ddmax;
         c->windows = s->o.windows;
+        c->refine = s->o.refine;
         c->max_judgements = s->o.max_judgements;
         c->results_dir = s->o.e.results_dir ? s->o.e.results_dir : tmpdir;
         c->recipe_json = recipe;

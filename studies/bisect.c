@@ -269,6 +269,14 @@ void bisect_report_free(bisect_report *rep)
     free(rep->windows);
     rep->windows = NULL;
     rep->n_windows = 0;
+    for (int k = 0; k < rep->n_refined; k++) {
+        if (rep->refined[k].rep) bisect_report_free(rep->refined[k].rep);
+        free(rep->refined[k].rep);
+        free(rep->refined[k].cfg);
+    }
+    free(rep->refined);
+    rep->refined = NULL;
+    rep->n_refined = 0;
 }
 
 /* The culprits, the rest and the ddmax set judged at the largest count; when
@@ -482,6 +490,7 @@ static int run_windows(const bisect_config *c, bisect_report *rep, int k, bisect
 }
 
 static int search(const bisect_config *c, bisect_report *rep, double t0, char *err, size_t errlen);
+static int refine(const bisect_config *c, bisect_report *rep, char *err, size_t errlen);
 
 int bisect_run(const bisect_config *c, bisect_report *rep, char *err, size_t errlen)
 {
@@ -583,7 +592,45 @@ static int search(const bisect_config *c, bisect_report *rep, double t0, char *e
         rep->n_windows = rep->dd.n_culprits;
         for (int k = 0; k < rep->n_windows && !rc; k++) rc = run_windows(c, rep, k, &rep->windows[k], err, errlen);
     }
+    if (!rc && c->refine && c->group_by != BISECT_GROUP_UNIT && rep->dd.n_culprits > 0) rc = refine(c, rep, err, errlen);
     return rc;
+}
+
+/* Each culprit set of more than one unit searched unit by unit: good
+ * against good with the set switched to bad, at the outer search's margin
+ * and through its run cache (the set's own runs are cached already). */
+static int refine(const bisect_config *c, bisect_report *rep, char *err, size_t errlen)
+{
+    const dd_result *d = &rep->dd;
+    rep->refined = calloc((size_t)d->n_culprits, sizeof *rep->refined);
+    if (!rep->refined) return snprintf(err, errlen, "out of memory"), 1;
+    for (int k = 0; k < d->n_culprits; k++) {
+        const int *groups = d->culprit_units + d->culprit_start[k];
+        const int n = d->culprit_len[k];
+        int units = 0;
+        for (int i = 0; i < rep->n_units; i++) units += in_groups(rep->group_of[i], groups, n);
+        if (units < 2) continue;
+        bisect_refinement *r = &rep->refined[rep->n_refined];
+        r->culprit = k;
+        r->n_units = units;
+        r->cfg = malloc(sizeof *r->cfg);
+        r->rep = calloc(1, sizeof *r->rep);
+        rep->n_refined++;
+        if (!r->cfg || !r->rep) return snprintf(err, errlen, "out of memory"), 1;
+        *r->cfg = *c;
+        if (plan_of(c, rep, groups, n, &r->cfg->bad, err, errlen)) return 1;
+        r->cfg->group_by = BISECT_GROUP_UNIT;
+        r->cfg->refine = 0;
+        r->cfg->windows = 0;
+        r->cfg->ddmax = 0;
+        r->cfg->margin = rep->margin;
+        if (c->progress) fprintf(c->progress, "bisect: culprit %d, its %d units one by one\n", k + 1, units);
+        int rc = bisect_run(r->cfg, r->rep, err, errlen);
+        rep->runs_executed += r->rep->runs_executed;
+        rep->runs_cached += r->rep->runs_cached;
+        if (rc) return rc;
+    }
+    return 0;
 }
 
 void bisect_print(FILE *fp, const bisect_config *c, const bisect_report *rep)
@@ -635,9 +682,18 @@ void bisect_print(FILE *fp, const bisect_config *c, const bisect_report *rep)
                 ws->culprit + 1);
         cmp_print_table(fp, &ws->cfg, &ws->rep);
     }
-    fprintf(fp, "bisect: %ld judgements (%ld from the verdict cache), %d runs executed, %d from the run cache, %.1f s%s\n",
-            d->judgements, d->cache_hits, rep->runs_executed, rep->runs_cached, rep->seconds,
-            d->budget_exhausted ? "; stopped at --max-judgements" : "");
+    for (int k = 0; k < rep->n_refined; k++) {
+        const bisect_refinement *r = &rep->refined[k];
+        fprintf(fp, "\nculprit %d, its %d units one by one (good against good with culprit %d switched to bad):\n",
+                r->culprit + 1, r->n_units, r->culprit + 1);
+        bisect_print(fp, r->cfg, r->rep);
+    }
+    long judgements = d->judgements, hits = d->cache_hits;
+    for (int k = 0; k < rep->n_refined; k++)
+        judgements += rep->refined[k].rep->dd.judgements, hits += rep->refined[k].rep->dd.cache_hits;
+    fprintf(fp, "%sbisect: %ld judgements (%ld from the verdict cache), %d runs executed, %d from the run cache, %.1f s%s\n",
+            rep->n_refined ? "\nall of it: " : "", judgements, hits, rep->runs_executed, rep->runs_cached,
+            rep->seconds, d->budget_exhausted ? "; stopped at --max-judgements" : "");
 }
 
 const cmp_arm_report *bisect_confirmed_arm(const bisect_report *rep, const char *name)
@@ -679,11 +735,12 @@ static void write_groups(FILE *fp, const bisect_report *rep, const int *groups, 
     fputc(']', fp);
 }
 
-void bisect_write_records(FILE *fp, const bisect_config *c, const bisect_report *rep)
+/* tag: "" or ,"refines":K for a refined culprit's search */
+static void write_records(FILE *fp, const bisect_config *c, const bisect_report *rep, const char *tag)
 {
     const dd_result *d = &rep->dd;
     for (int k = 0; k < d->n_culprits; k++) {
-        fprintf(fp, "{\"record\":\"culprit\",\"index\":%d,\"confirmed\":%s,\"groups\":", k + 1,
+        fprintf(fp, "{\"record\":\"culprit\"%s,\"index\":%d,\"confirmed\":%s,\"groups\":", tag, k + 1,
                 d->culprit_confirmed[k] ? "true" : "false");
         write_groups(fp, rep, d->culprit_units + d->culprit_start[k], d->culprit_len[k]);
         char name[CMP_NAME_MAX];
@@ -694,8 +751,8 @@ void bisect_write_records(FILE *fp, const bisect_config *c, const bisect_report 
     for (int k = 0; k < rep->n_windows; k++) {
         const bisect_windows *ws = &rep->windows[k];
         for (int w = 0; w < c->windows; w++) {
-            fprintf(fp, "{\"record\":\"window\",\"culprit\":%d,\"window\":%d,\"steps\":[%ld,%ld]", ws->culprit + 1,
-                    w + 1, ws->from[w], ws->to[w]);
+            fprintf(fp, "{\"record\":\"window\"%s,\"culprit\":%d,\"window\":%d,\"steps\":[%ld,%ld]", tag,
+                    ws->culprit + 1, w + 1, ws->from[w], ws->to[w]);
             write_effect(fp, ws->why[0] || w + 1 >= ws->rep.n_arms ? NULL : &ws->rep.arm[w + 1]);
             fprintf(fp, ",\"why\":");
             if (ws->why[0]) base_json_string(fp, ws->why);
@@ -703,8 +760,8 @@ void bisect_write_records(FILE *fp, const bisect_config *c, const bisect_report 
             fprintf(fp, "}\n");
         }
     }
-    fprintf(fp, "{\"record\":\"bisect\",\"units\":%d,\"groups\":%d,\"group_by\":\"%s\",\"margin\":", rep->n_units,
-            rep->n_groups, bisect_grouping_name(c->group_by));
+    fprintf(fp, "{\"record\":\"bisect\"%s,\"units\":%d,\"groups\":%d,\"group_by\":\"%s\",\"margin\":", tag,
+            rep->n_units, rep->n_groups, bisect_grouping_name(c->group_by));
     base_json_double(fp, rep->margin);
     fprintf(fp, ",\"margin_derived\":%s,\"chaos_sd\":", c->margin > 0 ? "false" : "true");
     base_json_double(fp, rep->chaos_sd);
@@ -722,11 +779,22 @@ void bisect_write_records(FILE *fp, const bisect_config *c, const bisect_report 
     fprintf(fp, "},\"clean\":");
     if (c->ddmax) write_groups(fp, rep, d->clean, d->n_clean);
     else fprintf(fp, "null");
-    fprintf(fp, ",\"windows\":%d", c->windows);
+    fprintf(fp, ",\"windows\":%d,\"refined\":%d", c->windows, rep->n_refined);
     fprintf(fp, ",\"judgements\":%ld,\"verdict_cache_hits\":%ld,\"budget_exhausted\":%s,\"runs_executed\":%d,"
                 "\"runs_cached\":%d,\"runs_total\":%d,\"seconds\":",
             d->judgements, d->cache_hits, d->budget_exhausted ? "true" : "false", rep->runs_executed, rep->runs_cached,
             rep->runs_executed + rep->runs_cached);
     base_json_double(fp, rep->seconds);
     fprintf(fp, "}\n");
+}
+
+void bisect_write_records(FILE *fp, const bisect_config *c, const bisect_report *rep)
+{
+    /* the refined searches first, then the outer search's records (its "bisect" record has the totals) */
+    for (int k = 0; k < rep->n_refined; k++) {
+        char tag[32];
+        snprintf(tag, sizeof tag, ",\"refines\":%d", rep->refined[k].culprit + 1);
+        write_records(fp, rep->refined[k].cfg, rep->refined[k].rep, tag);
+    }
+    write_records(fp, c, rep, "");
 }

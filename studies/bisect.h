@@ -29,7 +29,13 @@
  * Holm adjusts over the W arms of a culprit.  Cost: culprits x W x the
  * largest count runs.  A culprit whose units hold training state (the
  * trainer's fixed slots) cannot switch mid-run: its windows are skipped,
- * saying why. */
+ * saying why.
+ *
+ * Refinement (refine, with a grouping coarser than units): each culprit set
+ * of more than one unit is then searched unit by unit, a search of its own
+ * whose bad plan is good with that set switched to bad.  It shares the
+ * margin and the run cache: its sanity runs (good, the null arm, the set
+ * itself) are the outer search's, so only its new configurations run. */
 #ifndef ULPSCOPE_STUDIES_BISECT_H
 #define ULPSCOPE_STUDIES_BISECT_H
 
@@ -89,6 +95,7 @@ typedef struct {
     int ddmax;                  /* also search the largest EQUIVALENT subset */
     bisect_grouping group_by;   /* BISECT_GROUP_UNIT: the finest */
     int windows;                /* 0: none; W in 2..min(steps, BISECT_MAX_WINDOWS): window arms per culprit */
+    int refine;                 /* group_by coarser than UNIT: each culprit set searched again unit by unit */
     long max_judgements;
     const char *results_dir;    /* required: the run cache */
     const char *recipe_json;
@@ -112,7 +119,16 @@ typedef struct {
     int n_switches[BISECT_MAX_WINDOWS];
 } bisect_windows;
 
+/* One culprit set searched unit by unit (refine). */
+struct bisect_report;
 typedef struct {
+    int culprit;                /* index into the culprit sets (0-based) */
+    int n_units;                /* the set's units */
+    bisect_config *cfg;         /* the search inside it: group_by UNIT, bad = good with the set switched */
+    struct bisect_report *rep;
+} bisect_refinement;
+
+typedef struct bisect_report {
     tplan_unit units[BISECT_MAX_UNITS];
     int n_units;
     int group_of[BISECT_MAX_UNITS];  /* unit -> group */
@@ -125,6 +141,8 @@ typedef struct {
     char *confirm_ids[CMP_MAX_ARMS];
     bisect_windows *windows;    /* [n_windows]: one per culprit set when c->windows (malloc'd) */
     int n_windows;
+    bisect_refinement *refined; /* [n_refined]: with refine, one per culprit set of more than one unit */
+    int n_refined;
     int runs_executed, runs_cached;
     double seconds;             /* wall time of bisect_run */
 } bisect_report;
@@ -145,7 +163,11 @@ void bisect_print(FILE *fp, const bisect_config *c, const bisect_report *rep);
  * or the reason none ran), one "bisect" record (units, groups, group_by,
  * margin, noise floor, the rest — the clean complement — with its verdict,
  * bad_effect: the whole bad plan's effect when it did not SHIFT (sanity 2),
- * the ddmax set, windows, judgements, runs executed and cached, seconds). */
+ * the ddmax set, windows, judgements, runs executed and cached, seconds).
+ * With refine, each refined culprit's search comes first as the same
+ * records, each with "refines": the culprit record's index; the outer
+ * search's records follow, its "bisect" record counting them in "refined",
+ * its runs including theirs (its judgements are its own search's). */
 void bisect_write_records(FILE *fp, const bisect_config *c, const bisect_report *rep);
 /* The confirmation arm of set `name` ("culprit1", "rest", "largest-clean",
  * "bad": the whole bad plan where it did not SHIFT),

@@ -701,14 +701,18 @@ static int group_is_keyed(const bisect_report *rep, int g, tplan_unit u, bisect_
 
 /* Ten surrogate searches at 3 layers grouped by `by`, a random culprit unit
  * each: how many confirmed exactly one culprit set, the one group that holds
- * the culprit, with a clean rest. */
-static int group_trials(uint64_t seed, bisect_grouping by, bisect_bug bug, int *n_groups, double *mean_runs)
+ * the culprit, with a clean rest; with refine, and whose search inside that
+ * group (the only one refined) found the culprit unit alone with a clean
+ * rest. */
+static int group_trials(uint64_t seed, bisect_grouping by, int refine, bisect_bug bug, int *n_groups,
+                        double *mean_runs)
 {
     bisect_config *c = malloc(sizeof *c);
     assert_non_null(c);
     char *recipe_json = NULL;
     recipe_at(c, GEMM_UNITS, 3, &recipe_json);
     c->group_by = by;
+    c->refine = refine;
     tplan_unit units[BISECT_MAX_UNITS];
     int n = tplan_diff(&c->good, &c->bad, 3, units, BISECT_MAX_UNITS);
     assert_int_equal(n, 39);
@@ -720,7 +724,7 @@ static int group_trials(uint64_t seed, bisect_grouping by, bisect_bug bug, int *
         surrogate s = {.bad = &c->bad, .n_culprits = 1, .key = prec_rng_next(&rng)};
         s.culprit[0] = units[prec_rng_next(&rng) % (uint64_t)n];
         char dir[160];
-        snprintf(dir, sizeof dir, "%s/group_%d_%d_%d", results_root, (int)by, (int)bug, t);
+        snprintf(dir, sizeof dir, "%s/group_%d_%d_%d_%d", results_root, (int)by, refine, (int)bug, t);
         bisect_report rep;
         surrogate_search(c, &s, dir, 1 + prec_rng_next(&rng) % 1000000000ull, bug, &rep);
         const dd_result *d = &rep.dd;
@@ -733,6 +737,9 @@ static int group_trials(uint64_t seed, bisect_grouping by, bisect_bug bug, int *
         const cmp_arm_report *rest = bisect_confirmed_arm(&rep, "rest");
         int ok = !d->sanity_failed && d->rest_verdict != DD_SHIFT && confirmed == 1 && right == 1 &&
                  (!rest || !is_shift(rest->verdict) || rest->within_margin);
+        if (refine)
+            ok = ok && rep.n_refined == 1 && rep.refined[0].rep->n_groups == rep.refined[0].n_units &&
+                 found(rep.refined[0].rep, &s.culprit[0], 1);
         if (!ok && bug == BISECT_BUG_NONE) {
             char u[96];
             tplan_unit_string(&s.culprit[0], u, sizeof u);
@@ -765,7 +772,7 @@ static void test_surrogate_group_by(void **state)
     for (int i = 0; i < 3; i++) {
         int n_groups = 0;
         double runs;
-        int hits = group_trials(seed + (uint64_t)i, by[i], BISECT_BUG_NONE, &n_groups, &runs);
+        int hits = group_trials(seed + (uint64_t)i, by[i], 0, BISECT_BUG_NONE, &n_groups, &runs);
         print_message("group by %s: %d groups; the culprit's group named alone in %d of 10, %.0f runs per search\n",
                       bisect_grouping_name(by[i]), n_groups, hits, runs);
         assert_int_equal(n_groups, want_groups[i]);
@@ -773,8 +780,28 @@ static void test_surrogate_group_by(void **state)
     }
     int n_groups;
     double runs;
-    int hits = group_trials(seed, BISECT_GROUP_LAYER, BISECT_BUG_IGNORE_NOISE_FLOOR, &n_groups, &runs);
+    int hits = group_trials(seed, BISECT_GROUP_LAYER, 0, BISECT_BUG_IGNORE_NOISE_FLOOR, &n_groups, &runs);
     print_message("twin (noise floor ignored), by layer: the culprit's group named alone in %d of 10\n", hits);
+    assert_true(hits < 9);
+}
+
+/* --refine on the surrogate at 3 layers grouped by slot (5 groups of 6 to 9
+ * units): the culprit's group named alone and then, searched unit by unit,
+ * the culprit unit alone with a clean rest, in >= 9 of 10 trials; the twin
+ * whose oracle ignores the noise floor must not. */
+static void test_surrogate_refine(void **state)
+{
+    (void)state;
+    if (!calib.measured) fail_msg("the surrogate needs the real search's measurements (test_real_training first)");
+    uint64_t seed = test_seed("test_surrogate_refine");
+    int n_groups = 0;
+    double runs;
+    int hits = group_trials(seed, BISECT_GROUP_SLOT, 1, BISECT_BUG_NONE, &n_groups, &runs);
+    print_message("group by slot, refined: the culprit unit named alone in %d of 10, %.0f runs per search (the "
+                  "refinement included)\n", hits, runs);
+    assert_true(hits >= 9);
+    hits = group_trials(seed, BISECT_GROUP_SLOT, 1, BISECT_BUG_IGNORE_NOISE_FLOOR, &n_groups, &runs);
+    print_message("twin (noise floor ignored): the culprit unit named alone in %d of 10\n", hits);
     assert_true(hits < 9);
 }
 
@@ -879,6 +906,7 @@ int main(void)
         cmocka_unit_test(test_surrogate_nine_in_ten),
         cmocka_unit_test(test_surrogate_windows),
         cmocka_unit_test(test_surrogate_group_by),
+        cmocka_unit_test(test_surrogate_refine),
         cmocka_unit_test(test_surrogate_nothing_to_find),
         cmocka_unit_test(test_windows_fixed_slot),
         cmocka_unit_test(test_real_windows),

@@ -305,6 +305,13 @@ static void test_bisect_progress_and_json(void **state)
     assert_non_null(strstr(err, "--group-by layers: unit, layer, slot or role"));
     assert_false(exists("bad2"));
     assert_false(exists("bad2.jsonl"));
+    /* --refine looks inside coarser groups: with units (the default) it has nothing to do */
+    rc = run("bisect " TINY " --bad attn.qkv=bf16:split_k --refine --results bad2 --json bad2.jsonl", out, sizeof out,
+             err, sizeof err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "--refine searches inside the culprit groups of --group-by"));
+    assert_false(exists("bad2"));
+    assert_false(exists("bad2.jsonl"));
 }
 
 static int exists(const char *name)
