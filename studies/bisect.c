@@ -682,15 +682,14 @@ void bisect_print(FILE *fp, const bisect_config *c, const bisect_report *rep)
                 ws->culprit + 1);
         cmp_print_table(fp, &ws->cfg, &ws->rep);
     }
+    long judgements = d->judgements, hits = d->cache_hits;
     for (int k = 0; k < rep->n_refined; k++) {
         const bisect_refinement *r = &rep->refined[k];
         fprintf(fp, "\nculprit %d, its %d units one by one (good against good with culprit %d switched to bad):\n",
                 r->culprit + 1, r->n_units, r->culprit + 1);
         bisect_print(fp, r->cfg, r->rep);
+        judgements += r->rep->dd.judgements, hits += r->rep->dd.cache_hits;
     }
-    long judgements = d->judgements, hits = d->cache_hits;
-    for (int k = 0; k < rep->n_refined; k++)
-        judgements += rep->refined[k].rep->dd.judgements, hits += rep->refined[k].rep->dd.cache_hits;
     fprintf(fp, "%sbisect: %ld judgements (%ld from the verdict cache), %d runs executed, %d from the run cache, %.1f s%s\n",
             rep->n_refined ? "\nall of it: " : "", judgements, hits, rep->runs_executed, rep->runs_cached,
             rep->seconds, d->budget_exhausted ? "; stopped at --max-judgements" : "");

@@ -1404,6 +1404,29 @@ static int batched_matmul_mma(tbackend *be, const tsite *at, ktensor *y, const k
     return 0;
 }
 
+// y (+)= op(a) op(b) for every replica as one batched call's arguments, at
+// the tensors' replica strides (M, N, K from a and b; the caller checks y).
+static void replica_gemm_args(const tbackend *be, const ktensor *y, const ktensor *a, int a_trans, const ktensor *b,
+                              int b_trans, int accumulate, int y_fp32, kmatmul_args *args, kmatmul_batch *batch)
+{
+    memset(args, 0, sizeof *args);
+    args->M = a_trans ? a->shape[1] : a->shape[0];
+    args->K = a_trans ? a->shape[0] : a->shape[1];
+    args->N = b_trans ? b->shape[0] : b->shape[1];
+    args->a_trans = a_trans, args->b_trans = b_trans;
+    args->a = a->data, args->b = b->data;
+    args->y = y->data;
+    args->c = accumulate ? y->data : nullptr;
+    args->alpha = 1.0f;
+    args->beta = accumulate ? 1.0f : 0.0f;
+    args->y_fp32 = y_fp32;
+    memset(batch, 0, sizeof *batch);
+    batch->count = be->replicas;
+    batch->stride_a = a->replica_stride, batch->stride_b = b->replica_stride;
+    batch->stride_y = y->replica_stride;
+    batch->stride_c = accumulate ? y->replica_stride : 0;
+}
+
 // fp8 (current scaling, per tensor or block-scaled): every replica's operands
 // quantised by one launch per pass (kmatmul_quantized_batched; each replica's
 // scales from its own amax, so the bytes of its single call), then one GEMM
@@ -1416,29 +1439,14 @@ static int batched_matmul_fp8(tbackend *be, const tsite *at, ktensor *y, const k
 {
     tbackend *loop = impl_of(be)->loop;
     const prec_format x = a->format == PREC_FP32 && b->format == PREC_FP32 ? PREC_FP32 : PREC_BF16;
-    int64_t M = a_trans ? a->shape[1] : a->shape[0], K = a_trans ? a->shape[0] : a->shape[1];
-    int64_t N = b_trans ? b->shape[0] : b->shape[1];
+    kmatmul_args args;
+    kmatmul_batch batch;
+    replica_gemm_args(be, y, a, a_trans, b, b_trans, accumulate, y_fp32, &args, &batch);
     if (!(at->op == TOP_MATMUL || at->op == TOP_MATMUL_FAST || at->op == TOP_MATMUL_BLOCK_FP8) ||
         tbackend_fp8_delayed(be, at) || !in_format(a, x) || !in_format(b, x) ||
         (y->format != tpath_storage(KPATH_FP8) && !y_fp32) || !a->replica_stride || !b->replica_stride ||
-        y->shape[0] != M || y->shape[1] != N)
+        y->shape[0] != args.M || y->shape[1] != args.N)
         return loop->matmul(be, at, y, a, a_trans, b, b_trans, accumulate);
-    kmatmul_args args;
-    memset(&args, 0, sizeof args);
-    args.M = M, args.N = N, args.K = K;
-    args.a_trans = a_trans, args.b_trans = b_trans;
-    args.a = a->data, args.b = b->data;
-    args.y = y->data;
-    args.c = accumulate ? y->data : nullptr;
-    args.alpha = 1.0f;
-    args.beta = accumulate ? 1.0f : 0.0f;
-    args.y_fp32 = y_fp32;
-    kmatmul_batch batch;
-    memset(&batch, 0, sizeof batch);
-    batch.count = be->replicas;
-    batch.stride_a = a->replica_stride, batch.stride_b = b->replica_stride;
-    batch.stride_y = y->replica_stride;
-    batch.stride_c = accumulate ? y->replica_stride : 0;
     prec_format a_fp8 = tpath_operand(KPATH_FP8, tslot_is_gradient_gemm(at->slot));
     if (kmatmul_quantized_batched(accum_of(at->op), matmul_variant(at), &args, &batch, x, a_fp8, PREC_E4M3))
         return kfail(be, at, "fp8 matmul (replicas)");
@@ -1459,25 +1467,10 @@ static int batched_matmul(tbackend *be, const tsite *at, ktensor *y, const ktens
     if (!(at->op == TOP_MATMUL || at->op == TOP_MATMUL_FAST) || !in_format(a, f) || !in_format(b, f) ||
         (y->format != f && !y_fp32) || !a->replica_stride || !b->replica_stride)
         return loop->matmul(be, at, y, a, a_trans, b, b_trans, accumulate);
-    int64_t M = a_trans ? a->shape[1] : a->shape[0], K = a_trans ? a->shape[0] : a->shape[1];
-    int64_t N = b_trans ? b->shape[0] : b->shape[1];
-    if (y->shape[0] != M || y->shape[1] != N) return one->matmul(be, at, y, a, a_trans, b, b_trans, accumulate);
     kmatmul_args args;
-    memset(&args, 0, sizeof args);
-    args.M = M, args.N = N, args.K = K;
-    args.a_trans = a_trans, args.b_trans = b_trans;
-    args.a = a->data, args.b = b->data;
-    args.y = y->data;
-    args.c = accumulate ? y->data : nullptr;
-    args.alpha = 1.0f;
-    args.beta = accumulate ? 1.0f : 0.0f;
-    args.y_fp32 = y_fp32;
     kmatmul_batch batch;
-    memset(&batch, 0, sizeof batch);
-    batch.count = be->replicas;
-    batch.stride_a = a->replica_stride, batch.stride_b = b->replica_stride;
-    batch.stride_y = y->replica_stride;
-    batch.stride_c = accumulate ? y->replica_stride : 0;
+    replica_gemm_args(be, y, a, a_trans, b, b_trans, accumulate, y_fp32, &args, &batch);
+    if (y->shape[0] != args.M || y->shape[1] != args.N) return one->matmul(be, at, y, a, a_trans, b, b_trans, accumulate);
     if (kmatmul_batched(path, accum_of(at->op), matmul_variant(at), &args, &batch)) return kfail(be, at, "batched matmul");
     return 0;
 }
