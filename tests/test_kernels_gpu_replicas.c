@@ -497,7 +497,9 @@ static void test_matmul_replicas(void **state)
  * and wgrad orientations, per tensor and block-scaled; every replica must have
  * its single call's bytes.  Its per-tensor scales once overran their
  * workspace at R = 16 (sized for block-scaled grids), and the replicas of a
- * 1-minute-recipe run differed from their single runs. */
+ * 1-minute-recipe run differed from their single runs.  Twins at the same
+ * shapes and count: replica 1 reading replica 0's data, and operands shifted
+ * off their replica strides, must each make some replica differ. */
 static void test_matmul_quantized_many_replicas(void **state)
 {
     (void)state;
@@ -521,6 +523,12 @@ static void test_matmul_quantized_many_replicas(void **state)
             char label[200];
             mm_spec(&q, s, label, sizeof label);
             assert_int_equal(replicas_differ(label, mm_call, &q, s, MM_ARRS, 16, &rng, TWIN_NONE), 0);
+            const twin twins[2] = {TWIN_SHARE, TWIN_SHIFT};
+            for (int k = 0; k < 2; k++) {
+                int d = replicas_differ(label, mm_call, &q, s, MM_ARRS, 16, &rng, twins[k]);
+                if (d < 1) print_message("%s: twin %s NOT caught (%d replicas differ)\n", label, twin_names[twins[k]], d);
+                assert_true(d >= 1);
+            }
         }
 }
 
