@@ -405,23 +405,26 @@ static void test_gpu_weight_cache(void **state)
 }
 
 /* The fp8 operand memo: a CUDA run of the fp8 plan (current scaling) with
- * ULPSCOPE_FP8_MEMO on or off, or on with the planted stale memo (entries
- * that outlive the writes that should drop them). */
-static void memo_run(const ttrain_config *c, int memo, int planted, ttrain_result *res)
+ * ULPSCOPE_FP8_MEMO unset (NULL: on), "lean" or "0", or on with the planted
+ * mix-up (an entry served to any tensor of its shape and formats). */
+static void memo_run(const ttrain_config *c, const char *memo, int planted, ttrain_result *res)
 {
-    if (memo) unsetenv("ULPSCOPE_FP8_MEMO");
-    else setenv("ULPSCOPE_FP8_MEMO", "0", 1);
-    tbackend_cuda_plant_stale_memo(planted);
+    if (memo) setenv("ULPSCOPE_FP8_MEMO", memo, 1);
+    else unsetenv("ULPSCOPE_FP8_MEMO");
+    tbackend_cuda_plant_memo_mixup(planted);
     int st = ttrain_run(c, res);
-    tbackend_cuda_plant_stale_memo(0);
+    tbackend_cuda_plant_memo_mixup(0);
     unsetenv("ULPSCOPE_FP8_MEMO");
     if (st) fail_msg("cuda run failed (status %d): %s", st, res->error);
 }
 
-/* The memo changes no bit: on vs off identical over steps with gradient
+/* The memo changes no bit: on, lean and off identical over steps with gradient
  * accumulation and validation, with GEMMs served from it (the forward's k and
- * v, each wgrad's transposed gradient from the second step on); the twin, a
- * memo that outlives writes, must differ. */
+ * v, each wgrad's transposed gradient, and from the second step on each
+ * wgrad's activation, kept transposed since its forward); the twin, a memo
+ * that serves one layer's image to another, must differ.  (A twin blind to
+ * writes would not differ: in these models every image is read before its
+ * tensor is written again; the drops on writes guard other op orders.) */
 static void test_gpu_fp8_memo(void **state)
 {
     (void)state;
@@ -431,21 +434,94 @@ static void test_gpu_fp8_memo(void **state)
         ttrain_config c;
         fp8_config(&c, (tmodel_kind)kind, "current", seed);
         c.backend = "cuda";
-        ttrain_result on, off, stale;
-        memo_run(&c, 1, 0, &on);
-        memo_run(&c, 0, 0, &off);
-        memo_run(&c, 1, 1, &stale);
-        int same = same_runs(&on, &off, 1, c.steps), twin = same_runs(&on, &stale, 1, c.steps);
-        print_message("%s: memo on vs off %s (hash %016llx / %016llx, %ld / %ld GEMMs served from it); planted stale "
-                      "memo %s\n", tmodel_kind_name((tmodel_kind)kind), same ? "identical" : "DIFFER",
-                      (unsigned long long)on.param_hash, (unsigned long long)off.param_hash, on.fp8_memo_hits,
-                      off.fp8_memo_hits, twin ? "IDENTICAL" : "differs");
+        ttrain_result on, lean, off, mixup;
+        memo_run(&c, NULL, 0, &on);
+        memo_run(&c, "lean", 0, &lean);
+        memo_run(&c, "0", 0, &off);
+        memo_run(&c, NULL, 1, &mixup);
+        int same = same_runs(&on, &off, 1, c.steps) && same_runs(&lean, &off, 1, c.steps),
+            twin = same_runs(&on, &mixup, 1, c.steps);
+        print_message("%s: memo on, lean, off %s (hash %016llx / %016llx / %016llx; GEMMs served their first operand "
+                      "%ld / %ld / %ld, their second %ld / %ld / %ld); planted mix-up %s\n",
+                      tmodel_kind_name((tmodel_kind)kind), same ? "identical" : "DIFFER",
+                      (unsigned long long)on.param_hash, (unsigned long long)lean.param_hash,
+                      (unsigned long long)off.param_hash, on.fp8_memo_hits, lean.fp8_memo_hits, off.fp8_memo_hits,
+                      on.fp8_memo_b_hits, lean.fp8_memo_b_hits, off.fp8_memo_b_hits, twin ? "IDENTICAL" : "differs");
         assert_true(same);
-        assert_true(on.fp8_memo_hits > 0);
-        assert_true(off.fp8_memo_hits == 0);
+        assert_true(on.fp8_memo_hits > 0 && on.fp8_memo_b_hits > 0);
+        assert_true(lean.fp8_memo_hits > 0 && lean.fp8_memo_b_hits == 0);
+        assert_true(off.fp8_memo_hits == 0 && off.fp8_memo_b_hits == 0);
         assert_false(twin);
-        ttrain_result_free(&on), ttrain_result_free(&off), ttrain_result_free(&stale);
+        ttrain_result_free(&on), ttrain_result_free(&lean), ttrain_result_free(&off), ttrain_result_free(&mixup);
     }
+}
+
+/* The memo's drops on writes, through the backend's ops: a forward GEMM at
+ * mlp.up@0 reads X, its weight gradient reads X transposed (the memo learns
+ * to keep that image), then again with X rewritten (upload) between the
+ * forward and the weight gradient: the weight gradient must see the new X,
+ * as with the memo off.  Returns 1 when dW's bytes match the memo-off run's.
+ * The twin (blind: writes drop nothing) must serve the old image. */
+enum { WT_M = 256, WT_K = 128, WT_N = 64 };
+static void wt_upload(tbackend *be, ktensor *t, prec_rng *rng, int64_t n)
+{
+    double *v = malloc((size_t)n * sizeof *v);
+    assert_non_null(v);
+    for (int64_t i = 0; i < n; i++) v[i] = prec_rne(prec_rng_normal(rng), PREC_BF16);
+    if (be->upload(be, t, v)) fail_msg("%s", tbackend_error(be));
+    free(v);
+}
+
+static void wt_dw(int memo, int blind, unsigned long long seed, uint16_t *dw)
+{
+    if (memo) unsetenv("ULPSCOPE_FP8_MEMO");
+    else setenv("ULPSCOPE_FP8_MEMO", "0", 1);
+    char why[512], err[1024];
+    tbackend *be = tbackend_cuda_create(why, sizeof why);
+    unsetenv("ULPSCOPE_FP8_MEMO");
+    if (!be) fail_msg("%s", why);
+    tplan p;
+    if (tplan_init(&p, "fp8", TMODEL_GPT2, err, sizeof err) || tplan_set(&p, "fp8_scaling=fp32:current", err, sizeof err))
+        fail_msg("%s", err);
+    if (tbackend_bind_plan(be, &p, 1)) fail_msg("%s", tbackend_error(be));
+    const int64_t sx[2] = {WT_M, WT_K}, sw[2] = {WT_N, WT_K}, sy[2] = {WT_M, WT_N};
+    ktensor x, w, y, dy, dwt;
+    if (be->alloc(be, &x, PREC_BF16, 2, sx) || be->alloc(be, &w, PREC_BF16, 2, sw) ||
+        be->alloc(be, &y, PREC_BF16, 2, sy) || be->alloc(be, &dy, PREC_BF16, 2, sy) ||
+        be->alloc(be, &dwt, PREC_BF16, 2, sw))
+        fail_msg("%s", tbackend_error(be));
+    const tsite *fwd = tbackend_site(be, TSLOT_MLP_UP, 0), *wg = tbackend_site(be, TSLOT_MLP_UP_WGRAD, 0);
+    prec_rng rng;
+    prec_rng_seed(&rng, seed);
+    wt_upload(be, &w, &rng, WT_N * WT_K);
+    wt_upload(be, &dy, &rng, WT_M * WT_N);
+    for (int round = 0; round < 2; round++) {
+        wt_upload(be, &x, &rng, WT_M * WT_K);
+        if (be->matmul(be, fwd, &y, &x, 0, &w, 1, 0)) fail_msg("%s", tbackend_error(be)); /* [M,K][N,K]^T */
+        tbackend_cuda_plant_memo_blind(blind);
+        if (round == 1) wt_upload(be, &x, &rng, WT_M * WT_K);
+        tbackend_cuda_plant_memo_blind(0);
+        if (be->matmul(be, wg, &dwt, &dy, 1, &x, 0, 0)) fail_msg("%s", tbackend_error(be)); /* [N,M][M,K] */
+    }
+    if (be->read_bytes(be, &dwt, dw)) fail_msg("%s", tbackend_error(be));
+    be->release(be, &x), be->release(be, &w), be->release(be, &y), be->release(be, &dy), be->release(be, &dwt);
+    be->destroy(be);
+}
+
+static void test_gpu_fp8_memo_writes(void **state)
+{
+    (void)state;
+    TEST_REQUIRE_GPU();
+    unsigned long long seed = test_seed("test_gpu_fp8_memo_writes");
+    static uint16_t on[WT_N * WT_K], off[WT_N * WT_K], blind[WT_N * WT_K];
+    wt_dw(1, 0, seed, on);
+    wt_dw(0, 0, seed, off);
+    wt_dw(1, 1, seed, blind);
+    int same = memcmp(on, off, sizeof on) == 0, twin = memcmp(blind, off, sizeof off) == 0;
+    print_message("X rewritten between its forward and its weight gradient: memo on vs off %s; planted blind memo %s\n",
+                  same ? "identical" : "DIFFER", twin ? "IDENTICAL" : "differs");
+    assert_true(same);
+    assert_false(twin);
 }
 
 /* CPU and CUDA under delayed scaling agree as test_train's CPU/CUDA agreement
@@ -518,6 +594,7 @@ int main(void)
         cmocka_unit_test(test_weights_version),
         cmocka_unit_test(test_gpu_weight_cache),
         cmocka_unit_test(test_gpu_fp8_memo),
+        cmocka_unit_test(test_gpu_fp8_memo_writes),
         cmocka_unit_test(test_gpu_cpu_agree_delayed),
         cmocka_unit_test(test_gpu_delayed_validation_schedule),
     };

@@ -112,7 +112,9 @@ struct tbackend {
     struct tweight_range { const char *lo, *hi; } *weight_ranges;
     int n_weight_ranges, cap_weight_ranges;
     int fp8_weight_cache;   /* the backend caches quantised fp8 weights (memory estimates count them) */
+    int fp8_memo;           /* its fp8 operand memo: 0 none, 1 lean, 2 keeping forward inputs (estimates count it) */
     int64_t fp8_memo_hits;  /* GEMMs that took their first operand's fp8 image from the CUDA backend's memo */
+    int64_t fp8_memo_b_hits; /* and their second's (a weight gradient's activation, kept from its forward) */
     struct tbackend_guarded {
         int on;
         void (*release)(tbackend *, ktensor *);
@@ -269,10 +271,13 @@ void tbackend_unguard_weights(tbackend *be);
 /* A planted mistake for the weight cache's twin (on != 0): writes never bump
  * weights_version, so cached images go stale.  Never set outside tests. */
 void tbackend_plant_stale_weights(int on);
-/* The fp8 operand memo's twin (CUDA backend; on != 0): entries outlive the
- * writes that should drop them (the fence is ignored).  Never set outside
- * tests. */
-void tbackend_cuda_plant_stale_memo(int on);
+/* The fp8 operand memo's twin (CUDA backend; on != 0): an entry is served to
+ * any tensor of its shape and formats, not only to the one it was made from
+ * (in a training step: another layer's image).  Never set outside tests. */
+void tbackend_cuda_plant_memo_mixup(int on);
+/* Its twin of the drops on writes (on != 0): an op's ktensor outputs do not
+ * drop the entries over them.  Never set outside tests. */
+void tbackend_cuda_plant_memo_blind(int on);
 /* The fp8 graph's twin (CUDA backend; on != 0): a replay does not refresh the
  * weight images, so its GEMMs read the ones of an earlier update.  Never set
  * outside tests. */

@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <unistd.h>
 
 #include "kernels/activations.h"
@@ -103,15 +104,20 @@ struct cuda_impl {
     int64_t saved_n;
     size_t saved_bytes;
     size_t lce_counted;          // klinear_ce's chunk buffers (the kernel's own) as counted in bytes_in_use
-    // fp8 operand memo (current scaling, one replica): the quantised first
-    // operands of the last GEMMs, reused by a GEMM that reads the same
-    // tensor while nothing has written it (the fence)
+    // fp8 operand memo (current scaling, one replica): the quantised
+    // activation and gradient operands of GEMMs, reused by a later GEMM that
+    // reads the same tensor while nothing has written it
     int memo_on;                 // ULPSCOPE_FP8_MEMO=0 turns it off
-    uint64_t fence;              // bumped by every op but matmul (fenced<>), so an entry lives between matmuls only
-    struct fp8_memo *memo;       // FP8_MEMO_ENTRIES of them
-    int memo_next;               // the entry a miss takes when none is invalid
-    unsigned char *memo_wants_t; // per site (memo_site): a later GEMM read its first operand transposed
+    int memo_keeps_inputs;       // ULPSCOPE_FP8_MEMO=lean: no forward input kept for its weight gradient
+    uint64_t fence;              // bumped by the ops that may write memory no ktensor argument names (fenced<>)
+    struct fp8_memo *memo;       // n_memo of them, at most FP8_MEMO_MAX
+    int n_memo;
+    int memo_next;               // the entry a miss evicts when all are valid and there is no room
+    unsigned char *memo_wants_t; // per site (memo_site): a later GEMM read that site's operand transposed
     int64_t n_memo_sites;
+    void *memo_flat;             // the one untransposed image (memo_flat_owner's), memo_flat_cap bytes
+    size_t memo_flat_cap;
+    int memo_flat_owner;         // the entry whose flat image memo_flat holds, or -1
     void *graph_stream;          // the capture's stream (blocking: ordered with the legacy stream the rest uses)
     kgraph *graph;               // the micro-batch's graph
     unsigned long long graph_frees; // kernels_free_count() when it was captured
@@ -130,21 +136,28 @@ struct fp8_image {
 // One memo entry: src [rows, cols] (as the model holds it, in src_format)
 // quantised from its x_format copy to fp8 by current scaling, untransposed
 // (flat), transposed (t) or both, with their one scale; valid while the fence
-// stands at epoch and no GEMM has written over src.  buf: flat image, then the
-// transposed one, then the scale, each at a 256-byte boundary.
+// stands at epoch and no op has written over src.  buf: the transposed image
+// (has_t), then the scale at a 256-byte boundary.  The flat image lives in
+// the memo's one flat buffer while the entry owns it (memo_flat_owner): a
+// flat image is read by the GEMMs right after it was made (the q, k and v
+// GEMMs of one norm output, a dgrad), a transposed one often a whole forward
+// later (a weight gradient), so only the transposed images are kept.
 struct fp8_memo {
     const void *src;
     size_t src_bytes;
     prec_format src_format, x_format, fp8;
     int64_t rows, cols;
-    int has_flat, has_t;
+    int has_t;
+    float *scale;                // in buf
     int64_t site;                // memo_site of the GEMM that made it
     uint64_t epoch;
     int valid;
     void *buf;
     size_t cap;
 };
-static const int FP8_MEMO_ENTRIES = 4;
+// Enough for every weight gradient's activation of a deep model (four a layer)
+// with the gradients in flight; a miss beyond it evicts, round robin.
+static const int FP8_MEMO_MAX = 1024;
 
 // The scale after an image, 256-byte aligned as cuBLASLt wants scale pointers.
 static size_t fp8_scale_offset(int64_t nk) { return ((size_t)nk + 255) / 256 * 256; }
@@ -601,34 +614,45 @@ static int fp8_weights_refresh(tbackend *be)
 
 // ---- the fp8 operand memo ----------------------------------------------------------------------
 //
-// Current scaling quantises a GEMM's first operand on every call: an amax pass
-// and a quantise pass over it.  Two patterns read the same tensor twice with
-// nothing written in between: the forward's q, k and v GEMMs all read the
-// norm's output, and a gradient dY is read by its dgrad as [M,N] and then by
-// its wgrad as [N,M].  The memo keeps those images: the q GEMM's is reused by
-// k and v, and a dgrad whose wgrad asked for its dY transposed (learnt at the
-// first step: the modern lm_head's wgrad reads dY as its second operand, in
-// another format) quantises dY into both layouts in one pass
-// (kfp8_quantize_tensor_dual) for the wgrad that follows.  The bytes and the
-// scale are what the second call would have made itself (same tensor, same
-// quantiser), so the bits of a run do not change (test_train_fp8 compares
-// ULPSCOPE_FP8_MEMO=0).  An entry is valid only while the fence stands: every
-// backend op but matmul bumps it (fenced<> below), and a GEMM whose output
-// overlaps an entry's source drops that entry.  One replica only: the
-// replica loops interleave their calls (no entry would be hit).
+// Current scaling quantises a GEMM's activation or gradient operand on every
+// call: an amax pass and a quantise pass over it.  Three patterns read the
+// same tensor again with nothing written over it in between: the forward's q,
+// k and v GEMMs all read the norm's output; a gradient dY is read by its
+// dgrad as [M,N] and then by its wgrad as [N,M]; and a forward GEMM's input X
+// is read again, transposed, by its weight gradient in the backward.  The
+// memo keeps those images: the q GEMM's is reused by k and v, and a GEMM
+// whose operand a later GEMM asked for transposed (learnt at the first step)
+// quantises it into both layouts in one pass (kfp8_quantize_tensor_dual) and
+// keeps the transposed image for that reader.  The bytes and the scale are
+// what the second call would have made itself (same tensor, same quantiser),
+// so the bits of a run do not change (test_train_fp8 compares
+// ULPSCOPE_FP8_MEMO=0).  The forward inputs kept for the weight gradients
+// cost memory (on gpt2 d12 at batch 8, about 44 MB a layer: four [8192, C or
+// 4C] images of a byte an element) for a step about 1 ms shorter
+// (docs/results-experiments.md); ULPSCOPE_FP8_MEMO=lean keeps only the
+// images read by the next GEMMs (q's by k and v, a dgrad's dY by its wgrad).
+//
+// An entry is valid while its source is unwritten: every op of the backend is
+// wrapped (fenced<> below) so that each ktensor it may write (its non-const
+// ktensor arguments) drops the entries whose source it overlaps, and an op
+// that may write memory no ktensor names (an optimizer step, an allreduce, a
+// raw upload, a graph) bumps the fence, which ends them all; a GEMM drops
+// the entries its output overlaps.  One replica only: the replica loops
+// interleave their calls (no entry would be hit).
 
-static int stale_memo_planted;
+static int memo_mixup_planted;
+static int memo_blind_planted;
+extern "C" void tbackend_cuda_plant_memo_blind(int on) { memo_blind_planted = on != 0; }
 static int stale_graph_weights_planted;
 extern "C" void tbackend_cuda_plant_stale_graph_weights(int on) { stale_graph_weights_planted = on != 0; }
-extern "C" void tbackend_cuda_plant_stale_memo(int on) { stale_memo_planted = on != 0; }
+extern "C" void tbackend_cuda_plant_memo_mixup(int on) { memo_mixup_planted = on != 0; }
 
-// No op but GEMMs since the entry was made (the planted twin: always).
-static int memo_alive(const cuda_impl *im, const fp8_memo *e) { return e->epoch == im->fence || stale_memo_planted; }
+static int memo_alive(const cuda_impl *im, const fp8_memo *e) { return e->valid && e->epoch == im->fence; }
 
 static void memo_drop_overlapping(cuda_impl *im, const void *p, size_t bytes)
 {
     const char *lo = (const char *)p, *hi = lo + bytes;
-    for (int i = 0; im->memo && !stale_memo_planted && i < FP8_MEMO_ENTRIES; i++) {
+    for (int i = 0; i < im->n_memo; i++) {
         fp8_memo *e = &im->memo[i];
         const char *elo = (const char *)e->src, *ehi = elo + e->src_bytes;
         if (e->valid && lo < ehi && hi > elo) e->valid = 0;
@@ -641,82 +665,119 @@ static int64_t memo_site(const tbackend *be, const tsite *at)
     return (int64_t)at->slot * (be->bound.depth + 1) + (at->layer + 1);
 }
 
-// A's fp8 image for the GEMM at `at` from the memo, made there on a miss: a
-// as the model holds it ([M,K], or [K,M] when a_trans), A its x-format copy
-// (as_format'd here on a miss only).  Leaves op empty (kmatmul_quantized_ex
-// quantises) when the memo is off.
-static int fp8_memo_operand(tbackend *be, const tsite *at, const ktensor *a, int a_trans, prec_format x,
+static int memo_grow(tbackend *be, void **buf, size_t *cap, size_t need, const char *what)
+{
+    if (*cap >= need) return 0;
+    kdevice_free(*buf);
+    be->bytes_in_use -= *cap;
+    *buf = nullptr;
+    *cap = 0;
+    if (kdevice_alloc(buf, need, what)) return tbackend_fail(be, "%s", kernels_last_error());
+    *cap = need;
+    be->bytes_in_use += need;
+    if (be->bytes_in_use > be->peak_bytes) be->peak_bytes = be->bytes_in_use;
+    return 0;
+}
+
+// The entry a miss fills: a dead one whose buffer is big enough (the
+// smallest such, so that after the first step no buffer is regrown, which
+// would free memory a CUDA graph uses), else any dead one, else a new one,
+// else (FP8_MEMO_MAX) the next in turn.  An entry whose images are gone (its
+// flat one overwritten, its transposed one served) stays alive until then: a
+// transposed read of its source teaches its site to keep that layout.
+static fp8_memo *memo_slot(tbackend *be, size_t need)
+{
+    cuda_impl *im = impl_of(be);
+    fp8_memo *fit = nullptr, *spare = nullptr;
+    for (int i = 0; i < im->n_memo; i++) {
+        fp8_memo *e = &im->memo[i];
+        if (memo_alive(im, e)) continue;
+        if (e->cap >= need && (!fit || e->cap < fit->cap)) fit = e;
+        if (!spare) spare = e;
+    }
+    if (fit) return fit;
+    if (spare) return spare;
+    if (!im->memo) {
+        im->memo = (fp8_memo *)calloc(FP8_MEMO_MAX, sizeof *im->memo);
+        if (!im->memo) return nullptr;
+    }
+    if (im->n_memo < FP8_MEMO_MAX) return &im->memo[im->n_memo++];
+    fp8_memo *e = &im->memo[im->memo_next];
+    im->memo_next = (im->memo_next + 1) % FP8_MEMO_MAX;
+    if (im->memo_flat_owner == (int)(e - im->memo)) im->memo_flat_owner = -1;
+    return e;
+}
+
+// The fp8 image, [M,K] with K contiguous, of a GEMM operand t at `at` (its
+// first, or its second: then [N,K]): t as the model holds it is [M,K] (trans
+// 0) or [K,M] (trans 1), X its x-format copy (as_format'd here on a miss
+// only).  From the memo where it has it; on a miss an untransposed image is
+// made there (and both layouts where a later GEMM read this site's operand
+// transposed), a transposed one is left to the GEMM (op empty: then
+// kmatmul_quantized_ex quantises), as everything is when the memo is off.
+static int fp8_memo_operand(tbackend *be, const tsite *at, const ktensor *t, int second, int trans, prec_format x,
                             prec_format fp8, int64_t M, int64_t K, kfp8_operand *op)
 {
     cuda_impl *im = impl_of(be);
     if (!im->memo_on || be->replicas != 1) return 0;
-    if (!im->memo) {
-        im->memo = (fp8_memo *)calloc(FP8_MEMO_ENTRIES, sizeof *im->memo);
-        if (!im->memo) return tbackend_fail(be, "out of memory");
-    }
     const int64_t n_sites = (int64_t)TSLOT_COUNT * (be->bound.depth + 1);
     if (im->n_memo_sites != n_sites) {
         free(im->memo_wants_t);
         im->memo_wants_t = (unsigned char *)calloc((size_t)n_sites, 1);
         if (!im->memo_wants_t) return tbackend_fail(be, "out of memory");
         im->n_memo_sites = n_sites;
-        for (int i = 0; i < FP8_MEMO_ENTRIES; i++) im->memo[i].valid = 0; // their sites index the old array
+        for (int i = 0; i < im->n_memo; i++) im->memo[i].valid = 0; // their sites index the old array
     }
-    const int64_t rows = a_trans ? K : M, cols = a_trans ? M : K;
-    fp8_memo *refill = nullptr;
-    for (int i = 0; i < FP8_MEMO_ENTRIES; i++) {
-        fp8_memo *e = &im->memo[i];
-        if (!e->valid || !memo_alive(im, e) || e->src != a->data || e->src_format != a->format ||
-            e->x_format != x || e->fp8 != fp8 || e->rows != rows || e->cols != cols)
+    const int64_t rows = trans ? K : M, cols = trans ? M : K;
+    const size_t n = fp8_scale_offset(rows * cols);
+    for (int i = 0; i < im->n_memo; i++) {
+        fp8_memo *c = &im->memo[i];
+        if (!memo_alive(im, c) || (c->src != t->data && !memo_mixup_planted) || c->src_format != t->format || c->x_format != x ||
+            c->fp8 != fp8 || c->rows != rows || c->cols != cols)
             continue;
-        if (a_trans ? e->has_t : e->has_flat) {
-            size_t n = fp8_scale_offset(rows * cols);
-            op->q = (const char *)e->buf + (a_trans && e->has_flat ? n : 0);
-            op->scale = (const float *)((const char *)e->buf + (e->has_flat && e->has_t ? 2 : 1) * n);
-            be->fp8_memo_hits++;
+        const int has_flat = im->memo_flat_owner == i;
+        if (trans ? c->has_t : has_flat) {
+            op->q = trans ? c->buf : im->memo_flat;
+            op->scale = c->scale;
+            if (second) be->fp8_memo_b_hits++;
+            else be->fp8_memo_hits++;
+            // a transposed image has one reader (a weight gradient): once served, the
+            // entry lets its buffer go to the next miss (which the stream orders after
+            // this GEMM), so the images kept are those still awaited
+            if (trans) c->has_t = 0;
+            if (!c->has_t && !has_flat) c->valid = 0;
             return 0;
         }
-        if (a_trans) { // its maker quantises both layouts from now on; its buffer takes this image now
-            im->memo_wants_t[e->site] = 1;
-            refill = e;
-        }
+        if (trans) im->memo_wants_t[c->site] = 1; // its maker quantises both layouts from now on
+        else c->valid = 0;                         // remade below, both layouts if its site wants them
     }
-    fp8_memo *e = refill;
-    for (int i = 0; i < FP8_MEMO_ENTRIES && !e; i++)
-        if (!im->memo[i].valid || !memo_alive(im, &im->memo[i])) e = &im->memo[i];
-    if (!e) {
-        e = &im->memo[im->memo_next];
-        im->memo_next = (im->memo_next + 1) % FP8_MEMO_ENTRIES;
-    }
+    // A transposed image not in the memo has no later reader: the GEMM quantises it itself
+    if (trans) return 0;
+    const int keep_t = im->memo_wants_t[memo_site(be, at)];
+    fp8_memo *e = memo_slot(be, (keep_t ? n : 0) + 256);
+    if (!e) return tbackend_fail(be, "out of memory");
+    if (im->memo_flat_owner == (int)(e - im->memo)) im->memo_flat_owner = -1;
     e->valid = 0;
-    const int dual = !a_trans && im->memo_wants_t[memo_site(be, at)];
-    const size_t n = fp8_scale_offset(rows * cols), need = (dual ? 2 : 1) * n + 256;
-    if (e->cap < need) {
-        kdevice_free(e->buf);
-        be->bytes_in_use -= e->cap;
-        e->buf = nullptr;
-        e->cap = 0;
-        if (kdevice_alloc(&e->buf, need, "fp8 operand memo")) return tbackend_fail(be, "%s", kernels_last_error());
-        e->cap = need;
-        be->bytes_in_use += need;
-        if (be->bytes_in_use > be->peak_bytes) be->peak_bytes = be->bytes_in_use;
-    }
-    ktensor A;
-    if (as_format(be, 0, a, x, &A)) return -1;
-    char *img = (char *)e->buf;
-    float *scale = (float *)(img + (dual ? 2 : 1) * n);
-    int rc = dual ? kfp8_quantize_tensor_dual(A.data, x, rows, cols, fp8, img, img + n, scale)
-                  : kfp8_quantize_tensor(A.data, x, rows, cols, a_trans, fp8, img, scale);
+    if (memo_grow(be, &e->buf, &e->cap, (keep_t ? n : 0) + 256, "fp8 operand memo") ||
+        memo_grow(be, &im->memo_flat, &im->memo_flat_cap, n, "fp8 operand memo"))
+        return -1;
+    ktensor X;
+    if (as_format(be, 0, t, x, &X)) return -1;
+    float *scale = (float *)((char *)e->buf + (keep_t ? n : 0));
+    int rc = keep_t ? kfp8_quantize_tensor_dual(X.data, x, rows, cols, fp8, im->memo_flat, e->buf, scale)
+                    : kfp8_quantize_tensor(X.data, x, rows, cols, 0, fp8, im->memo_flat, scale);
     if (rc) return kfail(be, at, "fp8 operand memo");
-    e->src = a->data;
-    e->src_bytes = (size_t)ktensor_numel(a) * kformat_bytes(a->format);
-    e->src_format = a->format, e->x_format = x, e->fp8 = fp8;
+    im->memo_flat_owner = (int)(e - im->memo);
+    e->src = t->data;
+    e->src_bytes = (size_t)ktensor_numel(t) * kformat_bytes(t->format);
+    e->src_format = t->format, e->x_format = x, e->fp8 = fp8;
     e->rows = rows, e->cols = cols;
-    e->has_flat = !a_trans, e->has_t = a_trans || dual;
+    e->has_t = keep_t;
+    e->scale = scale;
     e->site = memo_site(be, at);
     e->epoch = im->fence;
     e->valid = 1;
-    op->q = img;
+    op->q = im->memo_flat;
     op->scale = scale;
     return 0;
 }
@@ -724,12 +785,18 @@ static int fp8_memo_operand(tbackend *be, const tsite *at, const ktensor *a, int
 static void fp8_memo_free(tbackend *be)
 {
     cuda_impl *im = impl_of(be);
-    for (int i = 0; im->memo && i < FP8_MEMO_ENTRIES; i++) {
+    for (int i = 0; i < im->n_memo; i++) {
         kdevice_free(im->memo[i].buf);
         be->bytes_in_use -= im->memo[i].cap;
     }
+    kdevice_free(im->memo_flat);
+    be->bytes_in_use -= im->memo_flat_cap;
+    im->memo_flat = nullptr;
+    im->memo_flat_cap = 0;
+    im->memo_flat_owner = -1;
     free(im->memo);
     im->memo = nullptr;
+    im->n_memo = 0;
     free(im->memo_wants_t);
     im->memo_wants_t = nullptr;
 }
@@ -776,17 +843,22 @@ static int cuda_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor 
     memset(&a_op, 0, sizeof a_op);
     memset(&b_op, 0, sizeof b_op);
     const int delayed = tbackend_fp8_delayed(be, at);
-    if (accum != KMATMUL_ACC_BLOCK_SCALED && !delayed && fp8_memo_operand(be, at, a, a_trans, x, a_fp8, M, K, &a_op))
-        return -1;
-    if ((!a_op.q && as_format(be, 0, a, x, &A)) || as_format(be, 1, b, x, &B)) return -1;
-    args.a = a_op.q ? nullptr : A.data, args.b = B.data;
+    const int memo = accum != KMATMUL_ACC_BLOCK_SCALED && !delayed;
+    if (memo && fp8_memo_operand(be, at, a, 0, a_trans, x, a_fp8, M, K, &a_op)) return -1;
+    // the second operand too where it is a weight gradient's activation, B = X [K,N] (its image [N,K]):
+    // looked up only (a transposed image is never made for one reader)
+    const int b_memo = memo && !b_trans && impl_of(be)->memo_keeps_inputs &&
+                       !tbackend_is_weight(be, b->data, (size_t)ktensor_numel(b) * kformat_bytes(b->format));
+    if (b_memo && fp8_memo_operand(be, at, b, 1, !b_trans, x, PREC_E4M3, N, K, &b_op)) return -1;
+    if ((!a_op.q && as_format(be, 0, a, x, &A)) || (!b_op.q && as_format(be, 1, b, x, &B))) return -1;
+    args.a = a_op.q ? nullptr : A.data, args.b = b_op.q ? nullptr : B.data;
     if (accum == KMATMUL_ACC_BLOCK_SCALED) {
         if (kmatmul_quantized(accum, variant, &args, x, a_fp8, PREC_E4M3)) return kfail(be, at, "fp8 matmul");
         return 0;
     }
     if (delayed) {
         if (fp8_history(be, at, 0, &a_op.history) || fp8_history(be, at, 1, &b_op.history)) return -1;
-    } else if (fp8_cached_weight(be, at, b, &B, b_trans, x, N, K, &b_op)) {
+    } else if (!b_op.q && fp8_cached_weight(be, at, b, &B, b_trans, x, N, K, &b_op)) {
         return -1;
     }
     if (kmatmul_quantized_ex(accum, variant, &args, x, a_fp8, PREC_E4M3, &a_op, &b_op)) return kfail(be, at, "fp8 matmul");
@@ -1956,11 +2028,39 @@ static void cuda_destroy(tbackend *be)
     free(be);
 }
 
-// An op that may write device memory, wrapped to bump the fp8 memo's fence
-// first (see the memo above): every op of the backend but matmul, whose
-// output is checked against the entries instead, and the ones that only read.
+// Every op of the backend that may write device memory, wrapped to tell the
+// fp8 memo (see the memo above) first, argument by argument: a ktensor it
+// may write (a non-const ktensor *) drops the entries over that tensor; a
+// pointer through which it may write anything else (a tparam *, a void *, an
+// array of pointers) bumps the fence, which ends every entry; what it only
+// reads (const data, numbers) and host outputs (double *) say nothing.  Not
+// wrapped: matmul (it drops the entries its output overlaps) and the ops that
+// only read.  The planted twin (tbackend_cuda_plant_memo_blind) skips the
+// ktensor arguments, so an entry outlives the writes of every op but GEMMs.
+template <class T> static void memo_note(cuda_impl *im, T)
+{
+    using P = typename std::remove_pointer<T>::type;
+    if (std::is_pointer<T>::value && (!std::is_const<P>::value || std::is_pointer<P>::value)) im->fence++;
+}
+static void memo_note(cuda_impl *im, ktensor *t)
+{
+    if (t && t->data && !memo_blind_planted) memo_drop_overlapping(im, t->data, (size_t)ktensor_numel(t) * kformat_bytes(t->format));
+}
+static void memo_note(cuda_impl *, double *) {}
+static void memo_note(cuda_impl *, const ktensor *const *) {}
+
 template <auto F> struct fenced;
 template <class R, class... A, R (*F)(tbackend *, A...)> struct fenced<F> {
+    static R call(tbackend *be, A... args)
+    {
+        cuda_impl *im = impl_of(be);
+        (memo_note(im, args), ...);
+        return F(be, args...);
+    }
+};
+// New memory, or memory whose owner is not a ktensor: every entry ends.
+template <auto F> struct fence_all;
+template <class R, class... A, R (*F)(tbackend *, A...)> struct fence_all<F> {
     static R call(tbackend *be, A... args)
     {
         impl_of(be)->fence++;
@@ -1983,7 +2083,7 @@ extern "C" tbackend *tbackend_cuda_create(char *why, size_t why_len)
     be->impl = im;
     be->supports = cuda_supports;
     be->elem_bytes = cuda_elem_bytes;
-    be->alloc = fenced<cuda_alloc>::call;
+    be->alloc = fence_all<cuda_alloc>::call;
     be->release = fenced<cuda_release>::call;
     be->alloc_raw = fenced<cuda_alloc_raw>::call;
     be->release_raw = fenced<cuda_release_raw>::call;
@@ -1995,10 +2095,10 @@ extern "C" tbackend *tbackend_cuda_create(char *why, size_t why_len)
     be->write_bytes = fenced<cuda_write_bytes>::call;
     be->zero = fenced<cuda_zero>::call;
     be->fill_uniform = fenced<cuda_fill_uniform>::call;
-    be->graph_begin = fenced<cuda_graph_begin>::call;
-    be->graph_end = fenced<cuda_graph_end>::call;
+    be->graph_begin = fence_all<cuda_graph_begin>::call;
+    be->graph_end = fence_all<cuda_graph_end>::call;
     be->graph_valid = cuda_graph_valid;
-    be->graph_replay = fenced<cuda_graph_replay>::call;
+    be->graph_replay = fence_all<cuda_graph_replay>::call;
     be->count_nonfinite = cuda_count_nonfinite;
     be->sync = cuda_sync;
     be->mem_used = cuda_mem_used;
@@ -2023,18 +2123,21 @@ extern "C" tbackend *tbackend_cuda_create(char *why, size_t why_len)
     be->grad_norm = fenced<cuda_grad_norm>::call;
     be->adamw = fenced<cuda_adamw>::call;
     be->muon = fenced<cuda_muon>::call;
-    be->dp_init = fenced<cuda_dp_init>::call;
+    be->dp_init = fence_all<cuda_dp_init>::call;
     be->allreduce = fenced<cuda_allreduce>::call;
-    be->batch_replicas = cuda_batch_replicas;
+    be->batch_replicas = fence_all<cuda_batch_replicas>::call;
     be->replicas = 1;
     be->destroy = cuda_destroy;
-    be->fp8_histories_save = fenced<cuda_fp8_histories_save>::call;
-    be->fp8_histories_restore = fenced<cuda_fp8_histories_restore>::call;
+    be->fp8_histories_save = fence_all<cuda_fp8_histories_save>::call;
+    be->fp8_histories_restore = fence_all<cuda_fp8_histories_restore>::call;
+    im->memo_flat_owner = -1;
     const char *memo = getenv("ULPSCOPE_FP8_MEMO");
     im->memo_on = !(memo && strcmp(memo, "0") == 0);
+    im->memo_keeps_inputs = !(memo && strcmp(memo, "lean") == 0);
     const char *cache = getenv("ULPSCOPE_FP8_WEIGHT_CACHE");
     im->cache_on = !(cache && strcmp(cache, "0") == 0);
     be->fp8_weight_cache = im->cache_on;
+    be->fp8_memo = im->memo_on ? 1 + im->memo_keeps_inputs : 0;
     tbackend_guard_weights(be);
     return be;
 }

@@ -778,6 +778,38 @@ static size_t fp8_cache_bytes(const tmodel *m)
     return total * (size_t)be->replicas;
 }
 
+/* The fp8 operand memo of a backend that keeps one (tbackend.fp8_memo; one
+ * replica, current scaling): its one untransposed image and a gradient's
+ * transposed one in flight, each at most a [B*T, widest] byte array (the
+ * widest fp8 GEMM operand: 4C, or the vocabulary where the head's dgrad is
+ * fp8), and, keeping forward inputs, the transposed input of every forward
+ * GEMM on the fp8 path until its weight gradient. */
+static size_t fp8_memo_bytes(const tmodel *m)
+{
+    const tbackend *be = m->be;
+    if (!be->fp8_memo || be->replicas != 1 || tbackend_site(be, TSLOT_FP8_SCALING, -1)->variant != TFP8_SCALING_CURRENT)
+        return 0;
+    const int64_t BT = (int64_t)m->B * m->T, C = m->cfg.n_embd, F = 4 * C;
+    const struct {
+        tslot slot;
+        int64_t k; /* the forward GEMM's input width */
+    } fwd[] = {{TSLOT_ATTN_QKV, C}, {TSLOT_ATTN_OUT, C}, {TSLOT_MLP_UP, C}, {TSLOT_MLP_DOWN, F}, {TSLOT_LM_HEAD, C}};
+    int any = 0;
+    size_t kept = 0;
+    for (size_t u = 0; u < sizeof fwd / sizeof fwd[0]; u++) {
+        int per_layer = tslot_get(fwd[u].slot)->per_layer;
+        for (int l = 0; l < (per_layer ? m->cfg.n_layer : 1); l++) {
+            const tsite *at = site(m, fwd[u].slot, per_layer ? l : -1);
+            if (at->path != KPATH_FP8 || (at->op != TOP_MATMUL && at->op != TOP_MATMUL_FAST)) continue;
+            any = 1;
+            kept += ((size_t)(BT * fwd[u].k) + 255) / 256 * 256 + 256;
+        }
+    }
+    const tsite *head = site(m, TSLOT_LM_HEAD_DGRAD, -1);
+    int64_t widest = head->path == KPATH_FP8 ? (m->cfg.vocab > F ? m->cfg.vocab : F) : F;
+    return (any ? 2 * (size_t)(BT * widest) : 0) + (be->fp8_memo == 2 ? kept : 0);
+}
+
 int tmodel_measure(const tmodel_config *cfg, const tbackend *be, const tplan *plan, int B, int T, tmodel_memory *out,
                    char *err, size_t errlen)
 {
@@ -792,7 +824,7 @@ int tmodel_measure(const tmodel_config *cfg, const tbackend *be, const tplan *pl
     z.be.zero = sizer_zero;
     tmodel *m = create(cfg, &z.be, plan, B, T, NULL, 1, 0, &out->param_bytes, err, errlen);
     if (m) {
-        out->total_bytes = z.be.peak_bytes + fp8_cache_bytes(m);
+        out->total_bytes = z.be.peak_bytes + fp8_cache_bytes(m) + fp8_memo_bytes(m);
         out->largest_elems = z.largest;
         tmodel_destroy(m);
     }

@@ -371,6 +371,7 @@ int ttrain_run_replicas(const ttrain_config *cfg, int R, const uint64_t *seeds, 
         r->res->steps_done = r->st.steps_done;
         r->res->graph_captures = captures, r->res->graph_replays = replays, r->res->graph_failures = failures;
         r->res->fp8_memo_hits = g->be ? (long)g->be->fp8_memo_hits : 0;
+        r->res->fp8_memo_b_hits = g->be ? (long)g->be->fp8_memo_b_hits : 0;
         if (!own) {
             r->res->param_hash = hashes ? hashes[i] : trun_state_hash(r);
             finish_run(r);

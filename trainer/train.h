@@ -143,6 +143,7 @@ typedef struct {
     uint64_t param_hash;    /* FNV-1a of every parameter's and optimizer state's bytes at the end */
     long graph_captures, graph_replays, graph_failures; /* the micro-batch's CUDA graph (tmodel_set_graph) */
     long fp8_memo_hits;     /* GEMMs whose first fp8 operand came from the CUDA backend's memo (tbackend) */
+    long fp8_memo_b_hits;   /* GEMMs whose second did (a weight gradient's activation, kept from its forward) */
     double tokens_per_s, mfu;
     size_t peak_bytes;      /* the trainer's own tensors and scratch at their peak */
     size_t device_bytes;    /* device memory the run added, measured at its end (kernels' workspaces included) */
