@@ -524,6 +524,36 @@ static void test_gpu_fp8_memo_writes(void **state)
     assert_false(twin);
 }
 
+/* The memory check counts the CUDA backend's fp8 memo (tmodel_measure on a
+ * backend that says it keeps one; the CPU backend, told so, stands in for
+ * it): lean adds the two in-flight images of the widest operand, [BT, V]
+ * here since the fp8 preset's head dgrad is fp8; keeping inputs adds every
+ * fp8 forward GEMM's [BT, k] input on top (k = C for qkv, out, up and the
+ * head, 4C for down), each padded to 256 bytes with a scale; off, nothing. */
+static void test_memo_counted(void **state)
+{
+    (void)state;
+    ttrain_config c;
+    tiny_config(&c, TMODEL_GPT2, "fp8", 1);
+    tbackend *be = tbackend_cpu_create();
+    assert_non_null(be);
+    char err[512];
+    size_t total[3];
+    for (int mode = 0; mode < 3; mode++) {
+        be->fp8_memo = mode;
+        tmodel_memory mem;
+        if (tmodel_measure(&c.model, be, &c.plan, c.batch, c.seq, &mem, err, sizeof err)) fail_msg("%s", err);
+        total[mode] = mem.total_bytes;
+    }
+    const size_t BT = (size_t)c.batch * c.seq, C = (size_t)c.model.n_embd, V = (size_t)c.model.vocab,
+                 L = (size_t)c.model.n_layer, inputs = BT * (L * (3 * C + 4 * C) + C), images = 4 * L + 1;
+    print_message("memo counted: lean +%zu bytes, keeping inputs +%zu (the inputs' bytes %zu, %zu images)\n",
+                  total[1] - total[0], total[2] - total[0], inputs, images);
+    assert_true(total[1] - total[0] == 2 * BT * (V > 4 * C ? V : 4 * C));
+    assert_true(total[2] - total[1] >= inputs && total[2] - total[1] <= inputs + images * 512);
+    be->destroy(be);
+}
+
 /* CPU and CUDA under delayed scaling agree as test_train's CPU/CUDA agreement
  * asks, with two changes fp8 needs.  A rounding that lands on the other side
  * moves an e4m3 value by up to 1/8 and an e5m2 gradient by up to 1/4, and
@@ -592,6 +622,7 @@ int main(void)
         cmocka_unit_test(test_delayed_validation_schedule),
         cmocka_unit_test(test_delayed_replicas),
         cmocka_unit_test(test_weights_version),
+        cmocka_unit_test(test_memo_counted),
         cmocka_unit_test(test_gpu_weight_cache),
         cmocka_unit_test(test_gpu_fp8_memo),
         cmocka_unit_test(test_gpu_fp8_memo_writes),
