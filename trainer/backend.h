@@ -74,6 +74,11 @@ typedef struct {
     int skip;
 } tmuon_args;
 
+/* The CUDA backend's fp8 operand memo (ULPSCOPE_FP8_MEMO): off ("0"), the
+ * images the next GEMM reads ("lean"), or those and each forward GEMM's input
+ * until its weight gradient (the default). */
+enum { TFP8_MEMO_OFF, TFP8_MEMO_LEAN, TFP8_MEMO_INPUTS };
+
 struct tbackend {
     const char *name;    /* "cpu", "cuda" */
     tbinding bound;      /* the bound plan, every (slot, layer) resolved */
@@ -112,7 +117,7 @@ struct tbackend {
     struct tweight_range { const char *lo, *hi; } *weight_ranges;
     int n_weight_ranges, cap_weight_ranges;
     int fp8_weight_cache;   /* the backend caches quantised fp8 weights (memory estimates count them) */
-    int fp8_memo;           /* its fp8 operand memo: 0 none, 1 lean, 2 keeping forward inputs (estimates count it) */
+    int fp8_memo;           /* its fp8 operand memo, a TFP8_MEMO_* (memory estimates count it) */
     int64_t fp8_memo_hits;  /* GEMMs that took their first operand's fp8 image from the CUDA backend's memo */
     int64_t fp8_memo_b_hits; /* and their second's (a weight gradient's activation, kept from its forward) */
     struct tbackend_guarded {

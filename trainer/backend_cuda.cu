@@ -107,8 +107,6 @@ struct cuda_impl {
     // fp8 operand memo (current scaling, one replica): the quantised
     // activation and gradient operands of GEMMs, reused by a later GEMM that
     // reads the same tensor while nothing has written it
-    int memo_on;                 // ULPSCOPE_FP8_MEMO=0 turns it off
-    int memo_keeps_inputs;       // ULPSCOPE_FP8_MEMO=lean: no forward input kept for its weight gradient
     uint64_t fence;              // bumped by the ops that may write memory no ktensor argument names (fenced<>)
     struct fp8_memo *memo;       // n_memo of them, at most FP8_MEMO_MAX
     int n_memo;
@@ -704,7 +702,6 @@ static fp8_memo *memo_slot(tbackend *be, size_t need)
     if (im->n_memo < FP8_MEMO_MAX) return &im->memo[im->n_memo++];
     fp8_memo *e = &im->memo[im->memo_next];
     im->memo_next = (im->memo_next + 1) % FP8_MEMO_MAX;
-    if (im->memo_flat_owner == (int)(e - im->memo)) im->memo_flat_owner = -1;
     return e;
 }
 
@@ -719,7 +716,7 @@ static int fp8_memo_operand(tbackend *be, const tsite *at, const ktensor *t, int
                             prec_format fp8, int64_t M, int64_t K, kfp8_operand *op)
 {
     cuda_impl *im = impl_of(be);
-    if (!im->memo_on || be->replicas != 1) return 0;
+    if (be->fp8_memo == TFP8_MEMO_OFF || be->replicas != 1) return 0;
     const int64_t n_sites = (int64_t)TSLOT_COUNT * (be->bound.depth + 1);
     if (im->n_memo_sites != n_sites) {
         free(im->memo_wants_t);
@@ -847,7 +844,7 @@ static int cuda_matmul(tbackend *be, const tsite *at, ktensor *y, const ktensor 
     if (memo && fp8_memo_operand(be, at, a, 0, a_trans, x, a_fp8, M, K, &a_op)) return -1;
     // the second operand too where it is a weight gradient's activation, B = X [K,N] (its image [N,K]):
     // looked up only (a transposed image is never made for one reader)
-    const int b_memo = memo && !b_trans && impl_of(be)->memo_keeps_inputs &&
+    const int b_memo = memo && !b_trans && be->fp8_memo == TFP8_MEMO_INPUTS &&
                        !tbackend_is_weight(be, b->data, (size_t)ktensor_numel(b) * kformat_bytes(b->format));
     if (b_memo && fp8_memo_operand(be, at, b, 1, !b_trans, x, PREC_E4M3, N, K, &b_op)) return -1;
     if ((!a_op.q && as_format(be, 0, a, x, &A)) || (!b_op.q && as_format(be, 1, b, x, &B))) return -1;
@@ -2132,12 +2129,13 @@ extern "C" tbackend *tbackend_cuda_create(char *why, size_t why_len)
     be->fp8_histories_restore = fence_all<cuda_fp8_histories_restore>::call;
     im->memo_flat_owner = -1;
     const char *memo = getenv("ULPSCOPE_FP8_MEMO");
-    im->memo_on = !(memo && strcmp(memo, "0") == 0);
-    im->memo_keeps_inputs = !(memo && strcmp(memo, "lean") == 0);
+    be->fp8_memo = !memo                      ? TFP8_MEMO_INPUTS
+                   : strcmp(memo, "0") == 0    ? TFP8_MEMO_OFF
+                   : strcmp(memo, "lean") == 0 ? TFP8_MEMO_LEAN
+                                               : TFP8_MEMO_INPUTS;
     const char *cache = getenv("ULPSCOPE_FP8_WEIGHT_CACHE");
     im->cache_on = !(cache && strcmp(cache, "0") == 0);
     be->fp8_weight_cache = im->cache_on;
-    be->fp8_memo = im->memo_on ? 1 + im->memo_keeps_inputs : 0;
     tbackend_guard_weights(be);
     return be;
 }

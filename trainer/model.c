@@ -746,6 +746,17 @@ static int sizer_alloc_raw(tbackend *be, void **ptr, size_t bytes)
 static void sizer_release_raw(tbackend *be, void *ptr) {}
 static int sizer_zero(tbackend *be, ktensor *t) { return 0; }
 
+/* How many sites of slot s (one per layer, or one) run a GEMM on the fp8 path. */
+static int fp8_gemm_sites(const tmodel *m, tslot s)
+{
+    int per_layer = tslot_get(s)->per_layer, n = 0;
+    for (int l = 0; l < (per_layer ? m->cfg.n_layer : 1); l++) {
+        const tsite *at = site(m, s, per_layer ? l : -1);
+        n += at->path == KPATH_FP8 && (at->op == TOP_MATMUL || at->op == TOP_MATMUL_FAST);
+    }
+    return n;
+}
+
 /* The fp8 weight cache of a backend that keeps one (tbackend.fp8_weight_cache):
  * an e4m3 image [N,K] and a scale (256-byte aligned) per replica for every
  * weight operand of a forward or dgrad GEMM on the fp8 path with per-tensor
@@ -767,14 +778,8 @@ static size_t fp8_cache_bytes(const tmodel *m)
                 {TSLOT_ATTN_OUT_DGRAD, 1, C * C}, {TSLOT_MLP_UP_DGRAD, 1, F * C}, {TSLOT_MLP_DOWN_DGRAD, 1, C * F},
                 {TSLOT_LM_HEAD_DGRAD, 1, V * C}};
     size_t total = 0;
-    for (size_t u = 0; u < sizeof uses / sizeof uses[0]; u++) {
-        int per_layer = tslot_get(uses[u].slot)->per_layer;
-        for (int l = 0; l < (per_layer ? m->cfg.n_layer : 1); l++) {
-            const tsite *at = site(m, uses[u].slot, per_layer ? l : -1);
-            if (at->path != KPATH_FP8 || (at->op != TOP_MATMUL && at->op != TOP_MATMUL_FAST)) continue;
-            total += (size_t)uses[u].images * (((size_t)uses[u].nk + 255) / 256 * 256 + 256);
-        }
-    }
+    for (size_t u = 0; u < sizeof uses / sizeof uses[0]; u++)
+        total += (size_t)fp8_gemm_sites(m, uses[u].slot) * uses[u].images * (((size_t)uses[u].nk + 255) / 256 * 256 + 256);
     return total * (size_t)be->replicas;
 }
 
@@ -797,17 +802,13 @@ static size_t fp8_memo_bytes(const tmodel *m)
     int any = 0;
     size_t kept = 0;
     for (size_t u = 0; u < sizeof fwd / sizeof fwd[0]; u++) {
-        int per_layer = tslot_get(fwd[u].slot)->per_layer;
-        for (int l = 0; l < (per_layer ? m->cfg.n_layer : 1); l++) {
-            const tsite *at = site(m, fwd[u].slot, per_layer ? l : -1);
-            if (at->path != KPATH_FP8 || (at->op != TOP_MATMUL && at->op != TOP_MATMUL_FAST)) continue;
-            any = 1;
-            kept += ((size_t)(BT * fwd[u].k) + 255) / 256 * 256 + 256;
-        }
+        int n = fp8_gemm_sites(m, fwd[u].slot);
+        any |= n > 0;
+        kept += (size_t)n * (((size_t)(BT * fwd[u].k) + 255) / 256 * 256 + 256);
     }
     const tsite *head = site(m, TSLOT_LM_HEAD_DGRAD, -1);
     int64_t widest = head->path == KPATH_FP8 ? (m->cfg.vocab > F ? m->cfg.vocab : F) : F;
-    return (any ? 2 * (size_t)(BT * widest) : 0) + (be->fp8_memo == 2 ? kept : 0);
+    return (any ? 2 * (size_t)(BT * widest) : 0) + (be->fp8_memo == TFP8_MEMO_INPUTS ? kept : 0);
 }
 
 int tmodel_measure(const tmodel_config *cfg, const tbackend *be, const tplan *plan, int B, int T, tmodel_memory *out,
