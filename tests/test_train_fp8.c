@@ -524,34 +524,47 @@ static void test_gpu_fp8_memo_writes(void **state)
     assert_false(twin);
 }
 
+/* tmodel_measure's totals with the memo off, lean and keeping inputs. */
+static void memo_totals(const ttrain_config *c, size_t total[3])
+{
+    tbackend *be = tbackend_cpu_create();
+    assert_non_null(be);
+    char err[512];
+    for (int mode = TFP8_MEMO_OFF; mode <= TFP8_MEMO_INPUTS; mode++) {
+        be->fp8_memo = mode;
+        tmodel_memory mem;
+        if (tmodel_measure(&c->model, be, &c->plan, c->batch, c->seq, &mem, err, sizeof err)) fail_msg("%s", err);
+        total[mode] = mem.total_bytes;
+    }
+    be->destroy(be);
+}
+
 /* The memory check counts the CUDA backend's fp8 memo (tmodel_measure on a
  * backend that says it keeps one; the CPU backend, told so, stands in for
  * it): lean adds the two in-flight images of the widest operand, [BT, V]
  * here since the fp8 preset's head dgrad is fp8; keeping inputs adds every
  * fp8 forward GEMM's [BT, k] input on top (k = C for qkv, out, up and the
- * head, 4C for down), each padded to 256 bytes with a scale; off, nothing. */
+ * head, 4C for down), each padded to 256 bytes with a scale; off, nothing.
+ * Twin: the kept inputs left out of the count must fall short. */
 static void test_memo_counted(void **state)
 {
     (void)state;
     ttrain_config c;
     tiny_config(&c, TMODEL_GPT2, "fp8", 1);
-    tbackend *be = tbackend_cpu_create();
-    assert_non_null(be);
-    char err[512];
-    size_t total[3];
-    for (int mode = 0; mode < 3; mode++) {
-        be->fp8_memo = mode;
-        tmodel_memory mem;
-        if (tmodel_measure(&c.model, be, &c.plan, c.batch, c.seq, &mem, err, sizeof err)) fail_msg("%s", err);
-        total[mode] = mem.total_bytes;
-    }
     const size_t BT = (size_t)c.batch * c.seq, C = (size_t)c.model.n_embd, V = (size_t)c.model.vocab,
                  L = (size_t)c.model.n_layer, inputs = BT * (L * (3 * C + 4 * C) + C), images = 4 * L + 1;
+    size_t total[3];
+    memo_totals(&c, total);
     print_message("memo counted: lean +%zu bytes, keeping inputs +%zu (the inputs' bytes %zu, %zu images)\n",
                   total[1] - total[0], total[2] - total[0], inputs, images);
     assert_true(total[1] - total[0] == 2 * BT * (V > 4 * C ? V : 4 * C));
     assert_true(total[2] - total[1] >= inputs && total[2] - total[1] <= inputs + images * 512);
-    be->destroy(be);
+    /* twin: the kept inputs left out of the count */
+    tmodel_plant_memo_inputs_uncounted(1);
+    memo_totals(&c, total);
+    tmodel_plant_memo_inputs_uncounted(0);
+    print_message("planted: keeping inputs +%zu bytes over lean (must fall short of %zu)\n", total[2] - total[1], inputs);
+    assert_true(total[2] - total[1] < inputs);
 }
 
 /* CPU and CUDA under delayed scaling agree as test_train's CPU/CUDA agreement

@@ -783,6 +783,9 @@ static size_t fp8_cache_bytes(const tmodel *m)
     return total * (size_t)be->replicas;
 }
 
+static int planted_memo_inputs_uncounted;
+void tmodel_plant_memo_inputs_uncounted(int on) { planted_memo_inputs_uncounted = on; }
+
 /* The fp8 operand memo of a backend that keeps one (tbackend.fp8_memo; one
  * replica, current scaling): its one untransposed image and a gradient's
  * transposed one in flight, each at most a [B*T, widest] byte array (the
@@ -808,7 +811,8 @@ static size_t fp8_memo_bytes(const tmodel *m)
     }
     const tsite *head = site(m, TSLOT_LM_HEAD_DGRAD, -1);
     int64_t widest = head->path == KPATH_FP8 ? (m->cfg.vocab > F ? m->cfg.vocab : F) : F;
-    return (any ? 2 * (size_t)(BT * widest) : 0) + (be->fp8_memo == TFP8_MEMO_INPUTS ? kept : 0);
+    const int inputs = be->fp8_memo == TFP8_MEMO_INPUTS && !planted_memo_inputs_uncounted;
+    return (any ? 2 * (size_t)(BT * widest) : 0) + (inputs ? kept : 0);
 }
 
 int tmodel_measure(const tmodel_config *cfg, const tbackend *be, const tplan *plan, int B, int T, tmodel_memory *out,

@@ -131,6 +131,9 @@ void tmodel_graph_stats(const tmodel *m, long *captures, long *replays, long *fa
 /* The graph test's twin (never set outside tests): replays run without the
  * batch's upload, on the previous micro-batch's tokens. */
 void tmodel_plant_graph_stale_batch(int on);
+/* The memory count's twin (on != 0): the fp8 memo's kept forward inputs are
+ * left out of tmodel_measure.  Never set outside tests. */
+void tmodel_plant_memo_inputs_uncounted(int on);
 /* Zero parameter gradients (start of a step). */
 int tmodel_zero_grads(tmodel *m);
 /* Gradient work after the last micro-batch (modern: transpose-add of the
